@@ -1,0 +1,59 @@
+// Package apperr holds the typed errors that callers act on (the HTTP
+// gateway maps them to problem types, the MCP server to tool errors). They
+// carry no transport detail.
+package apperr
+
+import (
+	"errors"
+	"fmt"
+	"strings"
+)
+
+// FieldError is one invalid input field.
+type FieldError struct {
+	Field  string `json:"field"`
+	Reason string `json:"reason"`
+}
+
+// InvalidError reports request parameters that can never succeed as sent.
+// Nothing is recorded for them, so the same key may be retried corrected.
+type InvalidError struct {
+	Fields []FieldError
+}
+
+func (e *InvalidError) Error() string {
+	parts := make([]string, len(e.Fields))
+	for i, f := range e.Fields {
+		parts[i] = f.Field + ": " + f.Reason
+	}
+	return "invalid request: " + strings.Join(parts, "; ")
+}
+
+// Invalid accumulates field errors; Err returns nil when there are none.
+type Invalid struct{ fields []FieldError }
+
+// Add records a field error.
+func (v *Invalid) Add(field, format string, args ...any) {
+	v.fields = append(v.fields, FieldError{Field: field, Reason: fmt.Sprintf(format, args...)})
+}
+
+// Err returns an *InvalidError, or nil.
+func (v *Invalid) Err() error {
+	if len(v.fields) == 0 {
+		return nil
+	}
+	return &InvalidError{Fields: v.fields}
+}
+
+// RejectedError is a business rule saying no (out of stock, bad coupon).
+// The intent is recorded FAILED with no row written, and a later retry under
+// the same key may execute again.
+type RejectedError struct {
+	Code   string // stable, machine-readable: "out-of-stock", "invalid-coupon"
+	Reason string
+}
+
+func (e *RejectedError) Error() string { return e.Code + ": " + e.Reason }
+
+// ErrNotFound: the resource does not exist for this tenant.
+var ErrNotFound = errors.New("not found")

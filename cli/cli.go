@@ -1,0 +1,117 @@
+// Package cli wires idemflow's packages into its subcommands.
+package cli
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"sort"
+	"strings"
+)
+
+type command struct {
+	summary string
+	run     func(ctx context.Context, env *Env, args []string) error
+}
+
+var commands = map[string]command{
+	"dev":      {"run the whole stack in one process: embedded Temporal and its Web UI, worker, gateway", runDev},
+	"worker":   {"run the Temporal worker against an existing Temporal and PostgreSQL", runWorker},
+	"gateway":  {"run the HTTP gateway against an existing Temporal and PostgreSQL", runGateway},
+	"migrate":  {"apply pending database migrations", runMigrate},
+	"token":    {"create a tenant (if needed) and print a new API token for it", runToken},
+	"postgres": {"ensure a PostgreSQL server (reachable or private) and print its admin URL", runPostgres},
+}
+
+// Env is what a subcommand talks to: its output streams and logger.
+type Env struct {
+	Stdout io.Writer
+	Stderr io.Writer
+	Logger *slog.Logger
+}
+
+// errUsage marks a usage error: exit code 2.
+var errUsage = errors.New("usage")
+
+// Run runs the subcommand named by args[0] and returns the exit code.
+func Run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	env := &Env{Stdout: stdout, Stderr: stderr,
+		Logger: slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: logLevel()}))}
+	if len(args) == 0 || args[0] == "-h" || args[0] == "--help" || args[0] == "help" {
+		usage(stderr)
+		return 2
+	}
+	cmd, ok := commands[args[0]]
+	if !ok {
+		fmt.Fprintf(stderr, "idemflow: unknown command %q\n\n", args[0])
+		usage(stderr)
+		return 2
+	}
+	err := cmd.run(ctx, env, args[1:])
+	switch {
+	case err == nil:
+		return 0
+	case errors.Is(err, flag.ErrHelp):
+		return 0
+	case errors.Is(err, errUsage):
+		fmt.Fprintf(stderr, "idemflow %s: %v\n", args[0], err)
+		return 2
+	default:
+		var ec exitCodeError
+		if errors.As(err, &ec) {
+			fmt.Fprintf(stderr, "idemflow %s: %v\n", args[0], err)
+			return ec.code
+		}
+		fmt.Fprintf(stderr, "idemflow %s: %v\n", args[0], err)
+		return 1
+	}
+}
+
+// exitCodeError lets a command (audit) choose its exit code.
+type exitCodeError struct {
+	code int
+	err  error
+}
+
+func (e exitCodeError) Error() string { return e.err.Error() }
+func (e exitCodeError) Unwrap() error { return e.err }
+
+func usage(w io.Writer) {
+	fmt.Fprintln(w, "usage: idemflow <command> [flags]\n\ncommands:")
+	names := make([]string, 0, len(commands))
+	for n := range commands {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	for _, n := range names {
+		fmt.Fprintf(w, "  %-9s %s\n", n, commands[n].summary)
+	}
+	fmt.Fprintln(w, "\nRun 'idemflow <command> -h' for its flags.")
+}
+
+func logLevel() slog.Level {
+	var l slog.Level
+	if err := l.UnmarshalText([]byte(os.Getenv("IDEMFLOW_LOG_LEVEL"))); err != nil {
+		return slog.LevelInfo
+	}
+	return l
+}
+
+// flags returns a FlagSet whose defaults come from environment variables,
+// so every setting is both a flag and a variable.
+func flags(name string, env *Env) *flag.FlagSet {
+	fs := flag.NewFlagSet("idemflow "+name, flag.ContinueOnError)
+	fs.SetOutput(env.Stderr)
+	return fs
+}
+
+func envOr(key, def string) string {
+	if v, ok := os.LookupEnv(key); ok && strings.TrimSpace(v) != "" {
+		return v
+	}
+	return def
+}

@@ -1,0 +1,144 @@
+package cli
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"time"
+
+	"github.com/idemflow/idemflow/devserver"
+	"github.com/idemflow/idemflow/migrations"
+	"github.com/idemflow/idemflow/tenant"
+	"github.com/idemflow/idemflow/worker"
+)
+
+func runWorker(ctx context.Context, env *Env, args []string) error {
+	var c common
+	fs := flags("worker", env)
+	c.register(fs)
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	d, err := openDeps(ctx, env.Logger, c)
+	if err != nil {
+		return err
+	}
+	defer d.Close()
+	w := worker.New(d.Temporal, d.Activities)
+	if err := w.Start(); err != nil {
+		return fmt.Errorf("start worker: %w", err)
+	}
+	env.Logger.Info("worker running", "temporal", c.temporal, "namespace", c.namespace)
+	<-ctx.Done()
+	env.Logger.Info("worker stopping")
+	w.Stop()
+	return nil
+}
+
+func runGateway(ctx context.Context, env *Env, args []string) error {
+	var c common
+	fs := flags("gateway", env)
+	c.register(fs)
+	addr := fs.String("http-addr", envOr("IDEMFLOW_HTTP_ADDR", "127.0.0.1:8080"), "gateway listen address (env IDEMFLOW_HTTP_ADDR)")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	d, err := openDeps(ctx, env.Logger, c)
+	if err != nil {
+		return err
+	}
+	defer d.Close()
+	return serveHTTP(ctx, env.Logger, *addr, d.gateway().Handler(), nil)
+}
+
+// serveHTTP serves h on addr until ctx ends, then drains for up to 10 s.
+// ready, if set, is called once the listener is bound.
+func serveHTTP(ctx context.Context, logger *slog.Logger, addr string, h http.Handler, ready func(net.Addr)) error {
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		return fmt.Errorf("listen on %s: %w", addr, err)
+	}
+	srv := &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second}
+	errc := make(chan error, 1)
+	go func() { errc <- srv.Serve(ln) }()
+	logger.Info("gateway listening", "addr", ln.Addr().String())
+	if ready != nil {
+		ready(ln.Addr())
+	}
+	select {
+	case err := <-errc:
+		return fmt.Errorf("serve: %w", err)
+	case <-ctx.Done():
+	}
+	shutdown, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
+	defer cancel()
+	if err := srv.Shutdown(shutdown); err != nil {
+		return fmt.Errorf("shut down gateway: %w", err)
+	}
+	if err := <-errc; !errors.Is(err, http.ErrServerClosed) {
+		return err
+	}
+	return nil
+}
+
+func runMigrate(ctx context.Context, env *Env, args []string) error {
+	fs := flags("migrate", env)
+	dbURL := fs.String("database-url", envOr("DATABASE_URL", ""), "PostgreSQL URL (env DATABASE_URL)")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	if *dbURL == "" {
+		return fmt.Errorf("%w: DATABASE_URL (or --database-url) is required", errUsage)
+	}
+	from, to, err := migrations.MigrateURL(ctx, *dbURL)
+	if err != nil {
+		return err
+	}
+	fmt.Fprintf(env.Stdout, "schema at version %d (was %d)\n", to, from)
+	return nil
+}
+
+func runToken(ctx context.Context, env *Env, args []string) error {
+	fs := flags("token", env)
+	dbURL := fs.String("database-url", envOr("DATABASE_URL", ""), "PostgreSQL URL (env DATABASE_URL)")
+	tenantID := fs.String("tenant", "", "tenant ID ([a-z0-9_-], created if missing)")
+	label := fs.String("label", "", "a note stored with the token")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	if *dbURL == "" || *tenantID == "" {
+		return fmt.Errorf("%w: --tenant and DATABASE_URL are required", errUsage)
+	}
+	conn, err := connect(ctx, *dbURL)
+	if err != nil {
+		return err
+	}
+	defer conn.Close(context.Background())
+	tok, err := tenant.NewToken()
+	if err != nil {
+		return err
+	}
+	if err := tenant.NewStore(conn).AddToken(ctx, *tenantID, tok, *label); err != nil {
+		return err
+	}
+	fmt.Fprintln(env.Stdout, tok)
+	return nil
+}
+
+func runPostgres(ctx context.Context, env *Env, args []string) error {
+	fs := flags("postgres", env)
+	dataDir := fs.String("data-dir", envOr("IDEMFLOW_DATA_DIR", "./.idemflow"), "where a private server keeps its files (env IDEMFLOW_DATA_DIR)")
+	port := fs.Int("port", devserver.DefaultPrivatePort, "port of a private server")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	pg, err := devserver.EnsurePostgres(ctx, *dataDir, *port, env.Logger)
+	if err != nil {
+		return err
+	}
+	fmt.Fprintln(env.Stdout, pg.AdminURL)
+	return nil
+}

@@ -1,0 +1,176 @@
+package cli
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"log/slog"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/idemflow/idemflow/activities"
+	"github.com/idemflow/idemflow/idem"
+	"github.com/idemflow/idemflow/starter"
+	"github.com/idemflow/idemflow/tenant"
+	"github.com/idemflow/idemflow/tickets"
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"go.temporal.io/sdk/client"
+	sdklog "go.temporal.io/sdk/log"
+)
+
+// common settings of the commands that talk to PostgreSQL and Temporal.
+type common struct {
+	databaseURL string
+	temporal    string
+	namespace   string
+	retention   durationFlag
+}
+
+func (c *common) register(fs *flag.FlagSet) {
+	fs.StringVar(&c.databaseURL, "database-url", envOr("DATABASE_URL", ""), "PostgreSQL URL (env DATABASE_URL)")
+	fs.StringVar(&c.temporal, "temporal-address", envOr("TEMPORAL_ADDRESS", "127.0.0.1:7233"), "Temporal frontend host:port (env TEMPORAL_ADDRESS)")
+	fs.StringVar(&c.namespace, "namespace", envOr("TEMPORAL_NAMESPACE", "default"), "Temporal namespace (env TEMPORAL_NAMESPACE)")
+	c.retention = durationFlag(idem.DefaultRetention)
+	if v := envOr("IDEMFLOW_RECORD_RETENTION", ""); v != "" {
+		_ = c.retention.Set(v)
+	}
+	fs.Var(&c.retention, "record-retention", "how long finished idempotency records are kept, e.g. 7d or 48h (env IDEMFLOW_RECORD_RETENTION)")
+}
+
+// durationFlag is a time.Duration that also accepts whole days ("7d").
+type durationFlag time.Duration
+
+func (d *durationFlag) String() string { return time.Duration(*d).String() }
+func (d *durationFlag) Set(s string) error {
+	v, err := parseDuration(s)
+	if err != nil {
+		return err
+	}
+	*d = durationFlag(v)
+	return nil
+}
+
+func parseDuration(s string) (time.Duration, error) {
+	if n, ok := strings.CutSuffix(s, "d"); ok {
+		days, err := strconv.Atoi(n)
+		if err != nil || days < 0 {
+			return 0, fmt.Errorf("bad duration %q", s)
+		}
+		return time.Duration(days) * 24 * time.Hour, nil
+	}
+	return time.ParseDuration(s)
+}
+
+// deps are the connections and stores a running process shares.
+type deps struct {
+	Pool       *pgxpool.Pool
+	Temporal   client.Client
+	Records    *idem.Store
+	Tenants    *tenant.Store
+	Tickets    *tickets.Store
+	Activities *activities.Activities
+	Logger     *slog.Logger
+	namespace  string
+}
+
+func openDeps(ctx context.Context, logger *slog.Logger, c common) (*deps, error) {
+	if c.databaseURL == "" {
+		return nil, fmt.Errorf("%w: DATABASE_URL (or --database-url) is required", errUsage)
+	}
+	pool, err := pgxpool.New(ctx, c.databaseURL)
+	if err != nil {
+		return nil, fmt.Errorf("open database: %w", err)
+	}
+	if err := pool.Ping(ctx); err != nil {
+		pool.Close()
+		return nil, fmt.Errorf("reach database: %w", err)
+	}
+	tc, err := dialTemporal(ctx, logger, c.temporal, c.namespace)
+	if err != nil {
+		pool.Close()
+		return nil, err
+	}
+	records := idem.NewStore(pool, idem.Retention{Default: time.Duration(c.retention)})
+	return &deps{
+		Pool:       pool,
+		Temporal:   tc,
+		Records:    records,
+		Tenants:    tenant.NewStore(pool),
+		Tickets:    tickets.NewStore(pool),
+		Activities: activities.New(pool, records, logger),
+		Logger:     logger,
+		namespace:  c.namespace,
+	}, nil
+}
+
+func dialTemporal(ctx context.Context, logger *slog.Logger, hostPort, namespace string) (client.Client, error) {
+	sdkLogger := slog.New(&levelFloor{Handler: logger.Handler(), floor: slog.LevelWarn}).With("component", "temporal-sdk")
+	opts := client.Options{HostPort: hostPort, Namespace: namespace, Logger: sdklog.NewStructuredLogger(sdkLogger)}
+	// A server starting alongside (compose, or dev) may need a moment.
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		c, err := client.DialContext(ctx, opts)
+		if err == nil {
+			return c, nil
+		}
+		if time.Now().After(deadline) || ctx.Err() != nil {
+			return nil, fmt.Errorf("connect to Temporal at %s: %w", hostPort, err)
+		}
+		time.Sleep(500 * time.Millisecond)
+	}
+}
+
+func (d *deps) Close() {
+	d.Temporal.Close()
+	d.Pool.Close()
+}
+
+func (d *deps) gateway() *starter.Gateway {
+	return &starter.Gateway{
+		Starter: &starter.Starter{Temporal: d.Temporal, Records: d.Records, Logger: d.Logger},
+		Tenants: d.Tenants,
+		Tickets: d.Tickets,
+		Records: d.Records,
+		Health:  d.health,
+		Logger:  d.Logger,
+	}
+}
+
+// health is nil only when PostgreSQL and Temporal both answer.
+func (d *deps) health(ctx context.Context) error {
+	var errs []error
+	if err := d.Pool.Ping(ctx); err != nil {
+		errs = append(errs, fmt.Errorf("postgres: %w", err))
+	}
+	if _, err := d.Temporal.CheckHealth(ctx, &client.CheckHealthRequest{}); err != nil {
+		errs = append(errs, fmt.Errorf("temporal: %w", err))
+	}
+	return errors.Join(errs...)
+}
+
+// levelFloor drops records below floor: the SDK logs every poll at info.
+type levelFloor struct {
+	slog.Handler
+	floor slog.Level
+}
+
+func (h *levelFloor) Enabled(ctx context.Context, l slog.Level) bool {
+	return l >= h.floor && h.Handler.Enabled(ctx, l)
+}
+func (h *levelFloor) WithAttrs(a []slog.Attr) slog.Handler {
+	return &levelFloor{Handler: h.Handler.WithAttrs(a), floor: h.floor}
+}
+func (h *levelFloor) WithGroup(n string) slog.Handler {
+	return &levelFloor{Handler: h.Handler.WithGroup(n), floor: h.floor}
+}
+
+func connect(ctx context.Context, dbURL string) (*pgx.Conn, error) {
+	conn, err := pgx.Connect(ctx, dbURL)
+	if err != nil {
+		return nil, fmt.Errorf("connect to database: %w", err)
+	}
+	return conn, nil
+}

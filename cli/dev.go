@@ -1,0 +1,169 @@
+package cli
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"github.com/idemflow/idemflow/devserver"
+	"github.com/idemflow/idemflow/migrations"
+	"github.com/idemflow/idemflow/tenant"
+	"github.com/idemflow/idemflow/worker"
+)
+
+// DemoTenant is the tenant dev creates when no bootstrap tokens are given.
+const DemoTenant = "demo"
+
+func runDev(ctx context.Context, env *Env, args []string) error {
+	var c common
+	fs := flags("dev", env)
+	c.register(fs)
+	httpAddr := fs.String("http-addr", envOr("IDEMFLOW_HTTP_ADDR", "127.0.0.1:8080"), "gateway listen address (env IDEMFLOW_HTTP_ADDR)")
+	temporalPort := fs.Int("temporal-port", envInt("IDEMFLOW_TEMPORAL_PORT", 7233), "embedded Temporal frontend port (env IDEMFLOW_TEMPORAL_PORT)")
+	uiPort := fs.Int("ui-port", envInt("IDEMFLOW_UI_PORT", 8233), "Temporal Web UI port (env IDEMFLOW_UI_PORT)")
+	dataDir := fs.String("data-dir", envOr("IDEMFLOW_DATA_DIR", "./.idemflow"), "where Temporal (and a private PostgreSQL) keep their files (env IDEMFLOW_DATA_DIR)")
+	nsRetention := durationFlag(72 * time.Hour)
+	if v := envOr("IDEMFLOW_TEMPORAL_RETENTION", ""); v != "" {
+		if err := nsRetention.Set(v); err != nil {
+			return fmt.Errorf("%w: IDEMFLOW_TEMPORAL_RETENTION: %w", errUsage, err)
+		}
+	}
+	fs.Var(&nsRetention, "temporal-retention", "how long Temporal keeps closed workflows (env IDEMFLOW_TEMPORAL_RETENTION)")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	log := env.Logger
+	if err := os.MkdirAll(*dataDir, 0o755); err != nil {
+		return fmt.Errorf("data dir: %w", err)
+	}
+
+	// PostgreSQL: DATABASE_URL, else a reachable local server, else a
+	// private one from the installed binaries.
+	var pg *devserver.Postgres
+	if c.databaseURL == "" {
+		var err error
+		pg, err = devserver.EnsurePostgres(ctx, *dataDir, 0, log)
+		if err != nil {
+			return err
+		}
+		defer func() {
+			if err := pg.Stop(context.WithoutCancel(ctx)); err != nil {
+				log.Warn("stop private PostgreSQL", "error", err)
+			}
+		}()
+		if c.databaseURL, err = devserver.EnsureDatabase(ctx, pg.AdminURL, "idemflow"); err != nil {
+			return err
+		}
+	}
+	from, to, err := migrations.MigrateURL(ctx, c.databaseURL)
+	if err != nil {
+		return err
+	}
+	log.Info("database migrated", "from", from, "to", to)
+
+	tsrv, err := devserver.StartTemporal(ctx, devserver.TemporalConfig{
+		DataDir:   filepath.Join(*dataDir, "temporal"),
+		Port:      *temporalPort,
+		Namespace: c.namespace,
+		Retention: time.Duration(nsRetention),
+	})
+	if err != nil {
+		return err
+	}
+	defer func() {
+		if err := tsrv.Stop(); err != nil {
+			log.Warn("stop Temporal", "error", err)
+		}
+	}()
+	c.temporal = tsrv.HostPort
+	log.Info("temporal server running", "address", tsrv.HostPort, "namespace", c.namespace, "retention", time.Duration(nsRetention))
+
+	ui, err := devserver.StartUI("127.0.0.1", *uiPort, tsrv.HostPort, c.namespace)
+	if err != nil {
+		return err
+	}
+	defer ui.Stop()
+
+	d, err := openDeps(ctx, log, c)
+	if err != nil {
+		return err
+	}
+	defer d.Close()
+	token, tenantID, err := bootstrapTokens(ctx, d, *dataDir)
+	if err != nil {
+		return err
+	}
+	w := worker.New(d.Temporal, d.Activities)
+	if err := w.Start(); err != nil {
+		return fmt.Errorf("start worker: %w", err)
+	}
+	defer w.Stop()
+
+	return serveHTTP(ctx, log, *httpAddr, d.gateway().Handler(), func(addr net.Addr) {
+		gw := "http://" + addr.String()
+		writeDevEnv(*dataDir, gw, ui.URL, tenantID, token)
+		fmt.Fprintf(env.Stdout, `
+idemflow dev is up (Ctrl-C stops it; data in %s)
+  gateway      %s
+  temporal     %s  namespace %s
+  temporal ui  %s/namespaces/%s/workflows
+  tenant       %s
+  token        %s
+
+try it (run twice: the second answer is a replay):
+  curl -i -X POST %s/v1/tickets \
+    -H 'Authorization: Bearer %s' \
+    -H 'Idempotency-Key: demo-1' -H 'Content-Type: application/json' \
+    -d '{"customer_id":"c-1","title":"Printer on fire","priority":"high"}'
+`, *dataDir, gw, tsrv.HostPort, c.namespace, ui.URL, c.namespace, tenantID, token, gw, token)
+	})
+}
+
+// bootstrapTokens applies IDEMFLOW_BOOTSTRAP_TOKENS, or makes (once, kept
+// in the data directory) a token for the demo tenant. It returns a token to
+// print and its tenant.
+func bootstrapTokens(ctx context.Context, d *deps, dataDir string) (token, tenantID string, err error) {
+	bindings, err := tenant.ParseBindings(os.Getenv("IDEMFLOW_BOOTSTRAP_TOKENS"))
+	if err != nil {
+		return "", "", fmt.Errorf("%w: IDEMFLOW_BOOTSTRAP_TOKENS: %w", errUsage, err)
+	}
+	if len(bindings) == 0 {
+		path := filepath.Join(dataDir, "demo-token")
+		b, rerr := os.ReadFile(path)
+		tok := strings.TrimSpace(string(b))
+		if errors.Is(rerr, os.ErrNotExist) || tok == "" {
+			if tok, err = tenant.NewToken(); err != nil {
+				return "", "", err
+			}
+			if err := os.WriteFile(path, []byte(tok+"\n"), 0o600); err != nil {
+				return "", "", fmt.Errorf("save demo token: %w", err)
+			}
+		}
+		bindings = []tenant.Binding{{Tenant: DemoTenant, Token: tok}}
+	}
+	for _, b := range bindings {
+		if err := d.Tenants.AddToken(ctx, b.Tenant, b.Token, "bootstrap"); err != nil {
+			return "", "", err
+		}
+	}
+	return bindings[0].Token, bindings[0].Tenant, nil
+}
+
+// writeDevEnv leaves the running stack's coordinates for scripts (the demo).
+func writeDevEnv(dataDir, gateway, ui, tenantID, token string) {
+	content := fmt.Sprintf("IDEMFLOW_URL=%s\nIDEMFLOW_UI_URL=%s\nIDEMFLOW_TENANT=%s\nIDEMFLOW_TOKEN=%s\n", gateway, ui, tenantID, token)
+	_ = os.WriteFile(filepath.Join(dataDir, "dev.env"), []byte(content), 0o600)
+}
+
+func envInt(key string, def int) int {
+	var n int
+	if _, err := fmt.Sscan(envOr(key, ""), &n); err != nil {
+		return def
+	}
+	return n
+}

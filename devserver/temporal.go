@@ -1,0 +1,241 @@
+// Package devserver runs idemflow's development stack in one process: an
+// embedded Temporal server on SQLite, the Temporal Web UI from its embedded
+// assets, and (when no PostgreSQL is reachable) a private PostgreSQL started
+// from the installed binaries.
+package devserver
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"path/filepath"
+	"strconv"
+	"time"
+
+	enumspb "go.temporal.io/api/enums/v1"
+	namespacepb "go.temporal.io/api/namespace/v1"
+	"go.temporal.io/api/workflowservice/v1"
+	"go.temporal.io/sdk/client"
+	"go.temporal.io/server/common/cluster"
+	"go.temporal.io/server/common/config"
+	"go.temporal.io/server/common/dynamicconfig"
+	"go.temporal.io/server/common/log"
+	sqliteplugin "go.temporal.io/server/common/persistence/sql/sqlplugin/sqlite"
+	sqliteschema "go.temporal.io/server/schema/sqlite"
+	"go.temporal.io/server/temporal"
+	"google.golang.org/protobuf/types/known/durationpb"
+)
+
+// TemporalConfig configures the embedded Temporal server.
+type TemporalConfig struct {
+	// DataDir holds the SQLite file (temporal.db) and the server log.
+	DataDir string
+	// IP and Port of the frontend (gRPC). Port 0 picks a free port.
+	IP   string
+	Port int
+	// Namespace is created if missing.
+	Namespace string
+	// Retention of closed workflows in Namespace. It is set explicitly at
+	// every start: the guarantee past it rests on PostgreSQL alone.
+	Retention time.Duration
+	// SearchAttributes to register in Namespace.
+	SearchAttributes map[string]enumspb.IndexedValueType
+}
+
+// Temporal is a running embedded Temporal server.
+type Temporal struct {
+	server   temporal.Server
+	HostPort string
+	cfg      TemporalConfig
+}
+
+// StartTemporal starts the server and ensures the namespace and its
+// retention. A second start on the same DataDir keeps every workflow.
+func StartTemporal(ctx context.Context, cfg TemporalConfig) (*Temporal, error) {
+	if cfg.IP == "" {
+		cfg.IP = "127.0.0.1"
+	}
+	if cfg.Namespace == "" {
+		cfg.Namespace = "default"
+	}
+	if err := os.MkdirAll(cfg.DataDir, 0o755); err != nil {
+		return nil, fmt.Errorf("temporal: data dir: %w", err)
+	}
+	if cfg.Port == 0 {
+		p, err := freePort(cfg.IP)
+		if err != nil {
+			return nil, err
+		}
+		cfg.Port = p
+	}
+	if err := portFree(cfg.IP, cfg.Port); err != nil {
+		return nil, fmt.Errorf("temporal: frontend port: %w", err)
+	}
+	dbPath := filepath.Join(cfg.DataDir, "temporal.db")
+	sqlCfg := &config.SQL{
+		PluginName:   sqliteplugin.PluginName,
+		DatabaseName: dbPath,
+		ConnectAttributes: map[string]string{
+			"mode": "rwc",
+			// WAL keeps readers (the UI, visibility) from blocking writers.
+			"_journal_mode": "wal",
+			"_synchronous":  "2",
+		},
+	}
+	if _, err := os.Stat(dbPath); errors.Is(err, os.ErrNotExist) {
+		if err := sqliteschema.SetupSchema(sqlCfg); err != nil {
+			return nil, fmt.Errorf("temporal: set up SQLite schema: %w", err)
+		}
+	}
+	ns, err := sqliteschema.NewNamespaceConfig("active", cfg.Namespace, false, cfg.SearchAttributes)
+	if err != nil {
+		return nil, fmt.Errorf("temporal: namespace config: %w", err)
+	}
+	if cfg.Retention > 0 {
+		ns.Detail.Config.Retention = durationpb.New(cfg.Retention)
+	}
+	if err := sqliteschema.CreateNamespaces(sqlCfg, ns); err != nil {
+		return nil, fmt.Errorf("temporal: create namespace: %w", err)
+	}
+
+	serverCfg, err := liteConfig(cfg, sqlCfg)
+	if err != nil {
+		return nil, err
+	}
+	logger := log.NewZapLogger(log.BuildZapLogger(log.Config{
+		Level: "warn", OutputFile: filepath.Join(cfg.DataDir, "temporal-server.log"),
+	}))
+	srv, err := temporal.NewServer(
+		temporal.WithConfig(serverCfg),
+		temporal.ForServices(temporal.DefaultServices),
+		temporal.WithLogger(logger),
+		temporal.WithDynamicConfigClient(dynamicconfig.StaticClient{
+			// Search attributes added at run time are visible at once.
+			dynamicconfig.ForceSearchAttributesCacheRefreshOnRead.Key(): []dynamicconfig.ConstrainedValue{{Value: true}},
+		}),
+	)
+	if err != nil {
+		return nil, fmt.Errorf("temporal: new server: %w", err)
+	}
+	if err := srv.Start(); err != nil {
+		return nil, fmt.Errorf("temporal: start: %w", err)
+	}
+	t := &Temporal{server: srv, HostPort: net.JoinHostPort(cfg.IP, strconv.Itoa(cfg.Port)), cfg: cfg}
+	if err := t.applyRetention(ctx); err != nil {
+		_ = srv.Stop()
+		return nil, err
+	}
+	return t, nil
+}
+
+// applyRetention sets the namespace retention on every start, so that a
+// changed setting reaches an existing data directory.
+func (t *Temporal) applyRetention(ctx context.Context) error {
+	if t.cfg.Retention <= 0 {
+		return nil
+	}
+	nc, err := client.NewNamespaceClient(client.Options{HostPort: t.HostPort, Logger: quietLogger{}})
+	if err != nil {
+		return fmt.Errorf("temporal: namespace client: %w", err)
+	}
+	defer nc.Close()
+	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	for {
+		err = nc.Update(ctx, &workflowservice.UpdateNamespaceRequest{
+			Namespace: t.cfg.Namespace,
+			Config:    &namespacepb.NamespaceConfig{WorkflowExecutionRetentionTtl: durationpb.New(t.cfg.Retention)},
+		})
+		if err == nil {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("temporal: set namespace retention: %w", err)
+		case <-time.After(200 * time.Millisecond):
+		}
+	}
+}
+
+// Stop stops the server.
+func (t *Temporal) Stop() error { return t.server.Stop() }
+
+func liteConfig(cfg TemporalConfig, sqlCfg *config.SQL) (*config.Config, error) {
+	frontendAddr := net.JoinHostPort(cfg.IP, strconv.Itoa(cfg.Port))
+	c := &config.Config{}
+	c.Global.Membership = config.Membership{MaxJoinDuration: 30 * time.Second, BroadcastAddress: "127.0.0.1"}
+	c.Persistence = config.Persistence{
+		DefaultStore:     sqliteplugin.PluginName,
+		VisibilityStore:  sqliteplugin.PluginName,
+		NumHistoryShards: 1,
+		DataStores:       map[string]config.DataStore{sqliteplugin.PluginName: {SQL: sqlCfg}},
+	}
+	c.ClusterMetadata = &cluster.Config{
+		EnableGlobalNamespace:    false,
+		FailoverVersionIncrement: 10,
+		MasterClusterName:        "active",
+		CurrentClusterName:       "active",
+		ClusterInformation: map[string]cluster.ClusterInformation{
+			"active": {Enabled: true, InitialFailoverVersion: 1, RPCAddress: frontendAddr},
+		},
+	}
+	c.DCRedirectionPolicy = config.DCRedirectionPolicy{Policy: "noop"}
+	c.Services = map[string]config.Service{}
+	for _, name := range []string{"frontend", "history", "matching", "worker"} {
+		grpcPort := cfg.Port
+		if name != "frontend" {
+			p, err := freePort("127.0.0.1")
+			if err != nil {
+				return nil, err
+			}
+			grpcPort = p
+		}
+		memberPort, err := freePort("127.0.0.1")
+		if err != nil {
+			return nil, err
+		}
+		svc := config.Service{RPC: config.RPC{GRPCPort: grpcPort, MembershipPort: memberPort, BindOnLocalHost: true}}
+		if name == "frontend" {
+			svc.RPC.BindOnLocalHost = false
+			svc.RPC.BindOnIP = cfg.IP
+		}
+		c.Services[name] = svc
+	}
+	c.Archival = config.Archival{
+		History:    config.HistoryArchival{State: "disabled"},
+		Visibility: config.VisibilityArchival{State: "disabled"},
+	}
+	c.NamespaceDefaults = config.NamespaceDefaults{Archival: config.ArchivalNamespaceDefaults{
+		History:    config.HistoryArchivalNamespaceDefaults{State: "disabled"},
+		Visibility: config.VisibilityArchivalNamespaceDefaults{State: "disabled"},
+	}}
+	c.PublicClient = config.PublicClient{HostPort: frontendAddr}
+	return c, nil
+}
+
+func freePort(ip string) (int, error) {
+	l, err := net.Listen("tcp", net.JoinHostPort(ip, "0"))
+	if err != nil {
+		return 0, fmt.Errorf("find a free port: %w", err)
+	}
+	defer l.Close()
+	return l.Addr().(*net.TCPAddr).Port, nil
+}
+
+func portFree(ip string, port int) error {
+	l, err := net.Listen("tcp", net.JoinHostPort(ip, strconv.Itoa(port)))
+	if err != nil {
+		return fmt.Errorf("%s:%d is in use (another idemflow dev or Temporal?): %w", ip, port, err)
+	}
+	return l.Close()
+}
+
+// quietLogger drops the SDK client's own logs during start-up polling.
+type quietLogger struct{}
+
+func (quietLogger) Debug(string, ...any) {}
+func (quietLogger) Info(string, ...any)  {}
+func (quietLogger) Warn(string, ...any)  {}
+func (quietLogger) Error(string, ...any) {}

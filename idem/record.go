@@ -1,0 +1,281 @@
+package idem
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+)
+
+// Status is the life cycle of an intent's idempotency record.
+type Status string
+
+const (
+	// StatusProcessing: accepted, its workflow may or may not be running.
+	StatusProcessing Status = "PROCESSING"
+	// StatusSuccess: the business row exists and Response is its answer.
+	StatusSuccess Status = "SUCCESS"
+	// StatusFailed: nothing was written; a retry with the same parameters
+	// may execute again.
+	StatusFailed Status = "FAILED"
+)
+
+// Outcome is the answer an intent produced, stored so that every retry gets
+// it back byte for byte.
+type Outcome struct {
+	Status   int    `json:"status"`
+	Body     []byte `json:"body"`
+	Location string `json:"location,omitempty"`
+}
+
+// Record is one row of idempotency_record.
+type Record struct {
+	ID          uuid.UUID
+	TenantID    string
+	Key         string
+	BizType     string
+	Fingerprint string
+	Status      Status
+	Response    Outcome
+	ErrorReason string
+	WorkflowID  string
+	Attempts    int
+	CreatedAt   time.Time
+	UpdatedAt   time.Time
+	ExpireAt    time.Time
+}
+
+// Querier is what both a pool and a transaction offer, so that the store's
+// statements can join a caller's transaction.
+type Querier interface {
+	Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error)
+	Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error)
+	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
+}
+
+var (
+	// ErrNotFound: no record for that tenant and key (or ID).
+	ErrNotFound = errors.New("idempotency record not found")
+	// ErrNotProcessing: a completion named PROCESSING as the expected state
+	// and found another; someone else finished the intent first.
+	ErrNotProcessing = errors.New("idempotency record is not PROCESSING")
+)
+
+// KeyReusedError reports a key sent again with different parameters.
+type KeyReusedError struct {
+	Key     string
+	BizType string // of the first request
+}
+
+func (e *KeyReusedError) Error() string {
+	return fmt.Sprintf("idempotency key %q was already used with different parameters (first use: %s)", e.Key, e.BizType)
+}
+
+// Retention says how long a finished record is kept, per business type.
+type Retention struct {
+	Default   time.Duration
+	ByBizType map[string]time.Duration
+}
+
+// DefaultRetention is the seed design's 7 days: far longer than any agent's
+// retry window, and the rows are small.
+const DefaultRetention = 7 * 24 * time.Hour
+
+// For returns the retention of bizType.
+func (r Retention) For(bizType string) time.Duration {
+	if d, ok := r.ByBizType[bizType]; ok && d > 0 {
+		return d
+	}
+	if r.Default > 0 {
+		return r.Default
+	}
+	return DefaultRetention
+}
+
+// Store owns the idempotency_record table: no other package writes it.
+type Store struct {
+	db        Querier
+	retention Retention
+}
+
+// NewStore returns a Store over db (usually a *pgxpool.Pool).
+func NewStore(db Querier, retention Retention) *Store {
+	return &Store{db: db, retention: retention}
+}
+
+// Retention returns the store's retention policy.
+func (s *Store) Retention() Retention { return s.retention }
+
+const recordColumns = `id, tenant_id, idem_key, biz_type, fingerprint, status,
+	response_status, response_body, resource_path, error_reason, workflow_id,
+	attempts, created_at, updated_at, expire_at`
+
+func scanRecord(row pgx.Row) (Record, error) {
+	var r Record
+	var respStatus *int32
+	var location, reason *string
+	err := row.Scan(&r.ID, &r.TenantID, &r.Key, &r.BizType, &r.Fingerprint, &r.Status,
+		&respStatus, &r.Response.Body, &location, &reason, &r.WorkflowID,
+		&r.Attempts, &r.CreatedAt, &r.UpdatedAt, &r.ExpireAt)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return Record{}, ErrNotFound
+	}
+	if err != nil {
+		return Record{}, err
+	}
+	if respStatus != nil {
+		r.Response.Status = int(*respStatus)
+	}
+	if location != nil {
+		r.Response.Location = *location
+	}
+	if reason != nil {
+		r.ErrorReason = *reason
+	}
+	return r, nil
+}
+
+// ClaimParams identifies an intent being submitted.
+type ClaimParams struct {
+	TenantID    string
+	Key         string
+	BizType     string
+	Fingerprint string
+	WorkflowID  string
+}
+
+// Claim is the result of submitting an intent.
+type Claim struct {
+	Record Record
+	// Owner is true when this call created the record or reopened a FAILED
+	// one: it started this attempt, as opposed to a duplicate of it.
+	Owner bool
+}
+
+// Claim records an intent or finds the record of an earlier submission.
+//
+// The unique (tenant_id, idem_key) constraint decides between concurrent
+// submissions: exactly one INSERT wins. A matching FAILED record is reopened
+// with a compare-and-set on its status, so that again only one caller runs
+// the retry. A different fingerprint is a *KeyReusedError.
+func (s *Store) Claim(ctx context.Context, p ClaimParams) (Claim, error) {
+	ttl := s.retention.For(p.BizType).Seconds()
+	// A record can vanish between the INSERT and the SELECT (purge), and a
+	// reopen can lose its race; a few rounds settle both.
+	for range 5 {
+		rec, err := scanRecord(s.db.QueryRow(ctx, `
+			INSERT INTO idempotency_record
+				(id, tenant_id, idem_key, biz_type, fingerprint, status, workflow_id, expire_at)
+			VALUES ($1, $2, $3, $4, $5, 'PROCESSING', $6, now() + make_interval(secs => $7))
+			ON CONFLICT (tenant_id, idem_key) DO NOTHING
+			RETURNING `+recordColumns,
+			uuid.New(), p.TenantID, p.Key, p.BizType, p.Fingerprint, p.WorkflowID, ttl))
+		if err == nil {
+			return Claim{Record: rec, Owner: true}, nil
+		}
+		if !errors.Is(err, ErrNotFound) {
+			return Claim{}, fmt.Errorf("claim %s/%s: insert: %w", p.TenantID, p.Key, err)
+		}
+		rec, err = s.Get(ctx, p.TenantID, p.Key)
+		if errors.Is(err, ErrNotFound) {
+			continue
+		}
+		if err != nil {
+			return Claim{}, fmt.Errorf("claim %s/%s: %w", p.TenantID, p.Key, err)
+		}
+		if rec.Fingerprint != p.Fingerprint {
+			return Claim{Record: rec}, &KeyReusedError{Key: p.Key, BizType: rec.BizType}
+		}
+		if rec.Status != StatusFailed {
+			return Claim{Record: rec}, nil
+		}
+		reopened, err := scanRecord(s.db.QueryRow(ctx, `
+			UPDATE idempotency_record
+			SET status = 'PROCESSING', response_status = NULL, response_body = NULL,
+				resource_path = NULL, error_reason = NULL, attempts = attempts + 1,
+				updated_at = now(), expire_at = now() + make_interval(secs => $4)
+			WHERE tenant_id = $1 AND idem_key = $2 AND fingerprint = $3 AND status = 'FAILED'
+			RETURNING `+recordColumns,
+			p.TenantID, p.Key, p.Fingerprint, ttl))
+		if err == nil {
+			return Claim{Record: reopened, Owner: true}, nil
+		}
+		if !errors.Is(err, ErrNotFound) {
+			return Claim{}, fmt.Errorf("claim %s/%s: reopen: %w", p.TenantID, p.Key, err)
+		}
+	}
+	return Claim{}, fmt.Errorf("claim %s/%s: record kept changing under the claim", p.TenantID, p.Key)
+}
+
+// Get returns the record of (tenant, key).
+func (s *Store) Get(ctx context.Context, tenantID, key string) (Record, error) {
+	return GetTx(ctx, s.db, tenantID, key, false)
+}
+
+// GetByID returns the record with that operation ID, only within tenantID:
+// another tenant's ID reads as not found.
+func (s *Store) GetByID(ctx context.Context, tenantID string, id uuid.UUID) (Record, error) {
+	return scanRecord(s.db.QueryRow(ctx,
+		`SELECT `+recordColumns+` FROM idempotency_record WHERE id = $1 AND tenant_id = $2`, id, tenantID))
+}
+
+// GetTx reads a record within q; with lock it takes a row lock, which
+// serialises every attempt to complete the intent.
+func GetTx(ctx context.Context, q Querier, tenantID, key string, lock bool) (Record, error) {
+	sql := `SELECT ` + recordColumns + ` FROM idempotency_record WHERE tenant_id = $1 AND idem_key = $2`
+	if lock {
+		sql += ` FOR UPDATE`
+	}
+	return scanRecord(q.QueryRow(ctx, sql, tenantID, key))
+}
+
+// Finish moves a PROCESSING record to SUCCESS or FAILED with its answer,
+// inside q so that it commits together with the business row. Its WHERE
+// names the expected state: a record finished by someone else is
+// ErrNotProcessing, never overwritten.
+func (s *Store) Finish(ctx context.Context, q Querier, rec Record, st Status, out Outcome, reason string) error {
+	tenantID, key := rec.TenantID, rec.Key
+	if st != StatusSuccess && st != StatusFailed {
+		return fmt.Errorf("finish %s/%s: %s is not a final status", tenantID, key, st)
+	}
+	var location, why *string
+	if out.Location != "" {
+		location = &out.Location
+	}
+	if reason != "" {
+		why = &reason
+	}
+	tag, err := q.Exec(ctx, `
+		UPDATE idempotency_record
+		SET status = $3, response_status = $4, response_body = $5, resource_path = $6,
+			error_reason = $7, updated_at = now(),
+			expire_at = now() + make_interval(secs => $8)
+		WHERE tenant_id = $1 AND idem_key = $2 AND status = 'PROCESSING'`,
+		tenantID, key, st, out.Status, out.Body, location, why, s.retention.For(rec.BizType).Seconds())
+	if err != nil {
+		return fmt.Errorf("finish %s/%s: %w", tenantID, key, err)
+	}
+	if tag.RowsAffected() != 1 {
+		return fmt.Errorf("finish %s/%s: %w", tenantID, key, ErrNotProcessing)
+	}
+	return nil
+}
+
+// Intent identifies one idempotent operation everywhere past the gateway:
+// in workflow inputs, activities and reconcile.
+type Intent struct {
+	TenantID    string `json:"tenant_id"`
+	Key         string `json:"idempotency_key"`
+	BizType     string `json:"biz_type"`
+	Fingerprint string `json:"fingerprint"`
+	WorkflowID  string `json:"workflow_id"`
+}
+
+// Intent returns the record's intent.
+func (r Record) Intent() Intent {
+	return Intent{TenantID: r.TenantID, Key: r.Key, BizType: r.BizType, Fingerprint: r.Fingerprint, WorkflowID: r.WorkflowID}
+}

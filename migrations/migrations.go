@@ -1,0 +1,52 @@
+// Package migrations holds idemflow's versioned SQL schema, embedded in the
+// binary and applied with tern.
+package migrations
+
+import (
+	"context"
+	"embed"
+	"fmt"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/tern/v2/migrate"
+)
+
+//go:embed *.sql
+var files embed.FS
+
+// VersionTable records which migrations a database has applied.
+const VersionTable = "idemflow_schema_version"
+
+// Migrate applies every pending migration. tern holds an advisory lock while
+// it runs, so workers and gateways starting together apply each migration once.
+func Migrate(ctx context.Context, conn *pgx.Conn) (from, to int32, err error) {
+	m, err := migrate.NewMigrator(ctx, conn, VersionTable)
+	if err != nil {
+		return 0, 0, fmt.Errorf("migrations: new migrator: %w", err)
+	}
+	if err := m.LoadMigrations(files); err != nil {
+		return 0, 0, fmt.Errorf("migrations: load: %w", err)
+	}
+	from, err = m.GetCurrentVersion(ctx)
+	if err != nil {
+		return 0, 0, fmt.Errorf("migrations: current version: %w", err)
+	}
+	if err := m.Migrate(ctx); err != nil {
+		return from, 0, fmt.Errorf("migrations: apply: %w", err)
+	}
+	to, err = m.GetCurrentVersion(ctx)
+	if err != nil {
+		return from, 0, fmt.Errorf("migrations: current version: %w", err)
+	}
+	return from, to, nil
+}
+
+// MigrateURL connects to databaseURL and applies pending migrations.
+func MigrateURL(ctx context.Context, databaseURL string) (from, to int32, err error) {
+	conn, err := pgx.Connect(ctx, databaseURL)
+	if err != nil {
+		return 0, 0, fmt.Errorf("migrations: connect: %w", err)
+	}
+	defer conn.Close(context.Background())
+	return Migrate(ctx, conn)
+}

@@ -1,0 +1,379 @@
+package starter
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/idemflow/idemflow/apperr"
+	"github.com/idemflow/idemflow/idem"
+	"github.com/idemflow/idemflow/problem"
+	"github.com/idemflow/idemflow/tenant"
+	"github.com/idemflow/idemflow/tickets"
+	"github.com/idemflow/idemflow/workflows"
+)
+
+// Header names of the idempotency contract.
+const (
+	HeaderKey      = "Idempotency-Key"
+	HeaderReplayed = "Idempotent-Replayed"
+)
+
+// Gateway is the HTTP API agents call.
+type Gateway struct {
+	Starter *Starter
+	Tenants *tenant.Store
+	Tickets *tickets.Store
+	Records *idem.Store
+	// Health reports whether PostgreSQL and Temporal both answer.
+	Health func(ctx context.Context) error
+	Logger *slog.Logger
+}
+
+// Handler returns the gateway's routes.
+func (g *Gateway) Handler() http.Handler {
+	mux := http.NewServeMux()
+	mux.HandleFunc("POST /v1/tickets", g.authed(g.createTicket))
+	mux.HandleFunc("GET /v1/tickets/{id}", g.authed(g.getTicket))
+	mux.HandleFunc("GET /v1/operations/{id}", g.authed(g.getOperation))
+	mux.HandleFunc("GET /healthz", g.healthz)
+	mux.HandleFunc("GET /problems/{slug}", g.describeProblem)
+	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
+		writeProblem(w, problem.New(problem.TypeNotFound, http.StatusNotFound, "no route for "+r.Method+" "+r.URL.Path))
+	})
+	return g.logRequests(mux)
+}
+
+type tenantHandler func(w http.ResponseWriter, r *http.Request, tenantID string)
+
+// authed resolves the bearer token to a tenant before anything else is read,
+// so an unknown caller learns nothing and writes nothing.
+func (g *Gateway) authed(next tenantHandler) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		scheme, token, _ := strings.Cut(r.Header.Get("Authorization"), " ")
+		if !strings.EqualFold(scheme, "Bearer") || strings.TrimSpace(token) == "" {
+			w.Header().Set("WWW-Authenticate", `Bearer realm="idemflow"`)
+			writeProblem(w, problem.New(problem.TypeUnauthorized, http.StatusUnauthorized, "send Authorization: Bearer <token>"))
+			return
+		}
+		tenantID, err := g.Tenants.Authenticate(r.Context(), strings.TrimSpace(token))
+		if errors.Is(err, tenant.ErrUnknownToken) {
+			w.Header().Set("WWW-Authenticate", `Bearer realm="idemflow", error="invalid_token"`)
+			writeProblem(w, problem.New(problem.TypeUnauthorized, http.StatusUnauthorized, "the bearer token is unknown or revoked"))
+			return
+		}
+		if err != nil {
+			g.unavailable(w, r, err)
+			return
+		}
+		next(w, r, tenantID)
+	}
+}
+
+// intentRequest is what every create-style endpoint parses before submitting.
+type intentRequest struct {
+	key  string
+	wait time.Duration
+	// preferWait is true when the caller sent Prefer: wait=N.
+	preferWait bool
+}
+
+// readIntent validates the key and reads the body; on failure it has
+// already answered. Nothing is recorded before it succeeds.
+func (g *Gateway) readIntent(w http.ResponseWriter, r *http.Request, into any) (intentRequest, bool) {
+	vals := r.Header.Values(HeaderKey)
+	if len(vals) > 1 {
+		writeProblem(w, problem.New(problem.TypeInvalidKey, http.StatusBadRequest, "send exactly one Idempotency-Key header"))
+		return intentRequest{}, false
+	}
+	key, err := idem.ParseKey(r.Header.Get(HeaderKey))
+	if err != nil {
+		writeProblem(w, problem.New(problem.TypeInvalidKey, http.StatusBadRequest, err.Error()))
+		return intentRequest{}, false
+	}
+	body, err := readBody(w, r)
+	switch {
+	case errors.Is(err, errBodyTooLarge):
+		writeProblem(w, problem.New(problem.TypeBodyTooLarge, http.StatusRequestEntityTooLarge, err.Error()))
+		return intentRequest{}, false
+	case err != nil:
+		writeProblem(w, problem.New(problem.TypeInvalidRequest, http.StatusBadRequest, err.Error()))
+		return intentRequest{}, false
+	}
+	if err := decodeStrict(body, into); err != nil {
+		writeInvalid(w, err)
+		return intentRequest{}, false
+	}
+	wait, prefer := parseWait(r.Header)
+	return intentRequest{key: key, wait: wait, preferWait: prefer}, true
+}
+
+func (g *Gateway) createTicket(w http.ResponseWriter, r *http.Request, tenantID string) {
+	var req tickets.Request
+	ir, ok := g.readIntent(w, r, &req)
+	if !ok {
+		return
+	}
+	if err := req.Normalize(); err != nil {
+		writeInvalid(w, err)
+		return
+	}
+	intent, err := TicketIntent(tenantID, ir.key, req)
+	if err != nil {
+		g.internal(w, r, err)
+		return
+	}
+	intent.Wait = ir.wait
+	g.submit(w, r, intent, ir.preferWait)
+}
+
+// TicketIntent builds the submission of a normalised ticket request; the
+// MCP server uses it too, so both paths derive the same identity.
+func TicketIntent(tenantID, key string, req tickets.Request) (Intent, error) {
+	fp, err := req.Fingerprint()
+	if err != nil {
+		return Intent{}, err
+	}
+	it := idem.Intent{TenantID: tenantID, Key: key, BizType: tickets.BizType, Fingerprint: fp,
+		WorkflowID: workflows.TicketWorkflowID(tenantID, key)}
+	return Intent{
+		Intent:   it,
+		Workflow: workflows.CreateTicket,
+		Input:    tickets.CreateInput{Intent: it, Request: req},
+		Summary:  fmt.Sprintf("ticket for %s: %s", req.CustomerID, truncate(req.Title, 80)),
+	}, nil
+}
+
+func truncate(s string, n int) string {
+	r := []rune(s)
+	if len(r) <= n {
+		return s
+	}
+	return string(r[:n]) + "…"
+}
+
+func (g *Gateway) submit(w http.ResponseWriter, r *http.Request, in Intent, preferWait bool) {
+	reply, err := g.Starter.Submit(r.Context(), in)
+	var reused *idem.KeyReusedError
+	switch {
+	case errors.As(err, &reused):
+		p := problem.New(problem.TypeKeyReused, http.StatusUnprocessableEntity, reused.Error())
+		writeProblem(w, p)
+		return
+	case errors.Is(err, ErrUnavailable):
+		g.unavailable(w, r, err)
+		return
+	case errors.Is(err, ErrExecutionFailed):
+		p := problem.New(problem.TypeExecutionFailed, http.StatusInternalServerError,
+			"the request did not complete; retry with the same key")
+		p.OperationID = reply.OperationID.String()
+		writeProblem(w, p)
+		return
+	case err != nil:
+		g.internal(w, r, err)
+		return
+	}
+	if preferWait {
+		w.Header().Set("Preference-Applied", "wait="+strconv.Itoa(int(in.Wait/time.Second)))
+	}
+	switch {
+	case reply.Done:
+		WriteOutcome(w, reply.Outcome, reply.Replayed)
+	case reply.Owner:
+		loc := "/v1/operations/" + reply.OperationID.String()
+		w.Header().Set("Location", loc)
+		w.Header().Set("Retry-After", "1")
+		writeJSON(w, http.StatusAccepted, operationView{
+			OperationID: reply.OperationID.String(), Status: "processing",
+			BizType: in.BizType, IdempotencyKey: in.Key, WorkflowID: reply.WorkflowID,
+		})
+	default:
+		w.Header().Set("Retry-After", "1")
+		p := problem.New(problem.TypeInProgress, http.StatusConflict,
+			"a request with this Idempotency-Key is still being processed; retry with the same key")
+		p.OperationID = reply.OperationID.String()
+		writeProblem(w, p)
+	}
+}
+
+// WriteOutcome writes a stored answer. A replay carries
+// Idempotent-Replayed: true and is otherwise byte-identical to the first.
+func WriteOutcome(w http.ResponseWriter, out idem.Outcome, replayed bool) {
+	h := w.Header()
+	if out.Status >= 400 {
+		h.Set("Content-Type", problem.ContentType)
+	} else {
+		h.Set("Content-Type", "application/json")
+	}
+	if out.Location != "" {
+		h.Set("Location", out.Location)
+	}
+	h.Set(HeaderReplayed, strconv.FormatBool(replayed))
+	w.WriteHeader(out.Status)
+	_, _ = w.Write(out.Body)
+}
+
+func (g *Gateway) getTicket(w http.ResponseWriter, r *http.Request, tenantID string) {
+	id, err := uuid.Parse(r.PathValue("id"))
+	if err != nil {
+		writeProblem(w, problem.New(problem.TypeNotFound, http.StatusNotFound, "no ticket "+r.PathValue("id")))
+		return
+	}
+	t, err := g.Tickets.Get(r.Context(), tenantID, id)
+	if errors.Is(err, apperr.ErrNotFound) {
+		writeProblem(w, problem.New(problem.TypeNotFound, http.StatusNotFound, "no ticket "+id.String()))
+		return
+	}
+	if err != nil {
+		g.unavailable(w, r, err)
+		return
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(http.StatusOK)
+	_, _ = w.Write(t.Body())
+}
+
+type operationView struct {
+	OperationID    string          `json:"operation_id"`
+	Status         string          `json:"status"`
+	BizType        string          `json:"biz_type"`
+	IdempotencyKey string          `json:"idempotency_key"`
+	WorkflowID     string          `json:"workflow_id"`
+	Attempts       int             `json:"attempts,omitempty"`
+	CreatedAt      *time.Time      `json:"created_at,omitempty"`
+	UpdatedAt      *time.Time      `json:"updated_at,omitempty"`
+	ResultStatus   int             `json:"result_status,omitempty"`
+	ResultLocation string          `json:"result_location,omitempty"`
+	Result         json.RawMessage `json:"result,omitempty"`
+}
+
+var operationStatus = map[idem.Status]string{
+	idem.StatusProcessing: "processing",
+	idem.StatusSuccess:    "succeeded",
+	idem.StatusFailed:     "failed",
+}
+
+func (g *Gateway) getOperation(w http.ResponseWriter, r *http.Request, tenantID string) {
+	id, err := uuid.Parse(r.PathValue("id"))
+	if err != nil {
+		writeProblem(w, problem.New(problem.TypeNotFound, http.StatusNotFound, "no operation "+r.PathValue("id")))
+		return
+	}
+	rec, err := g.Records.GetByID(r.Context(), tenantID, id)
+	if errors.Is(err, idem.ErrNotFound) {
+		writeProblem(w, problem.New(problem.TypeNotFound, http.StatusNotFound, "no operation "+id.String()))
+		return
+	}
+	if err != nil {
+		g.unavailable(w, r, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, OperationOf(rec))
+}
+
+// OperationOf renders a record as GET /v1/operations/{id} does.
+func OperationOf(rec idem.Record) any {
+	v := operationView{
+		OperationID: rec.ID.String(), Status: operationStatus[rec.Status], BizType: rec.BizType,
+		IdempotencyKey: rec.Key, WorkflowID: rec.WorkflowID, Attempts: rec.Attempts,
+		CreatedAt: &rec.CreatedAt, UpdatedAt: &rec.UpdatedAt,
+	}
+	if rec.Status != idem.StatusProcessing {
+		v.ResultStatus, v.ResultLocation = rec.Response.Status, rec.Response.Location
+		if json.Valid(rec.Response.Body) {
+			v.Result = rec.Response.Body
+		}
+	}
+	return v
+}
+
+func (g *Gateway) healthz(w http.ResponseWriter, r *http.Request) {
+	ctx, cancel := context.WithTimeout(r.Context(), 3*time.Second)
+	defer cancel()
+	if err := g.Health(ctx); err != nil {
+		g.unavailable(w, r, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, map[string]string{"status": "ok"})
+}
+
+func (g *Gateway) describeProblem(w http.ResponseWriter, r *http.Request) {
+	typ := "/problems/" + r.PathValue("slug")
+	desc, ok := problem.Descriptions[typ]
+	if !ok {
+		desc = "A business rule rejected the request; the problem's detail says which. Nothing was written, and a retry under the same key may execute again."
+	}
+	w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+	_, _ = fmt.Fprintf(w, "%s\n\n%s\n", typ, desc)
+}
+
+func (g *Gateway) unavailable(w http.ResponseWriter, r *http.Request, err error) {
+	g.logger().WarnContext(r.Context(), "dependency unavailable", "path", r.URL.Path, "error", err)
+	w.Header().Set("Retry-After", "2")
+	writeProblem(w, problem.New(problem.TypeUnavailable, http.StatusServiceUnavailable,
+		"PostgreSQL or Temporal is unavailable; nothing was executed, retry with the same key"))
+}
+
+func (g *Gateway) internal(w http.ResponseWriter, r *http.Request, err error) {
+	g.logger().ErrorContext(r.Context(), "internal error", "path", r.URL.Path, "error", err)
+	writeProblem(w, problem.New(problem.TypeInternal, http.StatusInternalServerError, "internal error; retry with the same key"))
+}
+
+func (g *Gateway) logger() *slog.Logger {
+	if g.Logger != nil {
+		return g.Logger
+	}
+	return slog.Default()
+}
+
+func writeInvalid(w http.ResponseWriter, err error) {
+	var inv *apperr.InvalidError
+	if !errors.As(err, &inv) {
+		writeProblem(w, problem.New(problem.TypeInvalidRequest, http.StatusBadRequest, err.Error()))
+		return
+	}
+	p := problem.New(problem.TypeInvalidRequest, http.StatusBadRequest, inv.Error())
+	p.Errors = inv.Fields
+	writeProblem(w, p)
+}
+
+func writeProblem(w http.ResponseWriter, p problem.Problem) {
+	w.Header().Set("Content-Type", problem.ContentType)
+	w.WriteHeader(p.Status)
+	_, _ = w.Write(p.Body())
+}
+
+func writeJSON(w http.ResponseWriter, status int, v any) {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(status)
+	_ = json.NewEncoder(w).Encode(v)
+}
+
+type statusRecorder struct {
+	http.ResponseWriter
+	status int
+}
+
+func (s *statusRecorder) WriteHeader(code int) {
+	s.status = code
+	s.ResponseWriter.WriteHeader(code)
+}
+
+func (g *Gateway) logRequests(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		start := time.Now()
+		rec := &statusRecorder{ResponseWriter: w, status: http.StatusOK}
+		next.ServeHTTP(rec, r)
+		g.logger().LogAttrs(r.Context(), slog.LevelInfo, "http",
+			slog.String("method", r.Method), slog.String("path", r.URL.Path),
+			slog.Int("status", rec.status), slog.Duration("took", time.Since(start)),
+			slog.Bool("replayed", rec.Header().Get(HeaderReplayed) == "true"))
+	})
+}

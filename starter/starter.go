@@ -1,0 +1,185 @@
+// Package starter turns an agent's request into a started (or attached)
+// workflow, and serves the HTTP gateway agents call.
+package starter
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/idemflow/idemflow/activities"
+	"github.com/idemflow/idemflow/idem"
+	"github.com/idemflow/idemflow/workflows"
+	enumspb "go.temporal.io/api/enums/v1"
+	"go.temporal.io/sdk/client"
+	"go.temporal.io/sdk/temporal"
+)
+
+// ErrUnavailable wraps a failure to reach PostgreSQL or Temporal. The
+// gateway fails closed on it: nothing executes without the guard.
+var ErrUnavailable = errors.New("dependency unavailable")
+
+// ErrExecutionFailed: the intent's workflow ended without an answer and the
+// record was not settled yet (reconcile will).
+var ErrExecutionFailed = errors.New("execution failed")
+
+// DefaultWait is how long a request waits for its intent to finish before
+// answering 202 (the starting request) or 409 (a concurrent duplicate).
+const DefaultWait = 5 * time.Second
+
+// MaxWait caps Prefer: wait=N.
+const MaxWait = 60 * time.Second
+
+// Starter starts or attaches to intent workflows.
+type Starter struct {
+	Temporal client.Client
+	Records  *idem.Store
+	Logger   *slog.Logger
+}
+
+// Intent is one submission of an idempotent operation.
+type Intent struct {
+	idem.Intent
+	// Workflow is the workflow function; Input its single argument.
+	Workflow any
+	Input    any
+	// Summary is shown for the execution in the Temporal Web UI.
+	Summary string
+	// Wait bounds how long Submit waits for the result; zero answers
+	// "pending" at once (RFC 7240 wait=0).
+	Wait time.Duration
+}
+
+// Reply is the answer to a submission.
+type Reply struct {
+	OperationID uuid.UUID
+	WorkflowID  string
+	// Done: Outcome is the intent's answer.
+	Done    bool
+	Outcome idem.Outcome
+	// Replayed: this request did not start the attempt that produced the
+	// answer (it is a retry or a concurrent duplicate).
+	Replayed bool
+	// Owner: this request started the current attempt. A pending owner is
+	// answered 202, a pending duplicate 409.
+	Owner bool
+}
+
+// Submit records the intent (or finds its record), then answers from the
+// record when it is final, or starts or attaches to its workflow and waits.
+//
+// Start-or-attach uses ExecuteWorkflow with the derived workflow ID,
+// conflict policy USE_EXISTING and reuse policy ALLOW_DUPLICATE_FAILED_ONLY,
+// rather than Update-with-Start:
+//   - a duplicate of a running intent attaches to it (USE_EXISTING) and
+//     long-polls the same result, which is exactly "wait for the first";
+//   - a duplicate of a completed intent gets the already-started error, which
+//     the SDK turns into a handle on that run, so it reads the stored result
+//     instead of running again;
+//   - a failed run (business rejection, or given up) may run again, which is
+//     what a retry of a FAILED record needs;
+//   - an intent is one short activity, with no long-lived workflow to send
+//     updates to: Update-with-Start would add an update handler and a
+//     workflow that must stay open, and update IDs only deduplicate while
+//     the workflow is open, so it would not protect anything more.
+//
+// Any request may (re)start the workflow, not only the one that inserted the
+// record: if that one died between the insert and the start, the retry
+// starts it, and the intent is not lost.
+func (s *Starter) Submit(ctx context.Context, in Intent) (Reply, error) {
+	claim, err := s.Records.Claim(ctx, idem.ClaimParams{
+		TenantID: in.TenantID, Key: in.Key, BizType: in.BizType,
+		Fingerprint: in.Fingerprint, WorkflowID: in.WorkflowID,
+	})
+	var reused *idem.KeyReusedError
+	if errors.As(err, &reused) {
+		return Reply{OperationID: claim.Record.ID}, err
+	}
+	if err != nil {
+		return Reply{}, fmt.Errorf("%w: %w", ErrUnavailable, err)
+	}
+	rec := claim.Record
+	reply := Reply{OperationID: rec.ID, WorkflowID: rec.WorkflowID, Owner: claim.Owner, Replayed: !claim.Owner}
+	if rec.Status != idem.StatusProcessing {
+		reply.Done, reply.Outcome = true, rec.Response
+		return reply, nil
+	}
+	// Two rounds: an owner that reopened a FAILED record can attach to the
+	// previous run while it is closing; it then starts the new run.
+	for range 2 {
+		out, err := s.startAndWait(ctx, in, rec.WorkflowID)
+		switch {
+		case err == nil:
+			reply.Done, reply.Outcome = true, out
+			return reply, nil
+		case errors.Is(err, errPending):
+			return reply, nil
+		case errors.Is(err, ErrUnavailable):
+			return Reply{}, err
+		}
+		// The run failed: the record holds its answer, or says it is
+		// being retried.
+		cur, gerr := s.Records.Get(ctx, in.TenantID, in.Key)
+		if gerr != nil {
+			return Reply{}, fmt.Errorf("%w: %w", ErrUnavailable, gerr)
+		}
+		if cur.Status != idem.StatusProcessing {
+			reply.Done, reply.Outcome = true, cur.Response
+			return reply, nil
+		}
+		if !claim.Owner {
+			break
+		}
+	}
+	return reply, ErrExecutionFailed
+}
+
+var errPending = errors.New("still running")
+
+func (s *Starter) startAndWait(ctx context.Context, in Intent, workflowID string) (idem.Outcome, error) {
+	run, err := s.Temporal.ExecuteWorkflow(ctx, client.StartWorkflowOptions{
+		ID:                       workflowID,
+		TaskQueue:                workflows.TaskQueue,
+		WorkflowIDConflictPolicy: enumspb.WORKFLOW_ID_CONFLICT_POLICY_USE_EXISTING,
+		WorkflowIDReusePolicy:    enumspb.WORKFLOW_ID_REUSE_POLICY_ALLOW_DUPLICATE_FAILED_ONLY,
+		StaticSummary:            in.Summary,
+	}, in.Workflow, in.Input)
+	if err != nil {
+		return idem.Outcome{}, fmt.Errorf("%w: start workflow %s: %w", ErrUnavailable, workflowID, err)
+	}
+	waitCtx, cancel := context.WithTimeout(ctx, in.Wait)
+	defer cancel()
+	var out idem.Outcome
+	err = run.Get(waitCtx, &out)
+	if err == nil {
+		return out, nil
+	}
+	if waitCtx.Err() != nil && ctx.Err() == nil {
+		return idem.Outcome{}, errPending
+	}
+	if ctx.Err() != nil {
+		return idem.Outcome{}, ctx.Err()
+	}
+	var appErr *temporal.ApplicationError
+	if errors.As(err, &appErr) && appErr.Type() == activities.ErrTypeRejected && appErr.HasDetails() {
+		if derr := appErr.Details(&out); derr == nil && out.Status != 0 {
+			return out, nil
+		}
+	}
+	var wfErr *temporal.WorkflowExecutionError
+	if errors.As(err, &wfErr) {
+		s.logger().WarnContext(ctx, "intent workflow failed", "workflow_id", workflowID, "error", err)
+		return idem.Outcome{}, err
+	}
+	return idem.Outcome{}, fmt.Errorf("%w: wait for workflow %s: %w", ErrUnavailable, workflowID, err)
+}
+
+func (s *Starter) logger() *slog.Logger {
+	if s.Logger != nil {
+		return s.Logger
+	}
+	return slog.Default()
+}

@@ -1,0 +1,101 @@
+// Package workflows holds idemflow's Temporal workflows. Workflow code is
+// deterministic: every clock, random value and I/O goes through workflow.*
+// or an activity.
+package workflows
+
+import (
+	"errors"
+	"time"
+
+	"github.com/idemflow/idemflow/activities"
+	"github.com/idemflow/idemflow/idem"
+	"github.com/idemflow/idemflow/tickets"
+	"go.temporal.io/sdk/temporal"
+	"go.temporal.io/sdk/workflow"
+)
+
+// TaskQueue is the one task queue of idemflow's worker.
+const TaskQueue = "idemflow"
+
+// TicketWorkflowID is the workflow ID of a ticket intent.
+func TicketWorkflowID(tenantID, key string) string {
+	return idem.WorkflowID(tickets.Scope, tenantID, key)
+}
+
+// ActivityStartToClose bounds one activity attempt. The reconcile horizon
+// (processing timeout) must be larger, or reconcile would settle intents
+// whose activity is still inside an attempt.
+const ActivityStartToClose = 30 * time.Second
+
+// activityScheduleToClose bounds all attempts: past it the workflow settles
+// the record rather than leave an agent's intent open for ever.
+const activityScheduleToClose = 2 * time.Minute
+
+var executeOptions = workflow.ActivityOptions{
+	StartToCloseTimeout:    ActivityStartToClose,
+	ScheduleToCloseTimeout: activityScheduleToClose,
+	RetryPolicy: &temporal.RetryPolicy{
+		InitialInterval:        200 * time.Millisecond,
+		BackoffCoefficient:     2,
+		MaximumInterval:        10 * time.Second,
+		NonRetryableErrorTypes: activities.NonRetryable,
+	},
+}
+
+// settleOptions retry longer: settling is what keeps the record from staying
+// PROCESSING, and it only reads and updates one row.
+var settleOptions = workflow.ActivityOptions{
+	StartToCloseTimeout:    10 * time.Second,
+	ScheduleToCloseTimeout: 10 * time.Minute,
+	RetryPolicy: &temporal.RetryPolicy{
+		InitialInterval:    time.Second,
+		BackoffCoefficient: 2,
+		MaximumInterval:    time.Minute,
+	},
+}
+
+var a *activities.Activities
+
+// CreateTicket creates the ticket of one intent. Its result is the stored
+// answer; a business rejection fails the workflow (so that the reuse policy
+// lets a later retry run again) with the rejection's answer in the error.
+func CreateTicket(ctx workflow.Context, in tickets.CreateInput) (idem.Outcome, error) {
+	return runIntent(ctx, in.Intent, a.CreateTicket, in)
+}
+
+// runIntent executes an intent's activity and, when it gives up for any
+// reason other than a business rejection, settles the record so that it
+// does not wait for reconcile: SUCCESS if the row was committed after all,
+// FAILED if nothing was written.
+func runIntent(ctx workflow.Context, intent idem.Intent, activity, input any) (idem.Outcome, error) {
+	var out idem.Outcome
+	err := workflow.ExecuteActivity(workflow.WithActivityOptions(ctx, executeOptions), activity, input).Get(ctx, &out)
+	if err == nil {
+		return out, nil
+	}
+	var appErr *temporal.ApplicationError
+	if errors.As(err, &appErr) && appErr.Type() != "" && isFinal(appErr.Type()) {
+		return idem.Outcome{}, err
+	}
+	workflow.GetLogger(ctx).Warn("intent activity gave up; settling the record", "error", err)
+	var res activities.Resolution
+	settle := workflow.WithActivityOptions(ctx, settleOptions)
+	if serr := workflow.ExecuteActivity(settle, a.ResolveIntent, activities.ResolveInput{
+		Intent: intent, Reason: "execution gave up: " + err.Error(),
+	}).Get(settle, &res); serr != nil {
+		return idem.Outcome{}, err
+	}
+	if res.Status == idem.StatusSuccess {
+		return res.Outcome, nil
+	}
+	return idem.Outcome{}, err
+}
+
+func isFinal(errType string) bool {
+	for _, t := range activities.NonRetryable {
+		if t == errType {
+			return true
+		}
+	}
+	return false
+}
