@@ -2,7 +2,6 @@ package cli
 
 import (
 	"context"
-	"errors"
 	"flag"
 	"fmt"
 	"log/slog"
@@ -129,26 +128,7 @@ func (d *deps) Close() {
 }
 
 func (d *deps) gateway() *starter.Gateway {
-	return &starter.Gateway{
-		Starter: &starter.Starter{Temporal: d.Temporal, Records: d.Records, Logger: d.Logger},
-		Tenants: d.Tenants,
-		Tickets: d.Tickets,
-		Records: d.Records,
-		Health:  d.health,
-		Logger:  d.Logger,
-	}
-}
-
-// health is nil only when PostgreSQL and Temporal both answer.
-func (d *deps) health(ctx context.Context) error {
-	var errs []error
-	if err := d.Pool.Ping(ctx); err != nil {
-		errs = append(errs, fmt.Errorf("postgres: %w", err))
-	}
-	if _, err := d.Temporal.CheckHealth(ctx, &client.CheckHealthRequest{}); err != nil {
-		errs = append(errs, fmt.Errorf("temporal: %w", err))
-	}
-	return errors.Join(errs...)
+	return starter.NewGateway(d.Pool, d.Temporal, d.Records, d.Logger)
 }
 
 // levelFloor drops records below floor: the SDK logs every poll at info.

@@ -18,6 +18,8 @@ import (
 	"github.com/idemflow/idemflow/tenant"
 	"github.com/idemflow/idemflow/tickets"
 	"github.com/idemflow/idemflow/workflows"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"go.temporal.io/sdk/client"
 )
 
 // Header names of the idempotency contract.
@@ -35,6 +37,27 @@ type Gateway struct {
 	// Health reports whether PostgreSQL and Temporal both answer.
 	Health func(ctx context.Context) error
 	Logger *slog.Logger
+}
+
+// NewGateway wires a gateway over one pool and one Temporal client.
+func NewGateway(db *pgxpool.Pool, tc client.Client, records *idem.Store, logger *slog.Logger) *Gateway {
+	return &Gateway{
+		Starter: &Starter{Temporal: tc, Records: records, Logger: logger},
+		Tenants: tenant.NewStore(db),
+		Tickets: tickets.NewStore(db),
+		Records: records,
+		Health: func(ctx context.Context) error {
+			var errs []error
+			if err := db.Ping(ctx); err != nil {
+				errs = append(errs, fmt.Errorf("postgres: %w", err))
+			}
+			if _, err := tc.CheckHealth(ctx, &client.CheckHealthRequest{}); err != nil {
+				errs = append(errs, fmt.Errorf("temporal: %w", err))
+			}
+			return errors.Join(errs...)
+		},
+		Logger: logger,
+	}
 }
 
 // Handler returns the gateway's routes.

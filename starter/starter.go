@@ -14,6 +14,7 @@ import (
 	"github.com/idemflow/idemflow/idem"
 	"github.com/idemflow/idemflow/workflows"
 	enumspb "go.temporal.io/api/enums/v1"
+	"go.temporal.io/api/serviceerror"
 	"go.temporal.io/sdk/client"
 	"go.temporal.io/sdk/temporal"
 )
@@ -157,7 +158,7 @@ func (s *Starter) startAndWait(ctx context.Context, in Intent, workflowID string
 	if err == nil {
 		return out, nil
 	}
-	if waitCtx.Err() != nil && ctx.Err() == nil {
+	if ctx.Err() == nil && (waitCtx.Err() != nil || isDeadline(err)) {
 		return idem.Outcome{}, errPending
 	}
 	if ctx.Err() != nil {
@@ -182,4 +183,12 @@ func (s *Starter) logger() *slog.Logger {
 		return s.Logger
 	}
 	return slog.Default()
+}
+
+// isDeadline reports a wait that ran out. gRPC enforces the context's
+// deadline with its own timer, so the server's DeadlineExceeded can arrive
+// a moment before the context itself reports it.
+func isDeadline(err error) bool {
+	var de *serviceerror.DeadlineExceeded
+	return errors.Is(err, context.DeadlineExceeded) || errors.As(err, &de)
 }

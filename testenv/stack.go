@@ -1,0 +1,169 @@
+package testenv
+
+import (
+	"bytes"
+	"context"
+	"io"
+	"log/slog"
+	"net/http"
+	"net/http/httptest"
+	"testing"
+
+	"github.com/idemflow/idemflow/activities"
+	"github.com/idemflow/idemflow/idem"
+	"github.com/idemflow/idemflow/starter"
+	"github.com/idemflow/idemflow/tenant"
+	"github.com/idemflow/idemflow/worker"
+	"github.com/idemflow/idemflow/workflows"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"go.temporal.io/sdk/client"
+	sdkworker "go.temporal.io/sdk/worker"
+	"go.temporal.io/server/temporaltest"
+)
+
+// Tenants every Stack has, with their tokens in Stack.Tokens.
+const (
+	TenantA = "acme"
+	TenantB = "globex"
+)
+
+// Stack is the whole service in-process: a fresh database, an embedded
+// Temporal server, the worker and the gateway behind an httptest server.
+type Stack struct {
+	URL         string
+	DatabaseURL string
+	Pool        *pgxpool.Pool
+	Temporal    client.Client
+	Server      *temporaltest.TestServer
+	Records     *idem.Store
+	Activities  *activities.Activities
+	Gateway     *starter.Gateway
+	Tokens      map[string]string
+	Logger      *slog.Logger
+
+	t      testing.TB
+	worker sdkworker.Worker
+}
+
+// Options tune a Stack.
+type Options struct {
+	// NoWorker leaves the worker stopped (StartWorker starts it), so that
+	// intents stay running.
+	NoWorker bool
+}
+
+// NewStack starts a Stack; everything stops when the test ends.
+func NewStack(t *testing.T, opts Options) *Stack {
+	t.Helper()
+	pool, dbURL := Pool(t)
+	ts := temporaltest.NewServer(temporaltest.WithT(t))
+	logger := slog.New(slog.NewTextHandler(io.Discard, nil))
+	if testing.Verbose() {
+		logger = slog.New(slog.NewTextHandler(testWriter{t}, &slog.HandlerOptions{Level: slog.LevelWarn}))
+	}
+	records := idem.NewStore(pool, idem.Retention{})
+	s := &Stack{
+		DatabaseURL: dbURL,
+		Pool:        pool,
+		Temporal:    ts.GetDefaultClient(),
+		Server:      ts,
+		Records:     records,
+		Activities:  activities.New(pool, records, logger),
+		Tokens:      map[string]string{},
+		Logger:      logger,
+		t:           t,
+	}
+	tenants := tenant.NewStore(pool)
+	for _, id := range []string{TenantA, TenantB} {
+		tok, err := tenant.NewToken()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := tenants.AddToken(context.Background(), id, tok, "test"); err != nil {
+			t.Fatal(err)
+		}
+		s.Tokens[id] = tok
+	}
+	s.Gateway = starter.NewGateway(pool, s.Temporal, records, logger)
+	srv := httptest.NewServer(s.Gateway.Handler())
+	t.Cleanup(srv.Close)
+	s.URL = srv.URL
+	if !opts.NoWorker {
+		s.StartWorker()
+	}
+	return s
+}
+
+// StartWorker starts the worker (once).
+func (s *Stack) StartWorker() {
+	if s.worker != nil {
+		return
+	}
+	s.worker = s.Server.NewWorker(workflows.TaskQueue, func(r sdkworker.Registry) {
+		worker.Register(r, s.Activities)
+	})
+}
+
+// Response is an HTTP answer, read whole.
+type Response struct {
+	Status int
+	Header http.Header
+	Body   []byte
+}
+
+// Request is one HTTP call to the gateway.
+type Request struct {
+	Method string
+	Path   string
+	Token  string
+	Key    string
+	Body   string
+	Header map[string]string
+}
+
+// Do sends req to the stack's gateway.
+func (s *Stack) Do(req Request) Response {
+	s.t.Helper()
+	return Do(s.t, s.URL, req)
+}
+
+// Do sends req to the gateway at base.
+func Do(t testing.TB, base string, req Request) Response {
+	t.Helper()
+	if req.Method == "" {
+		req.Method = http.MethodPost
+	}
+	r, err := http.NewRequest(req.Method, base+req.Path, bytes.NewReader([]byte(req.Body)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if req.Token != "" {
+		r.Header.Set("Authorization", "Bearer "+req.Token)
+	}
+	if req.Key != "" {
+		r.Header.Set("Idempotency-Key", req.Key)
+	}
+	if req.Body != "" {
+		r.Header.Set("Content-Type", "application/json")
+	}
+	for k, v := range req.Header {
+		r.Header.Set(k, v)
+	}
+	resp, err := http.DefaultClient.Do(r)
+	if err != nil {
+		t.Fatalf("%s %s: %v", req.Method, req.Path, err)
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return Response{Status: resp.StatusCode, Header: resp.Header, Body: b}
+}
+
+type testWriter struct{ t testing.TB }
+
+func (w testWriter) Write(p []byte) (int, error) {
+	w.t.Log(string(bytes.TrimRight(p, "\n")))
+	return len(p), nil
+}
