@@ -19,12 +19,13 @@ type command struct {
 }
 
 var commands = map[string]command{
-	"dev":      {"run the whole stack in one process: embedded Temporal and its Web UI, worker, gateway", runDev},
-	"worker":   {"run the Temporal worker against an existing Temporal and PostgreSQL", runWorker},
-	"gateway":  {"run the HTTP gateway against an existing Temporal and PostgreSQL", runGateway},
-	"migrate":  {"apply pending database migrations", runMigrate},
-	"token":    {"create a tenant (if needed) and print a new API token for it", runToken},
-	"postgres": {"ensure a PostgreSQL server (reachable or private) and print its admin URL", runPostgres},
+	"dev":         {"run the whole stack in one process: embedded Temporal and its Web UI, worker, gateway", runDev},
+	"worker":      {"run the Temporal worker against an existing Temporal and PostgreSQL", runWorker},
+	"gateway":     {"run the HTTP gateway against an existing Temporal and PostgreSQL", runGateway},
+	"migrate":     {"apply pending database migrations", runMigrate},
+	"token":       {"create a tenant (if needed) and print a new API token for it", runToken},
+	"healthcheck": {"exit 0 when a URL answers 200 (container health checks)", runHealthcheck},
+	"postgres":    {"ensure a PostgreSQL server (reachable or private) and print its admin URL", runPostgres},
 }
 
 // Env is what a subcommand talks to: its output streams and logger.
@@ -88,7 +89,7 @@ func usage(w io.Writer) {
 	}
 	sort.Strings(names)
 	for _, n := range names {
-		fmt.Fprintf(w, "  %-9s %s\n", n, commands[n].summary)
+		fmt.Fprintf(w, "  %-12s %s\n", n, commands[n].summary)
 	}
 	fmt.Fprintln(w, "\nRun 'idemflow <command> -h' for its flags.")
 }

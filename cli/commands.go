@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"os"
 	"time"
 
 	"github.com/idemflow/idemflow/devserver"
@@ -51,7 +52,49 @@ func runGateway(ctx context.Context, env *Env, args []string) error {
 		return err
 	}
 	defer d.Close()
+	if err := applyBindings(ctx, d, os.Getenv("IDEMFLOW_BOOTSTRAP_TOKENS")); err != nil {
+		return err
+	}
 	return serveHTTP(ctx, env.Logger, *addr, d.gateway().Handler(), nil)
+}
+
+// applyBindings stores IDEMFLOW_BOOTSTRAP_TOKENS ("tenant:token,...").
+func applyBindings(ctx context.Context, d *deps, list string) error {
+	bindings, err := tenant.ParseBindings(list)
+	if err != nil {
+		return fmt.Errorf("%w: IDEMFLOW_BOOTSTRAP_TOKENS: %w", errUsage, err)
+	}
+	for _, b := range bindings {
+		if err := d.Tenants.AddToken(ctx, b.Tenant, b.Token, "bootstrap"); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// runHealthcheck probes a URL and exits non-zero unless it answers 200:
+// container images without curl use it as their health check.
+func runHealthcheck(ctx context.Context, env *Env, args []string) error {
+	fs := flags("healthcheck", env)
+	u := fs.String("url", "http://127.0.0.1:8080/healthz", "URL that must answer 200")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	ctx, cancel := context.WithTimeout(ctx, 3*time.Second)
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, *u, nil)
+	if err != nil {
+		return err
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return err
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return fmt.Errorf("%s answered %d", *u, resp.StatusCode)
+	}
+	return nil
 }
 
 // serveHTTP serves h on addr until ctx ends, then drains for up to 10 s.
@@ -132,8 +175,12 @@ func runPostgres(ctx context.Context, env *Env, args []string) error {
 	fs := flags("postgres", env)
 	dataDir := fs.String("data-dir", envOr("IDEMFLOW_DATA_DIR", "./.idemflow"), "where a private server keeps its files (env IDEMFLOW_DATA_DIR)")
 	port := fs.Int("port", devserver.DefaultPrivatePort, "port of a private server")
+	stop := fs.Bool("stop", false, "stop the private server in --data-dir instead")
 	if err := fs.Parse(args); err != nil {
 		return err
+	}
+	if *stop {
+		return devserver.StopPrivatePostgres(ctx, *dataDir)
 	}
 	pg, err := devserver.EnsurePostgres(ctx, *dataDir, *port, env.Logger)
 	if err != nil {

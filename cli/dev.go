@@ -128,11 +128,8 @@ try it (run twice: the second answer is a replay):
 // in the data directory) a token for the demo tenant. It returns a token to
 // print and its tenant.
 func bootstrapTokens(ctx context.Context, d *deps, dataDir string) (token, tenantID string, err error) {
-	bindings, err := tenant.ParseBindings(os.Getenv("IDEMFLOW_BOOTSTRAP_TOKENS"))
-	if err != nil {
-		return "", "", fmt.Errorf("%w: IDEMFLOW_BOOTSTRAP_TOKENS: %w", errUsage, err)
-	}
-	if len(bindings) == 0 {
+	list := os.Getenv("IDEMFLOW_BOOTSTRAP_TOKENS")
+	if strings.TrimSpace(list) == "" {
 		path := filepath.Join(dataDir, "demo-token")
 		b, rerr := os.ReadFile(path)
 		tok := strings.TrimSpace(string(b))
@@ -144,14 +141,13 @@ func bootstrapTokens(ctx context.Context, d *deps, dataDir string) (token, tenan
 				return "", "", fmt.Errorf("save demo token: %w", err)
 			}
 		}
-		bindings = []tenant.Binding{{Tenant: DemoTenant, Token: tok}}
+		list = DemoTenant + ":" + tok
 	}
-	for _, b := range bindings {
-		if err := d.Tenants.AddToken(ctx, b.Tenant, b.Token, "bootstrap"); err != nil {
-			return "", "", err
-		}
+	if err := applyBindings(ctx, d, list); err != nil {
+		return "", "", err
 	}
-	return bindings[0].Token, bindings[0].Tenant, nil
+	first, _ := tenant.ParseBindings(list)
+	return first[0].Token, first[0].Tenant, nil
 }
 
 // writeDevEnv leaves the running stack's coordinates for scripts (the demo).

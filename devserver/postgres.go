@@ -71,14 +71,10 @@ func EnsurePostgres(ctx context.Context, dataDir string, port int, logger *slog.
 	// initdb and postgres refuse to run as root; run them as the
 	// "postgres" system user the packages create.
 	if os.Geteuid() == 0 {
-		u, err := user.Lookup("postgres")
-		if err != nil {
-			return nil, fmt.Errorf("postgres: running as root needs the 'postgres' system user: %w", err)
+		if p.cred, err = postgresUser(); err != nil {
+			return nil, err
 		}
-		uid, _ := strconv.Atoi(u.Uid)
-		gid, _ := strconv.Atoi(u.Gid)
-		p.cred = &syscall.Credential{Uid: uint32(uid), Gid: uint32(gid)}
-		if err := chownTree(dir, uid, gid); err != nil {
+		if err := chownTree(dir, int(p.cred.Uid), int(p.cred.Gid)); err != nil {
 			return nil, err
 		}
 	}
@@ -106,6 +102,39 @@ func (p *Postgres) Stop(ctx context.Context) error {
 		return nil
 	}
 	return p.run(ctx, p.pgCtl, "-D", p.dir, "-m", "fast", "-w", "stop")
+}
+
+// StopPrivatePostgres stops a private server left running in dataDir (by
+// 'idemflow postgres', which does not wait for it).
+func StopPrivatePostgres(ctx context.Context, dataDir string) error {
+	dir, err := filepath.Abs(filepath.Join(dataDir, "postgres"))
+	if err != nil {
+		return err
+	}
+	if _, err := os.Stat(filepath.Join(dir, "postmaster.pid")); errors.Is(err, os.ErrNotExist) {
+		return nil
+	}
+	bin, err := findPostgresBin()
+	if err != nil {
+		return err
+	}
+	p := &Postgres{Private: true, dir: dir, pgCtl: filepath.Join(bin, "pg_ctl")}
+	if os.Geteuid() == 0 {
+		if p.cred, err = postgresUser(); err != nil {
+			return err
+		}
+	}
+	return p.Stop(ctx)
+}
+
+func postgresUser() (*syscall.Credential, error) {
+	u, err := user.Lookup("postgres")
+	if err != nil {
+		return nil, fmt.Errorf("postgres: running as root needs the 'postgres' system user: %w", err)
+	}
+	uid, _ := strconv.Atoi(u.Uid)
+	gid, _ := strconv.Atoi(u.Gid)
+	return &syscall.Credential{Uid: uint32(uid), Gid: uint32(gid)}, nil
 }
 
 func (p *Postgres) run(ctx context.Context, name string, args ...string) error {

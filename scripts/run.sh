@@ -1,0 +1,16 @@
+#!/usr/bin/env bash
+# Runs the idemflow stack on this machine: embedded Temporal and its Web UI,
+# the worker and the HTTP gateway, with PostgreSQL from DATABASE_URL, a
+# local server, or a private one it starts (installing PostgreSQL first on a
+# fresh Debian/Ubuntu machine). Flags go to 'idemflow dev'.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+. scripts/lib.sh
+
+need_go
+if [ -z "${DATABASE_URL:-}" ]; then
+  ensure_postgres_installed
+fi
+echo "building idemflow (the first build compiles the Temporal server: several minutes)..." >&2
+build_idemflow
+exec bin/idemflow dev "$@"

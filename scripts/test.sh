@@ -1,0 +1,33 @@
+#!/usr/bin/env bash
+# Runs idemflow's whole test suite against a real PostgreSQL and the
+# embedded Temporal server. On a fresh machine it installs PostgreSQL
+# first; when no server is reachable on 127.0.0.1:5432 it starts a private
+# one in .idemflow-test/ and stops it afterwards.
+# Extra arguments go to 'go test' (e.g. scripts/test.sh -run Gateway -v).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+. scripts/lib.sh
+
+need_go
+if [ -z "${IDEMFLOW_TEST_DATABASE_URL:-}" ]; then
+  ensure_postgres_installed
+fi
+
+echo "== build" >&2
+build_idemflow
+
+if [ -z "${IDEMFLOW_TEST_DATABASE_URL:-}" ]; then
+  IDEMFLOW_TEST_DATABASE_URL=$(bin/idemflow postgres --data-dir .idemflow-test)
+  export IDEMFLOW_TEST_DATABASE_URL
+  if [ -d .idemflow-test/postgres ] && ! postgres_reachable 5432; then
+    trap 'bin/idemflow postgres --data-dir .idemflow-test --stop >/dev/null 2>&1 || true' EXIT
+  fi
+fi
+
+echo "== gofmt, go vet" >&2
+unformatted=$(gofmt -l $(git ls-files '*.go' 2>/dev/null || find . -name '*.go' -not -path './.idemflow*'))
+[ -z "$unformatted" ] || die "gofmt would change: $unformatted"
+go vet ./...
+
+echo "== go test" >&2
+go test -count=1 -timeout 20m "$@" ./...

@@ -1,0 +1,74 @@
+package starter
+
+import (
+	"errors"
+	"net/http"
+	"testing"
+	"time"
+
+	"github.com/idemflow/idemflow/apperr"
+	"github.com/idemflow/idemflow/tickets"
+)
+
+func TestParseWait(t *testing.T) {
+	for _, tc := range []struct {
+		prefer string
+		want   time.Duration
+		ok     bool
+	}{
+		{"", DefaultWait, false},
+		{"wait=0", 0, true},
+		{"respond-async, wait=3", 3 * time.Second, true},
+		{"WAIT=2", 2 * time.Second, true},
+		{`wait="4"`, 4 * time.Second, true},
+		{"wait=3600", MaxWait, true},
+		{"wait=-1", DefaultWait, false},
+		{"wait=soon", DefaultWait, false},
+	} {
+		h := http.Header{}
+		if tc.prefer != "" {
+			h.Set("Prefer", tc.prefer)
+		}
+		got, ok := parseWait(h)
+		if got != tc.want || ok != tc.ok {
+			t.Errorf("Prefer %q: %v %v, want %v %v", tc.prefer, got, ok, tc.want, tc.ok)
+		}
+	}
+}
+
+func FuzzParseWait(f *testing.F) {
+	for _, s := range []string{"wait=1", "wait=0, x", `wait="9"`, "wait=99999999999999999999"} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, prefer string) {
+		h := http.Header{}
+		h.Set("Prefer", prefer)
+		if d, _ := parseWait(h); d < 0 || d > MaxWait {
+			t.Fatalf("Prefer %q gave wait %v", prefer, d)
+		}
+	})
+}
+
+func FuzzDecodeTicket(f *testing.F) {
+	for _, s := range []string{`{"customer_id":"c","title":"t"}`, `{"title":1}`, `{}`, `[]`, `{"a":1}`, `{"customer_id":"c","title":"t"} x`, ``} {
+		f.Add([]byte(s))
+	}
+	f.Fuzz(func(t *testing.T, body []byte) {
+		var req tickets.Request
+		err := decodeStrict(body, &req)
+		if err == nil {
+			err = req.Normalize()
+		}
+		if err == nil {
+			if _, ferr := req.Fingerprint(); ferr != nil {
+				t.Fatalf("accepted body %q cannot be fingerprinted: %v", body, ferr)
+			}
+			return
+		}
+		// Every rejection is a field-level InvalidError: a 400, never a 500.
+		var inv *apperr.InvalidError
+		if !errors.As(err, &inv) || len(inv.Fields) == 0 {
+			t.Fatalf("body %q: %T %v", body, err, err)
+		}
+	})
+}
