@@ -16,6 +16,7 @@ import (
 	"github.com/idemflow/idemflow/tickets"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
+	"go.temporal.io/sdk/client"
 	"go.temporal.io/sdk/temporal"
 )
 
@@ -43,16 +44,18 @@ type Activities struct {
 	DB      *pgxpool.Pool
 	Records *idem.Store
 	Logger  *slog.Logger
+	// Temporal lets reconcile ask whether an intent's workflow still runs.
+	Temporal client.Client
 
 	lookups map[string]lookupFunc
 }
 
 // New returns the activities over db.
-func New(db *pgxpool.Pool, records *idem.Store, logger *slog.Logger) *Activities {
+func New(db *pgxpool.Pool, records *idem.Store, tc client.Client, logger *slog.Logger) *Activities {
 	if logger == nil {
 		logger = slog.Default()
 	}
-	a := &Activities{DB: db, Records: records, Logger: logger}
+	a := &Activities{DB: db, Records: records, Temporal: tc, Logger: logger}
 	a.lookups = map[string]lookupFunc{
 		tickets.BizType: lookupTicket,
 	}
@@ -178,6 +181,10 @@ type Resolution struct {
 type ResolveInput struct {
 	Intent idem.Intent `json:"intent"`
 	Reason string      `json:"reason"`
+	// Preferred, when set, is the answer a completed workflow returned:
+	// stored instead of one rebuilt from the row, as it is the exact answer
+	// the first caller received. It is used only if the row exists.
+	Preferred *idem.Outcome `json:"preferred,omitempty"`
 }
 
 // ResolveIntent settles a PROCESSING record whose workflow no longer runs:
@@ -210,6 +217,9 @@ func (a *Activities) ResolveIntent(ctx context.Context, in ResolveInput) (Resolu
 	var rejected *apperr.RejectedError
 	switch {
 	case err == nil:
+		if in.Preferred != nil {
+			res.Outcome = *in.Preferred
+		}
 		err = a.Records.Finish(ctx, tx, rec, idem.StatusSuccess, res.Outcome, "")
 	case errors.Is(err, apperr.ErrNotFound):
 		res = Resolution{Status: idem.StatusFailed, Action: "failed", Outcome: problem.ExecutionFailed(in.Reason).Outcome()}
@@ -226,4 +236,9 @@ func (a *Activities) ResolveIntent(ctx context.Context, in ResolveInput) (Resolu
 	}
 	a.Logger.InfoContext(ctx, "intent resolved", "tenant", rec.TenantID, "key", rec.Key, "action", res.Action)
 	return res, nil
+}
+
+// Guards lists every table whose (tenant_id, idem_key) must be unique.
+func Guards() []idem.Guard {
+	return []idem.Guard{idem.RecordGuard, tickets.Guard}
 }

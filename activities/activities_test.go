@@ -29,7 +29,7 @@ func setup(t *testing.T) fixture {
 		t.Fatal(err)
 	}
 	records := idem.NewStore(pool, idem.Retention{})
-	return fixture{pool: pool, records: records, acts: activities.New(pool, records, nil)}
+	return fixture{pool: pool, records: records, acts: activities.New(pool, records, nil, nil)}
 }
 
 // claim records a PROCESSING intent as the gateway would.

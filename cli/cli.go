@@ -24,6 +24,8 @@ var commands = map[string]command{
 	"gateway":     {"run the HTTP gateway against an existing Temporal and PostgreSQL", runGateway},
 	"migrate":     {"apply pending database migrations", runMigrate},
 	"token":       {"create a tenant (if needed) and print a new API token for it", runToken},
+	"schedule":    {"apply|describe|trigger|pause|unpause the reconcile-and-purge schedule", runSchedule},
+	"audit":       {"check constraints, duplicates and stuck intents; exit 3 when anything is found", runAudit},
 	"healthcheck": {"exit 0 when a URL answers 200 (container health checks)", runHealthcheck},
 	"postgres":    {"ensure a PostgreSQL server (reachable or private) and print its admin URL", runPostgres},
 }

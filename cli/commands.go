@@ -18,9 +18,14 @@ import (
 
 func runWorker(ctx context.Context, env *Env, args []string) error {
 	var c common
+	var s scheduleFlags
 	fs := flags("worker", env)
 	c.register(fs)
+	s.register(fs)
 	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	if err := s.check(env.Logger, time.Duration(c.retention)); err != nil {
 		return err
 	}
 	d, err := openDeps(ctx, env.Logger, c)
@@ -28,6 +33,9 @@ func runWorker(ctx context.Context, env *Env, args []string) error {
 		return err
 	}
 	defer d.Close()
+	if err := installSchedule(ctx, env.Logger, d.Temporal, c.namespace, &s); err != nil {
+		return err
+	}
 	w := worker.New(d.Temporal, d.Activities)
 	if err := w.Start(); err != nil {
 		return fmt.Errorf("start worker: %w", err)

@@ -99,7 +99,7 @@ func openDeps(ctx context.Context, logger *slog.Logger, c common) (*deps, error)
 		Records:    records,
 		Tenants:    tenant.NewStore(pool),
 		Tickets:    tickets.NewStore(pool),
-		Activities: activities.New(pool, records, logger),
+		Activities: activities.New(pool, records, tc, logger),
 		Logger:     logger,
 		namespace:  c.namespace,
 	}, nil
@@ -154,3 +154,7 @@ func connect(ctx context.Context, dbURL string) (*pgx.Conn, error) {
 	}
 	return conn, nil
 }
+
+// idemStore is a record store over q with default retention, for commands
+// that only read.
+func idemStore(q idem.Querier) *idem.Store { return idem.NewStore(q, idem.Retention{}) }

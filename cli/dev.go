@@ -21,8 +21,10 @@ const DemoTenant = "demo"
 
 func runDev(ctx context.Context, env *Env, args []string) error {
 	var c common
+	var sched scheduleFlags
 	fs := flags("dev", env)
 	c.register(fs)
+	sched.register(fs)
 	httpAddr := fs.String("http-addr", envOr("IDEMFLOW_HTTP_ADDR", "127.0.0.1:8080"), "gateway listen address (env IDEMFLOW_HTTP_ADDR)")
 	temporalPort := fs.Int("temporal-port", envInt("IDEMFLOW_TEMPORAL_PORT", 7233), "embedded Temporal frontend port (env IDEMFLOW_TEMPORAL_PORT)")
 	uiPort := fs.Int("ui-port", envInt("IDEMFLOW_UI_PORT", 8233), "Temporal Web UI port (env IDEMFLOW_UI_PORT)")
@@ -38,6 +40,9 @@ func runDev(ctx context.Context, env *Env, args []string) error {
 		return err
 	}
 	log := env.Logger
+	if err := sched.check(log, time.Duration(c.retention)); err != nil {
+		return err
+	}
 	if err := os.MkdirAll(*dataDir, 0o755); err != nil {
 		return fmt.Errorf("data dir: %w", err)
 	}
@@ -96,6 +101,9 @@ func runDev(ctx context.Context, env *Env, args []string) error {
 	defer d.Close()
 	token, tenantID, err := bootstrapTokens(ctx, d, *dataDir)
 	if err != nil {
+		return err
+	}
+	if err := installSchedule(ctx, log, d.Temporal, c.namespace, &sched); err != nil {
 		return err
 	}
 	w := worker.New(d.Temporal, d.Activities)

@@ -279,3 +279,12 @@ type Intent struct {
 func (r Record) Intent() Intent {
 	return Intent{TenantID: r.TenantID, Key: r.Key, BizType: r.BizType, Fingerprint: r.Fingerprint, WorkflowID: r.WorkflowID}
 }
+
+// Guard names a unique constraint the exactly-once guarantee rests on: at
+// most one row of Table per (tenant_id, idem_key).
+type Guard struct {
+	Table string
+}
+
+// RecordGuard is idempotency_record's own guard.
+var RecordGuard = Guard{Table: "idempotency_record"}

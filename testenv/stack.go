@@ -68,7 +68,7 @@ func NewStack(t *testing.T, opts Options) *Stack {
 		Temporal:    ts.GetDefaultClient(),
 		Server:      ts,
 		Records:     records,
-		Activities:  activities.New(pool, records, logger),
+		Activities:  activities.New(pool, records, ts.GetDefaultClient(), logger),
 		Tokens:      map[string]string{},
 		Logger:      logger,
 		t:           t,

@@ -213,3 +213,6 @@ func New(in CreateInput) Ticket {
 		CreatedAt:      time.Now(),
 	}
 }
+
+// Guard is the ticket table's one-ticket-per-key constraint.
+var Guard = idem.Guard{Table: "ticket"}

@@ -25,5 +25,6 @@ func New(c client.Client, acts *activities.Activities) sdkworker.Worker {
 // Register registers idemflow's workflows and activities on r.
 func Register(r sdkworker.Registry, acts *activities.Activities) {
 	r.RegisterWorkflow(workflows.CreateTicket)
+	r.RegisterWorkflow(workflows.Reconcile)
 	r.RegisterActivity(acts)
 }

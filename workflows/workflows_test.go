@@ -4,8 +4,6 @@ import (
 	"context"
 	"errors"
 	"flag"
-	"os"
-	"path/filepath"
 	"testing"
 	"time"
 
@@ -16,8 +14,6 @@ import (
 	"github.com/idemflow/idemflow/tickets"
 	"github.com/idemflow/idemflow/workflows"
 	"github.com/stretchr/testify/mock"
-	historypb "go.temporal.io/api/history/v1"
-	"go.temporal.io/api/temporalproto"
 	"go.temporal.io/sdk/temporal"
 	"go.temporal.io/sdk/testsuite"
 	"go.temporal.io/sdk/worker"
@@ -126,23 +122,5 @@ func recordHistory(t *testing.T) {
 	if _, err := (&starter.Starter{Temporal: s.Temporal, Records: s.Records}).Submit(ctx, in); err != nil {
 		t.Fatal(err)
 	}
-	iter := s.Temporal.GetWorkflowHistory(ctx, in.WorkflowID, "", false, 0)
-	var h historypb.History
-	for iter.HasNext() {
-		ev, err := iter.Next()
-		if err != nil {
-			t.Fatal(err)
-		}
-		h.Events = append(h.Events, ev)
-	}
-	b, err := temporalproto.CustomJSONMarshalOptions{Indent: "  "}.Marshal(&h)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := os.MkdirAll(filepath.Dir(historyFile), 0o755); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.WriteFile(historyFile, b, 0o644); err != nil {
-		t.Fatal(err)
-	}
+	testenv.SaveHistory(t, s.Temporal, in.WorkflowID, "", historyFile)
 }

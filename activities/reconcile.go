@@ -1,0 +1,129 @@
+package activities
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/idemflow/idemflow/idem"
+	enumspb "go.temporal.io/api/enums/v1"
+	"go.temporal.io/api/serviceerror"
+	"go.temporal.io/sdk/activity"
+)
+
+// Reconcile outcomes, counted per run and shown in the Web UI.
+const (
+	OutcomeRunning      = "running"       // workflow still running: left alone
+	OutcomeFromWorkflow = "from-workflow" // completed workflow: SUCCESS with its result
+	OutcomeFromRow      = "from-row"      // business row found: SUCCESS rebuilt from it
+	OutcomeFailed       = "failed"        // nothing written, nothing running: FAILED
+	OutcomeSettled      = "already-final" // someone else finished it meanwhile
+)
+
+// FindStaleInput selects PROCESSING records older than the horizon.
+type FindStaleInput struct {
+	Horizon time.Duration `json:"horizon"`
+	Limit   int           `json:"limit"`
+}
+
+// FindStale lists stale PROCESSING intents.
+func (a *Activities) FindStale(ctx context.Context, in FindStaleInput) ([]idem.Intent, error) {
+	recs, err := a.Records.Stale(ctx, in.Horizon, in.Limit)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]idem.Intent, len(recs))
+	for i, r := range recs {
+		out[i] = r.Intent()
+	}
+	return out, nil
+}
+
+// ReconcileIntent settles one stale PROCESSING intent. It asks Temporal
+// first: a running workflow is left alone (it will finish the record
+// itself); a completed one gives the exact answer its first caller got.
+// Otherwise the business row decides (ResolveIntent). It never writes a
+// business row, and every update names PROCESSING as the expected state.
+func (a *Activities) ReconcileIntent(ctx context.Context, in idem.Intent) (string, error) {
+	if a.Temporal == nil {
+		return "", errors.New("reconcile needs a Temporal client")
+	}
+	desc, err := a.Temporal.DescribeWorkflowExecution(ctx, in.WorkflowID, "")
+	var notFound *serviceerror.NotFound
+	var preferred *idem.Outcome
+	switch {
+	case errors.As(err, &notFound):
+		// Never started (the gateway died before the start) or forgotten
+		// after the namespace retention.
+	case err != nil:
+		return "", fmt.Errorf("describe workflow %s: %w", in.WorkflowID, err)
+	default:
+		switch desc.GetWorkflowExecutionInfo().GetStatus() {
+		case enumspb.WORKFLOW_EXECUTION_STATUS_RUNNING:
+			return OutcomeRunning, nil
+		case enumspb.WORKFLOW_EXECUTION_STATUS_COMPLETED:
+			var out idem.Outcome
+			run := a.Temporal.GetWorkflow(ctx, in.WorkflowID, desc.GetWorkflowExecutionInfo().GetExecution().GetRunId())
+			if err := run.Get(ctx, &out); err != nil {
+				return "", fmt.Errorf("read result of %s: %w", in.WorkflowID, err)
+			}
+			preferred = &out
+		}
+	}
+	res, err := a.ResolveIntent(ctx, ResolveInput{Intent: in, Reason: "reconcile: no running workflow and no business row", Preferred: preferred})
+	if err != nil {
+		return "", err
+	}
+	switch {
+	case res.Action == "none":
+		return OutcomeSettled, nil
+	case res.Status == idem.StatusFailed:
+		return OutcomeFailed, nil
+	case preferred != nil:
+		return OutcomeFromWorkflow, nil
+	default:
+		return OutcomeFromRow, nil
+	}
+}
+
+// PurgeInput bounds one purge run.
+type PurgeInput struct {
+	BatchSize int           `json:"batch_size"`
+	Budget    time.Duration `json:"budget"`
+}
+
+// PurgeResult says how much one purge run deleted.
+type PurgeResult struct {
+	Deleted int64 `json:"deleted"`
+	// Complete is false when the time budget ran out with more to delete:
+	// the next scheduled run continues.
+	Complete bool `json:"complete"`
+}
+
+// PurgeExpired deletes expired records in batches until none is left or
+// the budget is spent. It heartbeats its count after every batch, so a
+// retry after a worker restart carries the total on; deleting is itself
+// idempotent, so the retry simply continues.
+func (a *Activities) PurgeExpired(ctx context.Context, in PurgeInput) (PurgeResult, error) {
+	var res PurgeResult
+	if activity.HasHeartbeatDetails(ctx) {
+		_ = activity.GetHeartbeatDetails(ctx, &res.Deleted)
+	}
+	deadline := time.Now().Add(in.Budget)
+	for {
+		n, err := a.Records.PurgeBatch(ctx, in.BatchSize)
+		if err != nil {
+			return res, err
+		}
+		res.Deleted += n
+		activity.RecordHeartbeat(ctx, res.Deleted)
+		if n < int64(in.BatchSize) {
+			res.Complete = true
+			return res, nil
+		}
+		if time.Now().After(deadline) {
+			return res, nil
+		}
+	}
+}

@@ -1,0 +1,180 @@
+package activities_test
+
+import (
+	"bytes"
+	"context"
+	"testing"
+	"time"
+
+	"github.com/idemflow/idemflow/activities"
+	"github.com/idemflow/idemflow/idem"
+	"github.com/idemflow/idemflow/testenv"
+	"github.com/idemflow/idemflow/tickets"
+	"github.com/idemflow/idemflow/workflows"
+	"go.temporal.io/sdk/testsuite"
+)
+
+const body = `{"customer_id":"c-1","title":"Stuck","priority":"low"}`
+
+// backdate makes a record look PROCESSING since long before the horizon.
+func backdate(t *testing.T, s *testenv.Stack, key string) idem.Record {
+	t.Helper()
+	if _, err := s.Pool.Exec(context.Background(),
+		`UPDATE idempotency_record SET updated_at = now() - interval '1 hour' WHERE idem_key = $1`, key); err != nil {
+		t.Fatal(err)
+	}
+	rec, err := s.Records.Get(context.Background(), testenv.TenantA, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return rec
+}
+
+// claimOnly writes the state a gateway leaves when it dies right after
+// recording the intent: a PROCESSING record and no workflow.
+func claimOnly(t *testing.T, s *testenv.Stack, key string) tickets.CreateInput {
+	t.Helper()
+	req := tickets.Request{CustomerID: "c-1", Title: "Stuck", Priority: "low"}
+	fp, _ := req.Fingerprint()
+	it := idem.Intent{TenantID: testenv.TenantA, Key: key, BizType: tickets.BizType, Fingerprint: fp, WorkflowID: workflows.TicketWorkflowID(testenv.TenantA, key)}
+	if _, err := s.Records.Claim(context.Background(), idem.ClaimParams{TenantID: it.TenantID, Key: key, BizType: it.BizType, Fingerprint: fp, WorkflowID: it.WorkflowID}); err != nil {
+		t.Fatal(err)
+	}
+	return tickets.CreateInput{Intent: it, Request: req}
+}
+
+func TestReconcileLeavesARunningWorkflowAlone(t *testing.T) {
+	s := testenv.NewStack(t, testenv.Options{NoWorker: true})
+	r := s.Do(testenv.Request{Path: "/v1/tickets", Token: s.Tokens[testenv.TenantA], Key: "running", Body: body, Header: map[string]string{"Prefer": "wait=0"}})
+	if r.Status != 202 {
+		t.Fatalf("%d %s", r.Status, r.Body)
+	}
+	rec := backdate(t, s, "running")
+	got, err := s.Activities.ReconcileIntent(context.Background(), rec.Intent())
+	if err != nil || got != activities.OutcomeRunning {
+		t.Fatalf("outcome %q %v", got, err)
+	}
+	if rec, _ = s.Records.Get(context.Background(), testenv.TenantA, "running"); rec.Status != idem.StatusProcessing {
+		t.Fatalf("a running intent was settled: %s", rec.Status)
+	}
+}
+
+func TestReconcileBackfillsFromACompletedWorkflow(t *testing.T) {
+	s := testenv.NewStack(t, testenv.Options{})
+	first := s.Do(testenv.Request{Path: "/v1/tickets", Token: s.Tokens[testenv.TenantA], Key: "done", Body: body})
+	if first.Status != 201 {
+		t.Fatalf("%d %s", first.Status, first.Body)
+	}
+	// The workflow completed, but the record lost its answer.
+	if _, err := s.Pool.Exec(context.Background(), `UPDATE idempotency_record
+		SET status = 'PROCESSING', response_status = NULL, response_body = NULL, resource_path = NULL WHERE idem_key = 'done'`); err != nil {
+		t.Fatal(err)
+	}
+	rec := backdate(t, s, "done")
+	got, err := s.Activities.ReconcileIntent(context.Background(), rec.Intent())
+	if err != nil || got != activities.OutcomeFromWorkflow {
+		t.Fatalf("outcome %q %v", got, err)
+	}
+	again := s.Do(testenv.Request{Path: "/v1/tickets", Token: s.Tokens[testenv.TenantA], Key: "done", Body: body})
+	if again.Status != 201 || !bytes.Equal(again.Body, first.Body) || again.Header.Get("Location") != first.Header.Get("Location") {
+		t.Fatalf("after backfill: %d %s", again.Status, again.Body)
+	}
+}
+
+func TestReconcileBackfillsFromTheBusinessRow(t *testing.T) {
+	s := testenv.NewStack(t, testenv.Options{})
+	in := claimOnly(t, s, "row")
+	tk, err := tickets.Insert(context.Background(), s.Pool, tickets.New(in))
+	if err != nil {
+		t.Fatal(err)
+	}
+	rec := backdate(t, s, "row")
+	got, err := s.Activities.ReconcileIntent(context.Background(), rec.Intent())
+	if err != nil || got != activities.OutcomeFromRow {
+		t.Fatalf("outcome %q %v", got, err)
+	}
+	rec, _ = s.Records.Get(context.Background(), testenv.TenantA, "row")
+	if rec.Status != idem.StatusSuccess || !bytes.Equal(rec.Response.Body, tk.Body()) {
+		t.Fatalf("record %s %s", rec.Status, rec.Response.Body)
+	}
+	if n := testenv.Count(t, s.Pool, "ticket", ""); n != 1 {
+		t.Fatalf("reconcile wrote rows: %d", n)
+	}
+}
+
+func TestReconcileFailsAnIntentWithNothingWrittenAndARetryRunsIt(t *testing.T) {
+	s := testenv.NewStack(t, testenv.Options{})
+	claimOnly(t, s, "nothing")
+	rec := backdate(t, s, "nothing")
+	got, err := s.Activities.ReconcileIntent(context.Background(), rec.Intent())
+	if err != nil || got != activities.OutcomeFailed {
+		t.Fatalf("outcome %q %v", got, err)
+	}
+	rec, _ = s.Records.Get(context.Background(), testenv.TenantA, "nothing")
+	if rec.Status != idem.StatusFailed || testenv.Count(t, s.Pool, "ticket", "") != 0 {
+		t.Fatalf("record %s", rec.Status)
+	}
+	// Reconciling again is a no-op: it never double-completes.
+	if got, _ := s.Activities.ReconcileIntent(context.Background(), rec.Intent()); got != activities.OutcomeSettled {
+		t.Fatalf("second pass: %q", got)
+	}
+	r := s.Do(testenv.Request{Path: "/v1/tickets", Token: s.Tokens[testenv.TenantA], Key: "nothing", Body: body})
+	if r.Status != 201 || testenv.Count(t, s.Pool, "ticket", "") != 1 {
+		t.Fatalf("retry after FAILED: %d %s", r.Status, r.Body)
+	}
+}
+
+func TestPurgeDeletesOnlyExpiredFinishedRecordsInBatches(t *testing.T) {
+	s := testenv.NewStack(t, testenv.Options{NoWorker: true})
+	ctx := context.Background()
+	insert := func(key, status, expire, updated string) {
+		t.Helper()
+		resp := "NULL"
+		if status != "PROCESSING" {
+			resp = "'x'"
+		}
+		_, err := s.Pool.Exec(ctx, `INSERT INTO idempotency_record
+			(id, tenant_id, idem_key, biz_type, fingerprint, status, response_status, response_body, workflow_id, updated_at, expire_at)
+			VALUES (gen_random_uuid(), 'acme', $1, 'ticket.create', 'fp', $2, 200, `+resp+`::bytea, 'w', now() - $4::interval, now() - $3::interval)`,
+			key, status, expire, updated)
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	for i, st := range []string{"SUCCESS", "SUCCESS", "FAILED", "SUCCESS", "FAILED"} {
+		insert("old-"+string(rune('a'+i)), st, "1 day", "8 days")
+	}
+	insert("processing", "PROCESSING", "1 day", "8 days")      // never purged
+	insert("fresh", "SUCCESS", "-1 day", "1 hour")             // not expired
+	insert("young-but-expired", "SUCCESS", "1 day", "2 hours") // younger than the 7-day retention
+	var env testsuite.WorkflowTestSuite
+	aenv := env.NewTestActivityEnvironment()
+	aenv.RegisterActivity(s.Activities)
+	run := func() activities.PurgeResult {
+		v, err := aenv.ExecuteActivity(s.Activities.PurgeExpired, activities.PurgeInput{BatchSize: 2, Budget: time.Minute})
+		if err != nil {
+			t.Fatal(err)
+		}
+		var res activities.PurgeResult
+		if err := v.Get(&res); err != nil {
+			t.Fatal(err)
+		}
+		return res
+	}
+	if res := run(); res.Deleted != 5 || !res.Complete {
+		t.Fatalf("first purge: %+v", res)
+	}
+	if res := run(); res.Deleted != 0 {
+		t.Fatalf("second purge deleted %d", res.Deleted)
+	}
+	var left []string
+	rows, _ := s.Pool.Query(ctx, `SELECT idem_key FROM idempotency_record ORDER BY idem_key`)
+	for rows.Next() {
+		var k string
+		_ = rows.Scan(&k)
+		left = append(left, k)
+	}
+	if len(left) != 3 || left[0] != "fresh" || left[1] != "processing" || left[2] != "young-but-expired" {
+		t.Fatalf("left %v", left)
+	}
+}

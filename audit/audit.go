@@ -1,0 +1,99 @@
+// Package audit checks, read-only, that the guarantee still holds in a
+// database: the unique constraints are in place, no (tenant, key) has two
+// business rows, and no intent is stuck in PROCESSING.
+package audit
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/idemflow/idemflow/idem"
+	"github.com/jackc/pgx/v5"
+)
+
+// Duplicate is a (tenant, key) with more than one row: the guarantee broke.
+type Duplicate struct {
+	Table    string
+	TenantID string
+	Key      string
+	Rows     int
+}
+
+// Report is what an audit found.
+type Report struct {
+	Checked           []idem.Guard
+	MissingConstraint []idem.Guard
+	Duplicates        []Duplicate
+	Stale             []idem.Record
+	Horizon           time.Duration
+}
+
+// Healthy is true when nothing was found.
+func (r Report) Healthy() bool {
+	return len(r.MissingConstraint) == 0 && len(r.Duplicates) == 0 && len(r.Stale) == 0
+}
+
+// Run audits db. guards are the tables whose (tenant_id, idem_key) must be
+// unique; horizon is the reconcile horizon (processing timeout).
+func Run(ctx context.Context, db idem.Querier, records *idem.Store, guards []idem.Guard, horizon time.Duration) (Report, error) {
+	rep := Report{Checked: guards, Horizon: horizon}
+	for _, g := range guards {
+		ok, err := hasUniqueIndex(ctx, db, g.Table)
+		if err != nil {
+			return rep, err
+		}
+		if !ok {
+			rep.MissingConstraint = append(rep.MissingConstraint, g)
+		}
+		dups, err := duplicates(ctx, db, g.Table)
+		if err != nil {
+			return rep, err
+		}
+		rep.Duplicates = append(rep.Duplicates, dups...)
+	}
+	stale, err := records.Stale(ctx, horizon, 100)
+	if err != nil {
+		return rep, err
+	}
+	rep.Stale = stale
+	return rep, nil
+}
+
+// hasUniqueIndex looks for a valid unique index on exactly
+// (tenant_id, idem_key), whatever it is named: the seed's troubleshooting
+// table names a dropped unique index as a cause of duplicates.
+func hasUniqueIndex(ctx context.Context, db idem.Querier, table string) (bool, error) {
+	var ok bool
+	err := db.QueryRow(ctx, `
+		SELECT EXISTS (
+			SELECT 1 FROM pg_index i
+			JOIN pg_class c ON c.oid = i.indrelid
+			JOIN pg_namespace n ON n.oid = c.relnamespace AND n.nspname = current_schema()
+			WHERE c.relname = $1 AND i.indisunique AND i.indisvalid AND i.indpred IS NULL
+			  AND (SELECT array_agg(a.attname::text ORDER BY a.attname)
+			       FROM pg_attribute a WHERE a.attrelid = c.oid AND a.attnum = ANY (i.indkey))
+			      = ARRAY['idem_key', 'tenant_id'])`, table).Scan(&ok)
+	if err != nil {
+		return false, fmt.Errorf("audit %s constraint: %w", table, err)
+	}
+	return ok, nil
+}
+
+func duplicates(ctx context.Context, db idem.Querier, table string) ([]Duplicate, error) {
+	rows, err := db.Query(ctx, `SELECT tenant_id, idem_key, count(*) FROM `+pgx.Identifier{table}.Sanitize()+`
+		GROUP BY tenant_id, idem_key HAVING count(*) > 1 ORDER BY count(*) DESC LIMIT 20`)
+	if err != nil {
+		return nil, fmt.Errorf("audit %s duplicates: %w", table, err)
+	}
+	defer rows.Close()
+	var out []Duplicate
+	for rows.Next() {
+		d := Duplicate{Table: table}
+		if err := rows.Scan(&d.TenantID, &d.Key, &d.Rows); err != nil {
+			return nil, err
+		}
+		out = append(out, d)
+	}
+	return out, rows.Err()
+}

@@ -1,0 +1,73 @@
+package cli_test
+
+import (
+	"bytes"
+	"context"
+	"strings"
+	"testing"
+
+	"github.com/idemflow/idemflow/cli"
+	"github.com/idemflow/idemflow/testenv"
+)
+
+func run(t *testing.T, args ...string) (int, string) {
+	t.Helper()
+	var out, errOut bytes.Buffer
+	code := cli.Run(context.Background(), args, &out, &errOut)
+	return code, out.String() + errOut.String()
+}
+
+func TestAuditIsHealthyThenCatchesAPlantedDuplicate(t *testing.T) {
+	pool, dbURL := testenv.Pool(t)
+	ctx := context.Background()
+	if code, out := run(t, "audit", "--database-url", dbURL); code != 0 || !strings.Contains(out, "healthy") {
+		t.Fatalf("healthy database: exit %d\n%s", code, out)
+	}
+	// Plant what the guarantee forbids: it takes dropping the constraint.
+	for _, sql := range []string{
+		`INSERT INTO tenant (id, name) VALUES ('acme', 'acme')`,
+		`ALTER TABLE ticket DROP CONSTRAINT ticket_tenant_idem_key_uq`,
+		`INSERT INTO ticket (id, tenant_id, idem_key, fingerprint, workflow_id, customer_id, title, description, priority, created_at)
+		 SELECT gen_random_uuid(), 'acme', 'k-dup', 'fp', 'w', 'c', 't', '', 'normal', now() FROM generate_series(1, 2)`,
+	} {
+		if _, err := pool.Exec(ctx, sql); err != nil {
+			t.Fatal(err)
+		}
+	}
+	code, out := run(t, "audit", "--database-url", dbURL)
+	if code != 3 {
+		t.Fatalf("exit %d, want 3\n%s", code, out)
+	}
+	for _, want := range []string{"ticket               MISSING", `tenant acme key "k-dup" has 2 rows`, "UNHEALTHY"} {
+		if !strings.Contains(out, want) {
+			t.Fatalf("audit output lacks %q:\n%s", want, out)
+		}
+	}
+}
+
+func TestAuditReportsStuckIntents(t *testing.T) {
+	pool, dbURL := testenv.Pool(t)
+	ctx := context.Background()
+	for _, sql := range []string{
+		`INSERT INTO tenant (id, name) VALUES ('acme', 'acme')`,
+		`INSERT INTO idempotency_record (id, tenant_id, idem_key, biz_type, fingerprint, status, workflow_id, updated_at, expire_at)
+		 VALUES (gen_random_uuid(), 'acme', 'stuck', 'ticket.create', 'fp', 'PROCESSING', 'ticket/acme/stuck', now() - interval '1 hour', now() + interval '7 days')`,
+	} {
+		if _, err := pool.Exec(ctx, sql); err != nil {
+			t.Fatal(err)
+		}
+	}
+	code, out := run(t, "audit", "--database-url", dbURL, "--processing-timeout", "5m")
+	if code != 3 || !strings.Contains(out, "ticket/acme/stuck") {
+		t.Fatalf("exit %d\n%s", code, out)
+	}
+}
+
+func TestUsageErrorsExit2(t *testing.T) {
+	if code, _ := run(t, "no-such-command"); code != 2 {
+		t.Fatalf("unknown command: exit %d", code)
+	}
+	if code, out := run(t, "audit", "--database-url", ""); code != 2 {
+		t.Fatalf("missing database: exit %d\n%s", code, out)
+	}
+}

@@ -1,0 +1,165 @@
+package cli
+
+import (
+	"context"
+	"encoding/json"
+	"flag"
+	"fmt"
+	"log/slog"
+	"time"
+
+	"github.com/idemflow/idemflow/activities"
+	"github.com/idemflow/idemflow/audit"
+	"github.com/idemflow/idemflow/schedule"
+	"go.temporal.io/sdk/client"
+)
+
+// scheduleFlags are the reconcile schedule's settings.
+type scheduleFlags struct {
+	cfg            schedule.Config
+	maxRetryWindow time.Duration
+}
+
+func (s *scheduleFlags) register(fs *flag.FlagSet) {
+	s.cfg = schedule.DefaultConfig()
+	fs.DurationVar(&s.cfg.Interval, "reconcile-interval", envDuration("IDEMFLOW_RECONCILE_INTERVAL", s.cfg.Interval), "how often reconcile and purge run (env IDEMFLOW_RECONCILE_INTERVAL)")
+	fs.DurationVar(&s.cfg.Input.ProcessingTimeout, "processing-timeout", envDuration("IDEMFLOW_PROCESSING_TIMEOUT", s.cfg.Input.ProcessingTimeout), "PROCESSING records older than this are reconciled (env IDEMFLOW_PROCESSING_TIMEOUT)")
+	fs.DurationVar(&s.cfg.CatchupWindow, "catchup-window", s.cfg.CatchupWindow, "missed runs this recent are still taken")
+	fs.IntVar(&s.cfg.Input.PurgeBatch, "purge-batch", s.cfg.Input.PurgeBatch, "records deleted per purge statement")
+	fs.DurationVar(&s.cfg.Input.PurgeBudget, "purge-budget", s.cfg.Input.PurgeBudget, "time one run may spend purging")
+	fs.DurationVar(&s.maxRetryWindow, "max-retry-window", envDuration("IDEMFLOW_MAX_RETRY_WINDOW", time.Hour), "the longest time an agent keeps retrying one intent (env IDEMFLOW_MAX_RETRY_WINDOW)")
+}
+
+// check validates the settings and prints the seed's retention formula
+// when the configured retention disagrees with it.
+func (s *scheduleFlags) check(logger *slog.Logger, retention time.Duration) error {
+	if err := s.cfg.Validate(); err != nil {
+		return fmt.Errorf("%w: %w", errUsage, err)
+	}
+	if advice := schedule.RetentionAdvice(retention, s.maxRetryWindow, s.cfg.Interval); advice != "" {
+		logger.Warn(advice)
+	}
+	return nil
+}
+
+func envDuration(key string, def time.Duration) time.Duration {
+	if v := envOr(key, ""); v != "" {
+		if d, err := parseDuration(v); err == nil {
+			return d
+		}
+	}
+	return def
+}
+
+// installSchedule applies the schedule, logging what it did.
+func installSchedule(ctx context.Context, logger *slog.Logger, tc client.Client, namespace string, s *scheduleFlags) error {
+	created, err := schedule.Apply(ctx, tc, namespace, s.cfg)
+	if err != nil {
+		return err
+	}
+	verb := "updated"
+	if created {
+		verb = "created"
+	}
+	logger.Info("reconcile schedule "+verb, "every", s.cfg.Interval, "processing_timeout", s.cfg.Input.ProcessingTimeout)
+	return nil
+}
+
+func runSchedule(ctx context.Context, env *Env, args []string) error {
+	if len(args) == 0 {
+		return fmt.Errorf("%w: idemflow schedule apply|describe|trigger|pause|unpause [flags]", errUsage)
+	}
+	verb := args[0]
+	var c common
+	var s scheduleFlags
+	fs := flags("schedule "+verb, env)
+	c.register(fs)
+	s.register(fs)
+	if err := fs.Parse(args[1:]); err != nil {
+		return err
+	}
+	tc, err := dialTemporal(ctx, env.Logger, c.temporal, c.namespace)
+	if err != nil {
+		return err
+	}
+	defer tc.Close()
+	h := schedule.Handle(ctx, tc)
+	switch verb {
+	case "apply":
+		if err := s.check(env.Logger, time.Duration(c.retention)); err != nil {
+			return err
+		}
+		return installSchedule(ctx, env.Logger, tc, c.namespace, &s)
+	case "describe":
+		d, err := h.Describe(ctx)
+		if err != nil {
+			return err
+		}
+		out := map[string]any{
+			"id":             h.GetID(),
+			"paused":         d.Schedule.State.Paused,
+			"note":           d.Schedule.State.Note,
+			"spec":           d.Schedule.Spec,
+			"overlap":        d.Schedule.Policy.Overlap.String(),
+			"catchup_window": d.Schedule.Policy.CatchupWindow.String(),
+			"actions_taken":  d.Info.NumActions,
+			"recent_runs":    d.Info.RecentActions,
+			"next_runs":      d.Info.NextActionTimes,
+		}
+		enc := json.NewEncoder(env.Stdout)
+		enc.SetIndent("", "  ")
+		return enc.Encode(out)
+	case "trigger":
+		return h.Trigger(ctx, client.ScheduleTriggerOptions{})
+	case "pause":
+		return h.Pause(ctx, client.SchedulePauseOptions{Note: "paused with idemflow schedule pause"})
+	case "unpause":
+		return h.Unpause(ctx, client.ScheduleUnpauseOptions{Note: "unpaused with idemflow schedule unpause"})
+	}
+	return fmt.Errorf("%w: unknown schedule command %q", errUsage, verb)
+}
+
+func runAudit(ctx context.Context, env *Env, args []string) error {
+	fs := flags("audit", env)
+	dbURL := fs.String("database-url", envOr("DATABASE_URL", ""), "PostgreSQL URL (env DATABASE_URL)")
+	horizon := fs.Duration("processing-timeout", envDuration("IDEMFLOW_PROCESSING_TIMEOUT", 5*time.Minute), "PROCESSING older than this is reported as stuck")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	if *dbURL == "" {
+		return fmt.Errorf("%w: DATABASE_URL (or --database-url) is required", errUsage)
+	}
+	conn, err := connect(ctx, *dbURL)
+	if err != nil {
+		return err
+	}
+	defer conn.Close(context.Background())
+	rep, err := audit.Run(ctx, conn, idemStore(conn), activities.Guards(), *horizon)
+	if err != nil {
+		return err
+	}
+	w := env.Stdout
+	for _, g := range rep.Checked {
+		state := "ok"
+		for _, m := range rep.MissingConstraint {
+			if m == g {
+				state = "MISSING: no unique index on (tenant_id, idem_key); duplicates are possible"
+			}
+		}
+		fmt.Fprintf(w, "constraint %-20s %s\n", g.Table, state)
+	}
+	fmt.Fprintf(w, "duplicates             %d\n", len(rep.Duplicates))
+	for _, d := range rep.Duplicates {
+		fmt.Fprintf(w, "  %s: tenant %s key %q has %d rows\n", d.Table, d.TenantID, d.Key, d.Rows)
+	}
+	fmt.Fprintf(w, "stuck PROCESSING > %v  %d\n", rep.Horizon, len(rep.Stale))
+	for _, r := range rep.Stale {
+		fmt.Fprintf(w, "  %s (tenant %s, key %q, since %s)\n", r.WorkflowID, r.TenantID, r.Key, r.UpdatedAt.Format(time.RFC3339))
+	}
+	if rep.Healthy() {
+		fmt.Fprintln(w, "healthy")
+		return nil
+	}
+	fmt.Fprintln(w, "UNHEALTHY")
+	return exitCodeError{code: 3, err: fmt.Errorf("audit found problems")}
+}
