@@ -12,6 +12,7 @@ import (
 
 	"github.com/idemflow/idemflow/apperr"
 	"github.com/idemflow/idemflow/idem"
+	"github.com/idemflow/idemflow/orders"
 	"github.com/idemflow/idemflow/problem"
 	"github.com/idemflow/idemflow/tickets"
 	"github.com/jackc/pgx/v5"
@@ -57,7 +58,11 @@ func New(db *pgxpool.Pool, records *idem.Store, tc client.Client, logger *slog.L
 	}
 	a := &Activities{DB: db, Records: records, Temporal: tc, Logger: logger}
 	a.lookups = map[string]lookupFunc{
-		tickets.BizType: lookupTicket,
+		tickets.BizType:  lookupTicket,
+		orders.BizCreate: orders.Answer,
+	}
+	for _, act := range []orders.Action{orders.ActionPay, orders.ActionCancel, orders.ActionRefund, orders.ActionFulfill} {
+		a.lookups[act.BizType()] = orders.Answer
 	}
 	return a
 }
@@ -240,5 +245,5 @@ func (a *Activities) ResolveIntent(ctx context.Context, in ResolveInput) (Resolu
 
 // Guards lists every table whose (tenant_id, idem_key) must be unique.
 func Guards() []idem.Guard {
-	return []idem.Guard{idem.RecordGuard, tickets.Guard}
+	return append([]idem.Guard{idem.RecordGuard, tickets.Guard}, orders.Guards...)
 }

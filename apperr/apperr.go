@@ -51,9 +51,24 @@ func (v *Invalid) Err() error {
 type RejectedError struct {
 	Code   string // stable, machine-readable: "out-of-stock", "invalid-coupon"
 	Reason string
+	// Status is the HTTP status to answer with; 0 means 422.
+	Status int
+	// CurrentState is set for "invalid-transition": the state the
+	// resource is in.
+	CurrentState string
 }
 
 func (e *RejectedError) Error() string { return e.Code + ": " + e.Reason }
 
 // ErrNotFound: the resource does not exist for this tenant.
 var ErrNotFound = errors.New("not found")
+
+// InvalidTransition is the rejection of a state change from the wrong state.
+func InvalidTransition(resource, current, to string) *RejectedError {
+	return &RejectedError{
+		Code:         "invalid-transition",
+		Reason:       fmt.Sprintf("%s is %s and cannot become %s", resource, current, to),
+		Status:       409,
+		CurrentState: current,
+	}
+}

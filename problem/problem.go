@@ -86,9 +86,14 @@ func (p Problem) Outcome() idem.Outcome {
 // Rejected is the 422 answer to a business rejection; its type names the
 // rule (for example /problems/out-of-stock) so that callers can act on it.
 func Rejected(e *apperr.RejectedError) Problem {
-	p := New(TypeRejectedPrefix+e.Code, http.StatusUnprocessableEntity, e.Reason)
+	status := e.Status
+	if status == 0 {
+		status = http.StatusUnprocessableEntity
+	}
+	p := New(TypeRejectedPrefix+e.Code, status, e.Reason)
 	p.Title = "Business rule rejected the request"
 	p.Code = e.Code
+	p.CurrentState = e.CurrentState
 	return p
 }
 

@@ -1,6 +1,7 @@
 package starter
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -34,6 +35,8 @@ type Gateway struct {
 	Tenants *tenant.Store
 	Tickets *tickets.Store
 	Records *idem.Store
+	// DB serves reads of orders.
+	DB idem.Querier
 	// Health reports whether PostgreSQL and Temporal both answer.
 	Health func(ctx context.Context) error
 	Logger *slog.Logger
@@ -46,6 +49,7 @@ func NewGateway(db *pgxpool.Pool, tc client.Client, records *idem.Store, logger 
 		Tenants: tenant.NewStore(db),
 		Tickets: tickets.NewStore(db),
 		Records: records,
+		DB:      db,
 		Health: func(ctx context.Context) error {
 			var errs []error
 			if err := db.Ping(ctx); err != nil {
@@ -65,6 +69,9 @@ func (g *Gateway) Handler() http.Handler {
 	mux := http.NewServeMux()
 	mux.HandleFunc("POST /v1/tickets", g.authed(g.createTicket))
 	mux.HandleFunc("GET /v1/tickets/{id}", g.authed(g.getTicket))
+	mux.HandleFunc("POST /v1/orders", g.authed(g.createOrder))
+	mux.HandleFunc("GET /v1/orders/{order_no}", g.authed(g.getOrder))
+	mux.HandleFunc("POST /v1/orders/{order_no}/{action}", g.authed(g.transitionOrder))
 	mux.HandleFunc("GET /v1/operations/{id}", g.authed(g.getOperation))
 	mux.HandleFunc("GET /healthz", g.healthz)
 	mux.HandleFunc("GET /problems/{slug}", g.describeProblem)
@@ -110,7 +117,8 @@ type intentRequest struct {
 
 // readIntent validates the key and reads the body; on failure it has
 // already answered. Nothing is recorded before it succeeds.
-func (g *Gateway) readIntent(w http.ResponseWriter, r *http.Request, into any) (intentRequest, bool) {
+// An empty body counts as {} where allowEmpty is set.
+func (g *Gateway) readIntent(w http.ResponseWriter, r *http.Request, into any, allowEmpty bool) (intentRequest, bool) {
 	vals := r.Header.Values(HeaderKey)
 	if len(vals) > 1 {
 		writeProblem(w, problem.New(problem.TypeInvalidKey, http.StatusBadRequest, "send exactly one Idempotency-Key header"))
@@ -130,6 +138,9 @@ func (g *Gateway) readIntent(w http.ResponseWriter, r *http.Request, into any) (
 		writeProblem(w, problem.New(problem.TypeInvalidRequest, http.StatusBadRequest, err.Error()))
 		return intentRequest{}, false
 	}
+	if allowEmpty && len(bytes.TrimSpace(body)) == 0 {
+		body = []byte("{}")
+	}
 	if err := decodeStrict(body, into); err != nil {
 		writeInvalid(w, err)
 		return intentRequest{}, false
@@ -140,15 +151,22 @@ func (g *Gateway) readIntent(w http.ResponseWriter, r *http.Request, into any) (
 
 func (g *Gateway) createTicket(w http.ResponseWriter, r *http.Request, tenantID string) {
 	var req tickets.Request
-	ir, ok := g.readIntent(w, r, &req)
+	g.serveIntent(w, r, &req, false, func(key string) (Intent, error) { return TicketIntent(tenantID, key, req) })
+}
+
+// serveIntent reads an intent request into req, then builds and submits
+// it; build's *apperr.InvalidError is a 400.
+func (g *Gateway) serveIntent(w http.ResponseWriter, r *http.Request, req any, allowEmpty bool, build func(key string) (Intent, error)) {
+	ir, ok := g.readIntent(w, r, req, allowEmpty)
 	if !ok {
 		return
 	}
-	if err := req.Normalize(); err != nil {
+	intent, err := build(ir.key)
+	var inv *apperr.InvalidError
+	if errors.As(err, &inv) {
 		writeInvalid(w, err)
 		return
 	}
-	intent, err := TicketIntent(tenantID, ir.key, req)
 	if err != nil {
 		g.internal(w, r, err)
 		return
@@ -157,9 +175,13 @@ func (g *Gateway) createTicket(w http.ResponseWriter, r *http.Request, tenantID 
 	g.submit(w, r, intent, ir.preferWait)
 }
 
-// TicketIntent builds the submission of a normalised ticket request; the
-// MCP server uses it too, so both paths derive the same identity.
+// TicketIntent validates a ticket request and builds its submission; the
+// MCP server uses it too, so both paths apply the same rules and derive the
+// same identity.
 func TicketIntent(tenantID, key string, req tickets.Request) (Intent, error) {
+	if err := req.Normalize(); err != nil {
+		return Intent{}, err
+	}
 	fp, err := req.Fingerprint()
 	if err != nil {
 		return Intent{}, err

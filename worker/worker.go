@@ -26,5 +26,7 @@ func New(c client.Client, acts *activities.Activities) sdkworker.Worker {
 func Register(r sdkworker.Registry, acts *activities.Activities) {
 	r.RegisterWorkflow(workflows.CreateTicket)
 	r.RegisterWorkflow(workflows.Reconcile)
+	r.RegisterWorkflow(workflows.CreateOrder)
+	r.RegisterWorkflow(workflows.TransitionOrder)
 	r.RegisterActivity(acts)
 }

@@ -2,6 +2,7 @@ package workflows_test
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"flag"
 	"testing"
@@ -9,6 +10,7 @@ import (
 
 	"github.com/idemflow/idemflow/activities"
 	"github.com/idemflow/idemflow/idem"
+	"github.com/idemflow/idemflow/orders"
 	"github.com/idemflow/idemflow/starter"
 	"github.com/idemflow/idemflow/testenv"
 	"github.com/idemflow/idemflow/tickets"
@@ -94,33 +96,54 @@ func TestGivingUpSettlesTheRecord(t *testing.T) {
 	}
 }
 
-const historyFile = "testdata/create_ticket_history.json"
+// histories maps each recorded history to the workflow it replays.
+var histories = map[string]any{
+	"testdata/create_ticket_history.json":    workflows.CreateTicket,
+	"testdata/create_order_history.json":     workflows.CreateOrder,
+	"testdata/transition_order_history.json": workflows.TransitionOrder,
+}
 
-// TestReplayRecordedHistory replays a history recorded from a real run
-// (go test ./workflows -run Replay -record re-records it). A change to
-// CreateTicket that would break running executions fails here.
+// TestReplayRecordedHistory replays histories recorded from real runs
+// (go test ./workflows -run Replay -record re-records them). A change to a
+// workflow that would break running executions fails here.
 func TestReplayRecordedHistory(t *testing.T) {
 	if *record {
-		recordHistory(t)
+		recordHistories(t)
 	}
-	r := worker.NewWorkflowReplayer()
-	r.RegisterWorkflow(workflows.CreateTicket)
-	if err := r.ReplayWorkflowHistoryFromJSONFile(nil, historyFile); err != nil {
-		t.Fatalf("replay %s: %v", historyFile, err)
+	for file, wf := range histories {
+		r := worker.NewWorkflowReplayer()
+		r.RegisterWorkflow(wf)
+		if err := r.ReplayWorkflowHistoryFromJSONFile(nil, file); err != nil {
+			t.Fatalf("replay %s: %v", file, err)
+		}
 	}
 }
 
-func recordHistory(t *testing.T) {
+func recordHistories(t *testing.T) {
 	s := testenv.NewStack(t, testenv.Options{})
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	in, err := starter.TicketIntent("acme", "replay-1", tickets.Request{CustomerID: "c-1", Title: "Recorded", Priority: "low"})
-	if err != nil {
+	st := &starter.Starter{Temporal: s.Temporal, Records: s.Records}
+	submit := func(in starter.Intent, err error) starter.Reply {
+		t.Helper()
+		if err != nil {
+			t.Fatal(err)
+		}
+		in.Wait = 10 * time.Second
+		reply, err := st.Submit(ctx, in)
+		if err != nil || !reply.Done {
+			t.Fatalf("submit %s: %+v %v", in.WorkflowID, reply, err)
+		}
+		return reply
+	}
+	submit(starter.TicketIntent("acme", "replay-1", tickets.Request{CustomerID: "c-1", Title: "Recorded", Priority: "low"}))
+	testenv.SaveHistory(t, s.Temporal, workflows.TicketWorkflowID("acme", "replay-1"), "", "testdata/create_ticket_history.json")
+	created := submit(starter.OrderIntent("acme", "replay-2", orders.CreateRequest{CustomerID: "c-1", Items: []orders.Item{{SKU: "SKU-MOUSE", Quantity: 1}}}))
+	testenv.SaveHistory(t, s.Temporal, workflows.OrderWorkflowID("acme", "replay-2"), "", "testdata/create_order_history.json")
+	var v orders.View
+	if err := json.Unmarshal(created.Outcome.Body, &v); err != nil {
 		t.Fatal(err)
 	}
-	in.Wait = 10 * time.Second
-	if _, err := (&starter.Starter{Temporal: s.Temporal, Records: s.Records}).Submit(ctx, in); err != nil {
-		t.Fatal(err)
-	}
-	testenv.SaveHistory(t, s.Temporal, in.WorkflowID, "", historyFile)
+	submit(starter.TransitionIntent("acme", "replay-3", v.OrderNo, orders.ActionPay, orders.TransitionRequest{PaymentRef: "psp-1"}))
+	testenv.SaveHistory(t, s.Temporal, workflows.TransitionWorkflowID(orders.ActionPay, "acme", "replay-3"), "", "testdata/transition_order_history.json")
 }

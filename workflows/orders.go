@@ -1,0 +1,36 @@
+package workflows
+
+import (
+	"github.com/idemflow/idemflow/idem"
+	"github.com/idemflow/idemflow/orders"
+	"go.temporal.io/sdk/workflow"
+)
+
+// OrderWorkflowID is the workflow ID of an order-create intent.
+func OrderWorkflowID(tenantID, key string) string {
+	return idem.WorkflowID(orders.ScopeCreate, tenantID, key)
+}
+
+// TransitionWorkflowID is the workflow ID of a pay, cancel, refund or
+// fulfill intent.
+func TransitionWorkflowID(action orders.Action, tenantID, key string) string {
+	return idem.WorkflowID(action.Scope(), tenantID, key)
+}
+
+// CreateOrder creates the order of one intent.
+func CreateOrder(ctx workflow.Context, in orders.CreateInput) (idem.Outcome, error) {
+	return runIntent(ctx, in.Intent, a.CreateOrder, in)
+}
+
+// TransitionOrder applies one pay, cancel, refund or fulfill intent.
+//
+// Each transition is its own short workflow under its own key, not an
+// update to a long-lived order workflow: it reuses the same start-or-attach
+// path as creation (one derived ID per key); an order workflow would have
+// to stay open until the last possible refund, for weeks; and the database
+// state machine, whose every UPDATE names the expected state, is the
+// arbiter between racing transitions either way, so serialising them
+// through one workflow would add latency and nothing to correctness.
+func TransitionOrder(ctx workflow.Context, in orders.TransitionInput) (idem.Outcome, error) {
+	return runIntent(ctx, in.Intent, a.TransitionOrder, in)
+}
