@@ -10,6 +10,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/idemflow/idemflow/demo"
 	"github.com/idemflow/idemflow/devserver"
 	"github.com/idemflow/idemflow/migrations"
 	"github.com/idemflow/idemflow/tenant"
@@ -22,9 +23,12 @@ const DemoTenant = "demo"
 func runDev(ctx context.Context, env *Env, args []string) error {
 	var c common
 	var sched scheduleFlags
+	var dm demoFlags
 	fs := flags("dev", env)
 	c.register(fs)
 	sched.register(fs)
+	dm.register(fs)
+	withDemo := fs.Bool("demo", false, "once the stack is up, run the demo agent and print its report")
 	httpAddr := fs.String("http-addr", envOr("IDEMFLOW_HTTP_ADDR", "127.0.0.1:8080"), "gateway listen address (env IDEMFLOW_HTTP_ADDR)")
 	temporalPort := fs.Int("temporal-port", envInt("IDEMFLOW_TEMPORAL_PORT", 7233), "embedded Temporal frontend port (env IDEMFLOW_TEMPORAL_PORT)")
 	uiPort := fs.Int("ui-port", envInt("IDEMFLOW_UI_PORT", 8233), "Temporal Web UI port (env IDEMFLOW_UI_PORT)")
@@ -114,7 +118,7 @@ func runDev(ctx context.Context, env *Env, args []string) error {
 
 	return serveHTTP(ctx, log, *httpAddr, d.gateway().Handler(), func(addr net.Addr) {
 		gw := "http://" + addr.String()
-		writeDevEnv(*dataDir, gw, ui.URL, tenantID, token)
+		writeDevEnv(*dataDir, gw, ui.URL, tenantID, token, c.databaseURL, c.namespace)
 		fmt.Fprintf(env.Stdout, `
 idemflow dev is up (Ctrl-C stops it; data in %s)
   gateway      %s
@@ -129,6 +133,21 @@ try it (run twice: the second answer is a replay):
     -H 'Idempotency-Key: demo-1' -H 'Content-Type: application/json' \
     -d '{"customer_id":"c-1","title":"Printer on fire","priority":"high"}'
 `, *dataDir, gw, tsrv.HostPort, c.namespace, ui.URL, c.namespace, tenantID, token, gw, token)
+		if *withDemo {
+			cfg := dm.cfg
+			cfg.BaseURL, cfg.Token, cfg.Tenant, cfg.DatabaseURL = gw, token, tenantID, c.databaseURL
+			cfg.UIURL, cfg.Namespace = ui.URL, c.namespace
+			cfg.StoreDir = filepath.Join(*dataDir, "demo-intents")
+			cfg.Out, cfg.Progress = env.Stdout, env.Stderr
+			go func() {
+				fmt.Fprintln(env.Stdout, "\nrunning the demo agent...")
+				if _, _, err := demo.Run(ctx, cfg); err != nil && ctx.Err() == nil {
+					log.Error("demo", "error", err)
+					return
+				}
+				fmt.Fprintln(env.Stdout, "\nThe stack keeps running; Ctrl-C stops it.")
+			}()
+		}
 	})
 }
 
@@ -159,8 +178,9 @@ func bootstrapTokens(ctx context.Context, d *deps, dataDir string) (token, tenan
 }
 
 // writeDevEnv leaves the running stack's coordinates for scripts (the demo).
-func writeDevEnv(dataDir, gateway, ui, tenantID, token string) {
-	content := fmt.Sprintf("IDEMFLOW_URL=%s\nIDEMFLOW_UI_URL=%s\nIDEMFLOW_TENANT=%s\nIDEMFLOW_TOKEN=%s\n", gateway, ui, tenantID, token)
+func writeDevEnv(dataDir, gateway, ui, tenantID, token, databaseURL, namespace string) {
+	content := fmt.Sprintf("IDEMFLOW_URL=%s\nIDEMFLOW_UI_URL=%s\nIDEMFLOW_TENANT=%s\nIDEMFLOW_TOKEN=%s\nDATABASE_URL=%s\nTEMPORAL_NAMESPACE=%s\n",
+		gateway, ui, tenantID, token, databaseURL, namespace)
 	_ = os.WriteFile(filepath.Join(dataDir, "dev.env"), []byte(content), 0o600)
 }
 

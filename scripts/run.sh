@@ -2,7 +2,8 @@
 # Runs the idemflow stack on this machine: embedded Temporal and its Web UI,
 # the worker and the HTTP gateway, with PostgreSQL from DATABASE_URL, a
 # local server, or a private one it starts (installing PostgreSQL first on a
-# fresh Debian/Ubuntu machine). Flags go to 'idemflow dev'.
+# fresh Debian/Ubuntu machine); then the demo agent plays the seed incident
+# against it (IDEMFLOW_DEMO=0 skips that). Flags go to 'idemflow dev'.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 . scripts/lib.sh
@@ -13,4 +14,6 @@ if [ -z "${DATABASE_URL:-}" ]; then
 fi
 echo "building idemflow (the first build compiles the Temporal server: several minutes)..." >&2
 build_idemflow
-exec bin/idemflow dev "$@"
+demo=--demo
+[ "${IDEMFLOW_DEMO:-1}" = 0 ] && demo=
+exec bin/idemflow dev $demo "$@"

@@ -1,0 +1,323 @@
+// Package client is the Go client agents use to call idemflow. Its one job
+// is the part a server cannot do: make the idempotency key once per
+// logical intent, persist it before the first call, and send that same key
+// on every retry, including after the agent restarts.
+package client
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"math/rand/v2"
+	"net/http"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/google/uuid"
+)
+
+// Result is an intent's final answer.
+type Result struct {
+	Status int             `json:"status"`
+	Body   json.RawMessage `json:"body"`
+	// Replayed: the server answered from an earlier execution.
+	Replayed bool `json:"replayed"`
+}
+
+// Attempt describes one HTTP attempt, for progress callbacks.
+type Attempt struct {
+	IntentID string
+	Key      string
+	N        int // 1-based
+	Status   int // 0 when no answer arrived
+	Err      error
+	Replayed bool
+	// Wait is the pause before the next attempt (0 after the last).
+	Wait time.Duration
+}
+
+// Client calls an idemflow gateway.
+type Client struct {
+	BaseURL string
+	Token   string
+	// Tenant is put into generated keys, to make them readable in logs
+	// and the Temporal UI; the server scopes keys by token regardless.
+	Tenant string
+	// Store keeps intents across restarts; NewIntent needs one, and Do
+	// records final answers in it.
+	Store IntentStore
+	HTTP  *http.Client
+	// AttemptTimeout bounds one HTTP attempt (default 10 s); the context
+	// bounds the whole call.
+	AttemptTimeout time.Duration
+	// Backoff: capped exponential with full jitter between Initial and Max.
+	Initial, Max time.Duration
+	// Wait is sent as Prefer: wait=N (seconds); 0 leaves the server default.
+	Wait time.Duration
+	// OnAttempt, if set, is called after every attempt.
+	OnAttempt func(Attempt)
+
+	// sleep is replaceable in tests, to observe delays without timing.
+	sleep func(ctx context.Context, d time.Duration) error
+	rand  func(n int64) int64
+}
+
+func (c *Client) defaults() {
+	if c.HTTP == nil {
+		c.HTTP = http.DefaultClient
+	}
+	if c.AttemptTimeout == 0 {
+		c.AttemptTimeout = 10 * time.Second
+	}
+	if c.Initial == 0 {
+		c.Initial = 200 * time.Millisecond
+	}
+	if c.Max == 0 {
+		c.Max = 5 * time.Second
+	}
+	if c.sleep == nil {
+		c.sleep = sleepCtx
+	}
+	if c.rand == nil {
+		c.rand = rand.Int64N
+	}
+}
+
+func sleepCtx(ctx context.Context, d time.Duration) error {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-t.C:
+		return nil
+	}
+}
+
+// NewKey makes a key "<kind>:<tenant>:<uuid>" (the seed design's
+// ticket:create:{tenant}:{uuid} shape).
+func (c *Client) NewKey(kind string) string {
+	tenant := c.Tenant
+	if tenant == "" {
+		tenant = "t"
+	}
+	return kind + ":" + tenant + ":" + uuid.NewString()
+}
+
+// NewIntent returns the intent stored under id, or creates one with a new
+// key and stores it before returning. Call it once per logical intent,
+// outside any retry loop; calling it again with the same id (after a
+// restart, say) resumes the same intent with the same key.
+func (c *Client) NewIntent(ctx context.Context, id, kind, method, path string, body any) (Intent, error) {
+	c.defaults()
+	if c.Store == nil {
+		return Intent{}, errors.New("client: NewIntent needs a Store, or the key would not survive a restart")
+	}
+	if in, err := c.Store.Load(ctx, id); err == nil {
+		return in, nil
+	} else if !errors.Is(err, ErrNoIntent) {
+		return Intent{}, err
+	}
+	raw, err := json.Marshal(body)
+	if err != nil {
+		return Intent{}, fmt.Errorf("intent %s: encode body: %w", id, err)
+	}
+	in := Intent{ID: id, Key: c.NewKey(kind), Method: method, Path: path, Body: raw, CreatedAt: time.Now().UTC()}
+	if err := c.Store.Save(ctx, in); err != nil {
+		return Intent{}, err
+	}
+	return in, nil
+}
+
+// Do sends the intent until it has a final answer, a non-retryable error,
+// or ctx ends. Every attempt carries the intent's key. It retries
+// timeouts, connection errors, 409 in-progress (after Retry-After), 202
+// (polling the operation), 429 and 5xx; it never retries 400, 401, 404,
+// 413 or 422, which come back as typed errors.
+func (c *Client) Do(ctx context.Context, in Intent) (Result, error) {
+	c.defaults()
+	if in.Result != nil {
+		return *in.Result, nil
+	}
+	var res Result
+	var err error
+	for n := 1; ; n++ {
+		var wait time.Duration
+		res, wait, err = c.attempt(ctx, in, n)
+		final := err == nil || !isRetryable(err)
+		if !final {
+			if wait == 0 {
+				wait = c.backoff(n)
+			}
+			if dl, ok := ctx.Deadline(); ok && time.Until(dl) < wait {
+				final = true
+			}
+		}
+		if final {
+			wait = 0
+		}
+		if c.OnAttempt != nil {
+			c.OnAttempt(Attempt{IntentID: in.ID, Key: in.Key, N: n, Status: res.Status, Err: err, Replayed: res.Replayed, Wait: wait})
+		}
+		if final {
+			break
+		}
+		if serr := c.sleep(ctx, wait); serr != nil {
+			return Result{}, fmt.Errorf("intent %s: gave up after %d attempts: %w (last: %w)", in.ID, n, serr, err)
+		}
+	}
+	if err != nil {
+		if isRetryable(err) {
+			return Result{}, fmt.Errorf("intent %s: %w before a final answer (last: %v)", in.ID, context.DeadlineExceeded, err)
+		}
+		return Result{}, err
+	}
+	if c.Store != nil && in.ID != "" {
+		in.Result = &res
+		if serr := c.Store.Save(ctx, in); serr != nil {
+			return res, serr
+		}
+	}
+	return res, nil
+}
+
+// backoff is capped exponential backoff with full jitter: a random pause
+// in [0, min(Max, Initial*2^(n-1))], so that agents retrying together
+// spread out.
+func (c *Client) backoff(n int) time.Duration {
+	ceil := c.Initial << min(n-1, 20)
+	if ceil > c.Max || ceil <= 0 {
+		ceil = c.Max
+	}
+	return time.Duration(c.rand(int64(ceil) + 1))
+}
+
+// errRetryable marks failures another attempt may fix.
+type retryableError struct{ err error }
+
+func (e retryableError) Error() string { return e.err.Error() }
+func (e retryableError) Unwrap() error { return e.err }
+
+func isRetryable(err error) bool {
+	var r retryableError
+	return errors.As(err, &r)
+}
+
+// attempt makes one call; wait is a server-requested delay (Retry-After).
+func (c *Client) attempt(ctx context.Context, in Intent, n int) (Result, time.Duration, error) {
+	actx, cancel := context.WithTimeout(ctx, c.AttemptTimeout)
+	defer cancel()
+	resp, body, err := c.send(actx, in.Method, in.Path, in.Key, in.Body)
+	if err != nil {
+		if ctx.Err() != nil {
+			return Result{}, 0, ctx.Err()
+		}
+		// A timeout is not a failure: the first call may have succeeded.
+		return Result{}, 0, retryableError{fmt.Errorf("attempt %d: %w", n, err)}
+	}
+	res := Result{Status: resp.StatusCode, Body: body, Replayed: resp.Header.Get("Idempotent-Replayed") == "true"}
+	retryAfter := parseRetryAfter(resp.Header.Get("Retry-After"))
+	switch {
+	case resp.StatusCode == http.StatusAccepted:
+		out, err := c.poll(ctx, resp.Header.Get("Location"))
+		if err != nil {
+			return res, 0, err
+		}
+		return out, 0, nil
+	case resp.StatusCode < 300:
+		return res, 0, nil
+	case resp.StatusCode == http.StatusConflict && problemType(body) == "/problems/request-in-progress",
+		resp.StatusCode == http.StatusTooManyRequests, resp.StatusCode >= 500:
+		return res, retryAfter, retryableError{problemError(resp.StatusCode, body)}
+	}
+	return res, 0, problemError(resp.StatusCode, body)
+}
+
+// poll follows a 202's Location until the operation is done.
+func (c *Client) poll(ctx context.Context, location string) (Result, error) {
+	for n := 1; ; n++ {
+		actx, cancel := context.WithTimeout(ctx, c.AttemptTimeout)
+		resp, body, err := c.send(actx, http.MethodGet, location, "", nil)
+		cancel()
+		if err == nil && resp.StatusCode == http.StatusOK {
+			var op struct {
+				Status       string          `json:"status"`
+				ResultStatus int             `json:"result_status"`
+				Result       json.RawMessage `json:"result"`
+			}
+			if json.Unmarshal(body, &op) == nil && op.Status != "processing" {
+				res := Result{Status: op.ResultStatus, Body: op.Result, Replayed: true}
+				if op.ResultStatus >= 400 {
+					return res, problemError(op.ResultStatus, op.Result)
+				}
+				return res, nil
+			}
+		} else if ctx.Err() != nil {
+			return Result{}, ctx.Err()
+		} else if err == nil && resp.StatusCode < 500 && resp.StatusCode != http.StatusTooManyRequests {
+			return Result{}, problemError(resp.StatusCode, body)
+		}
+		wait := c.backoff(n)
+		if err == nil {
+			if ra := parseRetryAfter(resp.Header.Get("Retry-After")); ra > 0 {
+				wait = ra
+			}
+		}
+		if err := c.sleep(ctx, wait); err != nil {
+			return Result{}, err
+		}
+	}
+}
+
+func (c *Client) send(ctx context.Context, method, path, key string, body []byte) (*http.Response, []byte, error) {
+	var rd io.Reader
+	if body != nil {
+		rd = bytes.NewReader(body)
+	}
+	req, err := http.NewRequestWithContext(ctx, method, strings.TrimRight(c.BaseURL, "/")+path, rd)
+	if err != nil {
+		return nil, nil, err
+	}
+	req.Header.Set("Authorization", "Bearer "+c.Token)
+	if key != "" {
+		req.Header.Set("Idempotency-Key", key)
+	}
+	if body != nil {
+		req.Header.Set("Content-Type", "application/json")
+	}
+	if c.Wait > 0 {
+		req.Header.Set("Prefer", "wait="+strconv.Itoa(int(c.Wait/time.Second)))
+	}
+	resp, err := c.HTTP.Do(req)
+	if err != nil {
+		return nil, nil, err
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(io.LimitReader(resp.Body, 4<<20))
+	if err != nil {
+		return nil, nil, err
+	}
+	return resp, b, nil
+}
+
+func parseRetryAfter(v string) time.Duration {
+	if v == "" {
+		return 0
+	}
+	if n, err := strconv.Atoi(strings.TrimSpace(v)); err == nil && n >= 0 {
+		return time.Duration(n) * time.Second
+	}
+	if t, err := http.ParseTime(v); err == nil {
+		return max(time.Until(t), 0)
+	}
+	return 0
+}
+
+// Get reads a resource (GET path); it retries like Do.
+func (c *Client) Get(ctx context.Context, path string) (Result, error) {
+	return c.Do(ctx, Intent{Method: http.MethodGet, Path: path})
+}

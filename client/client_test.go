@@ -1,0 +1,280 @@
+package client
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/idemflow/idemflow/testenv"
+	"github.com/jackc/pgx/v5/pgxpool"
+)
+
+// script is a gateway stand-in that answers each attempt from a list and
+// records the key of every request. (The real gateway is exercised by the
+// MCP and demo tests; the retry table needs answers on demand.)
+type script struct {
+	mu      sync.Mutex
+	answers []func(w http.ResponseWriter, r *http.Request)
+	keys    []string
+	paths   []string
+}
+
+func (s *script) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	s.mu.Lock()
+	s.keys = append(s.keys, r.Header.Get("Idempotency-Key"))
+	s.paths = append(s.paths, r.Method+" "+r.URL.Path)
+	n := len(s.keys) - 1
+	s.mu.Unlock()
+	if n >= len(s.answers) {
+		n = len(s.answers) - 1
+	}
+	s.answers[n](w, r)
+}
+
+func status(code int, problemType string, header ...string) func(http.ResponseWriter, *http.Request) {
+	return func(w http.ResponseWriter, _ *http.Request) {
+		for i := 0; i+1 < len(header); i += 2 {
+			w.Header().Set(header[i], header[i+1])
+		}
+		if code >= 400 {
+			w.Header().Set("Content-Type", "application/problem+json")
+			w.WriteHeader(code)
+			fmt.Fprintf(w, `{"type":%q,"title":"t","status":%d,"detail":"d","code":"out-of-stock","current_state":"PAID"}`, problemType, code)
+			return
+		}
+		w.WriteHeader(code)
+		fmt.Fprint(w, `{"ticket_id":"t-1"}`)
+	}
+}
+
+var created = status(201, "", "Idempotent-Replayed", "false")
+
+// hang answers after the client gave up on the attempt: a lost answer.
+// The body is read first: only then can the server notice the client
+// hanging up (as the real gateway, which reads bodies whole, does).
+func hang(w http.ResponseWriter, r *http.Request) {
+	_, _ = io.Copy(io.Discard, r.Body)
+	select {
+	case <-r.Context().Done():
+	case <-time.After(5 * time.Second):
+	}
+}
+
+type sleeps struct {
+	mu sync.Mutex
+	d  []time.Duration
+}
+
+func (s *sleeps) sleep(ctx context.Context, d time.Duration) error {
+	s.mu.Lock()
+	s.d = append(s.d, d)
+	s.mu.Unlock()
+	return ctx.Err()
+}
+
+func newClient(t *testing.T, srv *script) (*Client, *sleeps) {
+	hs := httptest.NewServer(srv)
+	t.Cleanup(hs.Close)
+	sl := &sleeps{}
+	return &Client{BaseURL: hs.URL, Token: "tok", Store: &MemoryStore{}, AttemptTimeout: 200 * time.Millisecond, sleep: sl.sleep}, sl
+}
+
+func TestRetryTable(t *testing.T) {
+	retryable := map[string]func(http.ResponseWriter, *http.Request){
+		"timeout":     hang,
+		"409 running": status(409, "/problems/request-in-progress", "Retry-After", "1"),
+		"429":         status(429, "/problems/slow-down"),
+		"503":         status(503, "/problems/service-unavailable", "Retry-After", "2"),
+		"500":         status(500, "/problems/execution-failed"),
+	}
+	for name, first := range retryable {
+		t.Run("retries "+name, func(t *testing.T) {
+			srv := &script{answers: []func(http.ResponseWriter, *http.Request){first, created}}
+			c, _ := newClient(t, srv)
+			in, err := c.NewIntent(context.Background(), "i", "ticket", http.MethodPost, "/v1/tickets", map[string]string{"title": "x"})
+			if err != nil {
+				t.Fatal(err)
+			}
+			res, err := c.Do(context.Background(), in)
+			if err != nil || res.Status != 201 {
+				t.Fatalf("%v %+v", err, res)
+			}
+			if len(srv.keys) != 2 || srv.keys[0] != in.Key || srv.keys[1] != in.Key {
+				t.Fatalf("keys sent %v, want %q twice", srv.keys, in.Key)
+			}
+		})
+	}
+	final := map[string]struct {
+		answer func(http.ResponseWriter, *http.Request)
+		is     error
+	}{
+		"400":                {status(400, "/problems/invalid-request"), ErrInvalidRequest},
+		"401":                {status(401, "/problems/unauthorized"), ErrUnauthorized},
+		"404":                {status(404, "/problems/not-found"), ErrNotFound},
+		"413":                {status(413, "/problems/body-too-large"), ErrTooLarge},
+		"422 key reused":     {status(422, "/problems/idempotency-key-reused"), ErrKeyReused},
+		"422 out of stock":   {status(422, "/problems/out-of-stock"), ErrRejected},
+		"409 bad transition": {status(409, "/problems/invalid-transition"), ErrRejected},
+	}
+	for name, tc := range final {
+		t.Run("does not retry "+name, func(t *testing.T) {
+			srv := &script{answers: []func(http.ResponseWriter, *http.Request){tc.answer, created}}
+			c, _ := newClient(t, srv)
+			_, err := c.Do(context.Background(), Intent{ID: "i", Key: "k", Method: http.MethodPost, Path: "/v1/tickets", Body: []byte(`{}`)})
+			if !errors.Is(err, tc.is) || len(srv.keys) != 1 {
+				t.Fatalf("err %v after %d attempts, want %v after 1", err, len(srv.keys), tc.is)
+			}
+		})
+	}
+	var rej *RejectedError
+	srv := &script{answers: []func(http.ResponseWriter, *http.Request){status(409, "/problems/invalid-transition")}}
+	c, _ := newClient(t, srv)
+	_, err := c.Do(context.Background(), Intent{Key: "k", Method: http.MethodPost, Path: "/x", Body: []byte(`{}`)})
+	if !errors.As(err, &rej) || rej.Code != "out-of-stock" || rej.CurrentState != "PAID" {
+		t.Fatalf("rejection details: %v", err)
+	}
+}
+
+func TestRetryAfterIsHonouredAndBackoffIsCappedWithJitter(t *testing.T) {
+	srv := &script{answers: []func(http.ResponseWriter, *http.Request){
+		status(409, "/problems/request-in-progress", "Retry-After", "3"),
+		status(503, "/problems/service-unavailable"),
+		status(503, "/problems/service-unavailable"),
+		status(503, "/problems/service-unavailable"),
+		created,
+	}}
+	c, sl := newClient(t, srv)
+	c.Initial, c.Max = 100*time.Millisecond, 250*time.Millisecond
+	var seen []Attempt
+	c.OnAttempt = func(a Attempt) { seen = append(seen, a) }
+	if _, err := c.Do(context.Background(), Intent{Key: "k", Method: http.MethodPost, Path: "/x", Body: []byte(`{}`)}); err != nil {
+		t.Fatal(err)
+	}
+	if len(sl.d) != 4 || sl.d[0] != 3*time.Second {
+		t.Fatalf("sleeps %v: want Retry-After's 3s first", sl.d)
+	}
+	for i, d := range sl.d[1:] {
+		if ceil := min(100*time.Millisecond<<(i+1), 250*time.Millisecond); d < 0 || d > ceil {
+			t.Fatalf("backoff %d = %v, outside [0, %v]", i+2, d, ceil)
+		}
+	}
+	if len(seen) != 5 || seen[0].Status != 409 || seen[4].Status != 201 || seen[4].Wait != 0 {
+		t.Fatalf("progress callbacks %+v", seen)
+	}
+}
+
+func TestAcceptedIsPolledUntilDone(t *testing.T) {
+	srv := &script{answers: []func(http.ResponseWriter, *http.Request){
+		status(202, "", "Location", "/v1/operations/op-1", "Retry-After", "1"),
+		func(w http.ResponseWriter, _ *http.Request) { fmt.Fprint(w, `{"status":"processing"}`) },
+		func(w http.ResponseWriter, _ *http.Request) {
+			fmt.Fprint(w, `{"status":"succeeded","result_status":201,"result":{"ticket_id":"t-9"}}`)
+		},
+	}}
+	c, _ := newClient(t, srv)
+	res, err := c.Do(context.Background(), Intent{Key: "k", Method: http.MethodPost, Path: "/v1/tickets", Body: []byte(`{}`)})
+	if err != nil || res.Status != 201 || string(res.Body) != `{"ticket_id":"t-9"}` {
+		t.Fatalf("%v %+v", err, res)
+	}
+	if srv.paths[1] != "GET /v1/operations/op-1" || srv.paths[2] != "GET /v1/operations/op-1" {
+		t.Fatalf("requests %v", srv.paths)
+	}
+}
+
+func TestDeadlineEndsTheRetries(t *testing.T) {
+	srv := &script{answers: []func(http.ResponseWriter, *http.Request){status(503, "/problems/service-unavailable")}}
+	c, _ := newClient(t, srv)
+	c.sleep = sleepCtx
+	c.Initial, c.Max = 5*time.Millisecond, 20*time.Millisecond
+	ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
+	defer cancel()
+	_, err := c.Do(ctx, Intent{Key: "k", Method: http.MethodPost, Path: "/x", Body: []byte(`{}`)})
+	if !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("want a deadline error, got %v", err)
+	}
+	srv.mu.Lock()
+	n := len(srv.keys)
+	srv.mu.Unlock()
+	if n < 2 {
+		t.Fatalf("only %d attempts before the deadline", n)
+	}
+	time.Sleep(50 * time.Millisecond)
+	srv.mu.Lock()
+	defer srv.mu.Unlock()
+	if len(srv.keys) != n {
+		t.Fatal("attempts continued after Do returned")
+	}
+}
+
+func testRestart(t *testing.T, store func() IntentStore) {
+	ctx := context.Background()
+	srv := &script{answers: []func(http.ResponseWriter, *http.Request){hang, created}}
+	hs := httptest.NewServer(srv)
+	defer hs.Close()
+	// First process: makes the intent, tries once, and "crashes".
+	c1 := &Client{BaseURL: hs.URL, Token: "tok", Store: store(), AttemptTimeout: 100 * time.Millisecond}
+	in1, err := c1.NewIntent(ctx, "step-7", "ticket", http.MethodPost, "/v1/tickets", map[string]string{"title": "x"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	short, cancel := context.WithTimeout(ctx, 150*time.Millisecond)
+	_, _ = c1.Do(short, in1)
+	cancel()
+	// Second process: a new client over the same store resumes the intent.
+	c2 := &Client{BaseURL: hs.URL, Token: "tok", Store: store()}
+	in2, err := c2.NewIntent(ctx, "step-7", "ticket", http.MethodPost, "/v1/tickets", map[string]string{"title": "x"})
+	if err != nil || in2.Key != in1.Key {
+		t.Fatalf("resumed key %q, want %q (%v)", in2.Key, in1.Key, err)
+	}
+	if _, err := c2.Do(ctx, in2); err != nil {
+		t.Fatal(err)
+	}
+	for _, k := range srv.keys {
+		if k != in1.Key {
+			t.Fatalf("a retry after the restart sent key %q, want %q", k, in1.Key)
+		}
+	}
+	// The answer is stored too: resuming a finished intent needs no call.
+	in3, _ := c2.Store.Load(ctx, "step-7")
+	if in3.Result == nil || in3.Result.Status != 201 {
+		t.Fatalf("stored result %+v", in3.Result)
+	}
+}
+
+func TestKeySurvivesRestartWithFileStore(t *testing.T) {
+	dir := t.TempDir()
+	testRestart(t, func() IntentStore { return FileStore{Dir: dir} })
+}
+
+func TestKeySurvivesRestartWithPGStore(t *testing.T) {
+	_, dbURL := testenv.Pool(t)
+	testRestart(t, func() IntentStore {
+		pool, err := pgxpool.New(context.Background(), dbURL)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(pool.Close)
+		s, err := NewPGStore(context.Background(), pool)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return s
+	})
+}
+
+func TestNewIntentNeedsADurableStore(t *testing.T) {
+	c := &Client{BaseURL: "http://x"}
+	if _, err := c.NewIntent(context.Background(), "i", "k", "POST", "/x", nil); err == nil {
+		t.Fatal("NewIntent without a store must fail: the key would not survive a restart")
+	}
+	k := (&Client{Tenant: "acme"}).NewKey("ticket:create")
+	if len(k) < len("ticket:create:acme:")+36 || k[:len("ticket:create:acme:")] != "ticket:create:acme:" {
+		t.Fatalf("key %q", k)
+	}
+}

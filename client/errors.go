@@ -1,0 +1,98 @@
+package client
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strings"
+)
+
+// Sentinels for the answers no retry can change; test with errors.Is.
+var (
+	// ErrKeyReused: the key was used before with other parameters (422).
+	ErrKeyReused = errors.New("idempotency key reused with different parameters")
+	// ErrInvalidRequest: the request can never succeed as sent (400).
+	ErrInvalidRequest = errors.New("invalid request")
+	// ErrUnauthorized: the token is missing, unknown or revoked (401).
+	ErrUnauthorized = errors.New("unauthorized")
+	// ErrTooLarge: the body is over the server's limit (413).
+	ErrTooLarge = errors.New("request body too large")
+	// ErrNotFound: no such resource for this tenant (404).
+	ErrNotFound = errors.New("not found")
+	// ErrRejected: a business rule said no (out of stock, bad coupon,
+	// invalid transition); see *RejectedError for which.
+	ErrRejected = errors.New("rejected")
+)
+
+// Problem is an RFC 9457 problem details body.
+type Problem struct {
+	Type         string `json:"type"`
+	Title        string `json:"title"`
+	Status       int    `json:"status"`
+	Detail       string `json:"detail"`
+	Code         string `json:"code,omitempty"`
+	CurrentState string `json:"current_state,omitempty"`
+	OperationID  string `json:"operation_id,omitempty"`
+	Errors       []struct {
+		Field  string `json:"field"`
+		Reason string `json:"reason"`
+	} `json:"errors,omitempty"`
+}
+
+// ProblemError is an error answer; it unwraps to one of the sentinels.
+type ProblemError struct {
+	Status  int
+	Problem Problem
+	kind    error
+}
+
+func (e *ProblemError) Error() string {
+	if e.Problem.Detail != "" {
+		return fmt.Sprintf("%d %s: %s", e.Status, e.Problem.Type, e.Problem.Detail)
+	}
+	return fmt.Sprintf("HTTP %d", e.Status)
+}
+
+// Unwrap returns the sentinel for the status, if any.
+func (e *ProblemError) Unwrap() error { return e.kind }
+
+// RejectedError is a business rejection, with the rule that said no.
+type RejectedError struct {
+	ProblemError
+	// Code: "out-of-stock", "invalid-coupon", "invalid-transition", ...
+	Code string
+	// CurrentState is set for invalid-transition.
+	CurrentState string
+}
+
+func problemType(body []byte) string {
+	var p Problem
+	_ = json.Unmarshal(body, &p)
+	return p.Type
+}
+
+func problemError(status int, body []byte) error {
+	var p Problem
+	_ = json.Unmarshal(body, &p)
+	pe := ProblemError{Status: status, Problem: p}
+	switch {
+	case status == 400:
+		pe.kind = ErrInvalidRequest
+	case status == 401:
+		pe.kind = ErrUnauthorized
+	case status == 404:
+		pe.kind = ErrNotFound
+	case status == 413:
+		pe.kind = ErrTooLarge
+	case p.Type == "/problems/idempotency-key-reused":
+		pe.kind = ErrKeyReused
+	case status == 422 || (status == 409 && p.Type == "/problems/invalid-transition"):
+		pe.kind = ErrRejected
+		code := p.Code
+		if code == "" {
+			code = strings.TrimPrefix(p.Type, "/problems/")
+		}
+		return &RejectedError{ProblemError: pe, Code: code, CurrentState: p.CurrentState}
+	}
+	return &pe
+}

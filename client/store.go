@@ -1,0 +1,195 @@
+package client
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/url"
+	"os"
+	"path/filepath"
+	"sync"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+)
+
+// Intent is one logical operation an agent wants done exactly once. Its
+// Key is made once, stored before the first call, and sent on every retry,
+// including retries after the agent restarts.
+type Intent struct {
+	// ID is the agent's own name for the intent (a tool call ID, a task
+	// step): resuming by ID finds the stored key.
+	ID     string          `json:"id"`
+	Key    string          `json:"key"`
+	Method string          `json:"method"`
+	Path   string          `json:"path"`
+	Body   json.RawMessage `json:"body,omitempty"`
+	// Result is set once the intent has its final answer.
+	Result    *Result   `json:"result,omitempty"`
+	CreatedAt time.Time `json:"created_at"`
+}
+
+// ErrNoIntent: the store has no intent with that ID.
+var ErrNoIntent = errors.New("no such intent")
+
+// IntentStore keeps intents across agent restarts. Save must be durable
+// when it returns: the key is only safe to send once it cannot be lost.
+type IntentStore interface {
+	Load(ctx context.Context, id string) (Intent, error)
+	Save(ctx context.Context, in Intent) error
+	Delete(ctx context.Context, id string) error
+}
+
+// MemoryStore keeps intents in memory: for tests and one-shot scripts
+// only, since a restart loses the keys.
+type MemoryStore struct {
+	mu sync.Mutex
+	m  map[string]Intent
+}
+
+// Load implements IntentStore.
+func (s *MemoryStore) Load(_ context.Context, id string) (Intent, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	in, ok := s.m[id]
+	if !ok {
+		return Intent{}, ErrNoIntent
+	}
+	return in, nil
+}
+
+// Save implements IntentStore.
+func (s *MemoryStore) Save(_ context.Context, in Intent) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.m == nil {
+		s.m = map[string]Intent{}
+	}
+	s.m[in.ID] = in
+	return nil
+}
+
+// Delete implements IntentStore.
+func (s *MemoryStore) Delete(_ context.Context, id string) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	delete(s.m, id)
+	return nil
+}
+
+// FileStore keeps one JSON file per intent in a directory, written to a
+// temporary file, synced and renamed, so a crash leaves the old file or
+// the new one, never half of one.
+type FileStore struct {
+	Dir string
+}
+
+func (s FileStore) path(id string) string {
+	// IDs are the agent's: escaped, they can neither name another path
+	// nor collide with each other.
+	return filepath.Join(s.Dir, url.PathEscape(id)+".json")
+}
+
+// Load implements IntentStore.
+func (s FileStore) Load(_ context.Context, id string) (Intent, error) {
+	b, err := os.ReadFile(s.path(id))
+	if errors.Is(err, os.ErrNotExist) {
+		return Intent{}, ErrNoIntent
+	}
+	if err != nil {
+		return Intent{}, fmt.Errorf("load intent %s: %w", id, err)
+	}
+	var in Intent
+	if err := json.Unmarshal(b, &in); err != nil {
+		return Intent{}, fmt.Errorf("load intent %s: %w", id, err)
+	}
+	return in, nil
+}
+
+// Save implements IntentStore.
+func (s FileStore) Save(_ context.Context, in Intent) error {
+	if err := os.MkdirAll(s.Dir, 0o700); err != nil {
+		return fmt.Errorf("save intent: %w", err)
+	}
+	b, err := json.Marshal(in)
+	if err != nil {
+		return fmt.Errorf("save intent: %w", err)
+	}
+	f, err := os.CreateTemp(s.Dir, ".intent-*")
+	if err != nil {
+		return fmt.Errorf("save intent: %w", err)
+	}
+	defer os.Remove(f.Name())
+	if _, err := f.Write(b); err != nil {
+		f.Close()
+		return fmt.Errorf("save intent: %w", err)
+	}
+	if err := f.Sync(); err != nil {
+		f.Close()
+		return fmt.Errorf("save intent: %w", err)
+	}
+	if err := f.Close(); err != nil {
+		return fmt.Errorf("save intent: %w", err)
+	}
+	if err := os.Rename(f.Name(), s.path(in.ID)); err != nil {
+		return fmt.Errorf("save intent: %w", err)
+	}
+	return nil
+}
+
+// Delete implements IntentStore.
+func (s FileStore) Delete(_ context.Context, id string) error {
+	if err := os.Remove(s.path(id)); err != nil && !errors.Is(err, os.ErrNotExist) {
+		return fmt.Errorf("delete intent %s: %w", id, err)
+	}
+	return nil
+}
+
+// PGStore keeps intents in the agent's PostgreSQL, in table agent_intent,
+// which it owns and creates.
+type PGStore struct {
+	db *pgxpool.Pool
+}
+
+// NewPGStore creates agent_intent if needed.
+func NewPGStore(ctx context.Context, db *pgxpool.Pool) (*PGStore, error) {
+	if _, err := db.Exec(ctx, `CREATE TABLE IF NOT EXISTS agent_intent (
+		id         text PRIMARY KEY,
+		intent     jsonb NOT NULL,
+		created_at timestamptz NOT NULL DEFAULT now())`); err != nil {
+		return nil, fmt.Errorf("create agent_intent: %w", err)
+	}
+	return &PGStore{db: db}, nil
+}
+
+// Load implements IntentStore.
+func (s *PGStore) Load(ctx context.Context, id string) (Intent, error) {
+	var in Intent
+	err := s.db.QueryRow(ctx, `SELECT intent FROM agent_intent WHERE id = $1`, id).Scan(&in)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return Intent{}, ErrNoIntent
+	}
+	if err != nil {
+		return Intent{}, fmt.Errorf("load intent %s: %w", id, err)
+	}
+	return in, nil
+}
+
+// Save implements IntentStore.
+func (s *PGStore) Save(ctx context.Context, in Intent) error {
+	if _, err := s.db.Exec(ctx, `INSERT INTO agent_intent (id, intent) VALUES ($1, $2)
+		ON CONFLICT (id) DO UPDATE SET intent = EXCLUDED.intent`, in.ID, in); err != nil {
+		return fmt.Errorf("save intent %s: %w", in.ID, err)
+	}
+	return nil
+}
+
+// Delete implements IntentStore.
+func (s *PGStore) Delete(ctx context.Context, id string) error {
+	if _, err := s.db.Exec(ctx, `DELETE FROM agent_intent WHERE id = $1`, id); err != nil {
+		return fmt.Errorf("delete intent %s: %w", id, err)
+	}
+	return nil
+}

@@ -1,0 +1,208 @@
+// Package mcpserver exposes idemflow as MCP tools. Every tool call goes
+// through the HTTP gateway with the Go client, so a model gets exactly the
+// guards and answers an HTTP agent gets.
+package mcpserver
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/http"
+	"net/url"
+	"time"
+
+	"github.com/idemflow/idemflow/client"
+	"github.com/modelcontextprotocol/go-sdk/auth"
+	"github.com/modelcontextprotocol/go-sdk/mcp"
+)
+
+// keyRule is repeated in every side-effecting tool's description: a model
+// reads descriptions, and the key is the part it must get right.
+const keyRule = " idempotency_key: make it ONCE for this intent (e.g. a UUID) before the first call, " +
+	"and send the SAME key with the SAME arguments on every retry (after a timeout, an error or a restart): " +
+	"the first result is then returned again, marked replayed, and the action happens at most once. " +
+	"Use a NEW key only for a NEW intent. Reusing a key with different arguments is refused (conflict)."
+
+// Config says where the gateway is.
+type Config struct {
+	BaseURL string
+	// Token is used when a request carries none (stdio).
+	Token string
+	// CallTimeout bounds one tool call, retries included.
+	CallTimeout time.Duration
+	HTTP        *http.Client
+}
+
+// Result is what a tool returns.
+type Result struct {
+	HTTPStatus int  `json:"http_status" jsonschema:"the gateway's HTTP status"`
+	Replayed   bool `json:"replayed" jsonschema:"true when this answer was stored by an earlier call with the same idempotency_key"`
+	// Result is the resource the gateway answered with.
+	Result map[string]any `json:"result" jsonschema:"the ticket, order or operation"`
+}
+
+// TicketArgs are create_ticket's arguments.
+type TicketArgs struct {
+	IdempotencyKey string `json:"idempotency_key" jsonschema:"the intent's key; see the tool description"`
+	CustomerID     string `json:"customer_id" jsonschema:"the customer the ticket is for"`
+	Title          string `json:"title" jsonschema:"1 to 200 characters"`
+	Description    string `json:"description,omitempty" jsonschema:"up to 10000 characters"`
+	Priority       string `json:"priority,omitempty" jsonschema:"low, normal (default), high or urgent"`
+}
+
+// OrderItem is one line of create_order.
+type OrderItem struct {
+	SKU      string `json:"sku" jsonschema:"product SKU"`
+	Quantity int    `json:"quantity" jsonschema:"1 to 1000"`
+}
+
+// OrderArgs are create_order's arguments. Prices are never sent: the
+// server computes them.
+type OrderArgs struct {
+	IdempotencyKey string      `json:"idempotency_key" jsonschema:"the intent's key; see the tool description"`
+	CustomerID     string      `json:"customer_id" jsonschema:"the customer ordering"`
+	Items          []OrderItem `json:"items" jsonschema:"1 to 50 lines, each SKU once"`
+	CouponCode     string      `json:"coupon_code,omitempty" jsonschema:"optional coupon"`
+}
+
+// PayArgs are pay_order's arguments.
+type PayArgs struct {
+	IdempotencyKey string `json:"idempotency_key" jsonschema:"the intent's key; see the tool description"`
+	OrderNo        string `json:"order_no" jsonschema:"the order to pay, as returned by create_order"`
+	PaymentRef     string `json:"payment_ref" jsonschema:"your reference for the payment"`
+}
+
+// CancelArgs are cancel_order's arguments.
+type CancelArgs struct {
+	IdempotencyKey string `json:"idempotency_key" jsonschema:"the intent's key; see the tool description"`
+	OrderNo        string `json:"order_no" jsonschema:"the order to cancel"`
+	Reason         string `json:"reason,omitempty" jsonschema:"optional note"`
+}
+
+// OperationArgs are get_operation's arguments.
+type OperationArgs struct {
+	OperationID string `json:"operation_id" jsonschema:"the operation ID from a 202 or 409 answer"`
+}
+
+// New returns an MCP server with idemflow's tools.
+func New(cfg Config) *mcp.Server {
+	if cfg.CallTimeout == 0 {
+		cfg.CallTimeout = 60 * time.Second
+	}
+	s := mcp.NewServer(&mcp.Implementation{Name: "idemflow", Version: "1.0.0"}, &mcp.ServerOptions{
+		Instructions: "idemflow creates support tickets and purchase orders exactly once. Every tool that changes something " +
+			"takes an idempotency_key: create it once per intent and reuse it, unchanged, on every retry.",
+	})
+	t := tools{cfg: cfg}
+	mcp.AddTool(s, &mcp.Tool{Name: "create_ticket", Description: "Create a support ticket." + keyRule}, t.createTicket)
+	mcp.AddTool(s, &mcp.Tool{Name: "create_order", Description: "Create a purchase order; the server prices it from its catalog." + keyRule}, t.createOrder)
+	mcp.AddTool(s, &mcp.Tool{Name: "pay_order", Description: "Pay a CREATED order; the payment is charged at most once." + keyRule}, t.payOrder)
+	mcp.AddTool(s, &mcp.Tool{Name: "cancel_order", Description: "Cancel a CREATED order and release its stock." + keyRule}, t.cancelOrder)
+	mcp.AddTool(s, &mcp.Tool{Name: "get_operation", Description: "Report an operation's status (processing, succeeded, failed) and, when done, its result. Read-only."}, t.getOperation)
+	return s
+}
+
+type tools struct{ cfg Config }
+
+func (t tools) client(req *mcp.CallToolRequest) *client.Client {
+	token := t.cfg.Token
+	if req != nil && req.Extra != nil && req.Extra.TokenInfo != nil {
+		if tok, ok := req.Extra.TokenInfo.Extra["token"].(string); ok && tok != "" {
+			token = tok
+		}
+	}
+	return &client.Client{BaseURL: t.cfg.BaseURL, Token: token, HTTP: t.cfg.HTTP}
+}
+
+func (t tools) call(ctx context.Context, req *mcp.CallToolRequest, key, path string, body any) (*mcp.CallToolResult, Result, error) {
+	raw, err := json.Marshal(body)
+	if err != nil {
+		return nil, Result{}, err
+	}
+	ctx, cancel := context.WithTimeout(ctx, t.cfg.CallTimeout)
+	defer cancel()
+	res, err := t.client(req).Do(ctx, client.Intent{Key: key, Method: http.MethodPost, Path: path, Body: raw})
+	if err != nil {
+		return nil, Result{}, explain(key, err)
+	}
+	return result(res)
+}
+
+func result(res client.Result) (*mcp.CallToolResult, Result, error) {
+	out := Result{HTTPStatus: res.Status, Replayed: res.Replayed}
+	if err := json.Unmarshal(res.Body, &out.Result); err != nil {
+		return nil, Result{}, fmt.Errorf("gateway answered %d with a body that is not a JSON object: %w", res.Status, err)
+	}
+	return nil, out, nil
+}
+
+// explain turns an error into words a model can act on.
+func explain(key string, err error) error {
+	var rej *client.RejectedError
+	switch {
+	case errors.Is(err, client.ErrKeyReused):
+		return fmt.Errorf("CONFLICT: idempotency_key %q was already used with different arguments, so nothing was done. "+
+			"If you are retrying, resend the original arguments; if this is a new intent, use a new key", key)
+	case errors.As(err, &rej):
+		msg := fmt.Sprintf("REJECTED (%s): %s. Nothing was changed", rej.Code, rej.Problem.Detail)
+		if rej.CurrentState != "" {
+			msg += "; the order is " + rej.CurrentState
+		}
+		return errors.New(msg)
+	case errors.Is(err, client.ErrInvalidRequest):
+		return fmt.Errorf("INVALID ARGUMENTS, nothing was recorded; fix them and call again with the same key: %w", err)
+	case errors.Is(err, context.DeadlineExceeded):
+		return fmt.Errorf("NO ANSWER YET: the request may still complete. Call again with the SAME idempotency_key %q and the same arguments; it cannot run twice: %w", key, err)
+	}
+	return err
+}
+
+func (t tools) createTicket(ctx context.Context, req *mcp.CallToolRequest, in TicketArgs) (*mcp.CallToolResult, Result, error) {
+	return t.call(ctx, req, in.IdempotencyKey, "/v1/tickets", map[string]any{
+		"customer_id": in.CustomerID, "title": in.Title, "description": in.Description, "priority": in.Priority,
+	})
+}
+
+func (t tools) createOrder(ctx context.Context, req *mcp.CallToolRequest, in OrderArgs) (*mcp.CallToolResult, Result, error) {
+	body := map[string]any{"customer_id": in.CustomerID, "items": in.Items}
+	if in.CouponCode != "" {
+		body["coupon_code"] = in.CouponCode
+	}
+	return t.call(ctx, req, in.IdempotencyKey, "/v1/orders", body)
+}
+
+func (t tools) payOrder(ctx context.Context, req *mcp.CallToolRequest, in PayArgs) (*mcp.CallToolResult, Result, error) {
+	return t.call(ctx, req, in.IdempotencyKey, "/v1/orders/"+url.PathEscape(in.OrderNo)+"/pay", map[string]any{"payment_ref": in.PaymentRef})
+}
+
+func (t tools) cancelOrder(ctx context.Context, req *mcp.CallToolRequest, in CancelArgs) (*mcp.CallToolResult, Result, error) {
+	body := map[string]any{}
+	if in.Reason != "" {
+		body["reason"] = in.Reason
+	}
+	return t.call(ctx, req, in.IdempotencyKey, "/v1/orders/"+url.PathEscape(in.OrderNo)+"/cancel", body)
+}
+
+func (t tools) getOperation(ctx context.Context, req *mcp.CallToolRequest, in OperationArgs) (*mcp.CallToolResult, Result, error) {
+	ctx, cancel := context.WithTimeout(ctx, t.cfg.CallTimeout)
+	defer cancel()
+	res, err := t.client(req).Get(ctx, "/v1/operations/"+url.PathEscape(in.OperationID))
+	if err != nil {
+		return nil, Result{}, err
+	}
+	return result(res)
+}
+
+// HTTPHandler serves the tools over MCP streamable HTTP. A request's
+// bearer token is passed on to the gateway, which decides the tenant.
+func HTTPHandler(cfg Config) http.Handler {
+	server := New(cfg)
+	h := mcp.NewStreamableHTTPHandler(func(*http.Request) *mcp.Server { return server }, nil)
+	verify := func(_ context.Context, token string, _ *http.Request) (*auth.TokenInfo, error) {
+		// The gateway checks the token on every call; here it is only
+		// carried, and bound to the session so no one else can use it.
+		return &auth.TokenInfo{UserID: token, Expiration: time.Now().Add(24 * time.Hour), Extra: map[string]any{"token": token}}, nil
+	}
+	return auth.RequireBearerToken(verify, nil)(h)
+}

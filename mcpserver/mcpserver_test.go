@@ -1,0 +1,169 @@
+package mcpserver_test
+
+import (
+	"context"
+	"encoding/json"
+	"net/http"
+	"net/http/httptest"
+	"reflect"
+	"sort"
+	"strings"
+	"testing"
+
+	"github.com/idemflow/idemflow/mcpserver"
+	"github.com/idemflow/idemflow/testenv"
+	"github.com/modelcontextprotocol/go-sdk/mcp"
+)
+
+func inMemory(t *testing.T, s *testenv.Stack) *mcp.ClientSession {
+	t.Helper()
+	server := mcpserver.New(mcpserver.Config{BaseURL: s.URL, Token: s.Tokens[testenv.TenantA]})
+	st, ct := mcp.NewInMemoryTransports()
+	ctx := context.Background()
+	ss, err := server.Connect(ctx, st, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = ss.Close() })
+	cs, err := mcp.NewClient(&mcp.Implementation{Name: "test-agent", Version: "1"}, nil).Connect(ctx, ct, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = cs.Close() })
+	return cs
+}
+
+type bearer struct {
+	token string
+	base  http.RoundTripper
+}
+
+func (b bearer) RoundTrip(r *http.Request) (*http.Response, error) {
+	r = r.Clone(r.Context())
+	r.Header.Set("Authorization", "Bearer "+b.token)
+	return b.base.RoundTrip(r)
+}
+
+func overHTTP(t *testing.T, s *testenv.Stack, token string) *mcp.ClientSession {
+	t.Helper()
+	hs := httptest.NewServer(mcpserver.HTTPHandler(mcpserver.Config{BaseURL: s.URL}))
+	t.Cleanup(hs.Close)
+	tr := &mcp.StreamableClientTransport{Endpoint: hs.URL, HTTPClient: &http.Client{Transport: bearer{token, http.DefaultTransport}}, DisableStandaloneSSE: true}
+	cs, err := mcp.NewClient(&mcp.Implementation{Name: "test-agent", Version: "1"}, nil).Connect(context.Background(), tr, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = cs.Close() })
+	return cs
+}
+
+func call(t *testing.T, cs *mcp.ClientSession, tool string, args map[string]any) (*mcp.CallToolResult, mcpserver.Result) {
+	t.Helper()
+	res, err := cs.CallTool(context.Background(), &mcp.CallToolParams{Name: tool, Arguments: args})
+	if err != nil {
+		t.Fatalf("%s: protocol error %v", tool, err)
+	}
+	var out mcpserver.Result
+	if !res.IsError {
+		b, _ := json.Marshal(res.StructuredContent)
+		if err := json.Unmarshal(b, &out); err != nil {
+			t.Fatalf("%s: structured content %s: %v", tool, b, err)
+		}
+	}
+	return res, out
+}
+
+func text(res *mcp.CallToolResult) string {
+	var parts []string
+	for _, c := range res.Content {
+		if tc, ok := c.(*mcp.TextContent); ok {
+			parts = append(parts, tc.Text)
+		}
+	}
+	return strings.Join(parts, " ")
+}
+
+var ticketArgs = map[string]any{"idempotency_key": "mcp-k1", "customer_id": "c-1", "title": "Model-made ticket", "priority": "high"}
+
+func exercise(t *testing.T, s *testenv.Stack, cs *mcp.ClientSession) {
+	tools, err := cs.ListTools(context.Background(), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var names []string
+	for _, tool := range tools.Tools {
+		names = append(names, tool.Name)
+		if tool.Name != "get_operation" {
+			schema, _ := json.Marshal(tool.InputSchema)
+			if !strings.Contains(string(schema), `"idempotency_key"`) || !strings.Contains(tool.Description, "SAME key") {
+				t.Errorf("%s must require and explain idempotency_key: %s / %s", tool.Name, schema, tool.Description)
+			}
+		}
+	}
+	sort.Strings(names)
+	if strings.Join(names, ",") != "cancel_order,create_order,create_ticket,get_operation,pay_order" {
+		t.Fatalf("tools %v", names)
+	}
+
+	first, a := call(t, cs, "create_ticket", ticketArgs)
+	second, b := call(t, cs, "create_ticket", ticketArgs)
+	if first.IsError || second.IsError || a.HTTPStatus != 201 || a.Replayed || !b.Replayed || !reflect.DeepEqual(a.Result, b.Result) {
+		t.Fatalf("create twice: %v %+v / %v %+v (%s)", first.IsError, a, second.IsError, b, text(first))
+	}
+	if n := testenv.Count(t, s.Pool, "ticket", ""); n != 1 {
+		t.Fatalf("%d tickets", n)
+	}
+	changed := map[string]any{}
+	for k, v := range ticketArgs {
+		changed[k] = v
+	}
+	changed["title"] = "Another title"
+	res, _ := call(t, cs, "create_ticket", changed)
+	if !res.IsError || !strings.Contains(text(res), "CONFLICT") || !strings.Contains(text(res), "mcp-k1") {
+		t.Fatalf("changed argument: error=%v %q", res.IsError, text(res))
+	}
+	if n := testenv.Count(t, s.Pool, "ticket", ""); n != 1 {
+		t.Fatalf("%d tickets after the conflict", n)
+	}
+
+	// Orders: create, pay, then a cancel from the wrong state names it.
+	res, o := call(t, cs, "create_order", map[string]any{"idempotency_key": "mcp-o1", "customer_id": "c-1", "items": []map[string]any{{"sku": "SKU-MOUSE", "quantity": 1}}})
+	if res.IsError {
+		t.Fatal(text(res))
+	}
+	var order struct {
+		OrderNo string `json:"order_no"`
+	}
+	order.OrderNo, _ = o.Result["order_no"].(string)
+	if res, _ = call(t, cs, "pay_order", map[string]any{"idempotency_key": "mcp-p1", "order_no": order.OrderNo, "payment_ref": "psp-1"}); res.IsError {
+		t.Fatal(text(res))
+	}
+	res, _ = call(t, cs, "cancel_order", map[string]any{"idempotency_key": "mcp-c1", "order_no": order.OrderNo})
+	if !res.IsError || !strings.Contains(text(res), "invalid-transition") || !strings.Contains(text(res), "PAID") {
+		t.Fatalf("cancel after pay: %q", text(res))
+	}
+	rec, err := s.Records.Get(context.Background(), testenv.TenantA, "mcp-k1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	res, op := call(t, cs, "get_operation", map[string]any{"operation_id": rec.ID.String()})
+	if res.IsError || op.Result["status"] != "succeeded" {
+		t.Fatalf("get_operation: %q %v", text(res), op.Result)
+	}
+}
+
+func TestMCPInMemory(t *testing.T) {
+	s := testenv.NewStack(t, testenv.Options{})
+	exercise(t, s, inMemory(t, s))
+}
+
+func TestMCPOverStreamableHTTP(t *testing.T) {
+	s := testenv.NewStack(t, testenv.Options{})
+	exercise(t, s, overHTTP(t, s, s.Tokens[testenv.TenantA]))
+	// The caller's own token decides the tenant: B sees nothing of A's.
+	cs := overHTTP(t, s, s.Tokens[testenv.TenantB])
+	_, out := call(t, cs, "create_ticket", ticketArgs)
+	if out.Replayed || out.HTTPStatus != 201 {
+		t.Fatalf("tenant B got a replay of tenant A's intent: %+v", out)
+	}
+}
