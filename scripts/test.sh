@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# Runs idemflow's whole test suite against a real PostgreSQL and the
-# embedded Temporal server. On a fresh machine it installs PostgreSQL
+# Runs idemflow's linters and whole test suite against a real PostgreSQL and
+# the embedded Temporal server. On a fresh machine it installs PostgreSQL
 # first; when no server is reachable on 127.0.0.1:5432 it starts a private
 # one in .idemflow-test/ and stops it afterwards.
 # Extra arguments go to 'go test' (e.g. scripts/test.sh -run Gateway -v).
@@ -24,10 +24,8 @@ if [ -z "${IDEMFLOW_TEST_DATABASE_URL:-}" ]; then
   fi
 fi
 
-echo "== gofmt, go vet" >&2
-unformatted=$(gofmt -l $(git ls-files '*.go' 2>/dev/null || find . -name '*.go' -not -path './.idemflow*'))
-[ -z "$unformatted" ] || die "gofmt would change: $unformatted"
-go vet ./...
+echo "== gofmt, go vet, staticcheck, workflowcheck" >&2
+bash scripts/lint.sh
 
 echo "== go test" >&2
 go test -count=1 -timeout 20m "$@" ./...

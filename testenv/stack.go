@@ -53,10 +53,16 @@ type Options struct {
 }
 
 // NewStack starts a Stack; everything stops when the test ends.
-func NewStack(t *testing.T, opts Options) *Stack {
+func NewStack(t testing.TB, opts Options) *Stack {
 	t.Helper()
 	pool, dbURL := Pool(t)
-	ts := temporaltest.NewServer(temporaltest.WithT(t))
+	var ts *temporaltest.TestServer
+	if tt, ok := t.(*testing.T); ok {
+		ts = temporaltest.NewServer(temporaltest.WithT(tt))
+	} else {
+		ts = temporaltest.NewServer()
+		t.Cleanup(ts.Stop)
+	}
 	logger := slog.New(slog.NewTextHandler(io.Discard, nil))
 	if testing.Verbose() {
 		logger = slog.New(slog.NewTextHandler(testWriter{t}, &slog.HandlerOptions{Level: slog.LevelWarn}))

@@ -1,0 +1,14 @@
+#!/usr/bin/env bash
+# gofmt, go vet, staticcheck and Temporal's workflowcheck (determinism of
+# workflow code). The two analysers run from their own modules, pinned, so
+# they never change idemflow's dependency versions.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+. scripts/lib.sh
+need_go
+unformatted=$(gofmt -l $(git ls-files '*.go' 2>/dev/null || find . -name '*.go' -not -path './.idemflow*'))
+[ -z "$unformatted" ] || die "gofmt would change: $unformatted"
+go vet ./...
+go run honnef.co/go/tools/cmd/staticcheck@v0.8.2 ./...
+go run go.temporal.io/sdk/contrib/tools/workflowcheck@v0.6.0 ./...
+echo "lint: clean" >&2

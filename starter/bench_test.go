@@ -1,0 +1,66 @@
+package starter_test
+
+import (
+	"fmt"
+	"sync/atomic"
+	"testing"
+
+	"github.com/idemflow/idemflow/testenv"
+)
+
+// BenchmarkFirstTicket: a new intent each time, through HTTP, PostgreSQL
+// and a Temporal workflow.
+func BenchmarkFirstTicket(b *testing.B) {
+	s := testenv.NewStack(b, testenv.Options{})
+	b.ReportAllocs()
+	for i := 0; b.Loop(); i++ {
+		if r := ticket(s, testenv.TenantA, fmt.Sprintf("bench-first-%d", i), ticketBody); r.Status != 201 {
+			b.Fatalf("%d %s", r.Status, r.Body)
+		}
+	}
+}
+
+// BenchmarkReplay: the same intent again, answered from the record
+// without a Temporal round trip.
+func BenchmarkReplay(b *testing.B) {
+	s := testenv.NewStack(b, testenv.Options{})
+	if r := ticket(s, testenv.TenantA, "bench-replay", ticketBody); r.Status != 201 {
+		b.Fatalf("%d %s", r.Status, r.Body)
+	}
+	b.ReportAllocs()
+	for b.Loop() {
+		if r := ticket(s, testenv.TenantA, "bench-replay", ticketBody); r.Status != 201 || r.Header.Get("Idempotent-Replayed") != "true" {
+			b.Fatalf("%d %s", r.Status, r.Body)
+		}
+	}
+}
+
+// BenchmarkReplayParallel: replays from concurrent agents.
+func BenchmarkReplayParallel(b *testing.B) {
+	s := testenv.NewStack(b, testenv.Options{})
+	if r := ticket(s, testenv.TenantA, "bench-par", ticketBody); r.Status != 201 {
+		b.Fatalf("%d %s", r.Status, r.Body)
+	}
+	var bad atomic.Int64
+	b.RunParallel(func(pb *testing.PB) {
+		for pb.Next() {
+			if r := ticket(s, testenv.TenantA, "bench-par", ticketBody); r.Status != 201 {
+				bad.Add(1)
+			}
+		}
+	})
+	if bad.Load() != 0 {
+		b.Fatalf("%d failed replays", bad.Load())
+	}
+}
+
+// BenchmarkCreateOrder: a new order each time (pricing, stock, event).
+func BenchmarkCreateOrder(b *testing.B) {
+	s := testenv.NewStack(b, testenv.Options{})
+	b.ReportAllocs()
+	for i := 0; b.Loop(); i++ {
+		if r := order(s, testenv.TenantA, fmt.Sprintf("bench-order-%d", i), `{"customer_id":"c","items":[{"sku":"SKU-CABLE","quantity":1}]}`); r.Status != 201 {
+			b.Fatalf("%d %s", r.Status, r.Body)
+		}
+	}
+}
