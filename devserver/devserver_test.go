@@ -1,0 +1,141 @@
+package devserver
+
+import (
+	"context"
+	"io"
+	"log/slog"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"go.temporal.io/api/workflowservice/v1"
+	"go.temporal.io/sdk/client"
+	"go.temporal.io/sdk/worker"
+	"go.temporal.io/sdk/workflow"
+)
+
+func hello(ctx workflow.Context, name string) (string, error) { return "hello " + name, nil }
+
+func dial(t *testing.T, hostPort string) client.Client {
+	t.Helper()
+	c, err := client.Dial(client.Options{HostPort: hostPort, Logger: quietLogger{}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c
+}
+
+func TestTemporalKeepsWorkflowsAcrossRestartAndSetsRetention(t *testing.T) {
+	ctx := context.Background()
+	dir := t.TempDir()
+	cfg := TemporalConfig{DataDir: dir, Retention: 36 * time.Hour}
+	srv, err := StartTemporal(ctx, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := dial(t, srv.HostPort)
+	w := worker.New(c, "q", worker.Options{})
+	w.RegisterWorkflow(hello)
+	if err := w.Start(); err != nil {
+		t.Fatal(err)
+	}
+	run, err := c.ExecuteWorkflow(ctx, client.StartWorkflowOptions{ID: "kept", TaskQueue: "q"}, hello, "dev")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got string
+	if err := run.Get(ctx, &got); err != nil || got != "hello dev" {
+		t.Fatalf("%q %v", got, err)
+	}
+	w.Stop()
+	c.Close()
+	if err := srv.Stop(); err != nil {
+		t.Fatal(err)
+	}
+
+	cfg.Retention = 48 * time.Hour // a changed setting reaches the existing namespace
+	srv, err = StartTemporal(ctx, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer srv.Stop() //nolint:errcheck
+	c = dial(t, srv.HostPort)
+	defer c.Close()
+	d, err := c.DescribeWorkflowExecution(ctx, "kept", "")
+	if err != nil {
+		t.Fatalf("the workflow did not survive the restart: %v", err)
+	}
+	if d.WorkflowExecutionInfo.Status.String() != "Completed" {
+		t.Fatalf("status %s", d.WorkflowExecutionInfo.Status)
+	}
+	ns, err := c.WorkflowService().DescribeNamespace(ctx, &workflowservice.DescribeNamespaceRequest{Namespace: "default"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := ns.Config.WorkflowExecutionRetentionTtl.AsDuration(); got != 48*time.Hour {
+		t.Fatalf("retention %v, want 48h", got)
+	}
+
+	port, _ := freePort("127.0.0.1")
+	ui, err := StartUI("127.0.0.1", port, srv.HostPort, "default")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ui.Stop()
+	for _, path := range []string{"/", "/api/v1/namespaces/default/workflows"} {
+		resp, err := http.Get(ui.URL + path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		body, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != 200 {
+			t.Fatalf("UI %s: %d", path, resp.StatusCode)
+		}
+		if path != "/" && !strings.Contains(string(body), `"kept"`) {
+			t.Fatalf("UI API does not list the workflow: %s", body)
+		}
+	}
+}
+
+func TestPrivatePostgresStartsFromInstalledBinaries(t *testing.T) {
+	if _, err := findPostgresBin(); err != nil {
+		t.Fatalf("PostgreSQL binaries are needed (scripts/test.sh installs them): %v", err)
+	}
+	saved := localCandidates
+	localCandidates = nil // do not settle for the machine's own server
+	defer func() { localCandidates = saved }()
+	ctx := context.Background()
+	dir := t.TempDir()
+	port, _ := freePort("127.0.0.1")
+	pg, err := EnsurePostgres(ctx, dir, port, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pg.Stop(ctx) //nolint:errcheck
+	if !pg.Private {
+		t.Fatal("expected a private server")
+	}
+	u, err := EnsureDatabase(ctx, pg.AdminURL, "idemflow")
+	if err != nil {
+		t.Fatal(err)
+	}
+	conn, err := pgx.Connect(ctx, u)
+	if err != nil {
+		t.Fatal(err)
+	}
+	conn.Close(ctx)
+	// A second call finds the running private server instead of starting one.
+	again, err := EnsurePostgres(ctx, dir, port, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	if err != nil || again.Private {
+		t.Fatalf("second call: %+v %v", again, err)
+	}
+	if err := pg.Stop(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if ping(ctx, pg.AdminURL) == nil {
+		t.Fatal("still answering after Stop")
+	}
+}
