@@ -38,8 +38,9 @@ type Gateway struct {
 	// DB serves reads of orders.
 	DB idem.Querier
 	// Health reports whether PostgreSQL and Temporal both answer.
-	Health func(ctx context.Context) error
-	Logger *slog.Logger
+	Health  func(ctx context.Context) error
+	Metrics *Metrics
+	Logger  *slog.Logger
 }
 
 // NewGateway wires a gateway over one pool and one Temporal client.
@@ -60,7 +61,8 @@ func NewGateway(db *pgxpool.Pool, tc client.Client, records *idem.Store, logger 
 			}
 			return errors.Join(errs...)
 		},
-		Logger: logger,
+		Metrics: NewMetrics(),
+		Logger:  logger,
 	}
 }
 
@@ -74,6 +76,9 @@ func (g *Gateway) Handler() http.Handler {
 	mux.HandleFunc("POST /v1/orders/{order_no}/{action}", g.authed(g.transitionOrder))
 	mux.HandleFunc("GET /v1/operations/{id}", g.authed(g.getOperation))
 	mux.HandleFunc("GET /healthz", g.healthz)
+	if g.Metrics != nil {
+		mux.Handle("GET /metrics", g.Metrics.Handler())
+	}
 	mux.HandleFunc("GET /problems/{slug}", g.describeProblem)
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
 		writeProblem(w, problem.New(problem.TypeNotFound, http.StatusNotFound, "no route for "+r.Method+" "+r.URL.Path))
@@ -151,19 +156,21 @@ func (g *Gateway) readIntent(w http.ResponseWriter, r *http.Request, into any, a
 
 func (g *Gateway) createTicket(w http.ResponseWriter, r *http.Request, tenantID string) {
 	var req tickets.Request
-	g.serveIntent(w, r, &req, false, func(key string) (Intent, error) { return TicketIntent(tenantID, key, req) })
+	g.serveIntent(w, r, tickets.BizType, &req, false, func(key string) (Intent, error) { return TicketIntent(tenantID, key, req) })
 }
 
 // serveIntent reads an intent request into req, then builds and submits
 // it; build's *apperr.InvalidError is a 400.
-func (g *Gateway) serveIntent(w http.ResponseWriter, r *http.Request, req any, allowEmpty bool, build func(key string) (Intent, error)) {
+func (g *Gateway) serveIntent(w http.ResponseWriter, r *http.Request, bizType string, req any, allowEmpty bool, build func(key string) (Intent, error)) {
 	ir, ok := g.readIntent(w, r, req, allowEmpty)
 	if !ok {
+		g.Metrics.count(bizType, OutcomeInvalid)
 		return
 	}
 	intent, err := build(ir.key)
 	var inv *apperr.InvalidError
 	if errors.As(err, &inv) {
+		g.Metrics.count(bizType, OutcomeInvalid)
 		writeInvalid(w, err)
 		return
 	}
@@ -206,6 +213,7 @@ func truncate(s string, n int) string {
 
 func (g *Gateway) submit(w http.ResponseWriter, r *http.Request, in Intent, preferWait bool) {
 	reply, err := g.Starter.Submit(r.Context(), in)
+	g.Metrics.count(in.BizType, outcomeOf(reply, err))
 	var reused *idem.KeyReusedError
 	switch {
 	case errors.As(err, &reused):
@@ -246,6 +254,25 @@ func (g *Gateway) submit(w http.ResponseWriter, r *http.Request, in Intent, pref
 		p.OperationID = reply.OperationID.String()
 		writeProblem(w, p)
 	}
+}
+
+func outcomeOf(reply Reply, err error) string {
+	var reused *idem.KeyReusedError
+	switch {
+	case errors.As(err, &reused):
+		return OutcomeConflict
+	case errors.Is(err, ErrUnavailable):
+		return OutcomeUnavailable
+	case err != nil:
+		return OutcomeFailed
+	case reply.Done && reply.Replayed:
+		return OutcomeReplayed
+	case reply.Done:
+		return OutcomeExecuted
+	case reply.Owner:
+		return OutcomeAccepted
+	}
+	return OutcomeInProgress
 }
 
 // WriteOutcome writes a stored answer. A replay carries

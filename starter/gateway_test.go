@@ -72,6 +72,17 @@ func TestCreateTicketThenReplayByteForByte(t *testing.T) {
 	if got.Status != 200 || !bytes.Equal(got.Body, first.Body) {
 		t.Fatalf("GET ticket: %d %s", got.Status, got.Body)
 	}
+	ticket(s, testenv.TenantA, "k-1", `{"customer_id":"someone else","title":"x"}`)
+	metrics := string(s.Do(testenv.Request{Method: "GET", Path: "/metrics"}).Body)
+	for _, want := range []string{
+		`idemflow_intents_total{biz_type="ticket.create",outcome="executed"} 1`,
+		`idemflow_intents_total{biz_type="ticket.create",outcome="replayed"} 2`,
+		`idemflow_intents_total{biz_type="ticket.create",outcome="key_reused"} 1`,
+	} {
+		if !strings.Contains(metrics, want) {
+			t.Errorf("metrics lack %s", want)
+		}
+	}
 }
 
 func TestDefaultPriorityIsPartOfTheSameIntent(t *testing.T) {

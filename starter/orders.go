@@ -52,7 +52,7 @@ func TransitionIntent(tenantID, key, orderNo string, action orders.Action, req o
 
 func (g *Gateway) createOrder(w http.ResponseWriter, r *http.Request, tenantID string) {
 	var req orders.CreateRequest
-	g.serveIntent(w, r, &req, false, func(key string) (Intent, error) { return OrderIntent(tenantID, key, req) })
+	g.serveIntent(w, r, orders.BizCreate, &req, false, func(key string) (Intent, error) { return OrderIntent(tenantID, key, req) })
 }
 
 func (g *Gateway) transitionOrder(w http.ResponseWriter, r *http.Request, tenantID string) {
@@ -71,7 +71,7 @@ func (g *Gateway) transitionOrder(w http.ResponseWriter, r *http.Request, tenant
 		return
 	}
 	var req orders.TransitionRequest
-	g.serveIntent(w, r, &req, true, func(key string) (Intent, error) {
+	g.serveIntent(w, r, action.BizType(), &req, true, func(key string) (Intent, error) {
 		return TransitionIntent(tenantID, key, orderNo, action, req)
 	})
 }
