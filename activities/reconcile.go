@@ -23,13 +23,13 @@ const (
 
 // FindStaleInput selects PROCESSING records older than the horizon.
 type FindStaleInput struct {
-	Horizon time.Duration `json:"horizon"`
-	Limit   int           `json:"limit"`
+	Horizon Duration `json:"horizon"`
+	Limit   int      `json:"limit"`
 }
 
 // FindStale lists stale PROCESSING intents.
 func (a *Activities) FindStale(ctx context.Context, in FindStaleInput) ([]idem.Intent, error) {
-	recs, err := a.Records.Stale(ctx, in.Horizon, in.Limit)
+	recs, err := a.Records.Stale(ctx, in.Horizon.D(), in.Limit)
 	if err != nil {
 		return nil, err
 	}
@@ -89,8 +89,8 @@ func (a *Activities) ReconcileIntent(ctx context.Context, in idem.Intent) (strin
 
 // PurgeInput bounds one purge run.
 type PurgeInput struct {
-	BatchSize int           `json:"batch_size"`
-	Budget    time.Duration `json:"budget"`
+	BatchSize int      `json:"batch_size"`
+	Budget    Duration `json:"budget"`
 }
 
 // PurgeResult says how much one purge run deleted.
@@ -110,7 +110,7 @@ func (a *Activities) PurgeExpired(ctx context.Context, in PurgeInput) (PurgeResu
 	if activity.HasHeartbeatDetails(ctx) {
 		_ = activity.GetHeartbeatDetails(ctx, &res.Deleted)
 	}
-	deadline := time.Now().Add(in.Budget)
+	deadline := time.Now().Add(in.Budget.D())
 	for {
 		n, err := a.Records.PurgeBatch(ctx, in.BatchSize)
 		if err != nil {

@@ -23,10 +23,10 @@ type scheduleFlags struct {
 func (s *scheduleFlags) register(fs *flag.FlagSet) {
 	s.cfg = schedule.DefaultConfig()
 	fs.DurationVar(&s.cfg.Interval, "reconcile-interval", envDuration("IDEMFLOW_RECONCILE_INTERVAL", s.cfg.Interval), "how often reconcile and purge run (env IDEMFLOW_RECONCILE_INTERVAL)")
-	fs.DurationVar(&s.cfg.Input.ProcessingTimeout, "processing-timeout", envDuration("IDEMFLOW_PROCESSING_TIMEOUT", s.cfg.Input.ProcessingTimeout), "PROCESSING records older than this are reconciled (env IDEMFLOW_PROCESSING_TIMEOUT)")
+	fs.DurationVar((*time.Duration)(&s.cfg.Input.ProcessingTimeout), "processing-timeout", envDuration("IDEMFLOW_PROCESSING_TIMEOUT", s.cfg.Input.ProcessingTimeout.D()), "PROCESSING records older than this are reconciled (env IDEMFLOW_PROCESSING_TIMEOUT)")
 	fs.DurationVar(&s.cfg.CatchupWindow, "catchup-window", s.cfg.CatchupWindow, "missed runs this recent are still taken")
 	fs.IntVar(&s.cfg.Input.PurgeBatch, "purge-batch", s.cfg.Input.PurgeBatch, "records deleted per purge statement")
-	fs.DurationVar(&s.cfg.Input.PurgeBudget, "purge-budget", s.cfg.Input.PurgeBudget, "time one run may spend purging")
+	fs.DurationVar((*time.Duration)(&s.cfg.Input.PurgeBudget), "purge-budget", s.cfg.Input.PurgeBudget.D(), "time one run may spend purging")
 	fs.DurationVar(&s.maxRetryWindow, "max-retry-window", envDuration("IDEMFLOW_MAX_RETRY_WINDOW", time.Hour), "the longest time an agent keeps retrying one intent (env IDEMFLOW_MAX_RETRY_WINDOW)")
 }
 
@@ -61,7 +61,7 @@ func installSchedule(ctx context.Context, logger *slog.Logger, tc client.Client,
 	if created {
 		verb = "created"
 	}
-	logger.Info("reconcile schedule "+verb, "every", s.cfg.Interval, "processing_timeout", s.cfg.Input.ProcessingTimeout)
+	logger.Info("reconcile schedule "+verb, "every", s.cfg.Interval, "processing_timeout", s.cfg.Input.ProcessingTimeout.D())
 	return nil
 }
 

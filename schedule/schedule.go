@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/idemflow/idemflow/activities"
 	"github.com/idemflow/idemflow/workflows"
 	enumspb "go.temporal.io/api/enums/v1"
 	"go.temporal.io/api/operatorservice/v1"
@@ -43,10 +44,10 @@ func DefaultConfig() Config {
 		Interval:      DefaultInterval,
 		CatchupWindow: DefaultCatchupWindow,
 		Input: workflows.ReconcileInput{
-			ProcessingTimeout: DefaultProcessingTimeout,
+			ProcessingTimeout: activities.Duration(DefaultProcessingTimeout),
 			Limit:             DefaultLimit,
 			PurgeBatch:        DefaultPurgeBatch,
-			PurgeBudget:       DefaultPurgeBudget,
+			PurgeBudget:       activities.Duration(DefaultPurgeBudget),
 		},
 	}
 }
@@ -58,9 +59,9 @@ func DefaultConfig() Config {
 // but the horizon is the first line.
 func (c Config) Validate() error {
 	switch {
-	case c.Input.ProcessingTimeout <= workflows.ActivityStartToClose:
+	case c.Input.ProcessingTimeout.D() <= workflows.ActivityStartToClose:
 		return fmt.Errorf("processing timeout %v must be larger than the activity start-to-close timeout %v",
-			c.Input.ProcessingTimeout, workflows.ActivityStartToClose)
+			c.Input.ProcessingTimeout.D(), workflows.ActivityStartToClose)
 	case c.Interval < time.Second:
 		return fmt.Errorf("schedule interval %v is below one second", c.Interval)
 	case c.Input.Limit < 1 || c.Input.PurgeBatch < 1 || c.Input.PurgeBudget <= 0:
@@ -88,7 +89,7 @@ func (c Config) action() *client.ScheduleWorkflowAction {
 		Workflow:      workflows.Reconcile,
 		Args:          []any{c.Input},
 		TaskQueue:     workflows.TaskQueue,
-		StaticSummary: fmt.Sprintf("reconcile PROCESSING older than %v, purge expired records", c.Input.ProcessingTimeout),
+		StaticSummary: fmt.Sprintf("reconcile PROCESSING older than %v, purge expired records", c.Input.ProcessingTimeout.D()),
 	}
 }
 

@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/idemflow/idemflow/activities"
 	"github.com/idemflow/idemflow/idem"
 	"github.com/idemflow/idemflow/schedule"
 	"github.com/idemflow/idemflow/testenv"
@@ -69,7 +70,7 @@ func TestApplyTwiceGivesOneScheduleAndUpdatesIt(t *testing.T) {
 
 func TestValidateRejectsAHorizonWithinOneActivityAttempt(t *testing.T) {
 	cfg := schedule.DefaultConfig()
-	cfg.Input.ProcessingTimeout = workflows.ActivityStartToClose
+	cfg.Input.ProcessingTimeout = activities.Duration(workflows.ActivityStartToClose)
 	if err := cfg.Validate(); err == nil {
 		t.Fatal("a processing timeout equal to the activity start-to-close must be rejected")
 	}
