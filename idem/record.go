@@ -107,9 +107,6 @@ func NewStore(db Querier, retention Retention) *Store {
 	return &Store{db: db, retention: retention}
 }
 
-// Retention returns the store's retention policy.
-func (s *Store) Retention() Retention { return s.retention }
-
 const recordColumns = `id, tenant_id, idem_key, biz_type, fingerprint, status,
 	response_status, response_body, resource_path, error_reason, workflow_id,
 	attempts, created_at, updated_at, expire_at`

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net/http"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -68,18 +69,41 @@ func NewGateway(db *pgxpool.Pool, tc client.Client, records *idem.Store, logger 
 
 // Handler returns the gateway's routes.
 func (g *Gateway) Handler() http.Handler {
-	mux := http.NewServeMux()
-	mux.HandleFunc("POST /v1/tickets", g.authed(g.createTicket))
-	mux.HandleFunc("GET /v1/tickets/{id}", g.authed(g.getTicket))
-	mux.HandleFunc("POST /v1/orders", g.authed(g.createOrder))
-	mux.HandleFunc("GET /v1/orders/{order_no}", g.authed(g.getOrder))
-	mux.HandleFunc("POST /v1/orders/{order_no}/{action}", g.authed(g.transitionOrder))
-	mux.HandleFunc("GET /v1/operations/{id}", g.authed(g.getOperation))
-	mux.HandleFunc("GET /healthz", g.healthz)
-	if g.Metrics != nil {
-		mux.Handle("GET /metrics", g.Metrics.Handler())
+	type route struct {
+		method, pattern string
+		handler         http.HandlerFunc
 	}
-	mux.HandleFunc("GET /problems/{slug}", g.describeProblem)
+	mux := http.NewServeMux()
+	routes := []route{
+		{"POST", "/v1/tickets", g.authed(g.createTicket)},
+		{"GET", "/v1/tickets/{id}", g.authed(g.getTicket)},
+		{"POST", "/v1/orders", g.authed(g.createOrder)},
+		{"GET", "/v1/orders/{order_no}", g.authed(g.getOrder)},
+		{"POST", "/v1/orders/{order_no}/{action}", g.authed(g.transitionOrder)},
+		{"GET", "/v1/operations/{id}", g.authed(g.getOperation)},
+		{"GET", "/healthz", g.healthz},
+		{"GET", "/problems/{slug}", g.describeProblem},
+	}
+	if g.Metrics != nil {
+		routes = append(routes, route{"GET", "/metrics", g.Metrics.Handler().ServeHTTP})
+	}
+	allowed := map[string][]string{}
+	for _, rt := range routes {
+		mux.HandleFunc(rt.method+" "+rt.pattern, rt.handler)
+		allowed[rt.pattern] = append(allowed[rt.pattern], rt.method)
+	}
+	// A known path with another method is a 405 problem, not the mux's
+	// plain-text one: every error is problem+json.
+	for pattern, methods := range allowed {
+		allow := strings.Join(methods, ", ")
+		if slices.Contains(methods, "GET") {
+			allow += ", HEAD"
+		}
+		mux.HandleFunc(pattern, func(w http.ResponseWriter, r *http.Request) {
+			w.Header().Set("Allow", allow)
+			writeProblem(w, problem.New(problem.TypeMethodNotAllowed, http.StatusMethodNotAllowed, r.Method+" is not allowed here; use "+allow))
+		})
+	}
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
 		writeProblem(w, problem.New(problem.TypeNotFound, http.StatusNotFound, "no route for "+r.Method+" "+r.URL.Path))
 	})

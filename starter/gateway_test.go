@@ -346,3 +346,18 @@ func TestDatabaseDownIs503(t *testing.T) {
 		t.Fatalf("healthz: %d %s", h.Status, h.Body)
 	}
 }
+
+func TestWrongMethodIs405Problem(t *testing.T) {
+	s := testenv.NewStack(t, testenv.Options{NoWorker: true})
+	r := s.Do(testenv.Request{Method: "GET", Path: "/v1/tickets", Token: s.Tokens[testenv.TenantA]})
+	if r.Status != http.StatusMethodNotAllowed || r.Header.Get("Allow") != "POST" {
+		t.Fatalf("%d Allow=%q %s", r.Status, r.Header.Get("Allow"), r.Body)
+	}
+	assertProblem(t, r, "/problems/method-not-allowed")
+	r = s.Do(testenv.Request{Method: "DELETE", Path: "/v1/orders/ORD-1", Token: s.Tokens[testenv.TenantA]})
+	if r.Status != http.StatusMethodNotAllowed || r.Header.Get("Allow") != "GET, HEAD" {
+		t.Fatalf("%d Allow=%q %s", r.Status, r.Header.Get("Allow"), r.Body)
+	}
+	r = s.Do(testenv.Request{Method: "GET", Path: "/v2/nothing"})
+	assertProblem(t, r, "/problems/not-found")
+}
