@@ -315,6 +315,18 @@ func Transition(ctx context.Context, tx idem.Querier, in TransitionInput, now ti
 				return nil, fmt.Errorf("release stock: %w", err)
 			}
 		}
+		// A canceled order gives its coupon back, like its stock.
+		if o.CouponCode != "" {
+			tag, err := tx.Exec(ctx, `DELETE FROM coupon_redemption WHERE code = $1 AND order_no = $2`, o.CouponCode, o.OrderNo)
+			if err != nil {
+				return nil, fmt.Errorf("release coupon: %w", err)
+			}
+			if tag.RowsAffected() == 1 {
+				if _, err := tx.Exec(ctx, `UPDATE coupon SET uses = uses - 1 WHERE code = $1 AND uses > 0`, o.CouponCode); err != nil {
+					return nil, fmt.Errorf("release coupon: %w", err)
+				}
+			}
+		}
 	}
 	if err := setStatus(ctx, tx, o.TenantID, o.OrderNo, from, to, now); err != nil {
 		return nil, err

@@ -322,3 +322,23 @@ func TestOrderInvariantsUnderRandomInterleavings(t *testing.T) {
 	}
 	t.Logf("%d orders, %d events", testenv.Count(t, s.Pool, "purchase_order", ""), testenv.Count(t, s.Pool, "order_event", ""))
 }
+
+func TestCancelGivesTheCouponBack(t *testing.T) {
+	s := testenv.NewStack(t, testenv.Options{})
+	last1 := `{"customer_id":"c","items":[{"sku":"SKU-MOUSE","quantity":1}],"coupon_code":"LAST1"}`
+	no := orderNo(t, order(s, testenv.TenantA, "cp-1", last1))
+	if r := order(s, testenv.TenantA, "cp-2", last1); r.Status != 422 {
+		t.Fatalf("a used-up coupon: %d %s", r.Status, r.Body)
+	}
+	if r := transition(s, testenv.TenantA, no, "cancel", "cp-cancel", ``); r.Status != 200 {
+		t.Fatalf("cancel: %d %s", r.Status, r.Body)
+	}
+	// The rejected intent is retried under its key and now executes.
+	if r := order(s, testenv.TenantA, "cp-2", last1); r.Status != 201 {
+		t.Fatalf("after the cancel: %d %s", r.Status, r.Body)
+	}
+	var uses int
+	if err := s.Pool.QueryRow(context.Background(), `SELECT uses FROM coupon WHERE code = 'LAST1'`).Scan(&uses); err != nil || uses != 1 {
+		t.Fatalf("uses %d %v", uses, err)
+	}
+}
