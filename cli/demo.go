@@ -18,7 +18,7 @@ func (d *demoFlags) register(fs *flag.FlagSet) {
 	fs.Float64Var(&d.cfg.DropRate, "demo-drop", 0.3, "share of answers the demo's network loses after the server acted")
 	fs.Float64Var(&d.cfg.DelayRate, "demo-delay", 0.15, "share of answers it delays past the client's timeout")
 	fs.DurationVar(&d.cfg.AttemptTimeout, "demo-timeout", 2*time.Second, "the demo client's per-attempt timeout")
-	fs.Uint64Var(&d.cfg.Seed, "demo-seed", uint64(time.Now().UnixNano()), "seed of the demo's network faults")
+	fs.Uint64Var(&d.cfg.Seed, "demo-seed", 0, "seed of the demo's network faults; 0 picks one at random")
 }
 
 func runDemo(ctx context.Context, env *Env, args []string) error {

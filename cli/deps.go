@@ -29,8 +29,14 @@ type common struct {
 }
 
 func (c *common) register(fs *flag.FlagSet) {
-	fs.StringVar(&c.databaseURL, "database-url", envOr("DATABASE_URL", ""), "PostgreSQL URL (env DATABASE_URL)")
 	fs.StringVar(&c.temporal, "temporal-address", envOr("TEMPORAL_ADDRESS", "127.0.0.1:7233"), "Temporal frontend host:port (env TEMPORAL_ADDRESS)")
+	c.registerLocal(fs)
+}
+
+// registerLocal registers the settings that do not name a Temporal server,
+// for dev, whose Temporal is embedded.
+func (c *common) registerLocal(fs *flag.FlagSet) {
+	fs.StringVar(&c.databaseURL, "database-url", envOr("DATABASE_URL", ""), "PostgreSQL URL (env DATABASE_URL)")
 	fs.StringVar(&c.namespace, "namespace", envOr("TEMPORAL_NAMESPACE", "default"), "Temporal namespace (env TEMPORAL_NAMESPACE)")
 	c.retention = durationFlag(idem.DefaultRetention)
 	if v := envOr("IDEMFLOW_RECORD_RETENTION", ""); v != "" {

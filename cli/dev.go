@@ -25,7 +25,7 @@ func runDev(ctx context.Context, env *Env, args []string) error {
 	var sched scheduleFlags
 	var dm demoFlags
 	fs := flags("dev", env)
-	c.register(fs)
+	c.registerLocal(fs)
 	sched.register(fs)
 	dm.register(fs)
 	withDemo := fs.Bool("demo", false, "once the stack is up, run the demo agent and print its report")

@@ -9,6 +9,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"math/rand/v2"
 	"net/http"
 	"net/url"
 	"path/filepath"
@@ -59,6 +60,9 @@ func (c *Config) defaults() {
 	}
 	if c.Out == nil {
 		c.Out = io.Discard
+	}
+	if c.Seed == 0 {
+		c.Seed = rand.Uint64()
 	}
 }
 
