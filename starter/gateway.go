@@ -237,33 +237,28 @@ func truncate(s string, n int) string {
 
 func (g *Gateway) submit(w http.ResponseWriter, r *http.Request, in Intent, preferWait bool) {
 	reply, err := g.Starter.Submit(r.Context(), in)
-	g.Metrics.count(in.BizType, outcomeOf(reply, err))
-	var reused *idem.KeyReusedError
-	switch {
-	case errors.As(err, &reused):
-		p := problem.New(problem.TypeKeyReused, http.StatusUnprocessableEntity, reused.Error())
-		writeProblem(w, p)
-		return
-	case errors.Is(err, ErrUnavailable):
+	outcome := outcomeOf(reply, err)
+	g.Metrics.count(in.BizType, outcome)
+	if err == nil && preferWait {
+		w.Header().Set("Preference-Applied", "wait="+strconv.Itoa(int(in.Wait/time.Second)))
+	}
+	switch outcome {
+	case OutcomeConflict:
+		writeProblem(w, problem.New(problem.TypeKeyReused, http.StatusUnprocessableEntity, err.Error()))
+	case OutcomeUnavailable:
 		g.unavailable(w, r, err)
-		return
-	case errors.Is(err, ErrExecutionFailed):
+	case OutcomeFailed:
+		if !errors.Is(err, ErrExecutionFailed) {
+			g.internal(w, r, err)
+			return
+		}
 		p := problem.New(problem.TypeExecutionFailed, http.StatusInternalServerError,
 			"the request did not complete; retry with the same key")
 		p.OperationID = reply.OperationID.String()
 		writeProblem(w, p)
-		return
-	case err != nil:
-		g.internal(w, r, err)
-		return
-	}
-	if preferWait {
-		w.Header().Set("Preference-Applied", "wait="+strconv.Itoa(int(in.Wait/time.Second)))
-	}
-	switch {
-	case reply.Done:
+	case OutcomeExecuted, OutcomeReplayed:
 		WriteOutcome(w, reply.Outcome, reply.Replayed)
-	case reply.Owner:
+	case OutcomeAccepted:
 		loc := "/v1/operations/" + reply.OperationID.String()
 		w.Header().Set("Location", loc)
 		w.Header().Set("Retry-After", "1")
@@ -271,7 +266,7 @@ func (g *Gateway) submit(w http.ResponseWriter, r *http.Request, in Intent, pref
 			OperationID: reply.OperationID.String(), Status: "processing",
 			BizType: in.BizType, IdempotencyKey: in.Key, WorkflowID: reply.WorkflowID,
 		})
-	default:
+	default: // OutcomeInProgress
 		w.Header().Set("Retry-After", "1")
 		p := problem.New(problem.TypeInProgress, http.StatusConflict,
 			"a request with this Idempotency-Key is still being processed; retry with the same key")
@@ -280,6 +275,8 @@ func (g *Gateway) submit(w http.ResponseWriter, r *http.Request, in Intent, pref
 	}
 }
 
+// outcomeOf classifies a submission once, for both the answer and the
+// metrics.
 func outcomeOf(reply Reply, err error) string {
 	var reused *idem.KeyReusedError
 	switch {
