@@ -3,6 +3,7 @@ package cli
 import (
 	"bufio"
 	"context"
+	"flag"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -18,9 +19,7 @@ type gatewayFlags struct {
 	url, token, dataDir string
 }
 
-func (g *gatewayFlags) register(fs interface {
-	StringVar(p *string, name, value, usage string)
-}) {
+func (g *gatewayFlags) register(fs *flag.FlagSet) {
 	fs.StringVar(&g.url, "url", os.Getenv("IDEMFLOW_URL"), "gateway base URL (env IDEMFLOW_URL; default: from the dev stack's dev.env)")
 	fs.StringVar(&g.token, "token", os.Getenv("IDEMFLOW_TOKEN"), "API token (env IDEMFLOW_TOKEN; default: from dev.env)")
 	fs.StringVar(&g.dataDir, "data-dir", envOr("IDEMFLOW_DATA_DIR", "./.idemflow"), "where 'idemflow dev' keeps dev.env")

@@ -385,6 +385,17 @@ func Answer(ctx context.Context, q idem.Querier, it idem.Intent) (idem.Outcome, 
 	return out, nil
 }
 
+// Exists reports whether tenantID has an order orderNo; another tenant's
+// order does not exist for it. One indexed read, without the items.
+func Exists(ctx context.Context, q idem.Querier, tenantID, orderNo string) (bool, error) {
+	var ok bool
+	err := q.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM purchase_order WHERE order_no = $1 AND tenant_id = $2)`, orderNo, tenantID).Scan(&ok)
+	if err != nil {
+		return false, fmt.Errorf("order %s: %w", orderNo, err)
+	}
+	return ok, nil
+}
+
 // Get returns a tenant's order; another tenant's order is not found.
 func Get(ctx context.Context, q idem.Querier, tenantID, orderNo string) (Order, error) {
 	return get(ctx, q, tenantID, orderNo, false)

@@ -63,11 +63,13 @@ func (g *Gateway) transitionOrder(w http.ResponseWriter, r *http.Request, tenant
 	}
 	orderNo := r.PathValue("order_no")
 	// Another tenant's order, or none, is a 404 before anything is recorded.
-	if _, err := orders.Get(r.Context(), g.DB, tenantID, orderNo); errors.Is(err, apperr.ErrNotFound) {
-		writeProblem(w, problem.New(problem.TypeNotFound, http.StatusNotFound, "no order "+orderNo))
-		return
-	} else if err != nil {
+	exists, err := orders.Exists(r.Context(), g.DB, tenantID, orderNo)
+	if err != nil {
 		g.unavailable(w, r, err)
+		return
+	}
+	if !exists {
+		writeProblem(w, problem.New(problem.TypeNotFound, http.StatusNotFound, "no order "+orderNo))
 		return
 	}
 	var req orders.TransitionRequest
