@@ -99,51 +99,42 @@ func (a *Activities) execute(ctx context.Context, in idem.Intent, step func(tx p
 		return idem.Outcome{}, temporal.NewNonRetryableApplicationError("intent already failed: "+rec.ErrorReason, ErrTypeClosed, nil)
 	}
 
-	out, err := step(tx)
-	var rejected *apperr.RejectedError
-	if errors.As(err, &rejected) {
-		return a.reject(ctx, tx, rec, rejected)
-	}
+	// The step runs under a savepoint, so a business rejection undoes its
+	// writes while the record stays locked: FAILED (no row) is then written
+	// in the same transaction, with no moment for anyone else to step in.
+	sp, err := tx.Begin(ctx)
 	if err != nil {
-		return idem.Outcome{}, err
+		return idem.Outcome{}, fmt.Errorf("savepoint: %w", err)
 	}
-	if err := a.Records.Finish(ctx, tx, rec, idem.StatusSuccess, out, ""); err != nil {
+	out, err := step(sp)
+	var rejected *apperr.RejectedError
+	switch {
+	case errors.As(err, &rejected):
+		if err := sp.Rollback(ctx); err != nil {
+			return idem.Outcome{}, fmt.Errorf("roll back rejected step: %w", err)
+		}
+		out = problem.Rejected(rejected).Outcome()
+		if err := a.Records.Finish(ctx, tx, rec, idem.StatusFailed, out, rejected.Error()); err != nil {
+			return idem.Outcome{}, err
+		}
+	case err != nil:
 		return idem.Outcome{}, err
+	default:
+		if err := sp.Commit(ctx); err != nil {
+			return idem.Outcome{}, fmt.Errorf("release savepoint: %w", err)
+		}
+		if err := a.Records.Finish(ctx, tx, rec, idem.StatusSuccess, out, ""); err != nil {
+			return idem.Outcome{}, err
+		}
 	}
 	if err := tx.Commit(ctx); err != nil {
 		return idem.Outcome{}, fmt.Errorf("commit: %w", err)
 	}
+	if rejected != nil {
+		a.Logger.InfoContext(ctx, "intent rejected", "tenant", rec.TenantID, "key", rec.Key, "code", rejected.Code)
+		return idem.Outcome{}, temporal.NewNonRetryableApplicationError(rejected.Error(), ErrTypeRejected, rejected, out)
+	}
 	return out, nil
-}
-
-// reject records a business rejection. The business step's writes are
-// rolled back first, so FAILED always means no row was written.
-func (a *Activities) reject(ctx context.Context, tx pgx.Tx, rec idem.Record, rejected *apperr.RejectedError) (idem.Outcome, error) {
-	if err := tx.Rollback(ctx); err != nil {
-		return idem.Outcome{}, fmt.Errorf("rollback rejected step: %w", err)
-	}
-	out := problem.Rejected(rejected).Outcome()
-	tx2, err := a.DB.Begin(ctx)
-	if err != nil {
-		return idem.Outcome{}, fmt.Errorf("begin: %w", err)
-	}
-	defer tx2.Rollback(context.WithoutCancel(ctx)) //nolint:errcheck // no-op after commit
-	cur, err := idem.GetTx(ctx, tx2, rec.TenantID, rec.Key, true)
-	if err != nil {
-		return idem.Outcome{}, fmt.Errorf("relock record: %w", err)
-	}
-	if cur.Status != idem.StatusProcessing || cur.Fingerprint != rec.Fingerprint {
-		// Someone finished it while the lock was released; their answer stands.
-		return cur.Response, nil
-	}
-	if err := a.Records.Finish(ctx, tx2, cur, idem.StatusFailed, out, rejected.Error()); err != nil {
-		return idem.Outcome{}, err
-	}
-	if err := tx2.Commit(ctx); err != nil {
-		return idem.Outcome{}, fmt.Errorf("commit rejection: %w", err)
-	}
-	a.Logger.InfoContext(ctx, "intent rejected", "tenant", rec.TenantID, "key", rec.Key, "code", rejected.Code)
-	return idem.Outcome{}, temporal.NewNonRetryableApplicationError(rejected.Error(), ErrTypeRejected, rejected, out)
 }
 
 // CreateTicket inserts the ticket of an intent, or returns the one an
