@@ -251,6 +251,11 @@ func (c *Client) poll(ctx context.Context, location string) (Result, error) {
 			}
 			if json.Unmarshal(body, &op) == nil && op.Status != "processing" {
 				res := Result{Status: op.ResultStatus, Body: op.Result, Replayed: true}
+				if op.ResultStatus >= 500 || op.ResultStatus == http.StatusTooManyRequests {
+					// Ended without an answer: send the intent again,
+					// with its key, as after a direct 5xx.
+					return res, retryableError{problemError(op.ResultStatus, op.Result)}
+				}
 				if op.ResultStatus >= 400 {
 					return res, problemError(op.ResultStatus, op.Result)
 				}

@@ -278,3 +278,23 @@ func TestNewIntentNeedsADurableStore(t *testing.T) {
 		t.Fatalf("key %q", k)
 	}
 }
+
+// An operation that ends failed with a 5xx after a 202 is retried under
+// the same key, as a direct 5xx is: the server said so.
+func TestAcceptedThenFailedIsRetriedWithTheSameKey(t *testing.T) {
+	srv := &script{answers: []func(http.ResponseWriter, *http.Request){
+		status(202, "", "Location", "/v1/operations/op-1", "Retry-After", "1"),
+		func(w http.ResponseWriter, _ *http.Request) {
+			fmt.Fprint(w, `{"status":"failed","result_status":500,"result":{"type":"/problems/execution-failed","status":500}}`)
+		},
+		created,
+	}}
+	c, _ := newClient(t, srv)
+	res, err := c.Do(context.Background(), Intent{Key: "k", Method: http.MethodPost, Path: "/v1/tickets", Body: []byte(`{}`)})
+	if err != nil || res.Status != 201 {
+		t.Fatalf("%v %+v (requests %v)", err, res, srv.paths)
+	}
+	if len(srv.keys) != 3 || srv.keys[2] != "k" || srv.paths[2] != "POST /v1/tickets" {
+		t.Fatalf("requests %v keys %v", srv.paths, srv.keys)
+	}
+}
