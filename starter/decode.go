@@ -2,7 +2,6 @@ package starter
 
 import (
 	"bytes"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -10,8 +9,12 @@ import (
 	"strconv"
 	"strings"
 	"time"
+	"unicode/utf8"
 
+	"github.com/go-json-experiment/json/jsontext"
 	"github.com/idemflow/idemflow/apperr"
+
+	jsonv2 "github.com/go-json-experiment/json"
 )
 
 // MaxBodyBytes is the largest request body accepted (413 above it).
@@ -37,45 +40,109 @@ func readBody(w http.ResponseWriter, r *http.Request) ([]byte, error) {
 	return b, nil
 }
 
-// decodeStrict decodes one JSON object into v, rejecting unknown fields,
-// wrong types and trailing data with a field-level *apperr.InvalidError.
+// decodeStrict decodes one JSON object into v as I-JSON (RFC 7493): it
+// rejects invalid UTF-8, duplicate member names, names that match a field
+// only in another case, unknown fields, wrong types, trailing data and text
+// PostgreSQL cannot store (U+0000), each as a field-level
+// *apperr.InvalidError. Go's encoding/json would accept the first three
+// silently (invalid UTF-8 turned into U+FFFD, the last duplicate winning,
+// any case matching), so that differently encoded bodies could share a
+// fingerprint; json v2 rejects them by default.
 func decodeStrict(body []byte, v any) error {
 	var inv apperr.Invalid
-	if len(bytes.TrimSpace(body)) == 0 {
+	trimmed := bytes.TrimSpace(body)
+	switch {
+	case len(trimmed) == 0:
 		inv.Add("body", "is empty; send a JSON object")
 		return inv.Err()
-	}
-	if bytes.TrimSpace(body)[0] != '{' {
+	case trimmed[0] != '{':
 		inv.Add("body", "must be a JSON object")
 		return inv.Err()
+	case !utf8.Valid(body):
+		inv.Add("body", "is not valid UTF-8")
+		return inv.Err()
 	}
-	dec := json.NewDecoder(bytes.NewReader(body))
-	dec.DisallowUnknownFields()
-	err := dec.Decode(v)
-	var syntaxErr *json.SyntaxError
-	var typeErr *json.UnmarshalTypeError
+	err := jsonv2.Unmarshal(body, v, jsonv2.RejectUnknownMembers(true))
+	var syntaxErr *jsontext.SyntacticError
+	var semErr *jsonv2.SemanticError
 	switch {
 	case err == nil:
-		if _, terr := dec.Token(); terr != io.EOF {
-			inv.Add("body", "has data after the JSON object")
+		if field, ok := findNUL(body); ok {
+			inv.Add(field, "contains U+0000, which cannot be stored")
 		}
+	case errors.As(err, &syntaxErr) && errors.Is(err, jsontext.ErrDuplicateName):
+		inv.Add(fieldName(syntaxErr.JSONPointer), "appears twice; send each field once")
 	case errors.As(err, &syntaxErr):
-		inv.Add("body", "is not valid JSON at byte %d: %s", syntaxErr.Offset, syntaxErr.Error())
-	case errors.As(err, &typeErr):
-		field := typeErr.Field
-		if field == "" {
-			field = "body"
+		if errors.Is(err, io.ErrUnexpectedEOF) {
+			inv.Add("body", "is truncated JSON")
+			break
 		}
-		inv.Add(field, "must be %s, got JSON %s", jsonKind(typeErr.Type.Kind().String()), typeErr.Value)
-	case strings.HasPrefix(err.Error(), "json: unknown field "):
-		name, _ := strconv.Unquote(strings.TrimPrefix(err.Error(), "json: unknown field "))
-		inv.Add(name, "is not a known field")
-	case errors.Is(err, io.ErrUnexpectedEOF):
-		inv.Add("body", "is truncated JSON")
+		inv.Add("body", "is not valid JSON at byte %d: %s", syntaxErr.ByteOffset, syntaxErr.Err)
+	case errors.As(err, &semErr) && errors.Is(err, jsonv2.ErrUnknownName):
+		inv.Add(fieldName(semErr.JSONPointer), "is not a known field (names are case-sensitive)")
+	case errors.As(err, &semErr) && semErr.GoType != nil:
+		inv.Add(fieldName(semErr.JSONPointer), "must be %s, got JSON %s", jsonKind(semErr.GoType.Kind().String()), kindName(semErr.JSONKind))
 	default:
 		inv.Add("body", "%s", err.Error())
 	}
 	return inv.Err()
+}
+
+// findNUL returns the field of the first string value holding U+0000. In
+// valid JSON a NUL can only be written as an escape, so a body without
+// one is skipped without parsing.
+func findNUL(body []byte) (string, bool) {
+	if !bytes.Contains(body, []byte(`\u0000`)) {
+		return "", false
+	}
+	dec := jsontext.NewDecoder(bytes.NewReader(body))
+	for {
+		tok, err := dec.ReadToken()
+		if err != nil {
+			return "", false
+		}
+		if tok.Kind() == '"' && strings.ContainsRune(tok.String(), 0) {
+			return fieldName(dec.StackPointer()), true
+		}
+	}
+}
+
+// fieldName turns a JSON pointer (/items/0/sku) into the field names the
+// validation errors use (items[0].sku).
+func fieldName(p jsontext.Pointer) string {
+	var b strings.Builder
+	for tok := range p.Tokens() {
+		if _, err := strconv.Atoi(tok); err == nil && b.Len() > 0 {
+			b.WriteString("[" + tok + "]")
+			continue
+		}
+		if b.Len() > 0 {
+			b.WriteByte('.')
+		}
+		b.WriteString(tok)
+	}
+	if b.Len() == 0 {
+		return "body"
+	}
+	return b.String()
+}
+
+func kindName(k jsontext.Kind) string {
+	switch k {
+	case '"':
+		return "string"
+	case '0':
+		return "number"
+	case 't', 'f':
+		return "boolean"
+	case 'n':
+		return "null"
+	case '{':
+		return "object"
+	case '[':
+		return "array"
+	}
+	return "value"
 }
 
 func jsonKind(goKind string) string {

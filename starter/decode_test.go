@@ -72,3 +72,32 @@ func FuzzDecodeTicket(f *testing.F) {
 		}
 	})
 }
+
+// I-JSON (RFC 7493): bodies that Go's lenient decoder would read as the
+// same request must not pass, or two encodings could share a fingerprint.
+func TestDecodeStrictRejectsWhatIJSONForbids(t *testing.T) {
+	for _, tc := range []struct {
+		name, body, field string
+	}{
+		{"name in another case", `{"customer_id":"c","Title":"t"}`, "Title"},
+		{"duplicate name", `{"customer_id":"c","title":"t","title":"u"}`, "title"},
+		{"invalid UTF-8", "{\"customer_id\":\"c\",\"title\":\"\xff\"}", "body"},
+		{"NUL in a string", `{"customer_id":"c\u0000","title":"t"}`, "customer_id"},
+		{"NUL deep down", `{"customer_id":"c","items":[{"sku":"a\u0000"}]}`, "items[0].sku"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var req struct {
+				CustomerID string `json:"customer_id"`
+				Title      string `json:"title"`
+				Items      []struct {
+					SKU string `json:"sku"`
+				} `json:"items"`
+			}
+			err := decodeStrict([]byte(tc.body), &req)
+			var inv *apperr.InvalidError
+			if !errors.As(err, &inv) || len(inv.Fields) != 1 || inv.Fields[0].Field != tc.field {
+				t.Fatalf("%s: got %v, want an error on %q", tc.body, err, tc.field)
+			}
+		})
+	}
+}
