@@ -9,6 +9,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"strings"
 
 	"github.com/idemflow/idemflow/apperr"
 	"github.com/idemflow/idemflow/idem"
@@ -16,6 +17,7 @@ import (
 	"github.com/idemflow/idemflow/problem"
 	"github.com/idemflow/idemflow/tickets"
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"go.temporal.io/sdk/client"
 	"go.temporal.io/sdk/temporal"
@@ -31,14 +33,13 @@ const (
 	ErrTypeClosed = "IntentClosed"
 	// ErrTypeGone: the record does not exist (purged); nothing to do.
 	ErrTypeGone = "IntentGone"
+	// ErrTypeForged: the input's request does not match its intent's
+	// fingerprint; it was not started by idemflow's gateway.
+	ErrTypeForged = "IntentForged"
 )
 
 // NonRetryable lists the error types no retry can fix.
-var NonRetryable = []string{ErrTypeRejected, ErrTypeClosed, ErrTypeGone}
-
-// lookupFunc finds the business row of an intent inside q and renders its
-// stored answer; apperr.ErrNotFound when no row exists.
-type lookupFunc func(ctx context.Context, q idem.Querier, in idem.Intent) (idem.Outcome, error)
+var NonRetryable = []string{ErrTypeRejected, ErrTypeClosed, ErrTypeGone, ErrTypeForged}
 
 // Activities holds the activities' dependencies.
 type Activities struct {
@@ -47,8 +48,6 @@ type Activities struct {
 	Logger  *slog.Logger
 	// Temporal lets reconcile ask whether an intent's workflow still runs.
 	Temporal client.Client
-
-	lookups map[string]lookupFunc
 }
 
 // New returns the activities over db.
@@ -56,16 +55,26 @@ func New(db *pgxpool.Pool, records *idem.Store, tc client.Client, logger *slog.L
 	if logger == nil {
 		logger = slog.Default()
 	}
-	a := &Activities{DB: db, Records: records, Temporal: tc, Logger: logger}
-	a.lookups = map[string]lookupFunc{
-		tickets.BizType:  lookupTicket,
-		orders.BizCreate: orders.Answer,
-	}
-	for _, act := range []orders.Action{orders.ActionPay, orders.ActionCancel, orders.ActionRefund, orders.ActionFulfill} {
-		a.lookups[act.BizType()] = orders.Answer
-	}
-	return a
+	return &Activities{DB: db, Records: records, Temporal: tc, Logger: logger}
 }
+
+// Recall is the idem.Recall over every business table: a key's ticket, or
+// its order event (which every order create and transition writes). The
+// record store consults it for keys without a record, and activities for
+// rows an earlier execution committed.
+func Recall(ctx context.Context, q idem.Querier, tenantID, key string) (idem.Prior, bool, error) {
+	for _, recall := range []idem.Recall{tickets.Recall, orders.Recall} {
+		if p, found, err := recall(ctx, q, tenantID, key); found || err != nil {
+			return p, found, err
+		}
+	}
+	return idem.Prior{}, false, nil
+}
+
+// errKeyReused is the rejection of an intent whose key already wrote a
+// business row with other parameters.
+var errKeyReused = &apperr.RejectedError{Code: "idempotency-key-reused",
+	Reason: "this key was already used with different parameters"}
 
 // execute runs one intent's business step in a transaction that holds the
 // record's row lock and finishes the record in the same commit.
@@ -73,7 +82,14 @@ func New(db *pgxpool.Pool, records *idem.Store, tc client.Client, logger *slog.L
 // The lock is what makes "activities can run more than once" harmless: a
 // second execution (a retry, a zombie attempt, a second run of the workflow)
 // waits for the first to commit and then sees SUCCESS or FAILED.
-func (a *Activities) execute(ctx context.Context, in idem.Intent, step func(tx pgx.Tx) (idem.Outcome, error)) (idem.Outcome, error) {
+//
+// fingerprint is recomputed by the caller from the request in the input,
+// never taken from it: a workflow started on the task queue by anyone else
+// cannot write content other than what its record was claimed for.
+func (a *Activities) execute(ctx context.Context, in idem.Intent, fingerprint string, step func(tx pgx.Tx) (idem.Outcome, error)) (idem.Outcome, error) {
+	if fingerprint != in.Fingerprint {
+		return idem.Outcome{}, temporal.NewNonRetryableApplicationError("the request does not match the intent's fingerprint", ErrTypeForged, nil)
+	}
 	tx, err := a.DB.Begin(ctx)
 	if err != nil {
 		return idem.Outcome{}, fmt.Errorf("begin: %w", err)
@@ -99,6 +115,25 @@ func (a *Activities) execute(ctx context.Context, in idem.Intent, step func(tx p
 		return idem.Outcome{}, temporal.NewNonRetryableApplicationError("intent already failed: "+rec.ErrorReason, ErrTypeClosed, nil)
 	}
 
+	// A row committed by an earlier execution is the answer; one written
+	// under this key with other parameters means this intent must not run.
+	prior, found, err := a.Records.Recall(ctx, tx, rec.TenantID, rec.Key)
+	if err != nil {
+		return idem.Outcome{}, err
+	}
+	if found && prior.Fingerprint == rec.Fingerprint {
+		if err := a.Records.Finish(ctx, tx, rec, idem.StatusSuccess, prior.Outcome, ""); err != nil {
+			return idem.Outcome{}, err
+		}
+		if err := tx.Commit(ctx); err != nil {
+			return idem.Outcome{}, fmt.Errorf("commit: %w", err)
+		}
+		return prior.Outcome, nil
+	}
+	if found {
+		step = func(pgx.Tx) (idem.Outcome, error) { return idem.Outcome{}, errKeyReused }
+	}
+
 	// The step runs under a savepoint, so a business rejection undoes its
 	// writes while the record stays locked: FAILED (no row) is then written
 	// in the same transaction, with no moment for anyone else to step in.
@@ -108,6 +143,12 @@ func (a *Activities) execute(ctx context.Context, in idem.Intent, step func(tx p
 	}
 	out, err := step(sp)
 	var rejected *apperr.RejectedError
+	if unstorable(err) {
+		// Input PostgreSQL cannot store (validation should have caught
+		// it) fails the same way on every retry: settle it now.
+		a.Logger.ErrorContext(ctx, "intent input cannot be stored", "tenant", rec.TenantID, "key", rec.Key, "error", err)
+		err = errUnstorable
+	}
 	switch {
 	case errors.As(err, &rejected):
 		if err := sp.Rollback(ctx); err != nil {
@@ -137,13 +178,26 @@ func (a *Activities) execute(ctx context.Context, in idem.Intent, step func(tx p
 	return out, nil
 }
 
+// errUnstorable replaces a data exception from PostgreSQL in a business
+// step: a stable rejection, with the raw error kept for the logs.
+var errUnstorable = &apperr.RejectedError{Code: "unstorable-input", Status: 400,
+	Reason: "the request holds a value the database cannot store"}
+
+// unstorable reports a PostgreSQL data exception (SQLSTATE class 22, such
+// as a NUL byte in text): no retry of the same input can succeed.
+func unstorable(err error) bool {
+	var pgErr *pgconn.PgError
+	return errors.As(err, &pgErr) && strings.HasPrefix(pgErr.Code, "22")
+}
+
 // CreateTicket inserts the ticket of an intent, or returns the one an
 // earlier execution inserted.
 func (a *Activities) CreateTicket(ctx context.Context, in tickets.CreateInput) (idem.Outcome, error) {
-	return a.execute(ctx, in.Intent, func(tx pgx.Tx) (idem.Outcome, error) {
-		if out, err := lookupTicket(ctx, tx, in.Intent); !errors.Is(err, apperr.ErrNotFound) {
-			return out, err
-		}
+	fp, err := in.Request.Fingerprint()
+	if err != nil {
+		return idem.Outcome{}, temporal.NewNonRetryableApplicationError(err.Error(), ErrTypeForged, err)
+	}
+	return a.execute(ctx, in.Intent, fp, func(tx pgx.Tx) (idem.Outcome, error) {
 		t, err := tickets.Insert(ctx, tx, tickets.New(in))
 		if err != nil {
 			return idem.Outcome{}, err
@@ -152,26 +206,8 @@ func (a *Activities) CreateTicket(ctx context.Context, in tickets.CreateInput) (
 	})
 }
 
-func lookupTicket(ctx context.Context, q idem.Querier, in idem.Intent) (idem.Outcome, error) {
-	t, err := tickets.GetByKey(ctx, q, in.TenantID, in.Key)
-	if err != nil {
-		return idem.Outcome{}, err
-	}
-	if t.Fingerprint != in.Fingerprint {
-		return idem.Outcome{}, &apperr.RejectedError{Code: "idempotency-key-reused",
-			Reason: "a ticket already exists under this key with different parameters"}
-	}
-	return t.Outcome(), nil
-}
-
 // Resolution is what ResolveIntent decided.
-type Resolution struct {
-	Status  idem.Status  `json:"status"`
-	Outcome idem.Outcome `json:"outcome"`
-	// Action is "none" (already final), "backfilled" (row found, SUCCESS
-	// written) or "failed" (no row, FAILED written).
-	Action string `json:"action"`
-}
+type Resolution = idem.Resolution
 
 // ResolveInput names a PROCESSING intent to settle.
 type ResolveInput struct {
@@ -181,56 +217,26 @@ type ResolveInput struct {
 	// stored instead of one rebuilt from the row, as it is the exact answer
 	// the first caller received. It is used only if the row exists.
 	Preferred *idem.Outcome `json:"preferred,omitempty"`
+	// Canceled: an operator stopped the intent; with no row, the stored
+	// answer says so (problem.Canceled) rather than execution-failed.
+	Canceled bool `json:"canceled,omitempty"`
 }
 
-// ResolveIntent settles a PROCESSING record whose workflow no longer runs:
-// SUCCESS with a snapshot rebuilt from the business row when one exists,
-// FAILED (nothing was written, a retry may execute) when none does. It never
-// writes a business row. The caller must know that no execution is still
+// ResolveIntent settles a PROCESSING record whose workflow no longer runs
+// (idem.Store.Resolve): SUCCESS with the answer rebuilt from the business
+// row when one exists, FAILED (nothing was written, a retry may execute)
+// when none does. The caller must know that no execution is still
 // running: a workflow that gives up, or reconcile after asking Temporal.
 func (a *Activities) ResolveIntent(ctx context.Context, in ResolveInput) (Resolution, error) {
-	lookup, ok := a.lookups[in.Intent.BizType]
-	if !ok {
-		return Resolution{}, temporal.NewNonRetryableApplicationError("unknown biz type "+in.Intent.BizType, "UnknownBizType", nil)
+	failed := problem.ExecutionFailed()
+	if in.Canceled {
+		failed = problem.Canceled()
 	}
-	tx, err := a.DB.Begin(ctx)
-	if err != nil {
-		return Resolution{}, fmt.Errorf("begin: %w", err)
-	}
-	defer tx.Rollback(context.WithoutCancel(ctx)) //nolint:errcheck // no-op after commit
-	rec, err := idem.GetTx(ctx, tx, in.Intent.TenantID, in.Intent.Key, true)
-	if errors.Is(err, idem.ErrNotFound) {
-		return Resolution{Action: "none"}, nil
-	}
-	if err != nil {
-		return Resolution{}, fmt.Errorf("lock record: %w", err)
-	}
-	if rec.Status != idem.StatusProcessing || rec.Fingerprint != in.Intent.Fingerprint {
-		return Resolution{Status: rec.Status, Outcome: rec.Response, Action: "none"}, nil
-	}
-	res := Resolution{Status: idem.StatusSuccess, Action: "backfilled"}
-	res.Outcome, err = lookup(ctx, tx, rec.Intent())
-	var rejected *apperr.RejectedError
-	switch {
-	case err == nil:
-		if in.Preferred != nil {
-			res.Outcome = *in.Preferred
-		}
-		err = a.Records.Finish(ctx, tx, rec, idem.StatusSuccess, res.Outcome, "")
-	case errors.Is(err, apperr.ErrNotFound):
-		res = Resolution{Status: idem.StatusFailed, Action: "failed", Outcome: problem.ExecutionFailed(in.Reason).Outcome()}
-		err = a.Records.Finish(ctx, tx, rec, idem.StatusFailed, res.Outcome, in.Reason)
-	case errors.As(err, &rejected):
-		res = Resolution{Status: idem.StatusFailed, Action: "failed", Outcome: problem.Rejected(rejected).Outcome()}
-		err = a.Records.Finish(ctx, tx, rec, idem.StatusFailed, res.Outcome, rejected.Error())
-	}
+	res, err := a.Records.Resolve(ctx, idem.ResolveParams{Intent: in.Intent, Preferred: in.Preferred, Failed: failed.Outcome(), Reason: in.Reason})
 	if err != nil {
 		return Resolution{}, err
 	}
-	if err := tx.Commit(ctx); err != nil {
-		return Resolution{}, fmt.Errorf("commit: %w", err)
-	}
-	a.Logger.InfoContext(ctx, "intent resolved", "tenant", rec.TenantID, "key", rec.Key, "action", res.Action)
+	a.Logger.InfoContext(ctx, "intent resolved", "tenant", in.Intent.TenantID, "key", in.Intent.Key, "action", res.Action, "reason", in.Reason)
 	return res, nil
 }
 

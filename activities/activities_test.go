@@ -30,7 +30,7 @@ func setup(t *testing.T) fixture {
 	if err := tenant.NewStore(pool).Ensure(context.Background(), "acme", ""); err != nil {
 		t.Fatal(err)
 	}
-	records := idem.NewStore(pool, idem.Retention{})
+	records := idem.NewStore(pool, idem.Retention{}, activities.Recall)
 	return fixture{pool: pool, records: records, acts: activities.New(pool, records, nil, nil)}
 }
 

@@ -2,22 +2,22 @@ package activities
 
 import (
 	"context"
-	"errors"
 	"time"
 
-	"github.com/idemflow/idemflow/apperr"
 	"github.com/idemflow/idemflow/idem"
 	"github.com/idemflow/idemflow/orders"
 	"github.com/jackc/pgx/v5"
+	"go.temporal.io/sdk/temporal"
 )
 
 // CreateOrder creates the order of an intent, or returns the answer an
 // earlier execution stored with it.
 func (a *Activities) CreateOrder(ctx context.Context, in orders.CreateInput) (idem.Outcome, error) {
-	return a.execute(ctx, in.Intent, func(tx pgx.Tx) (idem.Outcome, error) {
-		if out, err := orders.Answer(ctx, tx, in.Intent); !errors.Is(err, apperr.ErrNotFound) {
-			return out, err
-		}
+	fp, err := in.Request.Fingerprint()
+	if err != nil {
+		return idem.Outcome{}, temporal.NewNonRetryableApplicationError(err.Error(), ErrTypeForged, err)
+	}
+	return a.execute(ctx, in.Intent, fp, func(tx pgx.Tx) (idem.Outcome, error) {
 		o, body, err := orders.Create(ctx, tx, in, time.Now())
 		if err != nil {
 			return idem.Outcome{}, err
@@ -28,10 +28,11 @@ func (a *Activities) CreateOrder(ctx context.Context, in orders.CreateInput) (id
 
 // TransitionOrder applies a pay, cancel, refund or fulfill intent.
 func (a *Activities) TransitionOrder(ctx context.Context, in orders.TransitionInput) (idem.Outcome, error) {
-	return a.execute(ctx, in.Intent, func(tx pgx.Tx) (idem.Outcome, error) {
-		if out, err := orders.Answer(ctx, tx, in.Intent); !errors.Is(err, apperr.ErrNotFound) {
-			return out, err
-		}
+	fp, err := orders.TransitionFingerprint(in.OrderNo, in.Action, in.Request)
+	if err != nil {
+		return idem.Outcome{}, temporal.NewNonRetryableApplicationError(err.Error(), ErrTypeForged, err)
+	}
+	return a.execute(ctx, in.Intent, fp, func(tx pgx.Tx) (idem.Outcome, error) {
 		body, err := orders.Transition(ctx, tx, in, time.Now())
 		if err != nil {
 			return idem.Outcome{}, err

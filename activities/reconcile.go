@@ -76,7 +76,7 @@ func (a *Activities) ReconcileIntent(ctx context.Context, in idem.Intent) (strin
 		return "", err
 	}
 	switch {
-	case res.Action == "none":
+	case res.Action == idem.ResolvedNone:
 		return OutcomeSettled, nil
 	case res.Status == idem.StatusFailed:
 		return OutcomeFailed, nil

@@ -98,7 +98,7 @@ func openDeps(ctx context.Context, logger *slog.Logger, c common) (*deps, error)
 		pool.Close()
 		return nil, err
 	}
-	records := idem.NewStore(pool, idem.Retention{Default: time.Duration(c.retention)})
+	records := idem.NewStore(pool, idem.Retention{Default: time.Duration(c.retention)}, activities.Recall)
 	return &deps{
 		Pool:       pool,
 		Temporal:   tc,
@@ -163,4 +163,4 @@ func connect(ctx context.Context, dbURL string) (*pgx.Conn, error) {
 
 // idemStore is a record store over q with default retention, for commands
 // that only read.
-func idemStore(q idem.Querier) *idem.Store { return idem.NewStore(q, idem.Retention{}) }
+func idemStore(q idem.Querier) *idem.Store { return idem.NewStore(q, idem.Retention{}, nil) }

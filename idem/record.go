@@ -49,9 +49,11 @@ type Record struct {
 	ExpireAt    time.Time
 }
 
-// Querier is what both a pool and a transaction offer, so that the store's
-// statements can join a caller's transaction.
+// Querier is what a pool, a connection and a transaction all offer, so
+// that the store's statements can join a caller's transaction (Begin in a
+// transaction is a savepoint).
 type Querier interface {
+	Begin(ctx context.Context) (pgx.Tx, error)
 	Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error)
 	Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error)
 	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
@@ -96,15 +98,41 @@ func (r Retention) For(bizType string) time.Duration {
 	return DefaultRetention
 }
 
+// Prior is what a business row remembers of the intent that wrote it:
+// enough to rebuild that intent's record after the record was purged.
+type Prior struct {
+	BizType     string
+	Fingerprint string
+	WorkflowID  string
+	Outcome     Outcome
+}
+
+// Recall finds the business row written under (tenantID, key) within q.
+// found is false when no row exists. Business rows are never purged, so a
+// key stays remembered after its record is gone.
+type Recall func(ctx context.Context, q Querier, tenantID, key string) (prior Prior, found bool, err error)
+
 // Store owns the idempotency_record table: no other package writes it.
 type Store struct {
 	db        Querier
 	retention Retention
+	recall    Recall
 }
 
-// NewStore returns a Store over db (usually a *pgxpool.Pool).
-func NewStore(db Querier, retention Retention) *Store {
-	return &Store{db: db, retention: retention}
+// NewStore returns a Store over db (usually a *pgxpool.Pool). recall is
+// consulted whenever a key has no record, so that a key reused after its
+// record was purged is still a replay or a conflict, never a new
+// execution; it may be nil only for a store that never claims or resolves.
+func NewStore(db Querier, retention Retention, recall Recall) *Store {
+	return &Store{db: db, retention: retention, recall: recall}
+}
+
+// Recall finds the business row of (tenantID, key) within q.
+func (s *Store) Recall(ctx context.Context, q Querier, tenantID, key string) (Prior, bool, error) {
+	if s.recall == nil {
+		return Prior{}, false, errors.New("idem: this store was made without a Recall")
+	}
+	return s.recall(ctx, q, tenantID, key)
 }
 
 const recordColumns = `id, tenant_id, idem_key, biz_type, fingerprint, status,
@@ -155,31 +183,35 @@ type Claim struct {
 
 // Claim records an intent or finds the record of an earlier submission.
 //
+// It reads first, so that a replay costs one indexed read. A key with no
+// record is looked up in the business tables (Recall) before a record is
+// made: a key whose record was purged is remembered by its business row,
+// and the record is rebuilt from that row, so that the same parameters get
+// the first answer again and others are a *KeyReusedError. Only then is a
+// PROCESSING record inserted.
+//
 // The unique (tenant_id, idem_key) constraint decides between concurrent
 // submissions: exactly one INSERT wins. A matching FAILED record is reopened
 // with a compare-and-set on its status, so that again only one caller runs
 // the retry. A different fingerprint is a *KeyReusedError.
 func (s *Store) Claim(ctx context.Context, p ClaimParams) (Claim, error) {
 	ttl := s.retention.For(p.BizType).Seconds()
-	// A record can vanish between the INSERT and the SELECT (purge), and a
-	// reopen can lose its race; a few rounds settle both.
+	// A record can vanish between two statements (purge), and an insert or
+	// a reopen can lose its race; a few rounds settle all three.
 	for range 5 {
-		rec, err := scanRecord(s.db.QueryRow(ctx, `
-			INSERT INTO idempotency_record
-				(id, tenant_id, idem_key, biz_type, fingerprint, status, workflow_id, expire_at)
-			VALUES ($1, $2, $3, $4, $5, 'PROCESSING', $6, now() + make_interval(secs => $7))
-			ON CONFLICT (tenant_id, idem_key) DO NOTHING
-			RETURNING `+recordColumns,
-			uuid.New(), p.TenantID, p.Key, p.BizType, p.Fingerprint, p.WorkflowID, ttl))
-		if err == nil {
-			return Claim{Record: rec, Owner: true}, nil
-		}
-		if !errors.Is(err, ErrNotFound) {
-			return Claim{}, fmt.Errorf("claim %s/%s: insert: %w", p.TenantID, p.Key, err)
-		}
-		rec, err = s.Get(ctx, p.TenantID, p.Key)
+		rec, err := s.Get(ctx, p.TenantID, p.Key)
 		if errors.Is(err, ErrNotFound) {
-			continue
+			rec, owner, err := s.create(ctx, p, ttl)
+			if errors.Is(err, errRaced) {
+				continue
+			}
+			if err != nil {
+				return Claim{}, fmt.Errorf("claim %s/%s: %w", p.TenantID, p.Key, err)
+			}
+			if rec.Fingerprint != p.Fingerprint {
+				return Claim{Record: rec}, &KeyReusedError{Key: p.Key, BizType: rec.BizType}
+			}
+			return Claim{Record: rec, Owner: owner}, nil
 		}
 		if err != nil {
 			return Claim{}, fmt.Errorf("claim %s/%s: %w", p.TenantID, p.Key, err)
@@ -206,6 +238,50 @@ func (s *Store) Claim(ctx context.Context, p ClaimParams) (Claim, error) {
 		}
 	}
 	return Claim{}, fmt.Errorf("claim %s/%s: record kept changing under the claim", p.TenantID, p.Key)
+}
+
+// errRaced: another request inserted the record first.
+var errRaced = errors.New("record inserted concurrently")
+
+// create inserts the record of a key that has none: rebuilt as SUCCESS from
+// the business row when one exists (owner false: nothing runs), else a new
+// PROCESSING record (owner true).
+func (s *Store) create(ctx context.Context, p ClaimParams, ttl float64) (Record, bool, error) {
+	prior, found, err := s.Recall(ctx, s.db, p.TenantID, p.Key)
+	if err != nil {
+		return Record{}, false, fmt.Errorf("recall: %w", err)
+	}
+	var rec Record
+	if found {
+		var location *string
+		if prior.Outcome.Location != "" {
+			location = &prior.Outcome.Location
+		}
+		rec, err = scanRecord(s.db.QueryRow(ctx, `
+			INSERT INTO idempotency_record
+				(id, tenant_id, idem_key, biz_type, fingerprint, status, response_status,
+				 response_body, resource_path, workflow_id, expire_at)
+			VALUES ($1, $2, $3, $4, $5, 'SUCCESS', $6, $7, $8, $9, now() + make_interval(secs => $10))
+			ON CONFLICT (tenant_id, idem_key) DO NOTHING
+			RETURNING `+recordColumns,
+			uuid.New(), p.TenantID, p.Key, prior.BizType, prior.Fingerprint, prior.Outcome.Status,
+			prior.Outcome.Body, location, prior.WorkflowID, s.retention.For(prior.BizType).Seconds()))
+	} else {
+		rec, err = scanRecord(s.db.QueryRow(ctx, `
+			INSERT INTO idempotency_record
+				(id, tenant_id, idem_key, biz_type, fingerprint, status, workflow_id, expire_at)
+			VALUES ($1, $2, $3, $4, $5, 'PROCESSING', $6, now() + make_interval(secs => $7))
+			ON CONFLICT (tenant_id, idem_key) DO NOTHING
+			RETURNING `+recordColumns,
+			uuid.New(), p.TenantID, p.Key, p.BizType, p.Fingerprint, p.WorkflowID, ttl))
+	}
+	if errors.Is(err, ErrNotFound) {
+		return Record{}, false, errRaced
+	}
+	if err != nil {
+		return Record{}, false, fmt.Errorf("insert: %w", err)
+	}
+	return rec, !found, nil
 }
 
 // Get returns the record of (tenant, key).
@@ -270,11 +346,16 @@ type Intent struct {
 	BizType     string `json:"biz_type"`
 	Fingerprint string `json:"fingerprint"`
 	WorkflowID  string `json:"workflow_id"`
+	// Attempt is the record's attempts count when this execution was
+	// started. Settling checks it under the record's lock, so that a late
+	// settle of an earlier attempt never fails a reopened one. Zero (in
+	// histories from before it existed) matches any attempt.
+	Attempt int `json:"attempt,omitempty"`
 }
 
 // Intent returns the record's intent.
 func (r Record) Intent() Intent {
-	return Intent{TenantID: r.TenantID, Key: r.Key, BizType: r.BizType, Fingerprint: r.Fingerprint, WorkflowID: r.WorkflowID}
+	return Intent{TenantID: r.TenantID, Key: r.Key, BizType: r.BizType, Fingerprint: r.Fingerprint, WorkflowID: r.WorkflowID, Attempt: r.Attempts}
 }
 
 // Guard names a unique constraint the exactly-once guarantee rests on: at
@@ -285,3 +366,88 @@ type Guard struct {
 
 // RecordGuard is idempotency_record's own guard.
 var RecordGuard = Guard{Table: "idempotency_record"}
+
+// ResolveAction says what Resolve did.
+type ResolveAction string
+
+// What Resolve can do.
+const (
+	// ResolvedNone: the record was already final, is another request's
+	// (purged and claimed again), belongs to a later attempt, or is gone.
+	ResolvedNone ResolveAction = "none"
+	// ResolvedBackfilled: the business row exists; SUCCESS was written.
+	ResolvedBackfilled ResolveAction = "backfilled"
+	// ResolvedFailed: no business row; FAILED was written.
+	ResolvedFailed ResolveAction = "failed"
+)
+
+// Resolution is what Resolve decided.
+type Resolution struct {
+	Status  Status        `json:"status"`
+	Outcome Outcome       `json:"outcome"`
+	Action  ResolveAction `json:"action"`
+}
+
+// ResolveParams name a PROCESSING intent to settle and the answers to store.
+type ResolveParams struct {
+	Intent Intent
+	// Preferred, when set, is stored instead of the answer rebuilt from the
+	// business row (it is the exact answer a completed run returned); it is
+	// used only when the row exists.
+	Preferred *Outcome
+	// Failed is stored when no business row exists, with Reason.
+	Failed Outcome
+	Reason string
+}
+
+// Resolve settles a PROCESSING record whose execution no longer runs:
+// SUCCESS with the business row's answer when the row exists, FAILED with
+// p.Failed when it does not. It never writes a business row, and it works
+// under the record's row lock, which every execution holds while it writes,
+// so it cannot interleave with one. The caller must know that no execution
+// of this attempt is still running: a run that gave up or was stopped, or
+// reconcile after asking Temporal.
+func (s *Store) Resolve(ctx context.Context, p ResolveParams) (Resolution, error) {
+	var res Resolution
+	err := pgx.BeginFunc(ctx, s.db, func(tx pgx.Tx) error {
+		rec, err := GetTx(ctx, tx, p.Intent.TenantID, p.Intent.Key, true)
+		if errors.Is(err, ErrNotFound) {
+			res = Resolution{Action: ResolvedNone}
+			return nil
+		}
+		if err != nil {
+			return fmt.Errorf("lock record: %w", err)
+		}
+		if rec.Status != StatusProcessing || rec.Fingerprint != p.Intent.Fingerprint ||
+			(p.Intent.Attempt != 0 && rec.Attempts != p.Intent.Attempt) {
+			res = Resolution{Status: rec.Status, Outcome: rec.Response, Action: ResolvedNone}
+			return nil
+		}
+		prior, found, err := s.Recall(ctx, tx, rec.TenantID, rec.Key)
+		if err != nil {
+			return err
+		}
+		reason := p.Reason
+		switch {
+		case found && prior.Fingerprint == rec.Fingerprint:
+			res = Resolution{Status: StatusSuccess, Action: ResolvedBackfilled, Outcome: prior.Outcome}
+			if p.Preferred != nil {
+				res.Outcome = *p.Preferred
+			}
+			reason = ""
+		case found:
+			// Only data from before Claim recalled rows can get here: a
+			// row under this key with other parameters. This intent must
+			// never run.
+			res = Resolution{Status: StatusFailed, Action: ResolvedFailed, Outcome: p.Failed}
+			reason = "a business row under this key has other parameters"
+		default:
+			res = Resolution{Status: StatusFailed, Action: ResolvedFailed, Outcome: p.Failed}
+		}
+		return s.Finish(ctx, tx, rec, res.Status, res.Outcome, reason)
+	})
+	if err != nil {
+		return Resolution{}, fmt.Errorf("resolve %s/%s: %w", p.Intent.TenantID, p.Intent.Key, err)
+	}
+	return res, nil
+}

@@ -348,41 +348,36 @@ func addEvent(ctx context.Context, q idem.Querier, orderNo string, it idem.Inten
 	return nil
 }
 
-// eventAnswer returns the stored answer of the change made under the
-// intent's key, apperr.ErrNotFound when none was made, or a key-reuse
-// rejection when it was made with other parameters.
-func eventAnswer(ctx context.Context, q idem.Querier, it idem.Intent) ([]byte, error) {
-	var body []byte
-	var fp string
-	err := q.QueryRow(ctx, `SELECT response_body, fingerprint FROM order_event WHERE tenant_id = $1 AND idem_key = $2`, it.TenantID, it.Key).Scan(&body, &fp)
+// Recall is idem.Recall for the order tables: the order event written under
+// (tenantID, key), which every create and transition writes, as the record
+// it came from would say. The action, and so the biz type and workflow ID,
+// follow from the event's edge.
+func Recall(ctx context.Context, q idem.Querier, tenantID, key string) (idem.Prior, bool, error) {
+	var orderNo string
+	var from, to Status
+	p := idem.Prior{Outcome: idem.Outcome{Status: 200}}
+	err := q.QueryRow(ctx, `SELECT order_no, from_status, to_status, fingerprint, response_body
+		FROM order_event WHERE tenant_id = $1 AND idem_key = $2`, tenantID, key).
+		Scan(&orderNo, &from, &to, &p.Fingerprint, &p.Outcome.Body)
 	if errors.Is(err, pgx.ErrNoRows) {
-		return nil, apperr.ErrNotFound
+		return idem.Prior{}, false, nil
 	}
 	if err != nil {
-		return nil, fmt.Errorf("order event: %w", err)
+		return idem.Prior{}, false, fmt.Errorf("recall order event %s/%s: %w", tenantID, key, err)
 	}
-	if fp != it.Fingerprint {
-		return nil, &apperr.RejectedError{Code: "idempotency-key-reused", Reason: "an order change was already made under this key with different parameters"}
-	}
-	return body, nil
-}
-
-// Answer is eventAnswer for reconcile: the stored answer of an order
-// intent, found by its business row.
-func Answer(ctx context.Context, q idem.Querier, it idem.Intent) (idem.Outcome, error) {
-	body, err := eventAnswer(ctx, q, it)
-	if err != nil {
-		return idem.Outcome{}, err
-	}
-	out := idem.Outcome{Status: 200, Body: body}
-	if it.BizType == BizCreate {
-		var v View
-		if err := json.Unmarshal(body, &v); err != nil {
-			return idem.Outcome{}, fmt.Errorf("order answer: %w", err)
+	scope := ScopeCreate
+	p.BizType = BizCreate
+	if from == StatusInit {
+		p.Outcome.Status, p.Outcome.Location = 201, "/v1/orders/"+orderNo
+	} else {
+		act, ok := actionTo(to)
+		if !ok {
+			return idem.Prior{}, false, fmt.Errorf("recall order event %s/%s: no action leads to %s", tenantID, key, to)
 		}
-		out.Status, out.Location = 201, "/v1/orders/"+v.OrderNo
+		p.BizType, scope = act.BizType(), act.Scope()
 	}
-	return out, nil
+	p.WorkflowID = idem.WorkflowID(scope, tenantID, key)
+	return p, true, nil
 }
 
 // Exists reports whether tenantID has an order orderNo; another tenant's

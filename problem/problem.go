@@ -31,6 +31,7 @@ const (
 	TypeExecutionFailed   = "/problems/execution-failed"
 	TypeInternal          = "/problems/internal"
 	TypeMethodNotAllowed  = "/problems/method-not-allowed"
+	TypeCanceled          = "/problems/canceled-by-operator"
 	// TypeRejectedPrefix + RejectedError.Code, e.g. /problems/out-of-stock.
 	TypeRejectedPrefix = "/problems/"
 )
@@ -49,6 +50,7 @@ var Descriptions = map[string]string{
 	TypeExecutionFailed:   "The intent did not complete and nothing was written. Retry with the same key to execute it again.",
 	TypeInternal:          "An unexpected error. Retry with the same key: it cannot cause a duplicate.",
 	TypeMethodNotAllowed:  "The method is not allowed on this resource.",
+	TypeCanceled:          "An operator canceled or terminated this request's workflow before it wrote anything. Nothing was written. Retry with the same key to execute it again.",
 }
 
 // Problem is an RFC 9457 problem details object with idemflow's extensions.
@@ -98,7 +100,15 @@ func Rejected(e *apperr.RejectedError) Problem {
 }
 
 // ExecutionFailed is the stored answer of an intent that ended without
-// writing anything (its activity gave up, or reconcile found nothing).
-func ExecutionFailed(reason string) Problem {
-	return New(TypeExecutionFailed, http.StatusInternalServerError, "the request did not complete and nothing was written ("+reason+"); retry with the same key to execute it again")
+// writing anything (its activity gave up, or reconcile found nothing). Its
+// detail is stable: the raw cause (SQL text, a worker's pid@host) goes to
+// the logs and the record's error_reason, never to the tenant.
+func ExecutionFailed() Problem {
+	return New(TypeExecutionFailed, http.StatusInternalServerError, "the request did not complete and nothing was written; retry with the same key to execute it again")
+}
+
+// Canceled is the stored answer of an intent an operator canceled or
+// terminated before it wrote anything.
+func Canceled() Problem {
+	return New(TypeCanceled, http.StatusInternalServerError, "an operator stopped this request before it wrote anything; retry with the same key to execute it again")
 }

@@ -217,14 +217,9 @@ func TicketIntent(tenantID, key string, req tickets.Request) (Intent, error) {
 	if err != nil {
 		return Intent{}, err
 	}
-	it := idem.Intent{TenantID: tenantID, Key: key, BizType: tickets.BizType, Fingerprint: fp,
-		WorkflowID: workflows.TicketWorkflowID(tenantID, key)}
-	return Intent{
-		Intent:   it,
-		Workflow: workflows.CreateTicket,
-		Input:    tickets.CreateInput{Intent: it, Request: req},
-		Summary:  fmt.Sprintf("ticket for %s: %s", req.CustomerID, truncate(req.Title, 80)),
-	}, nil
+	return newIntent(tenantID, key, tickets.BizType, fp, workflows.TicketWorkflowID(tenantID, key),
+		workflows.CreateTicket, func(it idem.Intent) any { return tickets.CreateInput{Intent: it, Request: req} },
+		fmt.Sprintf("ticket for %s: %s", req.CustomerID, truncate(req.Title, 80))), nil
 }
 
 func truncate(s string, n int) string {

@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/idemflow/idemflow/activities"
 	"github.com/idemflow/idemflow/idem"
 	"github.com/idemflow/idemflow/starter"
 	"github.com/idemflow/idemflow/testenv"
@@ -186,6 +187,10 @@ func TestBadInputIsRejectedAndWritesNothing(t *testing.T) {
 		{"empty title", testenv.Request{Path: "/v1/tickets", Token: tok, Key: "k", Body: `{"customer_id":"c","title":""}`}, 400, "/problems/invalid-request"},
 		{"title too long", testenv.Request{Path: "/v1/tickets", Token: tok, Key: "k", Body: `{"customer_id":"c","title":"` + strings.Repeat("t", 201) + `"}`}, 400, "/problems/invalid-request"},
 		{"empty body", testenv.Request{Path: "/v1/tickets", Token: tok, Key: "k"}, 400, "/problems/invalid-request"},
+		{"NUL in a field", testenv.Request{Path: "/v1/tickets", Token: tok, Key: "k", Body: `{"customer_id":"c\u0000","title":"t"}`}, 400, "/problems/invalid-request"},
+		{"NUL in an order", testenv.Request{Path: "/v1/orders", Token: tok, Key: "k", Body: `{"customer_id":"c","items":[{"sku":"SKU-MOUSE","quantity":1}],"coupon_code":"A\u0000"}`}, 400, "/problems/invalid-request"},
+		{"duplicate field", testenv.Request{Path: "/v1/tickets", Token: tok, Key: "k", Body: `{"customer_id":"c","title":"t","title":"u"}`}, 400, "/problems/invalid-request"},
+		{"field in another case", testenv.Request{Path: "/v1/tickets", Token: tok, Key: "k", Body: `{"customer_id":"c","TITLE":"t"}`}, 400, "/problems/invalid-request"},
 		{"body over 1 MiB", testenv.Request{Path: "/v1/tickets", Token: tok, Key: "k", Body: big}, 413, "/problems/body-too-large"},
 	}
 	for _, c := range cases {
@@ -332,7 +337,7 @@ func TestDatabaseDownIs503(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer pool.Close()
-	gw := httptest.NewServer(starter.NewGateway(pool, s.Temporal, idem.NewStore(pool, idem.Retention{}), s.Logger).Handler())
+	gw := httptest.NewServer(starter.NewGateway(pool, s.Temporal, idem.NewStore(pool, idem.Retention{}, activities.Recall), s.Logger).Handler())
 	defer gw.Close()
 	r := testenv.Do(t, gw.URL, testenv.Request{Path: "/v1/tickets", Token: s.Tokens[testenv.TenantA], Key: "k", Body: ticketBody})
 	if r.Status != http.StatusServiceUnavailable {

@@ -21,14 +21,9 @@ func OrderIntent(tenantID, key string, req orders.CreateRequest) (Intent, error)
 	if err != nil {
 		return Intent{}, err
 	}
-	it := idem.Intent{TenantID: tenantID, Key: key, BizType: orders.BizCreate, Fingerprint: fp,
-		WorkflowID: workflows.OrderWorkflowID(tenantID, key)}
-	return Intent{
-		Intent:   it,
-		Workflow: workflows.CreateOrder,
-		Input:    orders.CreateInput{Intent: it, Request: req},
-		Summary:  fmt.Sprintf("order for %s: %d item(s)", req.CustomerID, len(req.Items)),
-	}, nil
+	return newIntent(tenantID, key, orders.BizCreate, fp, workflows.OrderWorkflowID(tenantID, key),
+		workflows.CreateOrder, func(it idem.Intent) any { return orders.CreateInput{Intent: it, Request: req} },
+		fmt.Sprintf("order for %s: %d item(s)", req.CustomerID, len(req.Items))), nil
 }
 
 // TransitionIntent validates an order transition and builds its submission.
@@ -40,14 +35,11 @@ func TransitionIntent(tenantID, key, orderNo string, action orders.Action, req o
 	if err != nil {
 		return Intent{}, err
 	}
-	it := idem.Intent{TenantID: tenantID, Key: key, BizType: action.BizType(), Fingerprint: fp,
-		WorkflowID: workflows.TransitionWorkflowID(action, tenantID, key)}
-	return Intent{
-		Intent:   it,
-		Workflow: workflows.TransitionOrder,
-		Input:    orders.TransitionInput{Intent: it, OrderNo: orderNo, Action: action, Request: req},
-		Summary:  fmt.Sprintf("%s order %s", action, orderNo),
-	}, nil
+	return newIntent(tenantID, key, action.BizType(), fp, workflows.TransitionWorkflowID(action, tenantID, key),
+		workflows.TransitionOrder, func(it idem.Intent) any {
+			return orders.TransitionInput{Intent: it, OrderNo: orderNo, Action: action, Request: req}
+		},
+		fmt.Sprintf("%s order %s", action, orderNo)), nil
 }
 
 func (g *Gateway) createOrder(w http.ResponseWriter, r *http.Request, tenantID string) {

@@ -10,8 +10,8 @@ import (
 	"time"
 
 	"github.com/google/uuid"
-	"github.com/idemflow/idemflow/activities"
 	"github.com/idemflow/idemflow/idem"
+	"github.com/idemflow/idemflow/problem"
 	"github.com/idemflow/idemflow/workflows"
 	enumspb "go.temporal.io/api/enums/v1"
 	"go.temporal.io/api/serviceerror"
@@ -44,14 +44,24 @@ type Starter struct {
 // Intent is one submission of an idempotent operation.
 type Intent struct {
 	idem.Intent
-	// Workflow is the workflow function; Input its single argument.
+	// Workflow is the workflow function; Input builds its single argument
+	// around the claimed intent (which carries the record's attempt).
 	Workflow any
-	Input    any
+	Input    func(idem.Intent) any
 	// Summary is shown for the execution in the Temporal Web UI.
 	Summary string
 	// Wait bounds how long Submit waits for the result; zero answers
 	// "pending" at once (RFC 7240 wait=0).
 	Wait time.Duration
+}
+
+// newIntent is the one shape of a submission: every builder validates its
+// request, then hands its identity, workflow and input here.
+func newIntent(tenantID, key, bizType, fingerprint, workflowID string, wf any, input func(idem.Intent) any, summary string) Intent {
+	return Intent{
+		Intent:   idem.Intent{TenantID: tenantID, Key: key, BizType: bizType, Fingerprint: fingerprint, WorkflowID: workflowID},
+		Workflow: wf, Input: input, Summary: summary,
+	}
 }
 
 // Reply is the answer to a submission.
@@ -108,74 +118,90 @@ func (s *Starter) Submit(ctx context.Context, in Intent) (Reply, error) {
 		reply.Done, reply.Outcome = true, rec.Response
 		return reply, nil
 	}
-	// Two rounds: an owner that reopened a FAILED record can attach to the
-	// previous run while it is closing; it then starts the new run.
+	in.Attempt = rec.Attempts
+	// The record, not the run, is the answer: a run's result is trusted
+	// only through the record it settled. Two rounds: an owner that
+	// reopened a FAILED record can attach to the previous attempt's run
+	// while it is closing; the record then still says PROCESSING, and the
+	// owner starts its own run.
 	for range 2 {
-		out, err := s.startAndWait(ctx, in, rec.WorkflowID)
+		err := s.startAndWait(ctx, in)
+		stopped := errors.Is(err, errStopped)
 		switch {
-		case err == nil:
-			reply.Done, reply.Outcome = true, out
-			return reply, nil
 		case errors.Is(err, errPending):
 			return reply, nil
 		case errors.Is(err, ErrUnavailable):
 			return Reply{}, err
+		case stopped:
+			// Terminated runs no code of its own: settle for it. A
+			// canceled run settled itself, and this finds it final.
+			s.logger().InfoContext(ctx, "intent run stopped by an operator", "tenant", in.TenantID, "key", in.Key, "workflow_id", in.WorkflowID)
+			if _, err := s.Records.Resolve(ctx, idem.ResolveParams{Intent: in.Intent,
+				Failed: problem.Canceled().Outcome(), Reason: "stopped by an operator"}); err != nil {
+				return Reply{}, fmt.Errorf("%w: %w", ErrUnavailable, err)
+			}
 		}
-		// The run failed: the record holds its answer, or says it is
-		// being retried.
-		cur, gerr := s.Records.Get(ctx, in.TenantID, in.Key)
-		if gerr != nil {
-			return Reply{}, fmt.Errorf("%w: %w", ErrUnavailable, gerr)
+		cur, err := s.Records.Get(ctx, in.TenantID, in.Key)
+		if err != nil {
+			return Reply{}, fmt.Errorf("%w: %w", ErrUnavailable, err)
+		}
+		if cur.ID != rec.ID {
+			// Purged and claimed again meanwhile: not this request's.
+			break
 		}
 		if cur.Status != idem.StatusProcessing {
 			reply.Done, reply.Outcome = true, cur.Response
 			return reply, nil
 		}
-		if !claim.Owner {
+		if !claim.Owner || stopped {
 			break
 		}
 	}
 	return reply, ErrExecutionFailed
 }
 
-var errPending = errors.New("still running")
+var (
+	errPending = errors.New("still running")
+	errStopped = errors.New("stopped by an operator")
+)
 
-func (s *Starter) startAndWait(ctx context.Context, in Intent, workflowID string) (idem.Outcome, error) {
+// startAndWait starts or attaches to the intent's run and waits for it to
+// end. Its result is not read: the caller reads the record.
+func (s *Starter) startAndWait(ctx context.Context, in Intent) error {
 	run, err := s.Temporal.ExecuteWorkflow(ctx, client.StartWorkflowOptions{
-		ID:                       workflowID,
+		ID:                       in.WorkflowID,
 		TaskQueue:                workflows.TaskQueue,
 		WorkflowIDConflictPolicy: enumspb.WORKFLOW_ID_CONFLICT_POLICY_USE_EXISTING,
 		WorkflowIDReusePolicy:    enumspb.WORKFLOW_ID_REUSE_POLICY_ALLOW_DUPLICATE_FAILED_ONLY,
 		StaticSummary:            in.Summary,
-	}, in.Workflow, in.Input)
+	}, in.Workflow, in.Input(in.Intent))
 	if err != nil {
-		return idem.Outcome{}, fmt.Errorf("%w: start workflow %s: %w", ErrUnavailable, workflowID, err)
+		return fmt.Errorf("%w: start workflow %s: %w", ErrUnavailable, in.WorkflowID, err)
 	}
 	waitCtx, cancel := context.WithTimeout(ctx, in.Wait)
 	defer cancel()
-	var out idem.Outcome
-	err = run.Get(waitCtx, &out)
+	err = run.Get(waitCtx, nil)
 	if err == nil {
-		return out, nil
+		return nil
 	}
 	if ctx.Err() == nil && (waitCtx.Err() != nil || isDeadline(err)) {
-		return idem.Outcome{}, errPending
+		return errPending
 	}
 	if ctx.Err() != nil {
-		return idem.Outcome{}, ctx.Err()
+		return ctx.Err()
 	}
-	var appErr *temporal.ApplicationError
-	if errors.As(err, &appErr) && appErr.Type() == activities.ErrTypeRejected && appErr.HasDetails() {
-		if derr := appErr.Details(&out); derr == nil && out.Status != 0 {
-			return out, nil
-		}
+	var terminated *temporal.TerminatedError
+	var canceled *temporal.CanceledError
+	if errors.As(err, &terminated) || errors.As(err, &canceled) {
+		return errStopped
 	}
 	var wfErr *temporal.WorkflowExecutionError
 	if errors.As(err, &wfErr) {
-		s.logger().WarnContext(ctx, "intent workflow failed", "workflow_id", workflowID, "error", err)
-		return idem.Outcome{}, err
+		// A business rejection, or a run that gave up: either way the
+		// record says what happened.
+		return nil
 	}
-	return idem.Outcome{}, fmt.Errorf("%w: wait for workflow %s: %w", ErrUnavailable, workflowID, err)
+	return fmt.Errorf("%w: wait for workflow %s: %w", ErrUnavailable, in.WorkflowID, err)
 }
 
 func (s *Starter) logger() *slog.Logger {

@@ -67,7 +67,7 @@ func NewStack(t testing.TB, opts Options) *Stack {
 	if testing.Verbose() {
 		logger = slog.New(slog.NewTextHandler(testWriter{t}, &slog.HandlerOptions{Level: slog.LevelWarn}))
 	}
-	records := idem.NewStore(pool, idem.Retention{})
+	records := idem.NewStore(pool, idem.Retention{}, activities.Recall)
 	s := &Stack{
 		DatabaseURL: dbURL,
 		Pool:        pool,

@@ -216,3 +216,16 @@ func New(in CreateInput) Ticket {
 
 // Guard is the ticket table's one-ticket-per-key constraint.
 var Guard = idem.Guard{Table: "ticket"}
+
+// Recall is idem.Recall for the ticket table: the ticket written under
+// (tenantID, key), as the record it came from would say.
+func Recall(ctx context.Context, q idem.Querier, tenantID, key string) (idem.Prior, bool, error) {
+	t, err := GetByKey(ctx, q, tenantID, key)
+	if errors.Is(err, apperr.ErrNotFound) {
+		return idem.Prior{}, false, nil
+	}
+	if err != nil {
+		return idem.Prior{}, false, fmt.Errorf("recall ticket %s/%s: %w", tenantID, key, err)
+	}
+	return idem.Prior{BizType: BizType, Fingerprint: t.Fingerprint, WorkflowID: t.WorkflowID, Outcome: t.Outcome()}, true, nil
+}

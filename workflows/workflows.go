@@ -67,6 +67,13 @@ func CreateTicket(ctx workflow.Context, in tickets.CreateInput) (idem.Outcome, e
 // reason other than a business rejection, settles the record so that it
 // does not wait for reconcile: SUCCESS if the row was committed after all,
 // FAILED if nothing was written.
+//
+// An operator's cancel (Web UI or CLI) means "stop this attempt": the
+// record is settled FAILED with problem.Canceled (or SUCCESS, when the row
+// was committed before the cancel arrived), the run ends canceled, and an
+// agent's retry under the same key may run the intent again, since the
+// reuse policy lets a canceled run be followed by a new one. Settling runs
+// on a disconnected context: on the canceled one it would be dropped.
 func runIntent(ctx workflow.Context, intent idem.Intent, activity, input any) (idem.Outcome, error) {
 	var out idem.Outcome
 	err := workflow.ExecuteActivity(workflow.WithActivityOptions(ctx, executeOptions), activity, input).Get(ctx, &out)
@@ -77,11 +84,13 @@ func runIntent(ctx workflow.Context, intent idem.Intent, activity, input any) (i
 	if errors.As(err, &appErr) && appErr.Type() != "" && isFinal(appErr.Type()) {
 		return idem.Outcome{}, err
 	}
-	workflow.GetLogger(ctx).Warn("intent activity gave up; settling the record", "error", err)
+	canceled := temporal.IsCanceledError(err)
+	workflow.GetLogger(ctx).Warn("intent activity gave up; settling the record", "error", err, "canceled", canceled)
 	var res activities.Resolution
-	settle := workflow.WithActivityOptions(ctx, settleOptions)
+	settleCtx, _ := workflow.NewDisconnectedContext(ctx)
+	settle := workflow.WithActivityOptions(settleCtx, settleOptions)
 	if serr := workflow.ExecuteActivity(settle, a.ResolveIntent, activities.ResolveInput{
-		Intent: intent, Reason: "execution gave up: " + err.Error(),
+		Intent: intent, Reason: "execution gave up: " + err.Error(), Canceled: canceled,
 	}).Get(settle, &res); serr != nil {
 		return idem.Outcome{}, err
 	}

@@ -1,0 +1,183 @@
+package starter_test
+
+import (
+	"bytes"
+	"context"
+	"net/http"
+	"testing"
+	"time"
+
+	"github.com/idemflow/idemflow/idem"
+	"github.com/idemflow/idemflow/testenv"
+	"github.com/idemflow/idemflow/workflows"
+	"go.temporal.io/sdk/client"
+)
+
+// purgeRecords deletes every idempotency record, as purge does once their
+// retention has passed, while Temporal still holds the completed runs.
+func purgeRecords(t *testing.T, s *testenv.Stack) {
+	t.Helper()
+	if _, err := s.Pool.Exec(context.Background(), `DELETE FROM idempotency_record`); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestTicketKeyReusedAfterPurgeIsAConflictAndTheSameParamsReplay(t *testing.T) {
+	s := testenv.NewStack(t, testenv.Options{})
+	first := ticket(s, testenv.TenantA, "k-purged", ticketBody)
+	if first.Status != http.StatusCreated {
+		t.Fatalf("first: %d %s", first.Status, first.Body)
+	}
+	purgeRecords(t, s)
+	other := ticket(s, testenv.TenantA, "k-purged", `{"customer_id":"c-42","title":"Another ticket"}`)
+	if other.Status != http.StatusUnprocessableEntity {
+		t.Fatalf("other parameters after purge: %d %s", other.Status, other.Body)
+	}
+	assertProblem(t, other, "/problems/idempotency-key-reused")
+	if n := testenv.Count(t, s.Pool, "ticket", "title = 'Another ticket'"); n != 0 {
+		t.Fatalf("the conflicting request wrote %d tickets", n)
+	}
+	// The record was rebuilt from the ticket, not taken over.
+	rec, err := s.Records.Get(context.Background(), testenv.TenantA, "k-purged")
+	if err != nil || rec.Status != idem.StatusSuccess || !bytes.Equal(rec.Response.Body, first.Body) {
+		t.Fatalf("record after the conflict: %+v %v", rec, err)
+	}
+	for _, purge := range []bool{false, true} {
+		if purge {
+			purgeRecords(t, s)
+		}
+		again := ticket(s, testenv.TenantA, "k-purged", ticketBody)
+		if again.Status != http.StatusCreated || !bytes.Equal(again.Body, first.Body) ||
+			again.Header.Get("Idempotent-Replayed") != "true" || again.Header.Get("Location") != first.Header.Get("Location") {
+			t.Fatalf("same parameters after purge (%v): %d %v %s", purge, again.Status, again.Header, again.Body)
+		}
+	}
+	// A key used for a ticket is not free for another kind of intent.
+	purgeRecords(t, s)
+	if r := order(s, testenv.TenantA, "k-purged", basket); r.Status != http.StatusUnprocessableEntity {
+		t.Fatalf("order under a purged ticket key: %d %s", r.Status, r.Body)
+	}
+	if n := countTickets(t, s) + testenv.Count(t, s.Pool, "purchase_order", ""); n != 1 {
+		t.Fatalf("%d business rows, want 1", n)
+	}
+}
+
+func TestPaymentKeyReusedAfterPurgeDoesNotAnswerForAnotherOrder(t *testing.T) {
+	s := testenv.NewStack(t, testenv.Options{})
+	o1 := orderNo(t, order(s, testenv.TenantA, "o-1", basket))
+	o2 := orderNo(t, order(s, testenv.TenantA, "o-2", basket))
+	paid := transition(s, testenv.TenantA, o1, "pay", "pay-1", `{"payment_ref":"psp-1"}`)
+	if paid.Status != http.StatusOK {
+		t.Fatalf("pay: %d %s", paid.Status, paid.Body)
+	}
+	purgeRecords(t, s)
+	r := transition(s, testenv.TenantA, o2, "pay", "pay-1", `{"payment_ref":"psp-1"}`)
+	if r.Status != http.StatusUnprocessableEntity {
+		t.Fatalf("the same payment key on another order after purge: %d %s", r.Status, r.Body)
+	}
+	var status string
+	if err := s.Pool.QueryRow(context.Background(), `SELECT status FROM purchase_order WHERE order_no = $1`, o2).Scan(&status); err != nil || status != "CREATED" {
+		t.Fatalf("second order is %s (%v), want CREATED", status, err)
+	}
+	// Twice: the record is final, it does not flip.
+	for range 2 {
+		if r := transition(s, testenv.TenantA, o2, "pay", "pay-1", `{"payment_ref":"psp-1"}`); r.Status != http.StatusUnprocessableEntity {
+			t.Fatalf("again: %d %s", r.Status, r.Body)
+		}
+	}
+	purgeRecords(t, s)
+	again := transition(s, testenv.TenantA, o1, "pay", "pay-1", `{"payment_ref":"psp-1"}`)
+	if again.Status != http.StatusOK || !bytes.Equal(again.Body, paid.Body) || again.Header.Get("Idempotent-Replayed") != "true" {
+		t.Fatalf("the first payment after purge: %d %s", again.Status, again.Body)
+	}
+	if n := testenv.Count(t, s.Pool, "payment_charge", ""); n != 1 {
+		t.Fatalf("%d charges", n)
+	}
+}
+
+// An operator's cancel in the Web UI ends the intent FAILED with its own
+// problem type, at once; a retry under the same key runs it again.
+func TestOperatorCancelFailsTheIntentAndARetryRunsIt(t *testing.T) {
+	s := testenv.NewStack(t, testenv.Options{NoWorker: true})
+	ctx := context.Background()
+	r := s.Do(testenv.Request{Path: "/v1/tickets", Token: s.Tokens[testenv.TenantA], Key: "to-cancel", Body: ticketBody, Header: map[string]string{"Prefer": "wait=0"}})
+	if r.Status != http.StatusAccepted {
+		t.Fatalf("%d %s", r.Status, r.Body)
+	}
+	wid := workflows.TicketWorkflowID(testenv.TenantA, "to-cancel")
+	if err := s.Temporal.CancelWorkflow(ctx, wid, ""); err != nil {
+		t.Fatal(err)
+	}
+	s.StartWorker()
+	waitForStatus(t, s, "to-cancel", idem.StatusFailed)
+	rec, _ := s.Records.Get(ctx, testenv.TenantA, "to-cancel")
+	if !bytes.Contains(rec.Response.Body, []byte("/problems/canceled-by-operator")) {
+		t.Fatalf("answer after cancel: %s", rec.Response.Body)
+	}
+	if n := countTickets(t, s); n != 0 {
+		t.Fatalf("%d tickets after cancel", n)
+	}
+	again := ticket(s, testenv.TenantA, "to-cancel", ticketBody)
+	if again.Status != http.StatusCreated || countTickets(t, s) != 1 {
+		t.Fatalf("retry after cancel: %d %s", again.Status, again.Body)
+	}
+}
+
+// Terminate runs no workflow code: the request waiting on the run settles
+// the record, the same way as a cancel.
+func TestOperatorTerminateFailsTheIntentAndARetryRunsIt(t *testing.T) {
+	s := testenv.NewStack(t, testenv.Options{NoWorker: true})
+	ctx := context.Background()
+	wid := workflows.TicketWorkflowID(testenv.TenantA, "to-terminate")
+	done := make(chan testenv.Response, 1)
+	go func() {
+		done <- s.Do(testenv.Request{Path: "/v1/tickets", Token: s.Tokens[testenv.TenantA], Key: "to-terminate", Body: ticketBody, Header: map[string]string{"Prefer": "wait=20"}})
+	}()
+	waitForRun(t, s.Temporal, wid)
+	if err := s.Temporal.TerminateWorkflow(ctx, wid, "", "operator"); err != nil {
+		t.Fatal(err)
+	}
+	r := <-done
+	if r.Status != http.StatusInternalServerError {
+		t.Fatalf("waiting request after terminate: %d %s", r.Status, r.Body)
+	}
+	assertProblem(t, r, "/problems/canceled-by-operator")
+	rec, err := s.Records.Get(ctx, testenv.TenantA, "to-terminate")
+	if err != nil || rec.Status != idem.StatusFailed {
+		t.Fatalf("record after terminate: %+v %v", rec, err)
+	}
+	s.StartWorker()
+	again := ticket(s, testenv.TenantA, "to-terminate", ticketBody)
+	if again.Status != http.StatusCreated || countTickets(t, s) != 1 {
+		t.Fatalf("retry after terminate: %d %s", again.Status, again.Body)
+	}
+}
+
+func waitForStatus(t *testing.T, s *testenv.Stack, key string, want idem.Status) {
+	t.Helper()
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		rec, err := s.Records.Get(context.Background(), testenv.TenantA, key)
+		if err == nil && rec.Status == want {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("record %s: %+v %v, want %s", key, rec, err, want)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+func waitForRun(t *testing.T, tc client.Client, workflowID string) {
+	t.Helper()
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		if _, err := tc.DescribeWorkflowExecution(context.Background(), workflowID, ""); err == nil {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("workflow %s never started", workflowID)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
