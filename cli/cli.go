@@ -9,6 +9,7 @@ import (
 	"io"
 	"log/slog"
 	"os"
+	"regexp"
 	"sort"
 	"strings"
 )
@@ -106,12 +107,43 @@ func logLevel() slog.Level {
 	return l
 }
 
-// flags returns a FlagSet whose defaults come from environment variables,
-// so every setting is both a flag and a variable.
+// flags returns a FlagSet for a subcommand. A flag whose usage ends in
+// "(env NAME)" is also set by that variable: see parseFlags.
 func flags(name string, env *Env) *flag.FlagSet {
 	fs := flag.NewFlagSet("idemflow "+name, flag.ContinueOnError)
 	fs.SetOutput(env.Stderr)
 	return fs
+}
+
+// envPattern finds the variable a flag's usage names: "(env NAME)".
+var envPattern = regexp.MustCompile(`\(env ([A-Z][A-Z0-9_]*)\)`)
+
+// parseFlags parses args, then sets each flag not given on the command
+// line from the variable its usage names, so that the help text and the
+// behaviour cannot disagree. A value that does not parse is a usage error
+// naming the variable; the value itself is never printed, since it may be
+// a secret.
+func parseFlags(fs *flag.FlagSet, args []string) error {
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	given := map[string]bool{}
+	fs.Visit(func(f *flag.Flag) { given[f.Name] = true })
+	var errs []error
+	fs.VisitAll(func(f *flag.Flag) {
+		m := envPattern.FindStringSubmatch(f.Usage)
+		if m == nil || given[f.Name] {
+			return
+		}
+		v, ok := os.LookupEnv(m[1])
+		if !ok || strings.TrimSpace(v) == "" {
+			return
+		}
+		if err := f.Value.Set(v); err != nil {
+			errs = append(errs, fmt.Errorf("%w: %s does not hold a valid --%s (see '%s -h')", errUsage, m[1], f.Name, fs.Name()))
+		}
+	})
+	return errors.Join(errs...)
 }
 
 func envOr(key, def string) string {

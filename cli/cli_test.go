@@ -71,3 +71,31 @@ func TestUsageErrorsExit2(t *testing.T) {
 		t.Fatalf("missing database: exit %d\n%s", code, out)
 	}
 }
+
+// A setting given through the environment is checked as strictly as a
+// flag, before anything connects, and its value is never echoed.
+func TestInvalidEnvironmentIsAStartUpErrorThatNeverEchoesTheValue(t *testing.T) {
+	for _, tc := range []struct {
+		cmd, env, value string
+	}{
+		{"worker", "IDEMFLOW_RECORD_RETENTION", "a-week"},
+		{"worker", "IDEMFLOW_PROCESSING_TIMEOUT", "soon"},
+		{"gateway", "IDEMFLOW_BOOTSTRAP_TOKENS", ","},
+		{"gateway", "IDEMFLOW_BOOTSTRAP_TOKENS", "acme:"},
+		{"gateway", "IDEMFLOW_BOOTSTRAP_TOKENS", "acme-tok-s3cret"},
+		{"gateway", "IDEMFLOW_BOOTSTRAP_TOKENS", "Not A Tenant:tok-s3cret"},
+		{"dev", "IDEMFLOW_BOOTSTRAP_TOKENS", ",,"},
+	} {
+		t.Run(tc.env+"="+tc.value, func(t *testing.T) {
+			t.Setenv(tc.env, tc.value)
+			// No database or Temporal is given: the error must come first.
+			code, out := run(t, tc.cmd, "--database-url", "postgres://nobody@127.0.0.1:1/none")
+			if code != 2 || !strings.Contains(out, tc.env) {
+				t.Fatalf("exit %d, want 2 naming %s:\n%s", code, tc.env, out)
+			}
+			if strings.Contains(out, "s3cret") {
+				t.Fatalf("the error echoes the value:\n%s", out)
+			}
+		})
+	}
+}

@@ -3,11 +3,11 @@ package cli
 import (
 	"context"
 	"errors"
+	"flag"
 	"fmt"
 	"log/slog"
 	"net"
 	"net/http"
-	"os"
 	"time"
 
 	"github.com/idemflow/idemflow/devserver"
@@ -22,7 +22,7 @@ func runWorker(ctx context.Context, env *Env, args []string) error {
 	fs := flags("worker", env)
 	c.register(fs)
 	s.register(fs)
-	if err := fs.Parse(args); err != nil {
+	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
 	if err := s.check(env.Logger, time.Duration(c.retention)); err != nil {
@@ -51,8 +51,10 @@ func runGateway(ctx context.Context, env *Env, args []string) error {
 	var c common
 	fs := flags("gateway", env)
 	c.register(fs)
-	addr := fs.String("http-addr", envOr("IDEMFLOW_HTTP_ADDR", "127.0.0.1:8080"), "gateway listen address (env IDEMFLOW_HTTP_ADDR)")
-	if err := fs.Parse(args); err != nil {
+	var bindings bindingsFlag
+	bindings.register(fs)
+	addr := fs.String("http-addr", "127.0.0.1:8080", "gateway listen address (env IDEMFLOW_HTTP_ADDR)")
+	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
 	d, err := openDeps(ctx, env.Logger, c)
@@ -60,18 +62,38 @@ func runGateway(ctx context.Context, env *Env, args []string) error {
 		return err
 	}
 	defer d.Close()
-	if err := applyBindings(ctx, d, os.Getenv("IDEMFLOW_BOOTSTRAP_TOKENS")); err != nil {
+	if err := applyBindings(ctx, d, bindings); err != nil {
 		return err
 	}
 	return serveHTTP(ctx, env.Logger, *addr, d.gateway().Handler(), nil)
 }
 
-// applyBindings stores IDEMFLOW_BOOTSTRAP_TOKENS ("tenant:token,...").
-func applyBindings(ctx context.Context, d *deps, list string) error {
-	bindings, err := tenant.ParseBindings(list)
-	if err != nil {
-		return fmt.Errorf("%w: IDEMFLOW_BOOTSTRAP_TOKENS: %w", errUsage, err)
+// bindingsFlag is --bootstrap-tokens: "tenant:token,..." checked when the
+// flags are parsed, before anything connects. It never prints its tokens.
+type bindingsFlag []tenant.Binding
+
+func (b *bindingsFlag) String() string {
+	if b == nil || len(*b) == 0 {
+		return ""
 	}
+	return fmt.Sprintf("%d binding(s)", len(*b))
+}
+
+func (b *bindingsFlag) Set(s string) error {
+	v, err := tenant.ParseBindings(s)
+	if err != nil {
+		return err
+	}
+	*b = v
+	return nil
+}
+
+func (b *bindingsFlag) register(fs *flag.FlagSet) {
+	fs.Var(b, "bootstrap-tokens", "tenant:token pairs to store at start, comma-separated (env IDEMFLOW_BOOTSTRAP_TOKENS)")
+}
+
+// applyBindings stores the bootstrap tokens.
+func applyBindings(ctx context.Context, d *deps, bindings bindingsFlag) error {
 	for _, b := range bindings {
 		if err := d.Tenants.AddToken(ctx, b.Tenant, b.Token, "bootstrap"); err != nil {
 			return err
@@ -85,7 +107,7 @@ func applyBindings(ctx context.Context, d *deps, list string) error {
 func runHealthcheck(ctx context.Context, env *Env, args []string) error {
 	fs := flags("healthcheck", env)
 	u := fs.String("url", "http://127.0.0.1:8080/healthz", "URL that must answer 200")
-	if err := fs.Parse(args); err != nil {
+	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
 	ctx, cancel := context.WithTimeout(ctx, 3*time.Second)
@@ -137,8 +159,8 @@ func serveHTTP(ctx context.Context, logger *slog.Logger, addr string, h http.Han
 
 func runMigrate(ctx context.Context, env *Env, args []string) error {
 	fs := flags("migrate", env)
-	dbURL := fs.String("database-url", envOr("DATABASE_URL", ""), "PostgreSQL URL (env DATABASE_URL)")
-	if err := fs.Parse(args); err != nil {
+	dbURL := fs.String("database-url", "", "PostgreSQL URL (env DATABASE_URL)")
+	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
 	if *dbURL == "" {
@@ -154,10 +176,10 @@ func runMigrate(ctx context.Context, env *Env, args []string) error {
 
 func runToken(ctx context.Context, env *Env, args []string) error {
 	fs := flags("token", env)
-	dbURL := fs.String("database-url", envOr("DATABASE_URL", ""), "PostgreSQL URL (env DATABASE_URL)")
+	dbURL := fs.String("database-url", "", "PostgreSQL URL (env DATABASE_URL)")
 	tenantID := fs.String("tenant", "", "tenant ID ([a-z0-9_-], created if missing)")
 	label := fs.String("label", "", "a note stored with the token")
-	if err := fs.Parse(args); err != nil {
+	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
 	if *dbURL == "" || *tenantID == "" {
@@ -181,10 +203,10 @@ func runToken(ctx context.Context, env *Env, args []string) error {
 
 func runPostgres(ctx context.Context, env *Env, args []string) error {
 	fs := flags("postgres", env)
-	dataDir := fs.String("data-dir", envOr("IDEMFLOW_DATA_DIR", "./.idemflow"), "where a private server keeps its files (env IDEMFLOW_DATA_DIR)")
+	dataDir := fs.String("data-dir", "./.idemflow", "where a private server keeps its files (env IDEMFLOW_DATA_DIR)")
 	port := fs.Int("port", devserver.DefaultPrivatePort, "port of a private server")
 	stop := fs.Bool("stop", false, "stop the private server in --data-dir instead")
-	if err := fs.Parse(args); err != nil {
+	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
 	if *stop {

@@ -28,7 +28,7 @@ func runDemo(ctx context.Context, env *Env, args []string) error {
 	g.register(fs)
 	d.register(fs)
 	dbURL := fs.String("database-url", "", "PostgreSQL URL, to count rows (default: DATABASE_URL, then dev.env)")
-	if err := fs.Parse(args); err != nil {
+	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
 	devEnv, err := g.resolve()

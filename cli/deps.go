@@ -29,19 +29,16 @@ type common struct {
 }
 
 func (c *common) register(fs *flag.FlagSet) {
-	fs.StringVar(&c.temporal, "temporal-address", envOr("TEMPORAL_ADDRESS", "127.0.0.1:7233"), "Temporal frontend host:port (env TEMPORAL_ADDRESS)")
+	fs.StringVar(&c.temporal, "temporal-address", "127.0.0.1:7233", "Temporal frontend host:port (env TEMPORAL_ADDRESS)")
 	c.registerLocal(fs)
 }
 
 // registerLocal registers the settings that do not name a Temporal server,
 // for dev, whose Temporal is embedded.
 func (c *common) registerLocal(fs *flag.FlagSet) {
-	fs.StringVar(&c.databaseURL, "database-url", envOr("DATABASE_URL", ""), "PostgreSQL URL (env DATABASE_URL)")
-	fs.StringVar(&c.namespace, "namespace", envOr("TEMPORAL_NAMESPACE", "default"), "Temporal namespace (env TEMPORAL_NAMESPACE)")
+	fs.StringVar(&c.databaseURL, "database-url", "", "PostgreSQL URL (env DATABASE_URL)")
+	fs.StringVar(&c.namespace, "namespace", "default", "Temporal namespace (env TEMPORAL_NAMESPACE)")
 	c.retention = durationFlag(idem.DefaultRetention)
-	if v := envOr("IDEMFLOW_RECORD_RETENTION", ""); v != "" {
-		_ = c.retention.Set(v)
-	}
 	fs.Var(&c.retention, "record-retention", "how long finished idempotency records are kept, e.g. 7d or 48h (env IDEMFLOW_RECORD_RETENTION)")
 }
 

@@ -28,19 +28,16 @@ func runDev(ctx context.Context, env *Env, args []string) error {
 	c.registerLocal(fs)
 	sched.register(fs)
 	dm.register(fs)
+	var bindings bindingsFlag
+	bindings.register(fs)
 	withDemo := fs.Bool("demo", false, "once the stack is up, run the demo agent and print its report")
-	httpAddr := fs.String("http-addr", envOr("IDEMFLOW_HTTP_ADDR", "127.0.0.1:8080"), "gateway listen address (env IDEMFLOW_HTTP_ADDR)")
-	temporalPort := fs.Int("temporal-port", envInt("IDEMFLOW_TEMPORAL_PORT", 7233), "embedded Temporal frontend port (env IDEMFLOW_TEMPORAL_PORT)")
-	uiPort := fs.Int("ui-port", envInt("IDEMFLOW_UI_PORT", 8233), "Temporal Web UI port (env IDEMFLOW_UI_PORT)")
-	dataDir := fs.String("data-dir", envOr("IDEMFLOW_DATA_DIR", "./.idemflow"), "where Temporal (and a private PostgreSQL) keep their files (env IDEMFLOW_DATA_DIR)")
+	httpAddr := fs.String("http-addr", "127.0.0.1:8080", "gateway listen address (env IDEMFLOW_HTTP_ADDR)")
+	temporalPort := fs.Int("temporal-port", 7233, "embedded Temporal frontend port (env IDEMFLOW_TEMPORAL_PORT)")
+	uiPort := fs.Int("ui-port", 8233, "Temporal Web UI port (env IDEMFLOW_UI_PORT)")
+	dataDir := fs.String("data-dir", "./.idemflow", "where Temporal (and a private PostgreSQL) keep their files (env IDEMFLOW_DATA_DIR)")
 	nsRetention := durationFlag(72 * time.Hour)
-	if v := envOr("IDEMFLOW_TEMPORAL_RETENTION", ""); v != "" {
-		if err := nsRetention.Set(v); err != nil {
-			return fmt.Errorf("%w: IDEMFLOW_TEMPORAL_RETENTION: %w", errUsage, err)
-		}
-	}
 	fs.Var(&nsRetention, "temporal-retention", "how long Temporal keeps closed workflows (env IDEMFLOW_TEMPORAL_RETENTION)")
-	if err := fs.Parse(args); err != nil {
+	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
 	log := env.Logger
@@ -103,7 +100,7 @@ func runDev(ctx context.Context, env *Env, args []string) error {
 		return err
 	}
 	defer d.Close()
-	token, tenantID, err := bootstrapTokens(ctx, d, *dataDir)
+	token, tenantID, err := bootstrapTokens(ctx, d, bindings, *dataDir)
 	if err != nil {
 		return err
 	}
@@ -151,12 +148,11 @@ try it (run twice: the second answer is a replay):
 	})
 }
 
-// bootstrapTokens applies IDEMFLOW_BOOTSTRAP_TOKENS, or makes (once, kept
-// in the data directory) a token for the demo tenant. It returns a token to
-// print and its tenant.
-func bootstrapTokens(ctx context.Context, d *deps, dataDir string) (token, tenantID string, err error) {
-	list := os.Getenv("IDEMFLOW_BOOTSTRAP_TOKENS")
-	if strings.TrimSpace(list) == "" {
+// bootstrapTokens stores the --bootstrap-tokens bindings, or makes (once,
+// kept in the data directory) a token for the demo tenant. It returns a
+// token to print and its tenant.
+func bootstrapTokens(ctx context.Context, d *deps, bindings bindingsFlag, dataDir string) (token, tenantID string, err error) {
+	if len(bindings) == 0 {
 		path := filepath.Join(dataDir, "demo-token")
 		b, rerr := os.ReadFile(path)
 		tok := strings.TrimSpace(string(b))
@@ -168,13 +164,12 @@ func bootstrapTokens(ctx context.Context, d *deps, dataDir string) (token, tenan
 				return "", "", fmt.Errorf("save demo token: %w", err)
 			}
 		}
-		list = DemoTenant + ":" + tok
+		bindings = bindingsFlag{{Tenant: DemoTenant, Token: tok}}
 	}
-	if err := applyBindings(ctx, d, list); err != nil {
+	if err := applyBindings(ctx, d, bindings); err != nil {
 		return "", "", err
 	}
-	first, _ := tenant.ParseBindings(list)
-	return first[0].Token, first[0].Tenant, nil
+	return bindings[0].Token, bindings[0].Tenant, nil
 }
 
 // writeDevEnv leaves the running stack's coordinates for scripts (the demo).
@@ -182,12 +177,4 @@ func writeDevEnv(dataDir, gateway, ui, tenantID, token, databaseURL, namespace s
 	content := fmt.Sprintf("IDEMFLOW_URL=%s\nIDEMFLOW_UI_URL=%s\nIDEMFLOW_TENANT=%s\nIDEMFLOW_TOKEN=%s\nDATABASE_URL=%s\nTEMPORAL_NAMESPACE=%s\n",
 		gateway, ui, tenantID, token, databaseURL, namespace)
 	_ = os.WriteFile(filepath.Join(dataDir, "dev.env"), []byte(content), 0o600)
-}
-
-func envInt(key string, def int) int {
-	var n int
-	if _, err := fmt.Sscan(envOr(key, ""), &n); err != nil {
-		return def
-	}
-	return n
 }

@@ -22,7 +22,7 @@ type gatewayFlags struct {
 func (g *gatewayFlags) register(fs *flag.FlagSet) {
 	fs.StringVar(&g.url, "url", os.Getenv("IDEMFLOW_URL"), "gateway base URL (env IDEMFLOW_URL; default: from the dev stack's dev.env)")
 	fs.StringVar(&g.token, "token", os.Getenv("IDEMFLOW_TOKEN"), "API token (env IDEMFLOW_TOKEN; default: from dev.env)")
-	fs.StringVar(&g.dataDir, "data-dir", envOr("IDEMFLOW_DATA_DIR", "./.idemflow"), "where 'idemflow dev' keeps dev.env")
+	fs.StringVar(&g.dataDir, "data-dir", "./.idemflow", "where 'idemflow dev' keeps dev.env (env IDEMFLOW_DATA_DIR)")
 }
 
 // resolve fills what is missing from dev.env.
@@ -61,7 +61,7 @@ func runMCP(ctx context.Context, env *Env, args []string) error {
 	fs := flags("mcp", env)
 	g.register(fs)
 	httpAddr := fs.String("http", "", "serve MCP over streamable HTTP on this address (e.g. 127.0.0.1:8090) instead of stdio; clients send their own bearer token")
-	if err := fs.Parse(args); err != nil {
+	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
 	if _, err := g.resolve(); err != nil && (*httpAddr == "" || g.url == "") {

@@ -22,12 +22,12 @@ type scheduleFlags struct {
 
 func (s *scheduleFlags) register(fs *flag.FlagSet) {
 	s.cfg = schedule.DefaultConfig()
-	fs.DurationVar(&s.cfg.Interval, "reconcile-interval", envDuration("IDEMFLOW_RECONCILE_INTERVAL", s.cfg.Interval), "how often reconcile and purge run (env IDEMFLOW_RECONCILE_INTERVAL)")
-	fs.DurationVar((*time.Duration)(&s.cfg.Input.ProcessingTimeout), "processing-timeout", envDuration("IDEMFLOW_PROCESSING_TIMEOUT", s.cfg.Input.ProcessingTimeout.D()), "PROCESSING records older than this are reconciled (env IDEMFLOW_PROCESSING_TIMEOUT)")
+	fs.DurationVar(&s.cfg.Interval, "reconcile-interval", s.cfg.Interval, "how often reconcile and purge run (env IDEMFLOW_RECONCILE_INTERVAL)")
+	fs.DurationVar((*time.Duration)(&s.cfg.Input.ProcessingTimeout), "processing-timeout", s.cfg.Input.ProcessingTimeout.D(), "PROCESSING records older than this are reconciled (env IDEMFLOW_PROCESSING_TIMEOUT)")
 	fs.DurationVar(&s.cfg.CatchupWindow, "catchup-window", s.cfg.CatchupWindow, "missed runs this recent are still taken")
 	fs.IntVar(&s.cfg.Input.PurgeBatch, "purge-batch", s.cfg.Input.PurgeBatch, "records deleted per purge statement")
 	fs.DurationVar((*time.Duration)(&s.cfg.Input.PurgeBudget), "purge-budget", s.cfg.Input.PurgeBudget.D(), "time one run may spend purging")
-	fs.DurationVar(&s.maxRetryWindow, "max-retry-window", envDuration("IDEMFLOW_MAX_RETRY_WINDOW", time.Hour), "the longest time an agent keeps retrying one intent (env IDEMFLOW_MAX_RETRY_WINDOW)")
+	fs.DurationVar(&s.maxRetryWindow, "max-retry-window", time.Hour, "the longest time an agent keeps retrying one intent (env IDEMFLOW_MAX_RETRY_WINDOW)")
 }
 
 // check validates the settings and prints the seed's retention formula
@@ -40,15 +40,6 @@ func (s *scheduleFlags) check(logger *slog.Logger, retention time.Duration) erro
 		logger.Warn(advice)
 	}
 	return nil
-}
-
-func envDuration(key string, def time.Duration) time.Duration {
-	if v := envOr(key, ""); v != "" {
-		if d, err := parseDuration(v); err == nil {
-			return d
-		}
-	}
-	return def
 }
 
 // installSchedule applies the schedule, logging what it did.
@@ -121,9 +112,9 @@ func runSchedule(ctx context.Context, env *Env, args []string) error {
 
 func runAudit(ctx context.Context, env *Env, args []string) error {
 	fs := flags("audit", env)
-	dbURL := fs.String("database-url", envOr("DATABASE_URL", ""), "PostgreSQL URL (env DATABASE_URL)")
-	horizon := fs.Duration("processing-timeout", envDuration("IDEMFLOW_PROCESSING_TIMEOUT", 5*time.Minute), "PROCESSING older than this is reported as stuck")
-	if err := fs.Parse(args); err != nil {
+	dbURL := fs.String("database-url", "", "PostgreSQL URL (env DATABASE_URL)")
+	horizon := fs.Duration("processing-timeout", 5*time.Minute, "PROCESSING older than this is reported as stuck (env IDEMFLOW_PROCESSING_TIMEOUT)")
+	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
 	if *dbURL == "" {

@@ -107,21 +107,28 @@ type Binding struct {
 }
 
 // ParseBindings reads "tenant:token,tenant:token" (IDEMFLOW_BOOTSTRAP_TOKENS).
+// A list with no binding in it is an error, and no error quotes a binding:
+// it holds a token.
 func ParseBindings(s string) ([]Binding, error) {
 	var out []Binding
+	n := 0
 	for part := range strings.SplitSeq(s, ",") {
+		n++
 		part = strings.TrimSpace(part)
 		if part == "" {
 			continue
 		}
 		t, tok, ok := strings.Cut(part, ":")
-		if !ok || t == "" || tok == "" {
-			return nil, fmt.Errorf("bootstrap token %q: want tenant:token", part)
+		if !ok || t == "" || strings.TrimSpace(tok) == "" {
+			return nil, fmt.Errorf("binding %d: want tenant:token", n)
 		}
 		if err := idem.ValidateTenant(t); err != nil {
-			return nil, err
+			return nil, fmt.Errorf("binding %d: %w", n, err)
 		}
-		out = append(out, Binding{Tenant: t, Token: tok})
+		out = append(out, Binding{Tenant: t, Token: strings.TrimSpace(tok)})
+	}
+	if len(out) == 0 {
+		return nil, errors.New("no tenant:token binding in the list")
 	}
 	return out, nil
 }
