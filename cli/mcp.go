@@ -8,6 +8,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"time"
 
 	"github.com/idemflow/idemflow/mcpserver"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
@@ -61,6 +62,9 @@ func runMCP(ctx context.Context, env *Env, args []string) error {
 	fs := flags("mcp", env)
 	g.register(fs)
 	httpAddr := fs.String("http", "", "serve MCP over streamable HTTP on this address (e.g. 127.0.0.1:8090) instead of stdio; clients send their own bearer token")
+	var httpOpts mcpserver.HTTPOptions
+	fs.IntVar(&httpOpts.MaxSessionsPerTenant, "max-sessions", 64, "with --http: open MCP sessions one tenant may hold (env IDEMFLOW_MCP_MAX_SESSIONS)")
+	fs.DurationVar(&httpOpts.IdleTimeout, "session-idle-timeout", 10*time.Minute, "with --http: close a session idle this long (env IDEMFLOW_MCP_IDLE_TIMEOUT)")
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
@@ -70,7 +74,7 @@ func runMCP(ctx context.Context, env *Env, args []string) error {
 	cfg := mcpserver.Config{BaseURL: g.url, Token: g.token}
 	if *httpAddr != "" {
 		env.Logger.Info("MCP over streamable HTTP", "addr", *httpAddr, "gateway", g.url)
-		return serveHTTP(ctx, env.Logger, *httpAddr, mcpserver.HTTPHandler(cfg), nil)
+		return serveHTTP(ctx, env.Logger, *httpAddr, mcpserver.HTTPHandler(cfg, httpOpts), nil)
 	}
 	// stdout carries the protocol; logs go to stderr.
 	return mcpserver.New(cfg).Run(ctx, &mcp.StdioTransport{})

@@ -5,11 +5,15 @@ package mcpserver
 
 import (
 	"context"
+	"crypto/sha256"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"net/http"
 	"net/url"
+	"strings"
+	"sync"
 	"time"
 
 	"github.com/idemflow/idemflow/client"
@@ -194,15 +198,159 @@ func (t tools) getOperation(ctx context.Context, req *mcp.CallToolRequest, in Op
 	return result(res)
 }
 
-// HTTPHandler serves the tools over MCP streamable HTTP. A request's
-// bearer token is passed on to the gateway, which decides the tenant.
-func HTTPHandler(cfg Config) http.Handler {
-	server := New(cfg)
-	h := mcp.NewStreamableHTTPHandler(func(*http.Request) *mcp.Server { return server }, nil)
-	verify := func(_ context.Context, token string, _ *http.Request) (*auth.TokenInfo, error) {
-		// The gateway checks the token on every call; here it is only
-		// carried, and bound to the session so no one else can use it.
-		return &auth.TokenInfo{UserID: token, Expiration: time.Now().Add(24 * time.Hour), Extra: map[string]any{"token": token}}, nil
+// HTTPOptions bound what MCP over HTTP keeps in memory.
+type HTTPOptions struct {
+	// MaxSessionsPerTenant bounds one tenant's open sessions, so that no
+	// tenant can exhaust the server for the others; an initialize beyond
+	// it is a 503 until one ends. Default 64.
+	MaxSessionsPerTenant int
+	// IdleTimeout closes a session that has sent nothing for this long.
+	// Default 10 minutes.
+	IdleTimeout time.Duration
+	// VerifyTTL is how long a verified token is trusted without asking the
+	// gateway again: a revoked token stops opening sessions and making
+	// calls within it (every tool call is checked by the gateway anyway).
+	// Default 10 seconds.
+	VerifyTTL time.Duration
+}
+
+// HTTPHandler serves the tools over MCP streamable HTTP. A bearer token is
+// verified with the gateway (GET /v1/tenant) before any session opens, and
+// each tool call passes it on to the gateway, which decides the tenant.
+// Each tenant gets its own server, so that its sessions are counted apart.
+func HTTPHandler(cfg Config, opts HTTPOptions) http.Handler {
+	if opts.MaxSessionsPerTenant <= 0 {
+		opts.MaxSessionsPerTenant = 64
 	}
-	return auth.RequireBearerToken(verify, nil)(h)
+	if opts.IdleTimeout <= 0 {
+		opts.IdleTimeout = 10 * time.Minute
+	}
+	if opts.VerifyTTL <= 0 {
+		opts.VerifyTTL = 10 * time.Second
+	}
+	tn := &tenants{cfg: cfg, servers: map[string]*tenantServer{}}
+	h := mcp.NewStreamableHTTPHandler(func(r *http.Request) *mcp.Server {
+		return tn.get(auth.TokenInfoFromContext(r.Context()).UserID).server
+	}, &mcp.StreamableHTTPOptions{SessionTimeout: opts.IdleTimeout})
+	limited := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Method != http.MethodPost || r.Header.Get("Mcp-Session-Id") != "" {
+			h.ServeHTTP(w, r)
+			return
+		}
+		// A new session: count and open it under the tenant's lock, so
+		// that concurrent initializes cannot overshoot the bound.
+		ts := tn.get(auth.TokenInfoFromContext(r.Context()).UserID)
+		ts.mu.Lock()
+		defer ts.mu.Unlock()
+		n := 0
+		for range ts.server.Sessions() {
+			n++
+		}
+		if n >= opts.MaxSessionsPerTenant {
+			w.Header().Set("Retry-After", "30")
+			w.Header().Set("Content-Type", "application/problem+json")
+			w.WriteHeader(http.StatusServiceUnavailable)
+			fmt.Fprintf(w, `{"type":"/problems/too-many-sessions","title":"Service Unavailable","status":503,"detail":"this tenant has %d open MCP sessions; close one or wait for an idle one to expire"}`, n)
+			return
+		}
+		h.ServeHTTP(w, r)
+	})
+	v := &verifier{cfg: cfg, ttl: opts.VerifyTTL, known: map[[32]byte]verified{}}
+	return auth.RequireBearerToken(v.verify, nil)(limited)
+}
+
+type tenants struct {
+	cfg     Config
+	mu      sync.Mutex
+	servers map[string]*tenantServer
+}
+
+type tenantServer struct {
+	mu     sync.Mutex // held while a session is counted and opened
+	server *mcp.Server
+}
+
+func (t *tenants) get(tenantID string) *tenantServer {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	ts, ok := t.servers[tenantID]
+	if !ok {
+		ts = &tenantServer{server: New(t.cfg)}
+		t.servers[tenantID] = ts
+	}
+	return ts
+}
+
+// verifier checks bearer tokens with the gateway and remembers the answer
+// for ttl. Tokens are kept only as SHA-256 digests.
+type verifier struct {
+	cfg   Config
+	ttl   time.Duration
+	mu    sync.Mutex
+	known map[[32]byte]verified
+}
+
+type verified struct {
+	tenantID string
+	until    time.Time
+}
+
+// maxKnown bounds the verifier's memory; past it, it starts afresh.
+const maxKnown = 10000
+
+func (v *verifier) verify(ctx context.Context, token string, _ *http.Request) (*auth.TokenInfo, error) {
+	sum := sha256.Sum256([]byte(token))
+	now := time.Now()
+	v.mu.Lock()
+	k, ok := v.known[sum]
+	v.mu.Unlock()
+	if !ok || now.After(k.until) {
+		tenantID, err := v.ask(ctx, token)
+		if err != nil {
+			return nil, err
+		}
+		k = verified{tenantID: tenantID, until: now.Add(v.ttl)}
+		v.mu.Lock()
+		if len(v.known) >= maxKnown {
+			v.known = map[[32]byte]verified{}
+		}
+		v.known[sum] = k
+		v.mu.Unlock()
+	}
+	// UserID binds a session to its tenant: the SDK refuses a session's
+	// ID presented with another tenant's token.
+	return &auth.TokenInfo{UserID: k.tenantID, Expiration: k.until, Extra: map[string]any{"token": token}}, nil
+}
+
+// ask calls GET /v1/tenant with the token.
+func (v *verifier) ask(ctx context.Context, token string) (string, error) {
+	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, strings.TrimRight(v.cfg.BaseURL, "/")+"/v1/tenant", nil)
+	if err != nil {
+		return "", err
+	}
+	req.Header.Set("Authorization", "Bearer "+token)
+	hc := v.cfg.HTTP
+	if hc == nil {
+		hc = http.DefaultClient
+	}
+	resp, err := hc.Do(req)
+	if err != nil {
+		return "", fmt.Errorf("verify token with the gateway: %w", err)
+	}
+	defer resp.Body.Close()
+	var body struct {
+		TenantID string `json:"tenant_id"`
+	}
+	switch {
+	case resp.StatusCode == http.StatusUnauthorized:
+		return "", auth.ErrInvalidToken
+	case resp.StatusCode != http.StatusOK:
+		return "", fmt.Errorf("verify token with the gateway: HTTP %d", resp.StatusCode)
+	}
+	if err := json.NewDecoder(io.LimitReader(resp.Body, 4096)).Decode(&body); err != nil || body.TenantID == "" {
+		return "", fmt.Errorf("verify token with the gateway: unreadable answer: %v", err)
+	}
+	return body.TenantID, nil
 }

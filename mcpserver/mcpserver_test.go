@@ -9,6 +9,7 @@ import (
 	"sort"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/idemflow/idemflow/mcpserver"
 	"github.com/idemflow/idemflow/testenv"
@@ -46,7 +47,7 @@ func (b bearer) RoundTrip(r *http.Request) (*http.Response, error) {
 
 func overHTTP(t *testing.T, s *testenv.Stack, token string) *mcp.ClientSession {
 	t.Helper()
-	hs := httptest.NewServer(mcpserver.HTTPHandler(mcpserver.Config{BaseURL: s.URL}))
+	hs := httptest.NewServer(mcpserver.HTTPHandler(mcpserver.Config{BaseURL: s.URL}, mcpserver.HTTPOptions{}))
 	t.Cleanup(hs.Close)
 	tr := &mcp.StreamableClientTransport{Endpoint: hs.URL, HTTPClient: &http.Client{Transport: bearer{token, http.DefaultTransport}}, DisableStandaloneSSE: true}
 	cs, err := mcp.NewClient(&mcp.Implementation{Name: "test-agent", Version: "1"}, nil).Connect(context.Background(), tr, nil)
@@ -165,5 +166,68 @@ func TestMCPOverStreamableHTTP(t *testing.T) {
 	_, out := call(t, cs, "create_ticket", ticketArgs)
 	if out.Replayed || out.HTTPStatus != 201 {
 		t.Fatalf("tenant B got a replay of tenant A's intent: %+v", out)
+	}
+}
+
+// initialize posts an MCP initialize request with token and returns the
+// HTTP status.
+func initialize(t *testing.T, url, token string) int {
+	t.Helper()
+	body := `{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-06-18","capabilities":{},"clientInfo":{"name":"probe","version":"1"}}}`
+	req, err := http.NewRequest(http.MethodPost, url, strings.NewReader(body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("Accept", "application/json, text/event-stream")
+	if token != "" {
+		req.Header.Set("Authorization", "Bearer "+token)
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	return resp.StatusCode
+}
+
+// Reproduced before: an unknown token got 200 on initialize and a session
+// that never expired.
+func TestMCPOverHTTPRefusesUnknownTokensAndBoundsSessionsPerTenant(t *testing.T) {
+	s := testenv.NewStack(t, testenv.Options{})
+	hs := httptest.NewServer(mcpserver.HTTPHandler(mcpserver.Config{BaseURL: s.URL}, mcpserver.HTTPOptions{MaxSessionsPerTenant: 2}))
+	t.Cleanup(hs.Close)
+	for _, tok := range []string{"", "idf_unknown_token_unknown"} {
+		if code := initialize(t, hs.URL, tok); code != http.StatusUnauthorized {
+			t.Fatalf("initialize with token %q: %d, want 401", tok, code)
+		}
+	}
+	for i := range 2 {
+		if code := initialize(t, hs.URL, s.Tokens[testenv.TenantA]); code != http.StatusOK {
+			t.Fatalf("session %d of A: %d", i+1, code)
+		}
+	}
+	if code := initialize(t, hs.URL, s.Tokens[testenv.TenantA]); code != http.StatusServiceUnavailable {
+		t.Fatalf("a third session of A: %d, want 503", code)
+	}
+	// A's sessions do not exhaust B's.
+	if code := initialize(t, hs.URL, s.Tokens[testenv.TenantB]); code != http.StatusOK {
+		t.Fatalf("B while A is at its bound: %d", code)
+	}
+}
+
+func TestMCPIdleSessionsExpire(t *testing.T) {
+	s := testenv.NewStack(t, testenv.Options{})
+	hs := httptest.NewServer(mcpserver.HTTPHandler(mcpserver.Config{BaseURL: s.URL}, mcpserver.HTTPOptions{MaxSessionsPerTenant: 1, IdleTimeout: 200 * time.Millisecond}))
+	t.Cleanup(hs.Close)
+	if code := initialize(t, hs.URL, s.Tokens[testenv.TenantA]); code != http.StatusOK {
+		t.Fatalf("first session: %d", code)
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for initialize(t, hs.URL, s.Tokens[testenv.TenantA]) != http.StatusOK {
+		if time.Now().After(deadline) {
+			t.Fatal("the idle session never expired")
+		}
+		time.Sleep(100 * time.Millisecond)
 	}
 }

@@ -81,6 +81,7 @@ func (g *Gateway) Handler() http.Handler {
 		{"GET", "/v1/orders/{order_no}", g.authed(g.getOrder)},
 		{"POST", "/v1/orders/{order_no}/{action}", g.authed(g.transitionOrder)},
 		{"GET", "/v1/operations/{id}", g.authed(g.getOperation)},
+		{"GET", "/v1/tenant", g.authed(g.getTenant)},
 		{"GET", "/healthz", g.healthz},
 		{"GET", "/problems/{slug}", g.describeProblem},
 	}
@@ -380,6 +381,12 @@ func OperationOf(rec idem.Record) any {
 		}
 	}
 	return v
+}
+
+// getTenant names the caller's tenant: a cheap way for a front end (the MCP
+// server) to check a token before it keeps anything for its holder.
+func (g *Gateway) getTenant(w http.ResponseWriter, _ *http.Request, tenantID string) {
+	writeJSON(w, http.StatusOK, map[string]string{"tenant_id": tenantID})
 }
 
 func (g *Gateway) healthz(w http.ResponseWriter, r *http.Request) {
