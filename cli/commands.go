@@ -12,6 +12,7 @@ import (
 
 	"github.com/idemflow/idemflow/devserver"
 	"github.com/idemflow/idemflow/migrations"
+	"github.com/idemflow/idemflow/starter"
 	"github.com/idemflow/idemflow/tenant"
 	"github.com/idemflow/idemflow/worker"
 )
@@ -53,7 +54,8 @@ func runGateway(ctx context.Context, env *Env, args []string) error {
 	c.register(fs)
 	var bindings bindingsFlag
 	bindings.register(fs)
-	addr := fs.String("http-addr", "127.0.0.1:8080", "gateway listen address (env IDEMFLOW_HTTP_ADDR)")
+	var gw gatewayConfig
+	gw.register(fs)
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
@@ -65,7 +67,7 @@ func runGateway(ctx context.Context, env *Env, args []string) error {
 	if err := applyBindings(ctx, d, bindings); err != nil {
 		return err
 	}
-	return serveHTTP(ctx, env.Logger, *addr, d.gateway().Handler(), nil)
+	return serveGateway(ctx, env.Logger, d, gw, nil)
 }
 
 // bindingsFlag is --bootstrap-tokens: "tenant:token,..." checked when the
@@ -90,6 +92,39 @@ func (b *bindingsFlag) Set(s string) error {
 
 func (b *bindingsFlag) register(fs *flag.FlagSet) {
 	fs.Var(b, "bootstrap-tokens", "tenant:token pairs to store at start, comma-separated (env IDEMFLOW_BOOTSTRAP_TOKENS)")
+}
+
+// gatewayConfig are the gateway's listening settings.
+type gatewayConfig struct {
+	addr, metricsAddr string
+	maxWaiting        int
+}
+
+func (g *gatewayConfig) register(fs *flag.FlagSet) {
+	fs.StringVar(&g.addr, "http-addr", "127.0.0.1:8080", "gateway listen address (env IDEMFLOW_HTTP_ADDR)")
+	fs.StringVar(&g.metricsAddr, "metrics-addr", "", "serve /metrics on this address instead of the gateway's (env IDEMFLOW_METRICS_ADDR)")
+	fs.IntVar(&g.maxWaiting, "max-waiting", starter.DefaultMaxWaiting, "requests that may wait for their intent at once; past it they answer 202 at once (env IDEMFLOW_MAX_WAITING)")
+}
+
+// serveGateway serves the gateway (and its metrics, where they have an
+// address of their own) until ctx ends.
+func serveGateway(ctx context.Context, logger *slog.Logger, d *deps, cfg gatewayConfig, ready func(net.Addr)) error {
+	g := d.gateway()
+	g.SetMaxWaiting(cfg.maxWaiting)
+	if cfg.metricsAddr == "" {
+		return serveHTTP(ctx, logger, "gateway", cfg.addr, newHTTPServer(g.Handler(), false), ready)
+	}
+	g.ServeMetrics = false
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	errc := make(chan error, 1)
+	go func() {
+		errc <- serveHTTP(ctx, logger, "metrics", cfg.metricsAddr, newHTTPServer(g.Metrics.Handler(), false), nil)
+		cancel()
+	}()
+	err := serveHTTP(ctx, logger, "gateway", cfg.addr, newHTTPServer(g.Handler(), false), ready)
+	cancel()
+	return errors.Join(err, <-errc)
 }
 
 // applyBindings stores the bootstrap tokens.
@@ -127,17 +162,30 @@ func runHealthcheck(ctx context.Context, env *Env, args []string) error {
 	return nil
 }
 
-// serveHTTP serves h on addr until ctx ends, then drains for up to 10 s.
+// newHTTPServer is an http.Server with timeouts for its role. Bodies are at
+// most 1 MiB, so 30 s reads them on any link; a gateway response may wait
+// up to starter.MaxWait for its intent, so writes get that and a margin;
+// MCP streams server-sent events for as long as a session lives, so it has
+// no write timeout, and its idle sessions are closed by the MCP server.
+func newHTTPServer(h http.Handler, streams bool) *http.Server {
+	srv := &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second, ReadTimeout: 30 * time.Second,
+		WriteTimeout: starter.MaxWait + 15*time.Second, IdleTimeout: 2 * time.Minute}
+	if streams {
+		srv.WriteTimeout = 0
+	}
+	return srv
+}
+
+// serveHTTP serves srv on addr until ctx ends, then drains for up to 10 s.
 // ready, if set, is called once the listener is bound.
-func serveHTTP(ctx context.Context, logger *slog.Logger, addr string, h http.Handler, ready func(net.Addr)) error {
+func serveHTTP(ctx context.Context, logger *slog.Logger, name, addr string, srv *http.Server, ready func(net.Addr)) error {
 	ln, err := net.Listen("tcp", addr)
 	if err != nil {
 		return fmt.Errorf("listen on %s: %w", addr, err)
 	}
-	srv := &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second}
 	errc := make(chan error, 1)
 	go func() { errc <- srv.Serve(ln) }()
-	logger.Info("gateway listening", "addr", ln.Addr().String())
+	logger.Info(name+" listening", "addr", ln.Addr().String())
 	if ready != nil {
 		ready(ln.Addr())
 	}
@@ -149,7 +197,7 @@ func serveHTTP(ctx context.Context, logger *slog.Logger, addr string, h http.Han
 	shutdown, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
 	defer cancel()
 	if err := srv.Shutdown(shutdown); err != nil {
-		return fmt.Errorf("shut down gateway: %w", err)
+		return fmt.Errorf("shut down %s: %w", name, err)
 	}
 	if err := <-errc; !errors.Is(err, http.ErrServerClosed) {
 		return err

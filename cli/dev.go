@@ -31,7 +31,8 @@ func runDev(ctx context.Context, env *Env, args []string) error {
 	var bindings bindingsFlag
 	bindings.register(fs)
 	withDemo := fs.Bool("demo", false, "once the stack is up, run the demo agent and print its report")
-	httpAddr := fs.String("http-addr", "127.0.0.1:8080", "gateway listen address (env IDEMFLOW_HTTP_ADDR)")
+	var gw gatewayConfig
+	gw.register(fs)
 	temporalPort := fs.Int("temporal-port", 7233, "embedded Temporal frontend port (env IDEMFLOW_TEMPORAL_PORT)")
 	uiPort := fs.Int("ui-port", 8233, "Temporal Web UI port (env IDEMFLOW_UI_PORT)")
 	dataDir := fs.String("data-dir", "./.idemflow", "where Temporal (and a private PostgreSQL) keep their files (env IDEMFLOW_DATA_DIR)")
@@ -113,7 +114,7 @@ func runDev(ctx context.Context, env *Env, args []string) error {
 	}
 	defer w.Stop()
 
-	return serveHTTP(ctx, log, *httpAddr, d.gateway().Handler(), func(addr net.Addr) {
+	return serveGateway(ctx, log, d, gw, func(addr net.Addr) {
 		gw := "http://" + addr.String()
 		writeDevEnv(*dataDir, gw, ui.URL, tenantID, token, c.databaseURL, c.namespace)
 		fmt.Fprintf(env.Stdout, `

@@ -74,7 +74,7 @@ func runMCP(ctx context.Context, env *Env, args []string) error {
 	cfg := mcpserver.Config{BaseURL: g.url, Token: g.token}
 	if *httpAddr != "" {
 		env.Logger.Info("MCP over streamable HTTP", "addr", *httpAddr, "gateway", g.url)
-		return serveHTTP(ctx, env.Logger, *httpAddr, mcpserver.HTTPHandler(cfg, httpOpts), nil)
+		return serveHTTP(ctx, env.Logger, "MCP server", *httpAddr, newHTTPServer(mcpserver.HTTPHandler(cfg, httpOpts), true), nil)
 	}
 	// stdout carries the protocol; logs go to stderr.
 	return mcpserver.New(cfg).Run(ctx, &mcp.StdioTransport{})

@@ -41,8 +41,20 @@ type Gateway struct {
 	// Health reports whether PostgreSQL and Temporal both answer.
 	Health  func(ctx context.Context) error
 	Metrics *Metrics
-	Logger  *slog.Logger
+	// ServeMetrics puts GET /metrics on the gateway's own routes; turn it
+	// off to serve Metrics.Handler on another address.
+	ServeMetrics bool
+	Logger       *slog.Logger
+
+	// waiting holds one token per request waiting for its intent: each
+	// holds a goroutine and a Temporal long poll. When it is full, a
+	// request answers at once (202 or 409) instead of waiting, and the
+	// agent polls. Its capacity is MaxWaiting.
+	waiting chan struct{}
 }
+
+// DefaultMaxWaiting bounds the requests that wait at once.
+const DefaultMaxWaiting = 1024
 
 // NewGateway wires a gateway over one pool and one Temporal client.
 func NewGateway(db *pgxpool.Pool, tc client.Client, records *idem.Store, logger *slog.Logger) *Gateway {
@@ -62,9 +74,16 @@ func NewGateway(db *pgxpool.Pool, tc client.Client, records *idem.Store, logger 
 			}
 			return errors.Join(errs...)
 		},
-		Metrics: NewMetrics(),
-		Logger:  logger,
+		Metrics:      NewMetrics(),
+		ServeMetrics: true,
+		Logger:       logger,
+		waiting:      make(chan struct{}, DefaultMaxWaiting),
 	}
+}
+
+// SetMaxWaiting sets how many requests may wait for their intent at once.
+func (g *Gateway) SetMaxWaiting(n int) {
+	g.waiting = make(chan struct{}, max(n, 0))
 }
 
 // Handler returns the gateway's routes.
@@ -83,9 +102,10 @@ func (g *Gateway) Handler() http.Handler {
 		{"GET", "/v1/operations/{id}", g.authed(g.getOperation)},
 		{"GET", "/v1/tenant", g.authed(g.getTenant)},
 		{"GET", "/healthz", g.healthz},
+		{"GET", "/readyz", g.readyz},
 		{"GET", "/problems/{slug}", g.describeProblem},
 	}
-	if g.Metrics != nil {
+	if g.Metrics != nil && g.ServeMetrics {
 		routes = append(routes, route{"GET", "/metrics", g.Metrics.Handler().ServeHTTP})
 	}
 	allowed := map[string][]string{}
@@ -232,8 +252,23 @@ func truncate(s string, n int) string {
 }
 
 func (g *Gateway) submit(w http.ResponseWriter, r *http.Request, in Intent, preferWait bool) {
+	if in.Wait > 0 {
+		select {
+		case g.waiting <- struct{}{}:
+			g.Metrics.waitingAdd(1)
+			defer func() { <-g.waiting; g.Metrics.waitingAdd(-1) }()
+		default:
+			in.Wait = 0
+		}
+	}
 	reply, err := g.Starter.Submit(r.Context(), in)
 	outcome := outcomeOf(reply, err)
+	if r.Context().Err() != nil {
+		// The caller hung up: nobody reads this answer, and it says
+		// nothing about PostgreSQL or Temporal.
+		g.Metrics.count(in.BizType, OutcomeClientGone)
+		return
+	}
 	g.Metrics.count(in.BizType, outcome)
 	if err == nil && preferWait {
 		w.Header().Set("Preference-Applied", "wait="+strconv.Itoa(int(in.Wait/time.Second)))
@@ -389,7 +424,14 @@ func (g *Gateway) getTenant(w http.ResponseWriter, _ *http.Request, tenantID str
 	writeJSON(w, http.StatusOK, map[string]string{"tenant_id": tenantID})
 }
 
-func (g *Gateway) healthz(w http.ResponseWriter, r *http.Request) {
+// healthz is liveness: the process serves requests. It calls no
+// dependency, so a PostgreSQL outage does not get every replica restarted.
+func (g *Gateway) healthz(w http.ResponseWriter, _ *http.Request) {
+	writeJSON(w, http.StatusOK, map[string]string{"status": "ok"})
+}
+
+// readyz is readiness: PostgreSQL and Temporal both answer.
+func (g *Gateway) readyz(w http.ResponseWriter, r *http.Request) {
 	ctx, cancel := context.WithTimeout(r.Context(), 3*time.Second)
 	defer cancel()
 	if err := g.Health(ctx); err != nil {

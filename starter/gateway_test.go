@@ -344,11 +344,15 @@ func TestDatabaseDownIs503(t *testing.T) {
 		t.Fatalf("%d %s", r.Status, r.Body)
 	}
 	assertProblem(t, r, "/problems/service-unavailable")
-	if h := testenv.Do(t, gw.URL, testenv.Request{Method: "GET", Path: "/healthz"}); h.Status != 503 {
+	// Liveness calls no dependency; readiness calls both.
+	if h := testenv.Do(t, gw.URL, testenv.Request{Method: "GET", Path: "/readyz"}); h.Status != 503 {
+		t.Fatalf("readyz with the database down: %d", h.Status)
+	}
+	if h := testenv.Do(t, gw.URL, testenv.Request{Method: "GET", Path: "/healthz"}); h.Status != 200 {
 		t.Fatalf("healthz with the database down: %d", h.Status)
 	}
-	if h := s.Do(testenv.Request{Method: "GET", Path: "/healthz"}); h.Status != 200 {
-		t.Fatalf("healthz: %d %s", h.Status, h.Body)
+	if h := s.Do(testenv.Request{Method: "GET", Path: "/readyz"}); h.Status != 200 {
+		t.Fatalf("readyz: %d %s", h.Status, h.Body)
 	}
 }
 

@@ -14,6 +14,7 @@ import (
 type Metrics struct {
 	registry *prometheus.Registry
 	intents  *prometheus.CounterVec
+	waiting  prometheus.Gauge
 }
 
 // Outcomes of a submission, the "outcome" label.
@@ -26,6 +27,7 @@ const (
 	OutcomeUnavailable = "unavailable"  // PostgreSQL or Temporal down: 503
 	OutcomeFailed      = "failed"       // the run ended without an answer
 	OutcomeInvalid     = "invalid_body" // 400 before anything was recorded
+	OutcomeClientGone  = "client_gone"  // the caller hung up before the answer
 )
 
 // NewMetrics registers idemflow's gateway metrics, and Go's runtime ones,
@@ -37,14 +39,24 @@ func NewMetrics() *Metrics {
 			Name: "idemflow_intents_total",
 			Help: "Intent submissions by business type and outcome.",
 		}, []string{"biz_type", "outcome"}),
+		waiting: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "idemflow_waiting_requests",
+			Help: "Requests waiting for their intent to finish.",
+		}),
 	}
-	m.registry.MustRegister(m.intents, collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	m.registry.MustRegister(m.intents, m.waiting, collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return m
 }
 
 func (m *Metrics) count(bizType, outcome string) {
 	if m != nil {
 		m.intents.WithLabelValues(bizType, outcome).Inc()
+	}
+}
+
+func (m *Metrics) waitingAdd(n float64) {
+	if m != nil {
+		m.waiting.Add(n)
 	}
 }
 
