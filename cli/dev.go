@@ -13,6 +13,7 @@ import (
 	"github.com/idemflow/idemflow/demo"
 	"github.com/idemflow/idemflow/devserver"
 	"github.com/idemflow/idemflow/migrations"
+	"github.com/idemflow/idemflow/orders"
 	"github.com/idemflow/idemflow/tenant"
 	"github.com/idemflow/idemflow/worker"
 )
@@ -169,6 +170,13 @@ func bootstrapTokens(ctx context.Context, d *deps, bindings bindingsFlag, dataDi
 	}
 	if err := applyBindings(ctx, d, bindings); err != nil {
 		return "", "", err
+	}
+	// The dev stack's tenants get the demo catalog; a deployment's
+	// migrations seed none.
+	for _, b := range bindings {
+		if err := orders.SeedDemoCatalog(ctx, d.Pool, b.Tenant); err != nil {
+			return "", "", err
+		}
 	}
 	return bindings[0].Token, bindings[0].Tenant, nil
 }

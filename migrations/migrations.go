@@ -6,6 +6,7 @@ import (
 	"context"
 	"embed"
 	"fmt"
+	"io/fs"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/tern/v2/migrate"
@@ -13,6 +14,9 @@ import (
 
 //go:embed *.sql
 var files embed.FS
+
+// Files are the migrations, for tools that drive tern themselves.
+func Files() fs.FS { return files }
 
 // VersionTable records which migrations a database has applied.
 const VersionTable = "idemflow_schema_version"

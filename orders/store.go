@@ -127,11 +127,12 @@ func Create(ctx context.Context, tx idem.Querier, in CreateInput, now time.Time)
 		return Order{}, nil, fmt.Errorf("insert order: %w", err)
 	}
 	for _, l := range o.Items {
-		if _, err := tx.Exec(ctx, `INSERT INTO order_item (order_no, sku, quantity, unit_price_minor) VALUES ($1,$2,$3,$4)`,
-			o.OrderNo, l.SKU, l.Quantity, l.UnitPriceMinor); err != nil {
+		if _, err := tx.Exec(ctx, `INSERT INTO order_item (order_no, tenant_id, sku, quantity, unit_price_minor) VALUES ($1,$2,$3,$4,$5)`,
+			o.OrderNo, o.TenantID, l.SKU, l.Quantity, l.UnitPriceMinor); err != nil {
 			return Order{}, nil, fmt.Errorf("insert order item: %w", err)
 		}
-		tag, err := tx.Exec(ctx, `UPDATE product SET stock = stock - $2, reserved = reserved + $2 WHERE sku = $1 AND stock >= $2`, l.SKU, l.Quantity)
+		tag, err := tx.Exec(ctx, `UPDATE product SET stock = stock - $3, reserved = reserved + $3
+			WHERE tenant_id = $1 AND sku = $2 AND stock >= $3`, o.TenantID, l.SKU, l.Quantity)
 		if err != nil {
 			return Order{}, nil, fmt.Errorf("reserve stock: %w", err)
 		}
@@ -156,14 +157,17 @@ func Create(ctx context.Context, tx idem.Querier, in CreateInput, now time.Time)
 	return o, body, nil
 }
 
-// price fills o's lines and totals from the catalog, under row locks taken
-// in SKU order (items are sorted) so concurrent orders cannot deadlock.
+// price fills o's lines and totals from the tenant's catalog, under row
+// locks taken in SKU order (items are sorted) so concurrent orders cannot
+// deadlock. An out-of-stock rejection names the SKUs, never the stock: a
+// caller is not told how much is left.
 func price(ctx context.Context, tx idem.Querier, o *Order, items []Item) error {
 	skus := make([]string, len(items))
 	for i, it := range items {
 		skus[i] = it.SKU
 	}
-	rows, err := tx.Query(ctx, `SELECT sku, unit_price_minor, currency, stock FROM product WHERE sku = ANY($1) ORDER BY sku FOR UPDATE`, skus)
+	rows, err := tx.Query(ctx, `SELECT sku, unit_price_minor, currency, stock FROM product
+		WHERE tenant_id = $1 AND sku = ANY($2) ORDER BY sku FOR UPDATE`, o.TenantID, skus)
 	if err != nil {
 		return fmt.Errorf("price: %w", err)
 	}
@@ -198,7 +202,7 @@ func price(ctx context.Context, tx idem.Querier, o *Order, items []Item) error {
 			return &apperr.RejectedError{Code: "mixed-currency", Reason: "items are priced in different currencies"}
 		}
 		if p.stock < it.Quantity {
-			short = append(short, fmt.Sprintf("%s (%d left, %d asked)", it.SKU, p.stock, it.Quantity))
+			short = append(short, it.SKU)
 		}
 		line := Line{SKU: it.SKU, Quantity: it.Quantity, UnitPriceMinor: p.price, LineTotalMinor: p.price * int64(it.Quantity)}
 		o.Items = append(o.Items, line)
@@ -220,7 +224,8 @@ func applyCoupon(ctx context.Context, tx idem.Querier, o *Order) error {
 	var maxUses *int32
 	var uses int32
 	var once bool
-	err := tx.QueryRow(ctx, `SELECT kind, value, max_uses, uses, once_per_customer FROM coupon WHERE code = $1 FOR UPDATE`, o.CouponCode).
+	err := tx.QueryRow(ctx, `SELECT kind, value, max_uses, uses, once_per_customer FROM coupon
+		WHERE tenant_id = $1 AND code = $2 FOR UPDATE`, o.TenantID, o.CouponCode).
 		Scan(&kind, &value, &maxUses, &uses, &once)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return &apperr.RejectedError{Code: "invalid-coupon", Reason: "no coupon " + o.CouponCode}
@@ -248,7 +253,7 @@ func applyCoupon(ctx context.Context, tx idem.Querier, o *Order) error {
 		o.DiscountMinor = min(value, o.SubtotalMinor)
 	}
 	o.TotalMinor = o.SubtotalMinor - o.DiscountMinor
-	if _, err := tx.Exec(ctx, `UPDATE coupon SET uses = uses + 1 WHERE code = $1`, o.CouponCode); err != nil {
+	if _, err := tx.Exec(ctx, `UPDATE coupon SET uses = uses + 1 WHERE tenant_id = $1 AND code = $2`, o.TenantID, o.CouponCode); err != nil {
 		return fmt.Errorf("coupon: %w", err)
 	}
 	return nil
@@ -309,11 +314,19 @@ func Transition(ctx context.Context, tx idem.Querier, in TransitionInput, now ti
 		if _, err := payments.Refund(ctx, tx, key); err != nil {
 			return nil, err
 		}
+		// A refund comes before fulfilment (PAID -> REFUNDED): nothing
+		// shipped, so the reserved stock is for sale again.
+		if err := releaseStock(ctx, tx, o, true); err != nil {
+			return nil, err
+		}
+	case ActionFulfill:
+		// Shipped: the reservation is used up, not returned.
+		if err := releaseStock(ctx, tx, o, false); err != nil {
+			return nil, err
+		}
 	case ActionCancel:
-		for _, l := range o.Items {
-			if _, err := tx.Exec(ctx, `UPDATE product SET stock = stock + $2, reserved = reserved - $2 WHERE sku = $1`, l.SKU, l.Quantity); err != nil {
-				return nil, fmt.Errorf("release stock: %w", err)
-			}
+		if err := releaseStock(ctx, tx, o, true); err != nil {
+			return nil, err
 		}
 		// A canceled order gives its coupon back, like its stock.
 		if o.CouponCode != "" {
@@ -322,7 +335,7 @@ func Transition(ctx context.Context, tx idem.Querier, in TransitionInput, now ti
 				return nil, fmt.Errorf("release coupon: %w", err)
 			}
 			if tag.RowsAffected() == 1 {
-				if _, err := tx.Exec(ctx, `UPDATE coupon SET uses = uses - 1 WHERE code = $1 AND uses > 0`, o.CouponCode); err != nil {
+				if _, err := tx.Exec(ctx, `UPDATE coupon SET uses = uses - 1 WHERE tenant_id = $1 AND code = $2 AND uses > 0`, o.TenantID, o.CouponCode); err != nil {
 					return nil, fmt.Errorf("release coupon: %w", err)
 				}
 			}
@@ -338,6 +351,22 @@ func Transition(ctx context.Context, tx idem.Querier, in TransitionInput, now ti
 		return nil, err
 	}
 	return body, nil
+}
+
+// releaseStock ends the order's reservations; restock puts the units back
+// on sale (cancel, refund), otherwise they are gone (fulfil).
+func releaseStock(ctx context.Context, tx idem.Querier, o Order, restock bool) error {
+	back := 0
+	if restock {
+		back = 1
+	}
+	for _, l := range o.Items {
+		if _, err := tx.Exec(ctx, `UPDATE product SET stock = stock + $3::int * $4::int, reserved = reserved - $3::int
+			WHERE tenant_id = $1 AND sku = $2`, o.TenantID, l.SKU, l.Quantity, back); err != nil {
+			return fmt.Errorf("release stock: %w", err)
+		}
+	}
+	return nil
 }
 
 func addEvent(ctx context.Context, q idem.Querier, orderNo string, it idem.Intent, from, to Status, body []byte) error {
@@ -428,14 +457,38 @@ func get(ctx context.Context, q idem.Querier, tenantID, orderNo string, lock boo
 	return o, rows.Err()
 }
 
-// Restock adds n units of sku (a merchant action, and the demo's).
-func Restock(ctx context.Context, q idem.Querier, sku string, n int) error {
-	tag, err := q.Exec(ctx, `UPDATE product SET stock = stock + $2 WHERE sku = $1`, sku, n)
+// Restock adds n units of a tenant's sku (a merchant action, and the
+// demo's).
+func Restock(ctx context.Context, q idem.Querier, tenantID, sku string, n int) error {
+	tag, err := q.Exec(ctx, `UPDATE product SET stock = stock + $3 WHERE tenant_id = $1 AND sku = $2`, tenantID, sku, n)
 	if err != nil {
 		return fmt.Errorf("restock %s: %w", sku, err)
 	}
 	if tag.RowsAffected() != 1 {
 		return fmt.Errorf("restock %s: %w", sku, apperr.ErrNotFound)
+	}
+	return nil
+}
+
+// SeedDemoCatalog gives a tenant the demo products and coupons, once (rows
+// it already has are left as they are). Only 'idemflow dev' and the tests
+// call it: a real deployment's catalog is its own.
+func SeedDemoCatalog(ctx context.Context, q idem.Querier, tenantID string) error {
+	if _, err := q.Exec(ctx, `INSERT INTO product (tenant_id, sku, name, unit_price_minor, currency, stock) VALUES
+		($1, 'SKU-KEYBOARD', 'Mechanical keyboard', 8900, 'EUR', 100),
+		($1, 'SKU-MOUSE',    'Wireless mouse',      2900, 'EUR', 250),
+		($1, 'SKU-MONITOR',  '27" monitor',        32900, 'EUR', 40),
+		($1, 'SKU-CABLE',    'USB-C cable',          990, 'EUR', 1000),
+		($1, 'SKU-LAMP',     'Desk lamp',           4500, 'EUR', 3)
+		ON CONFLICT DO NOTHING`, tenantID); err != nil {
+		return fmt.Errorf("seed demo products for %s: %w", tenantID, err)
+	}
+	if _, err := q.Exec(ctx, `INSERT INTO coupon (tenant_id, code, kind, value, max_uses, once_per_customer) VALUES
+		($1, 'WELCOME10', 'percent', 10, NULL, true),
+		($1, 'FIVEOFF',   'fixed',  500, 1000, false),
+		($1, 'LAST1',     'percent', 50, 1,    false)
+		ON CONFLICT DO NOTHING`, tenantID); err != nil {
+		return fmt.Errorf("seed demo coupons for %s: %w", tenantID, err)
 	}
 	return nil
 }

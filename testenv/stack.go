@@ -11,6 +11,7 @@ import (
 
 	"github.com/idemflow/idemflow/activities"
 	"github.com/idemflow/idemflow/idem"
+	"github.com/idemflow/idemflow/orders"
 	"github.com/idemflow/idemflow/starter"
 	"github.com/idemflow/idemflow/tenant"
 	"github.com/idemflow/idemflow/worker"
@@ -86,6 +87,9 @@ func NewStack(t testing.TB, opts Options) *Stack {
 			t.Fatal(err)
 		}
 		if err := tenants.AddToken(context.Background(), id, tok, "test"); err != nil {
+			t.Fatal(err)
+		}
+		if err := orders.SeedDemoCatalog(context.Background(), pool, id); err != nil {
 			t.Fatal(err)
 		}
 		s.Tokens[id] = tok

@@ -33,6 +33,19 @@ func AdminURL() string {
 // ends. It returns the database's URL.
 func Database(t testing.TB) string {
 	t.Helper()
+	u := EmptyDatabase(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if _, _, err := migrations.MigrateURL(ctx, u); err != nil {
+		t.Fatalf("testenv: migrate: %v", err)
+	}
+	return u
+}
+
+// EmptyDatabase creates a database with no tables (for migration tests)
+// and drops it when the test ends. It returns the database's URL.
+func EmptyDatabase(t testing.TB) string {
+	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	admin, err := pgx.Connect(ctx, AdminURL())
@@ -62,9 +75,6 @@ func Database(t testing.TB) string {
 	u, err := devserver.WithDatabase(AdminURL(), name)
 	if err != nil {
 		t.Fatal(err)
-	}
-	if _, _, err := migrations.MigrateURL(ctx, u); err != nil {
-		t.Fatalf("testenv: migrate: %v", err)
 	}
 	return u
 }

@@ -1,0 +1,78 @@
+package migrations_test
+
+import (
+	"context"
+	"testing"
+
+	"github.com/idemflow/idemflow/migrations"
+	"github.com/idemflow/idemflow/testenv"
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/tern/v2/migrate"
+)
+
+// A database at version 2 (one shared catalog) with tenants and orders
+// moves to per-tenant catalogs without losing an order or a reservation.
+func TestUpgradeFromASharedCatalogKeepsOrders(t *testing.T) {
+	ctx := context.Background()
+	conn, err := pgx.Connect(ctx, testenv.EmptyDatabase(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close(ctx)
+	m, err := migrate.NewMigrator(ctx, conn, migrations.VersionTable)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := m.LoadMigrations(migrations.Files()); err != nil {
+		t.Fatal(err)
+	}
+	if err := m.MigrateTo(ctx, 2); err != nil {
+		t.Fatal(err)
+	}
+	for _, sql := range []string{
+		`INSERT INTO tenant (id, name) VALUES ('acme', 'acme'), ('globex', 'globex')`,
+		`UPDATE product SET stock = stock - 2, reserved = reserved + 2 WHERE sku = 'SKU-MOUSE'`,
+		`INSERT INTO purchase_order (order_no, tenant_id, idem_key, fingerprint, workflow_id, customer_id, status,
+			subtotal_minor, total_minor, currency, coupon_code, created_at, updated_at)
+			VALUES ('ORD-1', 'acme', 'k', 'fp', 'w', 'c', 'CREATED', 5800, 5300, 'EUR', 'FIVEOFF', now(), now())`,
+		`INSERT INTO order_item (order_no, sku, quantity, unit_price_minor) VALUES ('ORD-1', 'SKU-MOUSE', 2, 2900)`,
+		`INSERT INTO coupon_redemption (code, tenant_id, customer_id, order_no) VALUES ('FIVEOFF', 'acme', 'c', 'ORD-1')`,
+		`UPDATE coupon SET uses = 1 WHERE code = 'FIVEOFF'`,
+	} {
+		if _, err := conn.Exec(ctx, sql); err != nil {
+			t.Fatalf("%s: %v", sql, err)
+		}
+	}
+	if _, _, err := migrations.Migrate(ctx, conn); err != nil {
+		t.Fatal(err)
+	}
+	var got []int
+	for _, q := range []string{
+		`SELECT count(*) FROM product WHERE sku = 'SKU-MOUSE'`,
+		`SELECT reserved FROM product WHERE tenant_id = 'acme' AND sku = 'SKU-MOUSE'`,
+		`SELECT uses FROM coupon WHERE tenant_id = 'acme' AND code = 'FIVEOFF'`,
+		`SELECT uses FROM coupon WHERE tenant_id = 'globex' AND code = 'FIVEOFF'`,
+		`SELECT count(*) FROM order_item WHERE tenant_id = 'acme'`,
+	} {
+		var n int
+		if err := conn.QueryRow(ctx, q).Scan(&n); err != nil {
+			t.Fatalf("%s: %v", q, err)
+		}
+		got = append(got, n)
+	}
+	if want := []int{2, 2, 1, 0, 1}; !equal(got, want) {
+		t.Fatalf("after the upgrade %v, want %v (copies, acme's reservation, acme's coupon use, none for globex, the item)", got, want)
+	}
+}
+
+func equal(a, b []int) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for i := range a {
+		if a[i] != b[i] {
+			return false
+		}
+	}
+	return true
+}
