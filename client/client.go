@@ -18,6 +18,7 @@ import (
 	"time"
 
 	"github.com/google/uuid"
+	"github.com/gowebpki/jcs"
 )
 
 // Result is an intent's final answer.
@@ -117,20 +118,34 @@ func (c *Client) NewIntent(ctx context.Context, id, kind, method, path string, b
 	if c.Store == nil {
 		return Intent{}, errors.New("client: NewIntent needs a Store, or the key would not survive a restart")
 	}
-	if in, err := c.Store.Load(ctx, id); err == nil {
-		return in, nil
-	} else if !errors.Is(err, ErrNoIntent) {
-		return Intent{}, err
-	}
 	raw, err := json.Marshal(body)
 	if err != nil {
 		return Intent{}, fmt.Errorf("intent %s: encode body: %w", id, err)
+	}
+	if in, err := c.Store.Load(ctx, id); err == nil {
+		if in.Method != method || in.Path != path || !sameJSON(in.Body, raw) {
+			return Intent{}, fmt.Errorf("intent %s: stored %s %s, asked %s %s: %w", id, in.Method, in.Path, method, path, ErrIntentMismatch)
+		}
+		return in, nil
+	} else if !errors.Is(err, ErrNoIntent) {
+		return Intent{}, err
 	}
 	in := Intent{ID: id, Key: c.NewKey(kind), Method: method, Path: path, Body: raw, CreatedAt: time.Now().UTC()}
 	if err := c.Store.Save(ctx, in); err != nil {
 		return Intent{}, err
 	}
 	return in, nil
+}
+
+// sameJSON compares two JSON texts by value, as RFC 8785 canonical forms:
+// a store may keep the body as jsonb, which reorders members.
+func sameJSON(a, b []byte) bool {
+	if len(a) == 0 || len(b) == 0 {
+		return len(a) == len(b) || string(a) == "null" || string(b) == "null"
+	}
+	ca, err1 := jcs.Transform(a)
+	cb, err2 := jcs.Transform(b)
+	return err1 == nil && err2 == nil && bytes.Equal(ca, cb)
 }
 
 // Do sends the intent until it has a final answer, a non-retryable error,

@@ -7,6 +7,9 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -296,5 +299,77 @@ func TestAcceptedThenFailedIsRetriedWithTheSameKey(t *testing.T) {
 	}
 	if len(srv.keys) != 3 || srv.keys[2] != "k" || srv.paths[2] != "POST /v1/tickets" {
 		t.Fatalf("requests %v keys %v", srv.paths, srv.keys)
+	}
+}
+
+// On a case-insensitive file system (macOS, Windows) two IDs that differ
+// only in case must not share a file, or one intent would take the other's
+// key.
+func TestFileStoreNamesDoNotCollideByCase(t *testing.T) {
+	s := FileStore{Dir: t.TempDir()}
+	a, b := s.path("Step-A"), s.path("step-a")
+	if strings.EqualFold(a, b) {
+		t.Fatalf("%s and %s are one file on a case-insensitive file system", a, b)
+	}
+	if strings.Contains(s.path("../../etc/passwd"), "..") {
+		t.Fatalf("an ID names another path: %s", s.path("../../etc/passwd"))
+	}
+}
+
+// A rename is durable only once its directory is synced.
+func TestFileStoreSyncsTheDirectoryAfterTheRename(t *testing.T) {
+	dir := t.TempDir()
+	var synced []string
+	s := FileStore{Dir: dir, syncDir: func(d string) error {
+		if _, err := os.Stat(filepath.Join(d, filepath.Base(FileStore{Dir: d}.path("i")))); err != nil {
+			t.Errorf("directory synced before the rename: %v", err)
+		}
+		synced = append(synced, d)
+		return nil
+	}}
+	if err := s.Save(context.Background(), Intent{ID: "i", Key: "k"}); err != nil {
+		t.Fatal(err)
+	}
+	if len(synced) != 1 || synced[0] != dir {
+		t.Fatalf("synced %v", synced)
+	}
+}
+
+// Intents saved under the old escaped names are still found.
+func TestFileStoreReadsLegacyNames(t *testing.T) {
+	s := FileStore{Dir: t.TempDir()}
+	if err := os.WriteFile(s.legacyPath("step 7"), []byte(`{"id":"step 7","key":"k-old"}`), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	in, err := s.Load(context.Background(), "step 7")
+	if err != nil || in.Key != "k-old" {
+		t.Fatalf("%+v %v", in, err)
+	}
+}
+
+// Resuming an ID with another request is the caller's mistake to see,
+// not a silent return of the stored one.
+func TestNewIntentRefusesADifferentRequestUnderAStoredID(t *testing.T) {
+	c := &Client{BaseURL: "http://x", Store: &MemoryStore{}}
+	ctx := context.Background()
+	first, err := c.NewIntent(ctx, "i", "ticket", "POST", "/v1/tickets", map[string]any{"title": "a", "customer_id": "c"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	same, err := c.NewIntent(ctx, "i", "ticket", "POST", "/v1/tickets", map[string]any{"customer_id": "c", "title": "a"})
+	if err != nil || same.Key != first.Key {
+		t.Fatalf("the same request: %+v %v", same, err)
+	}
+	for _, tc := range []struct {
+		method, path string
+		body         any
+	}{
+		{"POST", "/v1/tickets", map[string]any{"title": "b", "customer_id": "c"}},
+		{"POST", "/v1/orders", map[string]any{"title": "a", "customer_id": "c"}},
+		{"PUT", "/v1/tickets", map[string]any{"title": "a", "customer_id": "c"}},
+	} {
+		if _, err := c.NewIntent(ctx, "i", "ticket", tc.method, tc.path, tc.body); !errors.Is(err, ErrIntentMismatch) {
+			t.Fatalf("%s %s %v: %v", tc.method, tc.path, tc.body, err)
+		}
 	}
 }

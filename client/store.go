@@ -2,6 +2,8 @@ package client
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -33,6 +35,12 @@ type Intent struct {
 
 // ErrNoIntent: the store has no intent with that ID.
 var ErrNoIntent = errors.New("no such intent")
+
+// ErrIntentMismatch: NewIntent found an intent stored under that ID with
+// another method, path or body. Sending the stored key with the new
+// request would be refused as a reused key, and sending the stored request
+// would not be what the caller asked for: the caller must choose.
+var ErrIntentMismatch = errors.New("a different intent is stored under this ID")
 
 // IntentStore keeps intents across agent restarts. Save must be durable
 // when it returns: the key is only safe to send once it cannot be lost.
@@ -80,21 +88,36 @@ func (s *MemoryStore) Delete(_ context.Context, id string) error {
 }
 
 // FileStore keeps one JSON file per intent in a directory, written to a
-// temporary file, synced and renamed, so a crash leaves the old file or
-// the new one, never half of one.
+// temporary file, synced, renamed, and the directory synced, so a crash
+// leaves the old file or the new one, never half of one, and a saved key
+// survives a power loss.
 type FileStore struct {
 	Dir string
+
+	// syncDir makes the rename durable; tests observe it.
+	syncDir func(dir string) error
 }
 
+// path names an intent's file by the SHA-256 of its ID: IDs are the
+// agent's, so they must neither name another path nor collide, and on a
+// case-insensitive file system (macOS, Windows) an escaped ID would
+// collide with one that differs only in case.
 func (s FileStore) path(id string) string {
-	// IDs are the agent's: escaped, they can neither name another path
-	// nor collide with each other.
+	sum := sha256.Sum256([]byte(id))
+	return filepath.Join(s.Dir, hex.EncodeToString(sum[:])+".json")
+}
+
+// legacyPath is where stores written before the hashed names kept id.
+func (s FileStore) legacyPath(id string) string {
 	return filepath.Join(s.Dir, url.PathEscape(id)+".json")
 }
 
 // Load implements IntentStore.
 func (s FileStore) Load(_ context.Context, id string) (Intent, error) {
 	b, err := os.ReadFile(s.path(id))
+	if errors.Is(err, os.ErrNotExist) {
+		b, err = os.ReadFile(s.legacyPath(id))
+	}
 	if errors.Is(err, os.ErrNotExist) {
 		return Intent{}, ErrNoIntent
 	}
@@ -104,6 +127,11 @@ func (s FileStore) Load(_ context.Context, id string) (Intent, error) {
 	var in Intent
 	if err := json.Unmarshal(b, &in); err != nil {
 		return Intent{}, fmt.Errorf("load intent %s: %w", id, err)
+	}
+	if in.ID != id {
+		// A legacy file of an ID differing only in case, on a
+		// case-insensitive file system: not this intent.
+		return Intent{}, ErrNoIntent
 	}
 	return in, nil
 }
@@ -136,13 +164,35 @@ func (s FileStore) Save(_ context.Context, in Intent) error {
 	if err := os.Rename(f.Name(), s.path(in.ID)); err != nil {
 		return fmt.Errorf("save intent: %w", err)
 	}
+	syncDir := s.syncDir
+	if syncDir == nil {
+		syncDir = fsyncDir
+	}
+	if err := syncDir(s.Dir); err != nil {
+		return fmt.Errorf("save intent: %w", err)
+	}
+	if legacy := s.legacyPath(in.ID); legacy != s.path(in.ID) {
+		_ = os.Remove(legacy) // moved to the hashed name
+	}
 	return nil
+}
+
+// fsyncDir syncs a directory, so that a rename in it survives a crash.
+func fsyncDir(dir string) error {
+	d, err := os.Open(dir)
+	if err != nil {
+		return err
+	}
+	defer d.Close()
+	return d.Sync()
 }
 
 // Delete implements IntentStore.
 func (s FileStore) Delete(_ context.Context, id string) error {
-	if err := os.Remove(s.path(id)); err != nil && !errors.Is(err, os.ErrNotExist) {
-		return fmt.Errorf("delete intent %s: %w", id, err)
+	for _, p := range []string{s.path(id), s.legacyPath(id)} {
+		if err := os.Remove(p); err != nil && !errors.Is(err, os.ErrNotExist) {
+			return fmt.Errorf("delete intent %s: %w", id, err)
+		}
 	}
 	return nil
 }
