@@ -15,6 +15,7 @@ import (
 	"github.com/idemflow/idemflow/idem"
 	"github.com/idemflow/idemflow/starter"
 	"github.com/idemflow/idemflow/testenv"
+	"github.com/idemflow/idemflow/workflows"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"go.temporal.io/sdk/client"
 )
@@ -344,6 +345,22 @@ func TestDatabaseDownIs503(t *testing.T) {
 		t.Fatalf("%d %s", r.Status, r.Body)
 	}
 	assertProblem(t, r, "/problems/service-unavailable")
+	// With the token store up and the record store down, the request gets
+	// past authentication to Claim, which must fail closed: no workflow,
+	// no ticket.
+	half := httptest.NewServer(starter.NewGateway(s.Pool, s.Temporal, idem.NewStore(pool, idem.Retention{}, activities.Recall), s.Logger).Handler())
+	defer half.Close()
+	r = testenv.Do(t, half.URL, testenv.Request{Path: "/v1/tickets", Token: s.Tokens[testenv.TenantA], Key: "k-claim", Body: ticketBody})
+	if r.Status != http.StatusServiceUnavailable {
+		t.Fatalf("records down: %d %s", r.Status, r.Body)
+	}
+	assertProblem(t, r, "/problems/service-unavailable")
+	if _, err := s.Temporal.DescribeWorkflowExecution(context.Background(), workflows.TicketWorkflowID(testenv.TenantA, "k-claim"), ""); err == nil {
+		t.Fatal("a workflow started without its record")
+	}
+	if n := countTickets(t, s); n != 0 {
+		t.Fatalf("%d tickets written without a record", n)
+	}
 	// Liveness calls no dependency; readiness calls both.
 	if h := testenv.Do(t, gw.URL, testenv.Request{Method: "GET", Path: "/readyz"}); h.Status != 503 {
 		t.Fatalf("readyz with the database down: %d", h.Status)

@@ -137,15 +137,25 @@ func (s *Stack) Do(req Request) Response {
 	return Do(s.t, s.URL, req)
 }
 
-// Do sends req to the gateway at base.
+// Do sends req to the gateway at base; a transport error fails the test.
+// Call it only from the test's goroutine: from others, use Send.
 func Do(t testing.TB, base string, req Request) Response {
 	t.Helper()
+	resp, err := Send(base, req)
+	if err != nil {
+		t.Fatalf("%s %s: %v", req.Method, req.Path, err)
+	}
+	return resp
+}
+
+// Send sends req to the gateway at base.
+func Send(base string, req Request) (Response, error) {
 	if req.Method == "" {
 		req.Method = http.MethodPost
 	}
 	r, err := http.NewRequest(req.Method, base+req.Path, bytes.NewReader([]byte(req.Body)))
 	if err != nil {
-		t.Fatal(err)
+		return Response{}, err
 	}
 	if req.Token != "" {
 		r.Header.Set("Authorization", "Bearer "+req.Token)
@@ -161,14 +171,14 @@ func Do(t testing.TB, base string, req Request) Response {
 	}
 	resp, err := http.DefaultClient.Do(r)
 	if err != nil {
-		t.Fatalf("%s %s: %v", req.Method, req.Path, err)
+		return Response{}, err
 	}
 	defer resp.Body.Close()
 	b, err := io.ReadAll(resp.Body)
 	if err != nil {
-		t.Fatal(err)
+		return Response{}, err
 	}
-	return Response{Status: resp.StatusCode, Header: resp.Header, Body: b}
+	return Response{Status: resp.StatusCode, Header: resp.Header, Body: b}, nil
 }
 
 type testWriter struct{ t testing.TB }
