@@ -3,6 +3,7 @@ package cli
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"flag"
 	"fmt"
 	"log/slog"
@@ -11,7 +12,10 @@ import (
 	"github.com/idemflow/idemflow/activities"
 	"github.com/idemflow/idemflow/audit"
 	"github.com/idemflow/idemflow/schedule"
+	"go.temporal.io/api/serviceerror"
 	"go.temporal.io/sdk/client"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 )
 
 // scheduleFlags are the reconcile schedule's settings.
@@ -43,10 +47,30 @@ func (s *scheduleFlags) check(logger *slog.Logger, retention time.Duration) erro
 }
 
 // installSchedule applies the schedule, logging what it did.
+//
+// A Temporal server that is still starting answers its frontend before its
+// history service owns its shards, and the first calls time out: those are
+// retried for up to temporalReadyWait, with a line in the log each time.
 func installSchedule(ctx context.Context, logger *slog.Logger, tc client.Client, namespace string, s *scheduleFlags) error {
-	created, err := schedule.Apply(ctx, tc, namespace, s.cfg)
-	if err != nil {
-		return err
+	var created bool
+	deadline := time.Now().Add(temporalReadyWait)
+	for attempt := 1; ; attempt++ {
+		callCtx, cancel := context.WithTimeout(ctx, 15*time.Second)
+		var err error
+		created, err = schedule.Apply(callCtx, tc, namespace, s.cfg)
+		cancel()
+		if err == nil {
+			break
+		}
+		if ctx.Err() != nil || !notReady(err) || time.Now().After(deadline) {
+			return fmt.Errorf("install the reconcile schedule (Temporal at this address not ready within %v?): %w", temporalReadyWait, err)
+		}
+		logger.Warn("Temporal is not ready yet; retrying", "attempt", attempt, "error", err)
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(time.Second):
+		}
 	}
 	verb := "updated"
 	if created {
@@ -54,6 +78,23 @@ func installSchedule(ctx context.Context, logger *slog.Logger, tc client.Client,
 	}
 	logger.Info("reconcile schedule "+verb, "every", s.cfg.Interval, "processing_timeout", s.cfg.Input.ProcessingTimeout.D())
 	return nil
+}
+
+// temporalReadyWait bounds how long a starting process waits for Temporal.
+const temporalReadyWait = 2 * time.Minute
+
+// notReady reports the errors of a Temporal server that is starting.
+func notReady(err error) bool {
+	if errors.Is(err, context.DeadlineExceeded) {
+		return true
+	}
+	switch status.Code(err) {
+	case codes.Unavailable, codes.DeadlineExceeded, codes.Canceled, codes.ResourceExhausted:
+		return true
+	}
+	var unavailable *serviceerror.Unavailable
+	var deadline *serviceerror.DeadlineExceeded
+	return errors.As(err, &unavailable) || errors.As(err, &deadline)
 }
 
 func runSchedule(ctx context.Context, env *Env, args []string) error {

@@ -12,6 +12,7 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
+	"syscall"
 	"time"
 
 	enumspb "go.temporal.io/api/enums/v1"
@@ -22,7 +23,11 @@ import (
 	"go.temporal.io/server/common/config"
 	"go.temporal.io/server/common/dynamicconfig"
 	"go.temporal.io/server/common/log"
+	"go.temporal.io/server/common/metrics"
+	persistencesql "go.temporal.io/server/common/persistence/sql"
+	"go.temporal.io/server/common/persistence/sql/sqlplugin"
 	sqliteplugin "go.temporal.io/server/common/persistence/sql/sqlplugin/sqlite"
+	"go.temporal.io/server/common/resolver"
 	sqliteschema "go.temporal.io/server/schema/sqlite"
 	"go.temporal.io/server/temporal"
 	"google.golang.org/protobuf/types/known/durationpb"
@@ -49,6 +54,7 @@ type Temporal struct {
 	server   temporal.Server
 	HostPort string
 	cfg      TemporalConfig
+	lock     *os.File // the data directory's lock, held while it runs
 }
 
 // StartTemporal starts the server and ensures the namespace and its
@@ -73,6 +79,16 @@ func StartTemporal(ctx context.Context, cfg TemporalConfig) (*Temporal, error) {
 	if err := portFree(cfg.IP, cfg.Port); err != nil {
 		return nil, fmt.Errorf("temporal: frontend port: %w", err)
 	}
+	lock, err := lockDir(cfg.DataDir)
+	if err != nil {
+		return nil, err
+	}
+	started := false
+	defer func() {
+		if !started {
+			lock.Close()
+		}
+	}()
 	dbPath := filepath.Join(cfg.DataDir, "temporal.db")
 	sqlCfg := &config.SQL{
 		PluginName:   sqliteplugin.PluginName,
@@ -99,6 +115,9 @@ func StartTemporal(ctx context.Context, cfg TemporalConfig) (*Temporal, error) {
 	if err := sqliteschema.CreateNamespaces(sqlCfg, ns); err != nil {
 		return nil, fmt.Errorf("temporal: create namespace: %w", err)
 	}
+	if err := forgetMembers(ctx, sqlCfg); err != nil {
+		return nil, err
+	}
 
 	serverCfg, err := liteConfig(cfg, sqlCfg)
 	if err != nil {
@@ -122,12 +141,47 @@ func StartTemporal(ctx context.Context, cfg TemporalConfig) (*Temporal, error) {
 	if err := srv.Start(); err != nil {
 		return nil, fmt.Errorf("temporal: start: %w", err)
 	}
-	t := &Temporal{server: srv, HostPort: net.JoinHostPort(cfg.IP, strconv.Itoa(cfg.Port)), cfg: cfg}
+	t := &Temporal{server: srv, HostPort: net.JoinHostPort(cfg.IP, strconv.Itoa(cfg.Port)), cfg: cfg, lock: lock}
 	if err := t.applyRetention(ctx); err != nil {
 		_ = srv.Stop()
 		return nil, err
 	}
+	started = true
 	return t, nil
+}
+
+// lockDir takes an exclusive lock on the data directory, so that one
+// process at a time runs a server on it; the lock goes with the process,
+// however it ends.
+func lockDir(dir string) (*os.File, error) {
+	f, err := os.OpenFile(filepath.Join(dir, "temporal.lock"), os.O_CREATE|os.O_RDWR, 0o600)
+	if err != nil {
+		return nil, fmt.Errorf("temporal: lock data dir: %w", err)
+	}
+	if err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB); err != nil {
+		f.Close()
+		return nil, fmt.Errorf("temporal: %s is in use by another idemflow dev: %w", dir, err)
+	}
+	return f, nil
+}
+
+// forgetMembers empties the cluster membership a previous run left. This
+// process holds the data directory's lock, so no member listed there is
+// alive; a killed process's entries would otherwise stay until they expire
+// (minutes), and the new ring would wait on hosts that never answer before
+// it can own its shards. Temporal's own persistence call does the delete.
+func forgetMembers(ctx context.Context, sqlCfg *config.SQL) error {
+	db, err := persistencesql.NewSQLDB(sqlplugin.DbKindMain, sqlCfg, resolver.NewNoopResolver(), log.NewNoopLogger(), metrics.NoopMetricsHandler)
+	if err != nil {
+		return fmt.Errorf("temporal: open persistence: %w", err)
+	}
+	defer db.Close()
+	if _, err := db.PruneClusterMembership(ctx, &sqlplugin.PruneClusterMembershipFilter{
+		PruneRecordsBefore: time.Now().Add(100 * 365 * 24 * time.Hour),
+	}); err != nil {
+		return fmt.Errorf("temporal: forget the previous run's cluster members: %w", err)
+	}
+	return nil
 }
 
 // applyRetention sets the namespace retention on every start, so that a
@@ -159,8 +213,12 @@ func (t *Temporal) applyRetention(ctx context.Context) error {
 	}
 }
 
-// Stop stops the server.
-func (t *Temporal) Stop() error { return t.server.Stop() }
+// Stop stops the server and releases the data directory.
+func (t *Temporal) Stop() error {
+	err := t.server.Stop()
+	t.lock.Close()
+	return err
+}
 
 func liteConfig(cfg TemporalConfig, sqlCfg *config.SQL) (*config.Config, error) {
 	frontendAddr := net.JoinHostPort(cfg.IP, strconv.Itoa(cfg.Port))

@@ -1,0 +1,187 @@
+package cli_test
+
+import (
+	"bufio"
+	"context"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"os/exec"
+	"os/signal"
+	"path/filepath"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/idemflow/idemflow/cli"
+	"github.com/idemflow/idemflow/testenv"
+)
+
+// TestMain lets the test binary run as an idemflow process of its own
+// (IDEMFLOW_TEST_CHILD=1), so that a test can kill it like a real one.
+func TestMain(m *testing.M) {
+	if os.Getenv("IDEMFLOW_TEST_CHILD") == "1" {
+		ctx, stop := signalContext()
+		defer stop()
+		os.Exit(cli.Run(ctx, os.Args[1:], os.Stdout, os.Stderr))
+	}
+	os.Exit(m.Run())
+}
+
+func freePort(t *testing.T) int {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	return l.Addr().(*net.TCPAddr).Port
+}
+
+// child is a running 'idemflow dev' in its own process.
+type child struct {
+	cmd  *exec.Cmd
+	up   chan struct{}
+	done chan error
+	out  *strings.Builder
+	mu   sync.Mutex
+}
+
+func startDev(t *testing.T, dbURL string, args ...string) *child {
+	t.Helper()
+	cmd := exec.Command(os.Args[0], append([]string{"dev"}, args...)...)
+	cmd.Env = append(os.Environ(), "IDEMFLOW_TEST_CHILD=1", "DATABASE_URL="+dbURL)
+	pr, pw := io.Pipe()
+	cmd.Stdout, cmd.Stderr = pw, pw
+	c := &child{cmd: cmd, up: make(chan struct{}), done: make(chan error, 1), out: &strings.Builder{}}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	go func() {
+		sc := bufio.NewScanner(pr)
+		once := sync.Once{}
+		for sc.Scan() {
+			c.mu.Lock()
+			c.out.WriteString(sc.Text() + "\n")
+			c.mu.Unlock()
+			if strings.Contains(sc.Text(), "idemflow dev is up") {
+				once.Do(func() { close(c.up) })
+			}
+		}
+	}()
+	go func() { c.done <- cmd.Wait(); pw.Close() }()
+	t.Cleanup(func() { _ = cmd.Process.Kill() })
+	return c
+}
+
+func (c *child) output() string {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.out.String()
+}
+
+func (c *child) waitUp(t *testing.T, within time.Duration) {
+	t.Helper()
+	select {
+	case <-c.up:
+	case err := <-c.done:
+		t.Fatalf("dev exited before it was up (%v):\n%s", err, c.output())
+	case <-time.After(within):
+		t.Fatalf("dev not up after %v:\n%s", within, c.output())
+	}
+}
+
+// SIGKILL 'idemflow dev' while agents create tickets, start it again at
+// once on the same data directory: it comes up, and every intent ends
+// with exactly one ticket.
+func TestDevRestartsAtOnceAfterSIGKILL(t *testing.T) {
+	pool, dbURL := testenv.Pool(t)
+	dir := t.TempDir()
+	args := []string{"--data-dir", dir, "--http-addr", fmt.Sprintf("127.0.0.1:%d", freePort(t)),
+		"--temporal-port", fmt.Sprint(freePort(t)), "--ui-port", fmt.Sprint(freePort(t)), "--reconcile-interval", "1m"}
+	first := startDev(t, dbURL, args...)
+	first.waitUp(t, 2*time.Minute)
+	env := readEnvFile(t, filepath.Join(dir, "dev.env"))
+	base, token := env["IDEMFLOW_URL"], env["IDEMFLOW_TOKEN"]
+
+	// Agents create tickets while the stack is killed under them.
+	const agents, perAgent = 8, 6
+	ctx, stopLoad := context.WithCancel(context.Background())
+	var wg sync.WaitGroup
+	for a := range agents {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := range perAgent {
+				if ctx.Err() != nil {
+					return
+				}
+				_, _ = testenv.Send(base, testenv.Request{Path: "/v1/tickets", Token: token,
+					Key: fmt.Sprintf("crash-%d-%d", a, i), Body: fmt.Sprintf(`{"customer_id":"c-%d","title":"t %d"}`, a, i)})
+			}
+		}()
+	}
+	time.Sleep(300 * time.Millisecond)
+	if err := first.cmd.Process.Signal(syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	<-first.done
+	stopLoad()
+	wg.Wait()
+
+	second := startDev(t, dbURL, args...)
+	second.waitUp(t, 90*time.Second)
+
+	// Every agent retries every intent with its key until it is answered.
+	for a := range agents {
+		for i := range perAgent {
+			key := fmt.Sprintf("crash-%d-%d", a, i)
+			deadline := time.Now().Add(60 * time.Second)
+			for {
+				r, err := testenv.Send(base, testenv.Request{Path: "/v1/tickets", Token: token, Key: key,
+					Body: fmt.Sprintf(`{"customer_id":"c-%d","title":"t %d"}`, a, i)})
+				if err == nil && r.Status == 201 {
+					break
+				}
+				if time.Now().After(deadline) {
+					t.Fatalf("%s never completed after the restart: %+v %v", key, r.Status, err)
+				}
+				time.Sleep(200 * time.Millisecond)
+			}
+		}
+	}
+	if n := testenv.Count(t, pool, "ticket", ""); n != agents*perAgent {
+		t.Fatalf("%d tickets for %d intents", n, agents*perAgent)
+	}
+	if n := testenv.Count(t, pool, "idempotency_record", "status = 'PROCESSING'"); n != 0 {
+		t.Fatalf("%d intents still PROCESSING", n)
+	}
+	_ = second.cmd.Process.Signal(syscall.SIGTERM)
+	select {
+	case <-second.done:
+	case <-time.After(30 * time.Second):
+		t.Fatal("dev did not stop on SIGTERM")
+	}
+}
+
+func readEnvFile(t *testing.T, path string) map[string]string {
+	t.Helper()
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := map[string]string{}
+	for _, line := range strings.Split(string(b), "\n") {
+		if k, v, ok := strings.Cut(line, "="); ok {
+			out[k] = v
+		}
+	}
+	return out
+}
+
+func signalContext() (context.Context, context.CancelFunc) {
+	return signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+}
