@@ -351,6 +351,10 @@ type Intent struct {
 	// settle of an earlier attempt never fails a reopened one. Zero (in
 	// histories from before it existed) matches any attempt.
 	Attempt int `json:"attempt,omitempty"`
+	// LocalFirst: the workflow runs the business step as a local activity
+	// first. It is part of the input, and so of the history, so a run
+	// started before it existed replays on the path it took.
+	LocalFirst bool `json:"local_first,omitempty"`
 }
 
 // Intent returns the record's intent.

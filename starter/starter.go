@@ -118,14 +118,15 @@ func (s *Starter) Submit(ctx context.Context, in Intent) (Reply, error) {
 		reply.Done, reply.Outcome = true, rec.Response
 		return reply, nil
 	}
-	in.Attempt = rec.Attempts
+	in.Attempt, in.LocalFirst = rec.Attempts, true
 	// The record, not the run, is the answer: a run's result is trusted
-	// only through the record it settled. Two rounds: an owner that
-	// reopened a FAILED record can attach to the previous attempt's run
-	// while it is closing; the record then still says PROCESSING, and the
-	// owner starts its own run.
-	for range 2 {
-		err := s.startAndWait(ctx, in)
+	// only through the record it settled. A run can end with the record
+	// still PROCESSING: it was an earlier attempt's, closing while this
+	// one was reopened, or the record was reopened by another request
+	// meanwhile. Start or attach again then, until the wait runs out.
+	deadline := time.Now().Add(in.Wait)
+	for {
+		err := s.startAndWait(ctx, in, time.Until(deadline))
 		stopped := errors.Is(err, errStopped)
 		switch {
 		case errors.Is(err, errPending):
@@ -153,9 +154,13 @@ func (s *Starter) Submit(ctx context.Context, in Intent) (Reply, error) {
 			reply.Done, reply.Outcome = true, cur.Response
 			return reply, nil
 		}
-		if !claim.Owner || stopped {
+		if stopped {
 			break
 		}
+		if time.Now().After(deadline) {
+			return reply, nil // pending
+		}
+		in.Attempt = cur.Attempts
 	}
 	return reply, ErrExecutionFailed
 }
@@ -167,18 +172,23 @@ var (
 
 // startAndWait starts or attaches to the intent's run and waits for it to
 // end. Its result is not read: the caller reads the record.
-func (s *Starter) startAndWait(ctx context.Context, in Intent) error {
+func (s *Starter) startAndWait(ctx context.Context, in Intent, wait time.Duration) error {
 	run, err := s.Temporal.ExecuteWorkflow(ctx, client.StartWorkflowOptions{
 		ID:                       in.WorkflowID,
 		TaskQueue:                workflows.TaskQueue,
 		WorkflowIDConflictPolicy: enumspb.WORKFLOW_ID_CONFLICT_POLICY_USE_EXISTING,
 		WorkflowIDReusePolicy:    enumspb.WORKFLOW_ID_REUSE_POLICY_ALLOW_DUPLICATE_FAILED_ONLY,
 		StaticSummary:            in.Summary,
+		// Where this client also runs a worker on the task queue (serve,
+		// dev), the server hands the first workflow task back in the start
+		// response: no matching round trip. Elsewhere the SDK starts
+		// normally.
+		EnableEagerStart: true,
 	}, in.Workflow, in.Input(in.Intent))
 	if err != nil {
 		return fmt.Errorf("%w: start workflow %s: %w", ErrUnavailable, in.WorkflowID, err)
 	}
-	waitCtx, cancel := context.WithTimeout(ctx, in.Wait)
+	waitCtx, cancel := context.WithTimeout(ctx, max(wait, 0))
 	defer cancel()
 	err = run.Get(waitCtx, nil)
 	if err == nil {

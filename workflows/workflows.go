@@ -42,6 +42,25 @@ var executeOptions = workflow.ActivityOptions{
 	},
 }
 
+// localOptions are the fast path: the business step runs in the worker
+// that holds the workflow task, so a healthy intent completes within the
+// task that started it, with no activity task round trip through matching.
+// One attempt keeps the regular attempt's bound, so the reconcile horizon
+// still exceeds any attempt; retries stay within that bound too, because a
+// local activity holds its workflow task open while it retries. Past it, a
+// failure that may pass falls back to the regular activity, whose retries
+// are durable in Temporal's history and survive a worker's death.
+var localOptions = workflow.LocalActivityOptions{
+	StartToCloseTimeout:    ActivityStartToClose,
+	ScheduleToCloseTimeout: ActivityStartToClose,
+	RetryPolicy: &temporal.RetryPolicy{
+		InitialInterval:        100 * time.Millisecond,
+		BackoffCoefficient:     2,
+		MaximumInterval:        5 * time.Second,
+		NonRetryableErrorTypes: activities.NonRetryable,
+	},
+}
+
 // settleOptions retry longer: settling is what keeps the record from staying
 // PROCESSING, and it only reads and updates one row.
 var settleOptions = workflow.ActivityOptions{
@@ -76,12 +95,20 @@ func CreateTicket(ctx workflow.Context, in tickets.CreateInput) (idem.Outcome, e
 // on a disconnected context: on the canceled one it would be dropped.
 func runIntent(ctx workflow.Context, intent idem.Intent, activity, input any) (idem.Outcome, error) {
 	var out idem.Outcome
-	err := workflow.ExecuteActivity(workflow.WithActivityOptions(ctx, executeOptions), activity, input).Get(ctx, &out)
+	var err error
+	if intent.LocalFirst {
+		err = workflow.ExecuteLocalActivity(workflow.WithLocalActivityOptions(ctx, localOptions), activity, input).Get(ctx, &out)
+		if err != nil && !isFinalErr(err) && !temporal.IsCanceledError(err) {
+			workflow.GetLogger(ctx).Warn("local attempts failed; retrying durably", "error", err)
+			err = workflow.ExecuteActivity(workflow.WithActivityOptions(ctx, executeOptions), activity, input).Get(ctx, &out)
+		}
+	} else {
+		err = workflow.ExecuteActivity(workflow.WithActivityOptions(ctx, executeOptions), activity, input).Get(ctx, &out)
+	}
 	if err == nil {
 		return out, nil
 	}
-	var appErr *temporal.ApplicationError
-	if errors.As(err, &appErr) && appErr.Type() != "" && isFinal(appErr.Type()) {
+	if isFinalErr(err) {
 		return idem.Outcome{}, err
 	}
 	canceled := temporal.IsCanceledError(err)
@@ -98,6 +125,13 @@ func runIntent(ctx workflow.Context, intent idem.Intent, activity, input any) (i
 		return res.Outcome, nil
 	}
 	return idem.Outcome{}, err
+}
+
+// isFinalErr reports an error no retry can fix (a business rejection, a
+// closed or forged intent): the activity already settled the record.
+func isFinalErr(err error) bool {
+	var appErr *temporal.ApplicationError
+	return errors.As(err, &appErr) && appErr.Type() != "" && isFinal(appErr.Type())
 }
 
 func isFinal(errType string) bool {

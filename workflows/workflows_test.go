@@ -106,11 +106,16 @@ func TestGivingUpSettlesTheRecord(t *testing.T) {
 	}
 }
 
-// histories maps each recorded history to the workflow it replays.
+// histories maps each recorded history to the workflow it replays: runs
+// started before LocalFirst (the business step as a regular activity) and
+// runs on the local-first path. -record re-records only the latter.
 var histories = map[string]any{
-	"testdata/create_ticket_history.json":    workflows.CreateTicket,
-	"testdata/create_order_history.json":     workflows.CreateOrder,
-	"testdata/transition_order_history.json": workflows.TransitionOrder,
+	"testdata/create_ticket_activity_history.json":    workflows.CreateTicket,
+	"testdata/create_order_activity_history.json":     workflows.CreateOrder,
+	"testdata/transition_order_activity_history.json": workflows.TransitionOrder,
+	"testdata/create_ticket_history.json":             workflows.CreateTicket,
+	"testdata/create_order_history.json":              workflows.CreateOrder,
+	"testdata/transition_order_history.json":          workflows.TransitionOrder,
 }
 
 // TestReplayRecordedHistory replays histories recorded from real runs
