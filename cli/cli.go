@@ -21,6 +21,7 @@ type command struct {
 
 var commands = map[string]command{
 	"dev":         {"run the whole stack in one process: embedded Temporal and its Web UI, worker, gateway", runDev},
+	"serve":       {"run the gateway and the worker in one process against an existing Temporal and PostgreSQL (production)", runServe},
 	"worker":      {"run the Temporal worker against an existing Temporal and PostgreSQL", runWorker},
 	"gateway":     {"run the HTTP gateway against an existing Temporal and PostgreSQL", runGateway},
 	"migrate":     {"apply pending database migrations", runMigrate},

@@ -84,6 +84,7 @@ func TestInvalidEnvironmentIsAStartUpErrorThatNeverEchoesTheValue(t *testing.T) 
 		{"gateway", "IDEMFLOW_BOOTSTRAP_TOKENS", "acme:"},
 		{"gateway", "IDEMFLOW_BOOTSTRAP_TOKENS", "acme-tok-s3cret"},
 		{"gateway", "IDEMFLOW_BOOTSTRAP_TOKENS", "Not A Tenant:tok-s3cret"},
+		{"gateway", "IDEMFLOW_BOOTSTRAP_TOKENS", "acme:short-s3cret"},
 		{"dev", "IDEMFLOW_BOOTSTRAP_TOKENS", ",,"},
 	} {
 		t.Run(tc.env+"="+tc.value, func(t *testing.T) {

@@ -17,23 +17,62 @@ import (
 	"github.com/idemflow/idemflow/worker"
 )
 
+// roles say which parts a process runs: worker, gateway, or both (serve).
+type roles struct{ worker, gateway bool }
+
 func runWorker(ctx context.Context, env *Env, args []string) error {
+	return runRoles(ctx, env, "worker", roles{worker: true}, args)
+}
+
+func runGateway(ctx context.Context, env *Env, args []string) error {
+	return runRoles(ctx, env, "gateway", roles{gateway: true}, args)
+}
+
+// runServe is the production role: gateway and worker in one process,
+// sharing one Temporal client. Eager start needs exactly that (the server
+// hands a new run's first workflow task back to the client that started
+// it, if that client has a worker on the task queue), and a waiting request
+// is answered by the worker next to it. It is stateless: run any number of
+// replicas behind a load balancer.
+func runServe(ctx context.Context, env *Env, args []string) error {
+	return runRoles(ctx, env, "serve", roles{worker: true, gateway: true}, args)
+}
+
+func runRoles(ctx context.Context, env *Env, name string, r roles, args []string) error {
 	var c common
 	var s scheduleFlags
-	fs := flags("worker", env)
+	var bindings bindingsFlag
+	var gw gatewayConfig
+	fs := flags(name, env)
 	c.register(fs)
-	s.register(fs)
+	if r.worker {
+		s.register(fs)
+	}
+	if r.gateway {
+		bindings.register(fs)
+		gw.register(fs)
+	}
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
-	if err := s.check(env.Logger, time.Duration(c.retention)); err != nil {
-		return err
+	if r.worker {
+		if err := s.check(env.Logger, time.Duration(c.retention)); err != nil {
+			return err
+		}
 	}
 	d, err := openDeps(ctx, env.Logger, c)
 	if err != nil {
 		return err
 	}
 	defer d.Close()
+	if r.gateway {
+		if err := applyBindings(ctx, d, bindings); err != nil {
+			return err
+		}
+	}
+	if !r.worker {
+		return serveGateway(ctx, env.Logger, d, gw, nil)
+	}
 	if err := installSchedule(ctx, env.Logger, d.Temporal, c.namespace, &s); err != nil {
 		return err
 	}
@@ -41,33 +80,16 @@ func runWorker(ctx context.Context, env *Env, args []string) error {
 	if err := w.Start(); err != nil {
 		return fmt.Errorf("start worker: %w", err)
 	}
+	// Stop drains: running activities get up to the stop timeout, so a
+	// deploy does not cut a business transaction in half.
+	defer w.Stop()
 	env.Logger.Info("worker running", "temporal", c.temporal, "namespace", c.namespace)
+	if r.gateway {
+		return serveGateway(ctx, env.Logger, d, gw, nil)
+	}
 	<-ctx.Done()
 	env.Logger.Info("worker stopping")
-	w.Stop()
 	return nil
-}
-
-func runGateway(ctx context.Context, env *Env, args []string) error {
-	var c common
-	fs := flags("gateway", env)
-	c.register(fs)
-	var bindings bindingsFlag
-	bindings.register(fs)
-	var gw gatewayConfig
-	gw.register(fs)
-	if err := parseFlags(fs, args); err != nil {
-		return err
-	}
-	d, err := openDeps(ctx, env.Logger, c)
-	if err != nil {
-		return err
-	}
-	defer d.Close()
-	if err := applyBindings(ctx, d, bindings); err != nil {
-		return err
-	}
-	return serveGateway(ctx, env.Logger, d, gw, nil)
 }
 
 // bindingsFlag is --bootstrap-tokens: "tenant:token,..." checked when the

@@ -18,6 +18,7 @@ import (
 
 	"github.com/idemflow/idemflow/cli"
 	"github.com/idemflow/idemflow/testenv"
+	"go.temporal.io/server/temporaltest"
 )
 
 // TestMain lets the test binary run as an idemflow process of its own
@@ -41,7 +42,7 @@ func freePort(t *testing.T) int {
 	return l.Addr().(*net.TCPAddr).Port
 }
 
-// child is a running 'idemflow dev' in its own process.
+// child is a running idemflow command in its own process.
 type child struct {
 	cmd  *exec.Cmd
 	up   chan struct{}
@@ -52,7 +53,13 @@ type child struct {
 
 func startDev(t *testing.T, dbURL string, args ...string) *child {
 	t.Helper()
-	cmd := exec.Command(os.Args[0], append([]string{"dev"}, args...)...)
+	return startChild(t, dbURL, "idemflow dev is up", append([]string{"dev"}, args...)...)
+}
+
+// startChild runs an idemflow command; up closes when it prints ready.
+func startChild(t *testing.T, dbURL, ready string, args ...string) *child {
+	t.Helper()
+	cmd := exec.Command(os.Args[0], args...)
 	cmd.Env = append(os.Environ(), "IDEMFLOW_TEST_CHILD=1", "DATABASE_URL="+dbURL)
 	pr, pw := io.Pipe()
 	cmd.Stdout, cmd.Stderr = pw, pw
@@ -67,7 +74,7 @@ func startDev(t *testing.T, dbURL string, args ...string) *child {
 			c.mu.Lock()
 			c.out.WriteString(sc.Text() + "\n")
 			c.mu.Unlock()
-			if strings.Contains(sc.Text(), "idemflow dev is up") {
+			if strings.Contains(sc.Text(), ready) {
 				once.Do(func() { close(c.up) })
 			}
 		}
@@ -88,9 +95,9 @@ func (c *child) waitUp(t *testing.T, within time.Duration) {
 	select {
 	case <-c.up:
 	case err := <-c.done:
-		t.Fatalf("dev exited before it was up (%v):\n%s", err, c.output())
+		t.Fatalf("exited before it was up (%v):\n%s", err, c.output())
 	case <-time.After(within):
-		t.Fatalf("dev not up after %v:\n%s", within, c.output())
+		t.Fatalf("not up after %v:\n%s", within, c.output())
 	}
 }
 
@@ -184,4 +191,35 @@ func readEnvFile(t *testing.T, path string) map[string]string {
 
 func signalContext() (context.Context, context.CancelFunc) {
 	return signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+}
+
+// serve is gateway and worker in one process against an existing Temporal
+// and PostgreSQL: it answers a ticket, a replay and a conflict.
+func TestServeRunsGatewayAndWorkerInOneProcess(t *testing.T) {
+	_, dbURL := testenv.Pool(t)
+	ts := temporaltest.NewServer(temporaltest.WithT(t))
+	addr := fmt.Sprintf("127.0.0.1:%d", freePort(t))
+	srv := startChild(t, dbURL, "gateway listening", "serve", "--temporal-address", ts.GetFrontendHostPort(),
+		"--namespace", ts.GetDefaultNamespace(), "--http-addr", addr, "--bootstrap-tokens", "acme:tok-serve-test-0123456789")
+	srv.waitUp(t, time.Minute)
+	base := "http://" + addr
+	req := testenv.Request{Path: "/v1/tickets", Token: "tok-serve-test-0123456789", Key: "serve-1", Body: `{"customer_id":"c","title":"t"}`}
+	first := testenv.Do(t, base, req)
+	again := testenv.Do(t, base, req)
+	if first.Status != 201 || again.Status != 201 || string(first.Body) != string(again.Body) || again.Header.Get("Idempotent-Replayed") != "true" {
+		t.Fatalf("ticket and replay: %d %s / %d %s", first.Status, first.Body, again.Status, again.Body)
+	}
+	req.Body = `{"customer_id":"c","title":"other"}`
+	if r := testenv.Do(t, base, req); r.Status != 422 {
+		t.Fatalf("changed body: %d %s", r.Status, r.Body)
+	}
+	_ = srv.cmd.Process.Signal(syscall.SIGTERM)
+	select {
+	case err := <-srv.done:
+		if err != nil {
+			t.Fatalf("serve did not stop cleanly: %v\n%s", err, srv.output())
+		}
+	case <-time.After(45 * time.Second):
+		t.Fatal("serve did not stop on SIGTERM")
+	}
 }

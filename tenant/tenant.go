@@ -58,12 +58,15 @@ func (s *Store) Ensure(ctx context.Context, id, name string) error {
 	return nil
 }
 
+// MinTokenLen is the shortest token accepted: shorter ones can be guessed.
+const MinTokenLen = 16
+
 // AddToken stores token (hashed) for tenantID, creating the tenant if needed.
 // Adding a token that already exists for the same tenant is a no-op, so a
 // bootstrap list can be applied at every start.
 func (s *Store) AddToken(ctx context.Context, tenantID, token, label string) error {
-	if len(token) < 16 {
-		return fmt.Errorf("token for tenant %s is too short: at least 16 characters", tenantID)
+	if len(token) < MinTokenLen {
+		return fmt.Errorf("token for tenant %s is too short: at least %d characters", tenantID, MinTokenLen)
 	}
 	if err := s.Ensure(ctx, tenantID, ""); err != nil {
 		return err
@@ -124,6 +127,9 @@ func ParseBindings(s string) ([]Binding, error) {
 		}
 		if err := idem.ValidateTenant(t); err != nil {
 			return nil, fmt.Errorf("binding %d: %w", n, err)
+		}
+		if len(strings.TrimSpace(tok)) < MinTokenLen {
+			return nil, fmt.Errorf("binding %d: the token is shorter than %d characters", n, MinTokenLen)
 		}
 		out = append(out, Binding{Tenant: t, Token: strings.TrimSpace(tok)})
 	}
