@@ -33,7 +33,7 @@ const (
 // Gateway is the HTTP API agents call.
 type Gateway struct {
 	Starter *Starter
-	Tenants *tenant.Store
+	Tenants *tenant.Authenticator
 	Tickets *tickets.Store
 	Records *idem.Store
 	// DB serves reads of orders.
@@ -59,8 +59,8 @@ const DefaultMaxWaiting = 1024
 // NewGateway wires a gateway over one pool and one Temporal client.
 func NewGateway(db *pgxpool.Pool, tc client.Client, records *idem.Store, logger *slog.Logger) *Gateway {
 	return &Gateway{
-		Starter: &Starter{Temporal: tc, Records: records, Logger: logger},
-		Tenants: tenant.NewStore(db),
+		Starter: &Starter{Temporal: tc, Records: records, Logger: logger, Answers: NewAnswerCache(DefaultAnswerCacheSize)},
+		Tenants: tenant.NewAuthenticator(tenant.NewStore(db), 10000, tenant.DefaultAuthTTL),
 		Tickets: tickets.NewStore(db),
 		Records: records,
 		DB:      db,

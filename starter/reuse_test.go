@@ -22,8 +22,14 @@ func purgeRecords(t *testing.T, s *testenv.Stack) {
 	}
 }
 
+// forgetAnswers makes the stack's gateway answer from PostgreSQL only, as a
+// restarted gateway or another replica would: purge tests are about what
+// the database remembers.
+func forgetAnswers(s *testenv.Stack) { s.Gateway.Starter.Answers = nil }
+
 func TestTicketKeyReusedAfterPurgeIsAConflictAndTheSameParamsReplay(t *testing.T) {
 	s := testenv.NewStack(t, testenv.Options{})
+	forgetAnswers(s)
 	first := ticket(s, testenv.TenantA, "k-purged", ticketBody)
 	if first.Status != http.StatusCreated {
 		t.Fatalf("first: %d %s", first.Status, first.Body)
@@ -64,6 +70,7 @@ func TestTicketKeyReusedAfterPurgeIsAConflictAndTheSameParamsReplay(t *testing.T
 
 func TestPaymentKeyReusedAfterPurgeDoesNotAnswerForAnotherOrder(t *testing.T) {
 	s := testenv.NewStack(t, testenv.Options{})
+	forgetAnswers(s)
 	o1 := orderNo(t, order(s, testenv.TenantA, "o-1", basket))
 	o2 := orderNo(t, order(s, testenv.TenantA, "o-2", basket))
 	paid := transition(s, testenv.TenantA, o1, "pay", "pay-1", `{"payment_ref":"psp-1"}`)
@@ -179,5 +186,26 @@ func waitForRun(t *testing.T, tc client.Client, workflowID string) {
 			t.Fatalf("workflow %s never started", workflowID)
 		}
 		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// A remembered answer is still tenant-scoped, still checked against the
+// fingerprint, and byte-identical.
+func TestRememberedAnswersKeepTheContract(t *testing.T) {
+	s := testenv.NewStack(t, testenv.Options{})
+	first := ticket(s, testenv.TenantA, "mem", ticketBody)
+	purgeRecords(t, s) // only memory can answer now, until a miss
+	again := ticket(s, testenv.TenantA, "mem", ticketBody)
+	if again.Status != 201 || !bytes.Equal(again.Body, first.Body) || again.Header.Get("Idempotent-Replayed") != "true" {
+		t.Fatalf("remembered replay: %d %s", again.Status, again.Body)
+	}
+	if r := ticket(s, testenv.TenantA, "mem", `{"customer_id":"x","title":"y"}`); r.Status != http.StatusUnprocessableEntity {
+		t.Fatalf("changed body against a remembered answer: %d %s", r.Status, r.Body)
+	}
+	if r := ticket(s, testenv.TenantB, "mem", ticketBody); r.Status != http.StatusCreated || r.Header.Get("Idempotent-Replayed") != "false" {
+		t.Fatalf("the same key for another tenant: %d %v", r.Status, r.Header)
+	}
+	if n := countTickets(t, s); n != 2 {
+		t.Fatalf("%d tickets, want one per tenant", n)
 	}
 }

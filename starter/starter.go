@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/google/uuid"
+	lru "github.com/hashicorp/golang-lru/v2"
 	"github.com/idemflow/idemflow/idem"
 	"github.com/idemflow/idemflow/problem"
 	"github.com/idemflow/idemflow/workflows"
@@ -39,6 +40,43 @@ type Starter struct {
 	Temporal client.Client
 	Records  *idem.Store
 	Logger   *slog.Logger
+	// Answers, when set, keeps recent SUCCESS answers in memory.
+	Answers *AnswerCache
+}
+
+// AnswerCache holds final SUCCESS records by (tenant, key). Such an answer
+// never changes: the business row behind it is never deleted, and a purged
+// record is rebuilt from that row with the same fingerprint and bytes. A
+// FAILED record is never kept, since a retry may reopen it.
+type AnswerCache struct {
+	lru *lru.Cache[string, idem.Record]
+}
+
+// DefaultAnswerCacheSize bounds the cache (answers are about 1 KiB each).
+const DefaultAnswerCacheSize = 10000
+
+// NewAnswerCache keeps up to size answers.
+func NewAnswerCache(size int) *AnswerCache {
+	c, err := lru.New[string, idem.Record](max(size, 1))
+	if err != nil {
+		panic(err) // only for a size below 1, excluded above
+	}
+	return &AnswerCache{lru: c}
+}
+
+func answerKey(tenantID, key string) string { return tenantID + "\x00" + key }
+
+func (c *AnswerCache) get(tenantID, key string) (idem.Record, bool) {
+	if c == nil {
+		return idem.Record{}, false
+	}
+	return c.lru.Get(answerKey(tenantID, key))
+}
+
+func (c *AnswerCache) keep(rec idem.Record) {
+	if c != nil && rec.Status == idem.StatusSuccess {
+		c.lru.Add(answerKey(rec.TenantID, rec.Key), rec)
+	}
 }
 
 // Intent is one submission of an idempotent operation.
@@ -101,6 +139,12 @@ type Reply struct {
 // record: if that one died between the insert and the start, the retry
 // starts it, and the intent is not lost.
 func (s *Starter) Submit(ctx context.Context, in Intent) (Reply, error) {
+	if rec, ok := s.Answers.get(in.TenantID, in.Key); ok {
+		if rec.Fingerprint != in.Fingerprint {
+			return Reply{OperationID: rec.ID}, &idem.KeyReusedError{Key: in.Key, BizType: rec.BizType}
+		}
+		return Reply{OperationID: rec.ID, WorkflowID: rec.WorkflowID, Done: true, Outcome: rec.Response, Replayed: true}, nil
+	}
 	claim, err := s.Records.Claim(ctx, idem.ClaimParams{
 		TenantID: in.TenantID, Key: in.Key, BizType: in.BizType,
 		Fingerprint: in.Fingerprint, WorkflowID: in.WorkflowID,
@@ -115,6 +159,7 @@ func (s *Starter) Submit(ctx context.Context, in Intent) (Reply, error) {
 	rec := claim.Record
 	reply := Reply{OperationID: rec.ID, WorkflowID: rec.WorkflowID, Owner: claim.Owner, Replayed: !claim.Owner}
 	if rec.Status != idem.StatusProcessing {
+		s.Answers.keep(rec)
 		reply.Done, reply.Outcome = true, rec.Response
 		return reply, nil
 	}
@@ -151,6 +196,7 @@ func (s *Starter) Submit(ctx context.Context, in Intent) (Reply, error) {
 			break
 		}
 		if cur.Status != idem.StatusProcessing {
+			s.Answers.keep(cur)
 			reply.Done, reply.Outcome = true, cur.Response
 			return reply, nil
 		}

@@ -10,7 +10,9 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"time"
 
+	"github.com/hashicorp/golang-lru/v2/expirable"
 	"github.com/idemflow/idemflow/idem"
 	"github.com/jackc/pgx/v5"
 )
@@ -137,4 +139,34 @@ func ParseBindings(s string) ([]Binding, error) {
 		return nil, errors.New("no tenant:token binding in the list")
 	}
 	return out, nil
+}
+
+// Authenticator remembers recent token lookups for TTL, so that a replay
+// does not read api_token every time. A revoked token keeps working for at
+// most TTL; unknown tokens are never remembered, so a new token works at
+// once.
+type Authenticator struct {
+	store *Store
+	known *expirable.LRU[[32]byte, string]
+}
+
+// DefaultAuthTTL bounds how long a revoked token may still be accepted.
+const DefaultAuthTTL = 5 * time.Second
+
+// NewAuthenticator remembers up to size tokens for ttl each.
+func NewAuthenticator(s *Store, size int, ttl time.Duration) *Authenticator {
+	return &Authenticator{store: s, known: expirable.NewLRU[[32]byte, string](size, nil, ttl)}
+}
+
+// Authenticate is Store.Authenticate, remembered.
+func (a *Authenticator) Authenticate(ctx context.Context, token string) (string, error) {
+	k := sha256.Sum256([]byte(token))
+	if tenantID, ok := a.known.Get(k); ok {
+		return tenantID, nil
+	}
+	tenantID, err := a.store.Authenticate(ctx, token)
+	if err == nil {
+		a.known.Add(k, tenantID)
+	}
+	return tenantID, err
 }
