@@ -52,4 +52,3 @@ func TestParseBindingsNeverQuotesATokenAndNeedsOne(t *testing.T) {
 		t.Fatalf("%+v %v", b, err)
 	}
 }
-
