@@ -117,7 +117,7 @@ func runDev(ctx context.Context, env *Env, args []string) error {
 
 	return serveGateway(ctx, log, d, gw, func(addr net.Addr) {
 		gw := "http://" + addr.String()
-		writeDevEnv(*dataDir, gw, ui.URL, tenantID, token, c.databaseURL, c.namespace)
+		writeDevEnv(*dataDir, gw, ui.URL, tenantID, token, c.databaseURL, tsrv.HostPort, c.namespace)
 		fmt.Fprintf(env.Stdout, `
 idemflow dev is up (Ctrl-C stops it; data in %s)
   gateway      %s
@@ -182,8 +182,8 @@ func bootstrapTokens(ctx context.Context, d *deps, bindings bindingsFlag, dataDi
 }
 
 // writeDevEnv leaves the running stack's coordinates for scripts (the demo).
-func writeDevEnv(dataDir, gateway, ui, tenantID, token, databaseURL, namespace string) {
-	content := fmt.Sprintf("IDEMFLOW_URL=%s\nIDEMFLOW_UI_URL=%s\nIDEMFLOW_TENANT=%s\nIDEMFLOW_TOKEN=%s\nDATABASE_URL=%s\nTEMPORAL_NAMESPACE=%s\n",
-		gateway, ui, tenantID, token, databaseURL, namespace)
+func writeDevEnv(dataDir, gateway, ui, tenantID, token, databaseURL, temporalAddr, namespace string) {
+	content := fmt.Sprintf("IDEMFLOW_URL=%s\nIDEMFLOW_UI_URL=%s\nIDEMFLOW_TENANT=%s\nIDEMFLOW_TOKEN=%s\nDATABASE_URL=%s\nTEMPORAL_ADDRESS=%s\nTEMPORAL_NAMESPACE=%s\nIDEMFLOW_PID=%d\n",
+		gateway, ui, tenantID, token, databaseURL, temporalAddr, namespace, os.Getpid())
 	_ = os.WriteFile(filepath.Join(dataDir, "dev.env"), []byte(content), 0o600)
 }
