@@ -5,6 +5,8 @@ import (
 	"io"
 	"log/slog"
 	"net/http"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -48,6 +50,15 @@ func TestTemporalKeepsWorkflowsAcrossRestartAndSetsRetention(t *testing.T) {
 	var got string
 	if err := run.Get(ctx, &got); err != nil || got != "hello dev" {
 		t.Fatalf("%q %v", got, err)
+	}
+	// The pragmas took: SQLite writes a write-ahead log, not a rollback
+	// journal (unknown pragma keys are silently ignored).
+	if _, err := os.Stat(filepath.Join(dir, "temporal.db-wal")); err != nil {
+		t.Fatalf("no WAL file: %v", err)
+	}
+	// A second process cannot run a server on the same data directory.
+	if _, err := StartTemporal(ctx, TemporalConfig{DataDir: dir}); err == nil || !strings.Contains(err.Error(), "in use") {
+		t.Fatalf("a second server on the same data directory: %v", err)
 	}
 	w.Stop()
 	c.Close()

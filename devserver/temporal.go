@@ -93,12 +93,19 @@ func StartTemporal(ctx context.Context, cfg TemporalConfig) (*Temporal, error) {
 	sqlCfg := &config.SQL{
 		PluginName:   sqliteplugin.PluginName,
 		DatabaseName: dbPath,
+		// The plugin passes these keys on as pragmas, verbatim: a key it
+		// does not know (such as "_journal_mode") is silently ignored by
+		// SQLite. WAL keeps readers (the UI, visibility) from blocking the
+		// writer, and is what lets the plugin use more than one connection;
+		// busy_timeout makes a second writer wait instead of failing.
 		ConnectAttributes: map[string]string{
-			"mode": "rwc",
-			// WAL keeps readers (the UI, visibility) from blocking writers.
-			"_journal_mode": "wal",
-			"_synchronous":  "2",
+			"mode":         "rwc",
+			"journal_mode": "wal",
+			"synchronous":  "2",
+			"busy_timeout": "10000",
 		},
+		MaxConns:     4,
+		MaxIdleConns: 4,
 	}
 	if _, err := os.Stat(dbPath); errors.Is(err, os.ErrNotExist) {
 		if err := sqliteschema.SetupSchema(sqlCfg); err != nil {
