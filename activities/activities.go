@@ -128,6 +128,7 @@ func (a *Activities) execute(ctx context.Context, in idem.Intent, fingerprint st
 		if err := tx.Commit(ctx); err != nil {
 			return idem.Outcome{}, fmt.Errorf("commit: %w", err)
 		}
+		a.Records.Waiters.Settled(rec.TenantID, rec.Key)
 		return prior.Outcome, nil
 	}
 	if found {
@@ -171,6 +172,7 @@ func (a *Activities) execute(ctx context.Context, in idem.Intent, fingerprint st
 	if err := tx.Commit(ctx); err != nil {
 		return idem.Outcome{}, fmt.Errorf("commit: %w", err)
 	}
+	a.Records.Waiters.Settled(rec.TenantID, rec.Key)
 	if rejected != nil {
 		a.Logger.InfoContext(ctx, "intent rejected", "tenant", rec.TenantID, "key", rec.Key, "code", rejected.Code)
 		return idem.Outcome{}, temporal.NewNonRetryableApplicationError(rejected.Error(), ErrTypeRejected, rejected, out)

@@ -96,6 +96,8 @@ func openDeps(ctx context.Context, logger *slog.Logger, c common) (*deps, error)
 		return nil, err
 	}
 	records := idem.NewStore(pool, idem.Retention{Default: time.Duration(c.retention)}, activities.Recall)
+	// The gateway and worker of one process (serve, dev) share it.
+	records.Waiters = &idem.Waiters{}
 	return &deps{
 		Pool:       pool,
 		Temporal:   tc,

@@ -117,6 +117,9 @@ type Store struct {
 	db        Querier
 	retention Retention
 	recall    Recall
+	// Waiters, when set, is told of every record this store's users
+	// settle (see Waiters); the gateway and worker of one process share it.
+	Waiters *Waiters
 }
 
 // NewStore returns a Store over db (usually a *pgxpool.Pool). recall is
@@ -452,6 +455,9 @@ func (s *Store) Resolve(ctx context.Context, p ResolveParams) (Resolution, error
 	})
 	if err != nil {
 		return Resolution{}, fmt.Errorf("resolve %s/%s: %w", p.Intent.TenantID, p.Intent.Key, err)
+	}
+	if res.Action != ResolvedNone {
+		s.Waiters.Settled(p.Intent.TenantID, p.Intent.Key)
 	}
 	return res, nil
 }

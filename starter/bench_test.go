@@ -9,9 +9,18 @@ import (
 )
 
 // BenchmarkFirstTicket: a new intent each time, through HTTP, PostgreSQL
-// and a Temporal workflow.
+// and a Temporal workflow. "history-poll" is the same with the in-process
+// wake-up off: the waiting request learns of the end from Temporal only.
 func BenchmarkFirstTicket(b *testing.B) {
+	b.Run("wake", func(b *testing.B) { benchFirstTicket(b, true) })
+	b.Run("history-poll", func(b *testing.B) { benchFirstTicket(b, false) })
+}
+
+func benchFirstTicket(b *testing.B, wake bool) {
 	s := testenv.NewStack(b, testenv.Options{})
+	if !wake {
+		s.Records.Waiters = nil
+	}
 	b.ReportAllocs()
 	for i := 0; b.Loop(); i++ {
 		if r := ticket(s, testenv.TenantA, fmt.Sprintf("bench-first-%d", i), ticketBody); r.Status != 201 {

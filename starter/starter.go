@@ -219,6 +219,10 @@ var (
 // startAndWait starts or attaches to the intent's run and waits for it to
 // end. Its result is not read: the caller reads the record.
 func (s *Starter) startAndWait(ctx context.Context, in Intent, wait time.Duration) error {
+	// Listen before starting: with eager start the worker beside us can
+	// settle the record before ExecuteWorkflow returns.
+	settled, stop := s.Records.Waiters.Wait(in.TenantID, in.Key)
+	defer stop()
 	run, err := s.Temporal.ExecuteWorkflow(ctx, client.StartWorkflowOptions{
 		ID:                       in.WorkflowID,
 		TaskQueue:                workflows.TaskQueue,
@@ -236,7 +240,10 @@ func (s *Starter) startAndWait(ctx context.Context, in Intent, wait time.Duratio
 	}
 	waitCtx, cancel := context.WithTimeout(ctx, max(wait, 0))
 	defer cancel()
-	err = run.Get(waitCtx, nil)
+	err = waitRun(waitCtx, run, settled)
+	if errors.Is(err, errSettledHere) {
+		return nil
+	}
 	if err == nil {
 		return nil
 	}
@@ -258,6 +265,28 @@ func (s *Starter) startAndWait(ctx context.Context, in Intent, wait time.Duratio
 		return nil
 	}
 	return fmt.Errorf("%w: wait for workflow %s: %w", ErrUnavailable, in.WorkflowID, err)
+}
+
+// errSettledHere: this process's worker settled the record.
+var errSettledHere = errors.New("settled in this process")
+
+// waitRun waits for the run to end, or for this process's worker to settle
+// the intent's record (settled), whichever comes first. The run is still
+// watched: another process may settle it, or the run may end unsettled.
+func waitRun(ctx context.Context, run client.WorkflowRun, settled <-chan struct{}) error {
+	if settled == nil {
+		return run.Get(ctx, nil)
+	}
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	done := make(chan error, 1)
+	go func() { done <- run.Get(ctx, nil) }()
+	select {
+	case err := <-done:
+		return err
+	case <-settled:
+		return errSettledHere
+	}
 }
 
 func (s *Starter) logger() *slog.Logger {

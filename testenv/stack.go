@@ -69,6 +69,7 @@ func NewStack(t testing.TB, opts Options) *Stack {
 		logger = slog.New(slog.NewTextHandler(testWriter{t}, &slog.HandlerOptions{Level: slog.LevelWarn}))
 	}
 	records := idem.NewStore(pool, idem.Retention{}, activities.Recall)
+	records.Waiters = &idem.Waiters{}
 	s := &Stack{
 		DatabaseURL: dbURL,
 		Pool:        pool,
