@@ -18,6 +18,7 @@ import (
 
 	"github.com/idemflow/idemflow/cli"
 	"github.com/idemflow/idemflow/testenv"
+	"github.com/jackc/pgx/v5"
 	"go.temporal.io/server/temporaltest"
 )
 
@@ -105,9 +106,16 @@ func (c *child) waitUp(t *testing.T, within time.Duration) {
 // once on the same data directory: it comes up, and every intent ends
 // with exactly one ticket.
 func TestDevRestartsAtOnceAfterSIGKILL(t *testing.T) {
+	for _, store := range []string{"postgres", "sqlite"} {
+		t.Run(store, func(t *testing.T) { testDevRestart(t, store) })
+	}
+}
+
+func testDevRestart(t *testing.T, store string) {
 	pool, dbURL := testenv.Pool(t)
+	dropTemporalDatabases(t, dbURL)
 	dir := t.TempDir()
-	args := []string{"--data-dir", dir, "--http-addr", fmt.Sprintf("127.0.0.1:%d", freePort(t)),
+	args := []string{"--data-dir", dir, "--http-addr", fmt.Sprintf("127.0.0.1:%d", freePort(t)), "--temporal-store", store,
 		"--temporal-port", fmt.Sprint(freePort(t)), "--ui-port", fmt.Sprint(freePort(t)), "--reconcile-interval", "1m"}
 	first := startDev(t, dbURL, args...)
 	first.waitUp(t, 2*time.Minute)
@@ -222,4 +230,26 @@ func TestServeRunsGatewayAndWorkerInOneProcess(t *testing.T) {
 	case <-time.After(45 * time.Second):
 		t.Fatal("serve did not stop on SIGTERM")
 	}
+}
+
+// dropTemporalDatabases drops, when the test ends, the databases dev makes
+// for its embedded Temporal beside dbURL's.
+func dropTemporalDatabases(t *testing.T, dbURL string) {
+	pc, err := pgx.ParseConfig(dbURL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		conn, err := pgx.Connect(context.Background(), testenv.AdminURL())
+		if err != nil {
+			t.Log(err)
+			return
+		}
+		defer conn.Close(context.Background())
+		for _, suffix := range []string{"_temporal", "_temporal_visibility"} {
+			if _, err := conn.Exec(context.Background(), "DROP DATABASE IF EXISTS "+pc.Database+suffix+" WITH (FORCE)"); err != nil {
+				t.Log(err)
+			}
+		}
+	})
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"net"
 	"os"
 	"path/filepath"
@@ -16,6 +17,7 @@ import (
 	"github.com/idemflow/idemflow/orders"
 	"github.com/idemflow/idemflow/tenant"
 	"github.com/idemflow/idemflow/worker"
+	"github.com/jackc/pgx/v5"
 )
 
 // DemoTenant is the tenant dev creates when no bootstrap tokens are given.
@@ -37,6 +39,7 @@ func runDev(ctx context.Context, env *Env, args []string) error {
 	temporalPort := fs.Int("temporal-port", 7233, "embedded Temporal frontend port (env IDEMFLOW_TEMPORAL_PORT)")
 	uiPort := fs.Int("ui-port", 8233, "Temporal Web UI port (env IDEMFLOW_UI_PORT)")
 	dataDir := fs.String("data-dir", "./.idemflow", "where Temporal (and a private PostgreSQL) keep their files (env IDEMFLOW_DATA_DIR)")
+	store := fs.String("temporal-store", "", "where the embedded Temporal keeps its data: postgres (beside idemflow's database) or sqlite (in --data-dir); default postgres, or sqlite for a data dir that already has a temporal.db (env IDEMFLOW_TEMPORAL_STORE)")
 	nsRetention := durationFlag(72 * time.Hour)
 	fs.Var(&nsRetention, "temporal-retention", "how long Temporal keeps closed workflows (env IDEMFLOW_TEMPORAL_RETENTION)")
 	if err := parseFlags(fs, args); err != nil {
@@ -74,12 +77,16 @@ func runDev(ctx context.Context, env *Env, args []string) error {
 	}
 	log.Info("database migrated", "from", from, "to", to)
 
-	tsrv, err := devserver.StartTemporal(ctx, devserver.TemporalConfig{
+	tcfg := devserver.TemporalConfig{
 		DataDir:   filepath.Join(*dataDir, "temporal"),
 		Port:      *temporalPort,
 		Namespace: c.namespace,
 		Retention: time.Duration(nsRetention),
-	})
+	}
+	if err := chooseTemporalStore(log, &tcfg, *store, c.databaseURL); err != nil {
+		return err
+	}
+	tsrv, err := devserver.StartTemporal(ctx, tcfg)
 	if err != nil {
 		return err
 	}
@@ -89,7 +96,8 @@ func runDev(ctx context.Context, env *Env, args []string) error {
 		}
 	}()
 	c.temporal = tsrv.HostPort
-	log.Info("temporal server running", "address", tsrv.HostPort, "namespace", c.namespace, "retention", time.Duration(nsRetention))
+	log.Info("temporal server running", "address", tsrv.HostPort, "namespace", c.namespace, "retention", time.Duration(nsRetention),
+		"store", map[bool]string{true: "postgres " + tcfg.PostgresDatabase, false: "sqlite"}[tcfg.Postgres != ""])
 
 	ui, err := devserver.StartUI("127.0.0.1", *uiPort, tsrv.HostPort, c.namespace)
 	if err != nil {
@@ -148,6 +156,37 @@ try it (run twice: the second answer is a replay):
 			}()
 		}
 	})
+}
+
+// chooseTemporalStore points the embedded Temporal at PostgreSQL, in
+// databases named after idemflow's (<db>_temporal and
+// <db>_temporal_visibility on the same server), so that dev is shaped like
+// production and not bounded by one SQLite writer. A data directory that
+// already holds a SQLite store keeps it unless told otherwise: its
+// workflow histories are not moved.
+func chooseTemporalStore(log *slog.Logger, cfg *devserver.TemporalConfig, store, databaseURL string) error {
+	sqliteFile := filepath.Join(cfg.DataDir, "temporal.db")
+	if store == "" {
+		store = "postgres"
+		if _, err := os.Stat(sqliteFile); err == nil {
+			store = "sqlite"
+			log.Info("keeping the embedded Temporal in SQLite, as this data directory has "+sqliteFile+
+				"; to move to PostgreSQL, stop dev and pass --temporal-store postgres (or delete that file):"+
+				" Temporal's workflow histories there are not moved, idemflow's records and rows in PostgreSQL are kept", "file", sqliteFile)
+		}
+	}
+	switch store {
+	case "sqlite":
+		return nil
+	case "postgres":
+		pc, err := pgx.ParseConfig(databaseURL)
+		if err != nil {
+			return fmt.Errorf("temporal store: %w", err)
+		}
+		cfg.Postgres, cfg.PostgresDatabase = databaseURL, pc.Database+"_temporal"
+		return nil
+	}
+	return fmt.Errorf("%w: --temporal-store is postgres or sqlite, not %q", errUsage, store)
 }
 
 // bootstrapTokens stores the --bootstrap-tokens bindings, or makes (once,

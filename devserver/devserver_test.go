@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -30,9 +31,50 @@ func dial(t *testing.T, hostPort string) client.Client {
 }
 
 func TestTemporalKeepsWorkflowsAcrossRestartAndSetsRetention(t *testing.T) {
+	t.Run("sqlite", func(t *testing.T) {
+		dir := t.TempDir()
+		testKeepsWorkflows(t, TemporalConfig{DataDir: dir, Retention: 36 * time.Hour}, func(t *testing.T) {
+			// The pragmas took: SQLite writes a write-ahead log, not a
+			// rollback journal (unknown pragma keys are silently ignored).
+			if _, err := os.Stat(filepath.Join(dir, "temporal.db-wal")); err != nil {
+				t.Fatalf("no WAL file: %v", err)
+			}
+		})
+	})
+	t.Run("postgres", func(t *testing.T) {
+		db := "idemflow_test_temporal_" + strconv.FormatInt(time.Now().UnixNano(), 36)
+		t.Cleanup(func() { dropDatabases(t, db, db+"_visibility") })
+		testKeepsWorkflows(t, TemporalConfig{DataDir: t.TempDir(), Retention: 36 * time.Hour,
+			Postgres: testAdminURL(), PostgresDatabase: db}, func(t *testing.T) {
+			// A second server on the same databases is refused, whatever
+			// its data directory.
+			_, err := StartTemporal(context.Background(), TemporalConfig{DataDir: t.TempDir(), Postgres: testAdminURL(), PostgresDatabase: db})
+			if err == nil || !strings.Contains(err.Error(), "another idemflow dev") {
+				t.Fatalf("a second server on the same databases: %v", err)
+			}
+		})
+	})
+}
+
+func dropDatabases(t *testing.T, names ...string) {
+	conn, err := pgx.Connect(context.Background(), testAdminURL())
+	if err != nil {
+		t.Log(err)
+		return
+	}
+	defer conn.Close(context.Background())
+	for _, n := range names {
+		if _, err := conn.Exec(context.Background(), "DROP DATABASE IF EXISTS "+n+" WITH (FORCE)"); err != nil {
+			t.Log(err)
+		}
+	}
+}
+
+// testKeepsWorkflows runs a workflow, restarts the server on the same
+// store, and finds it; check runs while the first server is up.
+func testKeepsWorkflows(t *testing.T, cfg TemporalConfig, check func(t *testing.T)) {
 	ctx := context.Background()
-	dir := t.TempDir()
-	cfg := TemporalConfig{DataDir: dir, Retention: 36 * time.Hour}
+	dir := cfg.DataDir
 	srv, err := StartTemporal(ctx, cfg)
 	if err != nil {
 		t.Fatal(err)
@@ -51,11 +93,7 @@ func TestTemporalKeepsWorkflowsAcrossRestartAndSetsRetention(t *testing.T) {
 	if err := run.Get(ctx, &got); err != nil || got != "hello dev" {
 		t.Fatalf("%q %v", got, err)
 	}
-	// The pragmas took: SQLite writes a write-ahead log, not a rollback
-	// journal (unknown pragma keys are silently ignored).
-	if _, err := os.Stat(filepath.Join(dir, "temporal.db-wal")); err != nil {
-		t.Fatalf("no WAL file: %v", err)
-	}
+	check(t)
 	// A second process cannot run a server on the same data directory.
 	if _, err := StartTemporal(ctx, TemporalConfig{DataDir: dir}); err == nil || !strings.Contains(err.Error(), "in use") {
 		t.Fatalf("a second server on the same data directory: %v", err)
@@ -149,4 +187,13 @@ func TestPrivatePostgresStartsFromInstalledBinaries(t *testing.T) {
 	if ping(ctx, pg.AdminURL) == nil {
 		t.Fatal("still answering after Stop")
 	}
+}
+
+// testAdminURL is testenv.AdminURL (which this package cannot import: testenv
+// imports it).
+func testAdminURL() string {
+	if u := os.Getenv("IDEMFLOW_TEST_DATABASE_URL"); u != "" {
+		return u
+	}
+	return "postgres://postgres@127.0.0.1:5432/postgres"
 }

@@ -8,6 +8,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math/rand/v2"
 	"net"
 	"os"
 	"path/filepath"
@@ -15,8 +16,10 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	enumspb "go.temporal.io/api/enums/v1"
 	namespacepb "go.temporal.io/api/namespace/v1"
+	"go.temporal.io/api/serviceerror"
 	"go.temporal.io/api/workflowservice/v1"
 	"go.temporal.io/sdk/client"
 	"go.temporal.io/server/common/cluster"
@@ -47,6 +50,12 @@ type TemporalConfig struct {
 	Retention time.Duration
 	// SearchAttributes to register in Namespace.
 	SearchAttributes map[string]enumspb.IndexedValueType
+	// Postgres, when set, is a URL of the PostgreSQL server that keeps
+	// Temporal's data, in databases PostgresDatabase and
+	// PostgresDatabase_visibility (made if missing); otherwise it is kept
+	// in SQLite in DataDir.
+	Postgres         string
+	PostgresDatabase string
 }
 
 // Temporal is a running embedded Temporal server.
@@ -54,7 +63,8 @@ type Temporal struct {
 	server   temporal.Server
 	HostPort string
 	cfg      TemporalConfig
-	lock     *os.File // the data directory's lock, held while it runs
+	lock     *os.File  // the data directory's lock, held while it runs
+	pgLock   *pgx.Conn // with Postgres: the database's advisory lock
 }
 
 // StartTemporal starts the server and ensures the namespace and its
@@ -89,6 +99,79 @@ func StartTemporal(ctx context.Context, cfg TemporalConfig) (*Temporal, error) {
 			lock.Close()
 		}
 	}()
+	var persistence config.Persistence
+	var pgLock *pgx.Conn
+	if cfg.Postgres != "" {
+		main, visibility, l, err := pgStores(ctx, cfg.Postgres, cfg.PostgresDatabase)
+		if err != nil {
+			return nil, err
+		}
+		pgLock = l
+		defer func() {
+			if !started {
+				pgLock.Close(context.Background())
+			}
+		}()
+		persistence = config.Persistence{
+			DefaultStore:    "postgres",
+			VisibilityStore: "postgres-visibility",
+			// More than one shard lets history work on several workflows
+			// at once; a database keeps the count it was made with.
+			NumHistoryShards: 4,
+			DataStores: map[string]config.DataStore{
+				"postgres": {SQL: main}, "postgres-visibility": {SQL: visibility},
+			},
+		}
+	} else {
+		sqlCfg, err := sqliteStore(cfg)
+		if err != nil {
+			return nil, err
+		}
+		persistence = config.Persistence{
+			DefaultStore:     sqliteplugin.PluginName,
+			VisibilityStore:  sqliteplugin.PluginName,
+			NumHistoryShards: 1,
+			DataStores:       map[string]config.DataStore{sqliteplugin.PluginName: {SQL: sqlCfg}},
+		}
+	}
+	if err := forgetMembers(ctx, persistence.DataStores[persistence.DefaultStore].SQL); err != nil {
+		return nil, err
+	}
+
+	serverCfg, err := liteConfig(cfg, persistence)
+	if err != nil {
+		return nil, err
+	}
+	logger := log.NewZapLogger(log.BuildZapLogger(log.Config{
+		Level: "warn", OutputFile: filepath.Join(cfg.DataDir, "temporal-server.log"),
+	}))
+	srv, err := temporal.NewServer(
+		temporal.WithConfig(serverCfg),
+		temporal.ForServices(temporal.DefaultServices),
+		temporal.WithLogger(logger),
+		temporal.WithDynamicConfigClient(dynamicconfig.StaticClient{
+			// Search attributes added at run time are visible at once.
+			dynamicconfig.ForceSearchAttributesCacheRefreshOnRead.Key(): []dynamicconfig.ConstrainedValue{{Value: true}},
+		}),
+	)
+	if err != nil {
+		return nil, fmt.Errorf("temporal: new server: %w", err)
+	}
+	if err := srv.Start(); err != nil {
+		return nil, fmt.Errorf("temporal: start: %w", err)
+	}
+	t := &Temporal{server: srv, HostPort: net.JoinHostPort(cfg.IP, strconv.Itoa(cfg.Port)), cfg: cfg, lock: lock, pgLock: pgLock}
+	if err := t.ensureNamespace(ctx); err != nil {
+		_ = srv.Stop()
+		return nil, err
+	}
+	started = true
+	return t, nil
+}
+
+// sqliteStore is the SQLite database in DataDir, its schema set up on first
+// use and the namespace created in it (the server does not create one).
+func sqliteStore(cfg TemporalConfig) (*config.SQL, error) {
 	dbPath := filepath.Join(cfg.DataDir, "temporal.db")
 	sqlCfg := &config.SQL{
 		PluginName:   sqliteplugin.PluginName,
@@ -122,39 +205,7 @@ func StartTemporal(ctx context.Context, cfg TemporalConfig) (*Temporal, error) {
 	if err := sqliteschema.CreateNamespaces(sqlCfg, ns); err != nil {
 		return nil, fmt.Errorf("temporal: create namespace: %w", err)
 	}
-	if err := forgetMembers(ctx, sqlCfg); err != nil {
-		return nil, err
-	}
-
-	serverCfg, err := liteConfig(cfg, sqlCfg)
-	if err != nil {
-		return nil, err
-	}
-	logger := log.NewZapLogger(log.BuildZapLogger(log.Config{
-		Level: "warn", OutputFile: filepath.Join(cfg.DataDir, "temporal-server.log"),
-	}))
-	srv, err := temporal.NewServer(
-		temporal.WithConfig(serverCfg),
-		temporal.ForServices(temporal.DefaultServices),
-		temporal.WithLogger(logger),
-		temporal.WithDynamicConfigClient(dynamicconfig.StaticClient{
-			// Search attributes added at run time are visible at once.
-			dynamicconfig.ForceSearchAttributesCacheRefreshOnRead.Key(): []dynamicconfig.ConstrainedValue{{Value: true}},
-		}),
-	)
-	if err != nil {
-		return nil, fmt.Errorf("temporal: new server: %w", err)
-	}
-	if err := srv.Start(); err != nil {
-		return nil, fmt.Errorf("temporal: start: %w", err)
-	}
-	t := &Temporal{server: srv, HostPort: net.JoinHostPort(cfg.IP, strconv.Itoa(cfg.Port)), cfg: cfg, lock: lock}
-	if err := t.applyRetention(ctx); err != nil {
-		_ = srv.Stop()
-		return nil, err
-	}
-	started = true
-	return t, nil
+	return sqlCfg, nil
 }
 
 // lockDir takes an exclusive lock on the data directory, so that one
@@ -191,12 +242,11 @@ func forgetMembers(ctx context.Context, sqlCfg *config.SQL) error {
 	return nil
 }
 
-// applyRetention sets the namespace retention on every start, so that a
-// changed setting reaches an existing data directory.
-func (t *Temporal) applyRetention(ctx context.Context) error {
-	if t.cfg.Retention <= 0 {
-		return nil
-	}
+// ensureNamespace registers the namespace where it is missing (a new
+// PostgreSQL store), and sets its retention on every start, so that a
+// changed setting reaches an existing store. The server may take a moment
+// to answer: it is retried for up to 30 s.
+func (t *Temporal) ensureNamespace(ctx context.Context) error {
 	nc, err := client.NewNamespaceClient(client.Options{HostPort: t.HostPort, Logger: quietLogger{}})
 	if err != nil {
 		return fmt.Errorf("temporal: namespace client: %w", err)
@@ -204,39 +254,49 @@ func (t *Temporal) applyRetention(ctx context.Context) error {
 	defer nc.Close()
 	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
+	retention := t.cfg.Retention
+	if retention <= 0 {
+		retention = 72 * time.Hour
+	}
 	for {
-		err = nc.Update(ctx, &workflowservice.UpdateNamespaceRequest{
-			Namespace: t.cfg.Namespace,
-			Config:    &namespacepb.NamespaceConfig{WorkflowExecutionRetentionTtl: durationpb.New(t.cfg.Retention)},
+		err = nc.Register(ctx, &workflowservice.RegisterNamespaceRequest{
+			Namespace: t.cfg.Namespace, WorkflowExecutionRetentionPeriod: durationpb.New(retention),
 		})
+		var exists *serviceerror.NamespaceAlreadyExists
+		if errors.As(err, &exists) && t.cfg.Retention > 0 {
+			err = nc.Update(ctx, &workflowservice.UpdateNamespaceRequest{
+				Namespace: t.cfg.Namespace,
+				Config:    &namespacepb.NamespaceConfig{WorkflowExecutionRetentionTtl: durationpb.New(t.cfg.Retention)},
+			})
+		} else if errors.As(err, &exists) {
+			err = nil
+		}
 		if err == nil {
 			return nil
 		}
 		select {
 		case <-ctx.Done():
-			return fmt.Errorf("temporal: set namespace retention: %w", err)
+			return fmt.Errorf("temporal: namespace %s: %w", t.cfg.Namespace, err)
 		case <-time.After(200 * time.Millisecond):
 		}
 	}
 }
 
-// Stop stops the server and releases the data directory.
+// Stop stops the server and releases the data directory (and database).
 func (t *Temporal) Stop() error {
 	err := t.server.Stop()
+	if t.pgLock != nil {
+		t.pgLock.Close(context.Background())
+	}
 	t.lock.Close()
 	return err
 }
 
-func liteConfig(cfg TemporalConfig, sqlCfg *config.SQL) (*config.Config, error) {
+func liteConfig(cfg TemporalConfig, persistence config.Persistence) (*config.Config, error) {
 	frontendAddr := net.JoinHostPort(cfg.IP, strconv.Itoa(cfg.Port))
 	c := &config.Config{}
 	c.Global.Membership = config.Membership{MaxJoinDuration: 30 * time.Second, BroadcastAddress: "127.0.0.1"}
-	c.Persistence = config.Persistence{
-		DefaultStore:     sqliteplugin.PluginName,
-		VisibilityStore:  sqliteplugin.PluginName,
-		NumHistoryShards: 1,
-		DataStores:       map[string]config.DataStore{sqliteplugin.PluginName: {SQL: sqlCfg}},
-	}
+	c.Persistence = persistence
 	c.ClusterMetadata = &cluster.Config{
 		EnableGlobalNamespace:    false,
 		FailoverVersionIncrement: 10,
@@ -251,13 +311,13 @@ func liteConfig(cfg TemporalConfig, sqlCfg *config.SQL) (*config.Config, error) 
 	for _, name := range []string{"frontend", "history", "matching", "worker"} {
 		grpcPort := cfg.Port
 		if name != "frontend" {
-			p, err := freePort("127.0.0.1")
+			p, err := freeMemberPort()
 			if err != nil {
 				return nil, err
 			}
 			grpcPort = p
 		}
-		memberPort, err := freePort("127.0.0.1")
+		memberPort, err := freeMemberPort()
 		if err != nil {
 			return nil, err
 		}
@@ -287,6 +347,20 @@ func freePort(ip string) (int, error) {
 	}
 	defer l.Close()
 	return l.Addr().(*net.TCPAddr).Port, nil
+}
+
+// freeMemberPort finds a free port for a service's gRPC or membership
+// listener. Temporal keeps these in cluster_membership.rpc_port, a SMALLINT
+// in PostgreSQL: the kernel's ephemeral ports (32768 and up) do not fit,
+// so it tries ports below that.
+func freeMemberPort() (int, error) {
+	for range 200 {
+		p := 20000 + rand.IntN(12000)
+		if portFree("127.0.0.1", p) == nil {
+			return p, nil
+		}
+	}
+	return 0, errors.New("temporal: no free port between 20000 and 32000")
 }
 
 func portFree(ip string, port int) error {
