@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"net/http/pprof"
 	"time"
 
 	"github.com/idemflow/idemflow/devserver"
@@ -118,13 +119,14 @@ func (b *bindingsFlag) register(fs *flag.FlagSet) {
 
 // gatewayConfig are the gateway's listening settings.
 type gatewayConfig struct {
-	addr, metricsAddr string
-	maxWaiting        int
+	addr, metricsAddr, pprofAddr string
+	maxWaiting                   int
 }
 
 func (g *gatewayConfig) register(fs *flag.FlagSet) {
 	fs.StringVar(&g.addr, "http-addr", "127.0.0.1:8080", "gateway listen address (env IDEMFLOW_HTTP_ADDR)")
 	fs.StringVar(&g.metricsAddr, "metrics-addr", "", "serve /metrics on this address instead of the gateway's (env IDEMFLOW_METRICS_ADDR)")
+	fs.StringVar(&g.pprofAddr, "pprof-addr", "", "serve Go's profiler (/debug/pprof/) on this address; off by default (env IDEMFLOW_PPROF_ADDR)")
 	fs.IntVar(&g.maxWaiting, "max-waiting", starter.DefaultMaxWaiting, "requests that may wait for their intent at once; past it they answer 202 at once (env IDEMFLOW_MAX_WAITING)")
 }
 
@@ -133,20 +135,37 @@ func (g *gatewayConfig) register(fs *flag.FlagSet) {
 func serveGateway(ctx context.Context, logger *slog.Logger, d *deps, cfg gatewayConfig, ready func(net.Addr)) error {
 	g := d.gateway()
 	g.SetMaxWaiting(cfg.maxWaiting)
-	if cfg.metricsAddr == "" {
-		return serveHTTP(ctx, logger, "gateway", cfg.addr, newHTTPServer(g.Handler(), false), ready)
+	side := map[string]http.Handler{}
+	if cfg.metricsAddr != "" {
+		g.ServeMetrics = false
+		side[cfg.metricsAddr] = g.Metrics.Handler()
 	}
-	g.ServeMetrics = false
+	if cfg.pprofAddr != "" {
+		mux := http.NewServeMux()
+		mux.HandleFunc("/debug/pprof/", pprof.Index)
+		mux.HandleFunc("/debug/pprof/cmdline", pprof.Cmdline)
+		mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
+		mux.HandleFunc("/debug/pprof/symbol", pprof.Symbol)
+		mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
+		side[cfg.pprofAddr] = mux
+	}
+	// The side listeners live and die with the gateway.
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	errc := make(chan error, 1)
-	go func() {
-		errc <- serveHTTP(ctx, logger, "metrics", cfg.metricsAddr, newHTTPServer(g.Metrics.Handler(), false), nil)
-		cancel()
-	}()
+	errc := make(chan error, len(side))
+	for addr, h := range side {
+		go func() {
+			errc <- serveHTTP(ctx, logger, "side listener", addr, newHTTPServer(h, true), nil)
+			cancel()
+		}()
+	}
 	err := serveHTTP(ctx, logger, "gateway", cfg.addr, newHTTPServer(g.Handler(), false), ready)
 	cancel()
-	return errors.Join(err, <-errc)
+	errs := []error{err}
+	for range side {
+		errs = append(errs, <-errc)
+	}
+	return errors.Join(errs...)
 }
 
 // applyBindings stores the bootstrap tokens.

@@ -207,8 +207,11 @@ func TestServeRunsGatewayAndWorkerInOneProcess(t *testing.T) {
 	_, dbURL := testenv.Pool(t)
 	ts := temporaltest.NewServer(temporaltest.WithT(t))
 	addr := fmt.Sprintf("127.0.0.1:%d", freePort(t))
+	metricsAddr := fmt.Sprintf("127.0.0.1:%d", freePort(t))
+	pprofAddr := fmt.Sprintf("127.0.0.1:%d", freePort(t))
 	srv := startChild(t, dbURL, "gateway listening", "serve", "--temporal-address", ts.GetFrontendHostPort(),
-		"--namespace", ts.GetDefaultNamespace(), "--http-addr", addr, "--bootstrap-tokens", "acme:tok-serve-test-0123456789")
+		"--namespace", ts.GetDefaultNamespace(), "--http-addr", addr, "--bootstrap-tokens", "acme:tok-serve-test-0123456789",
+		"--metrics-addr", metricsAddr, "--pprof-addr", pprofAddr)
 	srv.waitUp(t, time.Minute)
 	base := "http://" + addr
 	req := testenv.Request{Path: "/v1/tickets", Token: "tok-serve-test-0123456789", Key: "serve-1", Body: `{"customer_id":"c","title":"t"}`}
@@ -220,6 +223,17 @@ func TestServeRunsGatewayAndWorkerInOneProcess(t *testing.T) {
 	req.Body = `{"customer_id":"c","title":"other"}`
 	if r := testenv.Do(t, base, req); r.Status != 422 {
 		t.Fatalf("changed body: %d %s", r.Status, r.Body)
+	}
+	// Metrics and the profiler on their own addresses, not the gateway's.
+	if r := testenv.Do(t, base, testenv.Request{Method: "GET", Path: "/metrics"}); r.Status != 404 {
+		t.Fatalf("/metrics on the gateway: %d", r.Status)
+	}
+	if r := testenv.Do(t, "http://"+metricsAddr, testenv.Request{Method: "GET", Path: "/metrics"}); r.Status != 200 ||
+		!strings.Contains(string(r.Body), `idemflow_intents_total{biz_type="ticket.create",outcome="executed"} 1`) {
+		t.Fatalf("metrics address: %d %s", r.Status, r.Body)
+	}
+	if r := testenv.Do(t, "http://"+pprofAddr, testenv.Request{Method: "GET", Path: "/debug/pprof/"}); r.Status != 200 {
+		t.Fatalf("pprof address: %d", r.Status)
 	}
 	_ = srv.cmd.Process.Signal(syscall.SIGTERM)
 	select {
