@@ -141,7 +141,3 @@ func bareWorkflow(ctx workflow.Context) error {
 }
 
 func noop(context.Context) error { return nil }
-
-func activityOptions(name string) activity.RegisterOptions {
-	return activity.RegisterOptions{Name: name}
-}
