@@ -20,18 +20,19 @@ import (
 )
 
 type fixture struct {
+	dbURL   string
 	pool    *pgxpool.Pool
 	records *idem.Store
 	acts    *activities.Activities
 }
 
 func setup(t *testing.T) fixture {
-	pool, _ := testenv.Pool(t)
+	pool, dbURL := testenv.Pool(t)
 	if err := tenant.NewStore(pool).Ensure(context.Background(), "acme", ""); err != nil {
 		t.Fatal(err)
 	}
 	records := idem.NewStore(pool, idem.Retention{}, activities.Recall)
-	return fixture{pool: pool, records: records, acts: activities.New(pool, records, nil, nil)}
+	return fixture{dbURL: dbURL, pool: pool, records: records, acts: activities.New(pool, records, nil, nil)}
 }
 
 // claim records a PROCESSING intent as the gateway would.

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/idemflow/idemflow/devserver"
+	"github.com/idemflow/idemflow/idem"
 	"github.com/idemflow/idemflow/migrations"
 	"github.com/idemflow/idemflow/starter"
 	"github.com/idemflow/idemflow/tenant"
@@ -70,6 +71,13 @@ func runRoles(ctx context.Context, env *Env, name string, r roles, args []string
 		if err := applyBindings(ctx, d, bindings); err != nil {
 			return err
 		}
+		// Waiting requests hear of records settled by workers in other
+		// processes (other replicas, or a separate worker) from
+		// PostgreSQL, sooner than from Temporal's history long poll.
+		go idem.Listen(ctx, c.databaseURL, d.Records.Waiters, env.Logger)
+	}
+	if r.worker {
+		d.Records.Notify = true
 	}
 	if !r.worker {
 		return serveGateway(ctx, env.Logger, d, gw, nil)

@@ -120,6 +120,10 @@ type Store struct {
 	// Waiters, when set, is told of every record this store's users
 	// settle (see Waiters); the gateway and worker of one process share it.
 	Waiters *Waiters
+	// Notify: Finish also announces the record on SettledChannel, in its
+	// transaction (so only once it commits), for gateways in other
+	// processes that Listen.
+	Notify bool
 }
 
 // NewStore returns a Store over db (usually a *pgxpool.Pool). recall is
@@ -337,6 +341,11 @@ func (s *Store) Finish(ctx context.Context, q Querier, rec Record, st Status, ou
 	}
 	if tag.RowsAffected() != 1 {
 		return fmt.Errorf("finish %s/%s: %w", tenantID, key, ErrNotProcessing)
+	}
+	if s.Notify {
+		if _, err := q.Exec(ctx, `SELECT pg_notify($1, $2)`, SettledChannel, tenantID+"/"+key); err != nil {
+			return fmt.Errorf("finish %s/%s: notify: %w", tenantID, key, err)
+		}
 	}
 	return nil
 }

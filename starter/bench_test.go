@@ -1,10 +1,14 @@
 package starter_test
 
 import (
+	"context"
 	"fmt"
 	"sync/atomic"
 	"testing"
+	"time"
 
+	"github.com/idemflow/idemflow/activities"
+	"github.com/idemflow/idemflow/idem"
 	"github.com/idemflow/idemflow/testenv"
 )
 
@@ -75,5 +79,48 @@ func BenchmarkCreateOrder(b *testing.B) {
 		if r := order(s, testenv.TenantA, fmt.Sprintf("bench-order-%d", i), `{"customer_id":"c","items":[{"sku":"SKU-CABLE","quantity":1}]}`); r.Status != 201 {
 			b.Fatalf("%d %s", r.Status, r.Body)
 		}
+	}
+}
+
+// BenchmarkFirstTicketAcrossProcesses: the gateway and the worker share no
+// memory, as when they run in separate processes (gateway + worker rather
+// than serve). "history-poll": the waiting request learns of the end from
+// Temporal's history long poll; "listen-notify": from PostgreSQL's
+// NOTIFY, sent in the settling transaction, on one LISTEN connection.
+func BenchmarkFirstTicketAcrossProcesses(b *testing.B) {
+	for _, clients := range []int{1, 32} {
+		b.Run(fmt.Sprintf("history-poll/clients=%d", clients), func(b *testing.B) { benchAcrossProcesses(b, false, clients) })
+		b.Run(fmt.Sprintf("listen-notify/clients=%d", clients), func(b *testing.B) { benchAcrossProcesses(b, true, clients) })
+	}
+}
+
+func benchAcrossProcesses(b *testing.B, notify bool, clients int) {
+	s := testenv.NewStack(b, testenv.Options{NoWorker: true})
+	s.Records.Waiters = nil
+	workerRecords := idem.NewStore(s.Pool, idem.Retention{}, activities.Recall)
+	if notify {
+		workerRecords.Notify = true
+		s.Records.Waiters = &idem.Waiters{}
+		ctx, cancel := context.WithCancel(context.Background())
+		b.Cleanup(cancel)
+		go idem.Listen(ctx, s.DatabaseURL, s.Records.Waiters, s.Logger)
+		time.Sleep(200 * time.Millisecond) // LISTEN is in place
+	}
+	s.Activities = activities.New(s.Pool, workerRecords, s.Temporal, s.Logger)
+	s.StartWorker()
+	var n, bad atomic.Int64
+	b.SetParallelism(clients) // clients per GOMAXPROCS, as RunParallel counts
+	b.ResetTimer()
+	b.RunParallel(func(pb *testing.PB) {
+		for pb.Next() {
+			req := testenv.Request{Path: "/v1/tickets", Token: s.Tokens[testenv.TenantA],
+				Key: fmt.Sprintf("bench-across-%d", n.Add(1)), Body: ticketBody}
+			if r, err := testenv.Send(s.URL, req); err != nil || r.Status != 201 {
+				bad.Add(1)
+			}
+		}
+	})
+	if bad.Load() != 0 {
+		b.Fatalf("%d failed intents", bad.Load())
 	}
 }
