@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/idemflow/idemflow/devserver"
+	"github.com/idemflow/idemflow/gateway"
 	"github.com/idemflow/idemflow/idem"
 	"github.com/idemflow/idemflow/migrations"
 	"github.com/idemflow/idemflow/starter"
@@ -135,7 +136,7 @@ func (g *gatewayConfig) register(fs *flag.FlagSet) {
 	fs.StringVar(&g.addr, "http-addr", "127.0.0.1:8080", "gateway listen address (env IDEMFLOW_HTTP_ADDR)")
 	fs.StringVar(&g.metricsAddr, "metrics-addr", "", "serve /metrics on this address instead of the gateway's (env IDEMFLOW_METRICS_ADDR)")
 	fs.StringVar(&g.pprofAddr, "pprof-addr", "", "serve Go's profiler (/debug/pprof/) on this address; off by default (env IDEMFLOW_PPROF_ADDR)")
-	fs.IntVar(&g.maxWaiting, "max-waiting", starter.DefaultMaxWaiting, "requests that may wait for their intent at once; past it they answer 202 at once (env IDEMFLOW_MAX_WAITING)")
+	fs.IntVar(&g.maxWaiting, "max-waiting", gateway.DefaultMaxWaiting, "requests that may wait for their intent at once; past it they answer 202 at once (env IDEMFLOW_MAX_WAITING)")
 }
 
 // serveGateway serves the gateway (and its metrics, where they have an

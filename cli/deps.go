@@ -10,8 +10,8 @@ import (
 	"time"
 
 	"github.com/idemflow/idemflow/activities"
+	"github.com/idemflow/idemflow/gateway"
 	"github.com/idemflow/idemflow/idem"
-	"github.com/idemflow/idemflow/starter"
 	"github.com/idemflow/idemflow/tenant"
 	"github.com/idemflow/idemflow/tickets"
 	"github.com/jackc/pgx/v5"
@@ -132,8 +132,8 @@ func (d *deps) Close() {
 	d.Pool.Close()
 }
 
-func (d *deps) gateway() *starter.Gateway {
-	return starter.NewGateway(d.Pool, d.Temporal, d.Records, d.Logger)
+func (d *deps) gateway() *gateway.Gateway {
+	return gateway.New(d.Pool, d.Temporal, d.Records, d.Logger)
 }
 
 // levelFloor drops records below floor: the SDK logs every poll at info.

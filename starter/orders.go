@@ -1,14 +1,10 @@
 package starter
 
 import (
-	"errors"
 	"fmt"
-	"net/http"
 
-	"github.com/idemflow/idemflow/apperr"
 	"github.com/idemflow/idemflow/idem"
 	"github.com/idemflow/idemflow/orders"
-	"github.com/idemflow/idemflow/problem"
 	"github.com/idemflow/idemflow/workflows"
 )
 
@@ -40,47 +36,4 @@ func TransitionIntent(tenantID, key, orderNo string, action orders.Action, req o
 			return orders.TransitionInput{Intent: it, OrderNo: orderNo, Action: action, Request: req}
 		},
 		fmt.Sprintf("%s order %s", action, orderNo)), nil
-}
-
-func (g *Gateway) createOrder(w http.ResponseWriter, r *http.Request, tenantID string) {
-	var req orders.CreateRequest
-	g.serveIntent(w, r, orders.BizCreate, &req, false, func(key string) (Intent, error) { return OrderIntent(tenantID, key, req) })
-}
-
-func (g *Gateway) transitionOrder(w http.ResponseWriter, r *http.Request, tenantID string) {
-	action := orders.Action(r.PathValue("action"))
-	if _, ok := action.Target(); !ok {
-		writeProblem(w, problem.New(problem.TypeNotFound, http.StatusNotFound, "no order action "+string(action)+"; use pay, cancel, refund or fulfill"))
-		return
-	}
-	orderNo := r.PathValue("order_no")
-	// Another tenant's order, or none, is a 404 before anything is recorded.
-	exists, err := orders.Exists(r.Context(), g.DB, tenantID, orderNo)
-	if err != nil {
-		g.unavailable(w, r, err)
-		return
-	}
-	if !exists {
-		writeProblem(w, problem.New(problem.TypeNotFound, http.StatusNotFound, "no order "+orderNo))
-		return
-	}
-	var req orders.TransitionRequest
-	g.serveIntent(w, r, action.BizType(), &req, true, func(key string) (Intent, error) {
-		return TransitionIntent(tenantID, key, orderNo, action, req)
-	})
-}
-
-func (g *Gateway) getOrder(w http.ResponseWriter, r *http.Request, tenantID string) {
-	o, err := orders.Get(r.Context(), g.DB, tenantID, r.PathValue("order_no"))
-	if errors.Is(err, apperr.ErrNotFound) {
-		writeProblem(w, problem.New(problem.TypeNotFound, http.StatusNotFound, "no order "+r.PathValue("order_no")))
-		return
-	}
-	if err != nil {
-		g.unavailable(w, r, err)
-		return
-	}
-	w.Header().Set("Content-Type", "application/json")
-	w.WriteHeader(http.StatusOK)
-	_, _ = w.Write(o.Body())
 }

@@ -1,5 +1,6 @@
-// Package starter turns an agent's request into a started (or attached)
-// workflow, and serves the HTTP gateway agents call.
+// Package starter turns a validated intent into a claimed record and a
+// started (or attached) workflow, and waits for its answer. Every entry
+// point (the HTTP gateway, and through it MCP) submits through it.
 package starter
 
 import (

@@ -10,9 +10,9 @@ import (
 	"testing"
 
 	"github.com/idemflow/idemflow/activities"
+	"github.com/idemflow/idemflow/gateway"
 	"github.com/idemflow/idemflow/idem"
 	"github.com/idemflow/idemflow/orders"
-	"github.com/idemflow/idemflow/starter"
 	"github.com/idemflow/idemflow/tenant"
 	"github.com/idemflow/idemflow/worker"
 	"github.com/idemflow/idemflow/workflows"
@@ -38,7 +38,7 @@ type Stack struct {
 	Server      *temporaltest.TestServer
 	Records     *idem.Store
 	Activities  *activities.Activities
-	Gateway     *starter.Gateway
+	Gateway     *gateway.Gateway
 	Tokens      map[string]string
 	Logger      *slog.Logger
 
@@ -95,7 +95,7 @@ func NewStack(t testing.TB, opts Options) *Stack {
 		}
 		s.Tokens[id] = tok
 	}
-	s.Gateway = starter.NewGateway(pool, s.Temporal, records, logger)
+	s.Gateway = gateway.New(pool, s.Temporal, records, logger)
 	srv := httptest.NewServer(s.Gateway.Handler())
 	t.Cleanup(srv.Close)
 	s.URL = srv.URL

@@ -1,4 +1,4 @@
-package starter
+package gateway
 
 import (
 	"bytes"
@@ -13,6 +13,7 @@ import (
 
 	"github.com/go-json-experiment/json/jsontext"
 	"github.com/idemflow/idemflow/apperr"
+	"github.com/idemflow/idemflow/starter"
 
 	jsonv2 "github.com/go-json-experiment/json"
 )
@@ -176,8 +177,8 @@ func parseWait(h http.Header) (time.Duration, bool) {
 				continue
 			}
 			d := time.Duration(n) * time.Second
-			return min(d, MaxWait), true
+			return min(d, starter.MaxWait), true
 		}
 	}
-	return DefaultWait, false
+	return starter.DefaultWait, false
 }

@@ -1,4 +1,4 @@
-package starter_test
+package gateway_test
 
 import (
 	"context"

@@ -1,4 +1,7 @@
-package starter
+// Package gateway is idemflow's HTTP API: it authenticates agents, reads
+// and validates their requests, hands intents to the starter, and writes
+// the answers (stored answers byte for byte, errors as problem+json).
+package gateway
 
 import (
 	"bytes"
@@ -17,9 +20,9 @@ import (
 	"github.com/idemflow/idemflow/apperr"
 	"github.com/idemflow/idemflow/idem"
 	"github.com/idemflow/idemflow/problem"
+	"github.com/idemflow/idemflow/starter"
 	"github.com/idemflow/idemflow/tenant"
 	"github.com/idemflow/idemflow/tickets"
-	"github.com/idemflow/idemflow/workflows"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"go.temporal.io/sdk/client"
 )
@@ -32,7 +35,7 @@ const (
 
 // Gateway is the HTTP API agents call.
 type Gateway struct {
-	Starter *Starter
+	Starter *starter.Starter
 	Tenants *tenant.Authenticator
 	Tickets *tickets.Store
 	Records *idem.Store
@@ -57,9 +60,9 @@ type Gateway struct {
 const DefaultMaxWaiting = 1024
 
 // NewGateway wires a gateway over one pool and one Temporal client.
-func NewGateway(db *pgxpool.Pool, tc client.Client, records *idem.Store, logger *slog.Logger) *Gateway {
+func New(db *pgxpool.Pool, tc client.Client, records *idem.Store, logger *slog.Logger) *Gateway {
 	return &Gateway{
-		Starter: &Starter{Temporal: tc, Records: records, Logger: logger, Answers: NewAnswerCache(DefaultAnswerCacheSize)},
+		Starter: &starter.Starter{Temporal: tc, Records: records, Logger: logger, Answers: starter.NewAnswerCache(starter.DefaultAnswerCacheSize)},
 		Tenants: tenant.NewAuthenticator(tenant.NewStore(db), 10000, tenant.DefaultAuthTTL),
 		Tickets: tickets.NewStore(db),
 		Records: records,
@@ -201,21 +204,21 @@ func (g *Gateway) readIntent(w http.ResponseWriter, r *http.Request, into any, a
 
 func (g *Gateway) createTicket(w http.ResponseWriter, r *http.Request, tenantID string) {
 	var req tickets.Request
-	g.serveIntent(w, r, tickets.BizType, &req, false, func(key string) (Intent, error) { return TicketIntent(tenantID, key, req) })
+	g.serveIntent(w, r, tickets.BizType, &req, false, func(key string) (starter.Intent, error) { return starter.TicketIntent(tenantID, key, req) })
 }
 
 // serveIntent reads an intent request into req, then builds and submits
 // it; build's *apperr.InvalidError is a 400.
-func (g *Gateway) serveIntent(w http.ResponseWriter, r *http.Request, bizType string, req any, allowEmpty bool, build func(key string) (Intent, error)) {
+func (g *Gateway) serveIntent(w http.ResponseWriter, r *http.Request, bizType string, req any, allowEmpty bool, build func(key string) (starter.Intent, error)) {
 	ir, ok := g.readIntent(w, r, req, allowEmpty)
 	if !ok {
-		g.Metrics.count(bizType, OutcomeInvalid)
+		g.Metrics.count(bizType, LabelInvalid)
 		return
 	}
 	intent, err := build(ir.key)
 	var inv *apperr.InvalidError
 	if errors.As(err, &inv) {
-		g.Metrics.count(bizType, OutcomeInvalid)
+		g.Metrics.count(bizType, LabelInvalid)
 		writeInvalid(w, err)
 		return
 	}
@@ -227,31 +230,7 @@ func (g *Gateway) serveIntent(w http.ResponseWriter, r *http.Request, bizType st
 	g.submit(w, r, intent, ir.preferWait)
 }
 
-// TicketIntent validates a ticket request and builds its submission; the
-// MCP server uses it too, so both paths apply the same rules and derive the
-// same identity.
-func TicketIntent(tenantID, key string, req tickets.Request) (Intent, error) {
-	if err := req.Normalize(); err != nil {
-		return Intent{}, err
-	}
-	fp, err := req.Fingerprint()
-	if err != nil {
-		return Intent{}, err
-	}
-	return newIntent(tenantID, key, tickets.BizType, fp, workflows.TicketWorkflowID(tenantID, key),
-		workflows.CreateTicket, func(it idem.Intent) any { return tickets.CreateInput{Intent: it, Request: req} },
-		fmt.Sprintf("ticket for %s: %s", req.CustomerID, truncate(req.Title, 80))), nil
-}
-
-func truncate(s string, n int) string {
-	r := []rune(s)
-	if len(r) <= n {
-		return s
-	}
-	return string(r[:n]) + "…"
-}
-
-func (g *Gateway) submit(w http.ResponseWriter, r *http.Request, in Intent, preferWait bool) {
+func (g *Gateway) submit(w http.ResponseWriter, r *http.Request, in starter.Intent, preferWait bool) {
 	if in.Wait > 0 {
 		select {
 		case g.waiting <- struct{}{}:
@@ -262,11 +241,11 @@ func (g *Gateway) submit(w http.ResponseWriter, r *http.Request, in Intent, pref
 		}
 	}
 	reply, err := g.Starter.Submit(r.Context(), in)
-	outcome := outcomeOf(reply, err)
+	outcome := labelOf(reply, err)
 	if r.Context().Err() != nil {
 		// The caller hung up: nobody reads this answer, and it says
 		// nothing about PostgreSQL or Temporal.
-		g.Metrics.count(in.BizType, OutcomeClientGone)
+		g.Metrics.count(in.BizType, LabelClientGone)
 		return
 	}
 	g.Metrics.count(in.BizType, outcome)
@@ -274,12 +253,12 @@ func (g *Gateway) submit(w http.ResponseWriter, r *http.Request, in Intent, pref
 		w.Header().Set("Preference-Applied", "wait="+strconv.Itoa(int(in.Wait/time.Second)))
 	}
 	switch outcome {
-	case OutcomeConflict:
+	case LabelConflict:
 		writeProblem(w, problem.New(problem.TypeKeyReused, http.StatusUnprocessableEntity, err.Error()))
-	case OutcomeUnavailable:
+	case LabelUnavailable:
 		g.unavailable(w, r, err)
-	case OutcomeFailed:
-		if !errors.Is(err, ErrExecutionFailed) {
+	case LabelFailed:
+		if !errors.Is(err, starter.ErrExecutionFailed) {
 			g.internal(w, r, err)
 			return
 		}
@@ -287,9 +266,9 @@ func (g *Gateway) submit(w http.ResponseWriter, r *http.Request, in Intent, pref
 			"the request did not complete; retry with the same key")
 		p.OperationID = reply.OperationID.String()
 		writeProblem(w, p)
-	case OutcomeExecuted, OutcomeReplayed:
-		WriteOutcome(w, reply.Outcome, reply.Replayed)
-	case OutcomeAccepted:
+	case LabelExecuted, LabelReplayed:
+		writeOutcome(w, reply.Outcome, reply.Replayed)
+	case LabelAccepted:
 		loc := "/v1/operations/" + reply.OperationID.String()
 		w.Header().Set("Location", loc)
 		w.Header().Set("Retry-After", "1")
@@ -297,7 +276,7 @@ func (g *Gateway) submit(w http.ResponseWriter, r *http.Request, in Intent, pref
 			OperationID: reply.OperationID.String(), Status: "processing",
 			BizType: in.BizType, IdempotencyKey: in.Key, WorkflowID: reply.WorkflowID,
 		})
-	default: // OutcomeInProgress
+	default: // LabelInProgress
 		w.Header().Set("Retry-After", "1")
 		p := problem.New(problem.TypeInProgress, http.StatusConflict,
 			"a request with this Idempotency-Key is still being processed; retry with the same key")
@@ -306,30 +285,30 @@ func (g *Gateway) submit(w http.ResponseWriter, r *http.Request, in Intent, pref
 	}
 }
 
-// outcomeOf classifies a submission once, for both the answer and the
+// labelOf classifies a submission once, for both the answer and the
 // metrics.
-func outcomeOf(reply Reply, err error) string {
+func labelOf(reply starter.Reply, err error) string {
 	var reused *idem.KeyReusedError
 	switch {
 	case errors.As(err, &reused):
-		return OutcomeConflict
-	case errors.Is(err, ErrUnavailable):
-		return OutcomeUnavailable
+		return LabelConflict
+	case errors.Is(err, starter.ErrUnavailable):
+		return LabelUnavailable
 	case err != nil:
-		return OutcomeFailed
+		return LabelFailed
 	case reply.Done && reply.Replayed:
-		return OutcomeReplayed
+		return LabelReplayed
 	case reply.Done:
-		return OutcomeExecuted
+		return LabelExecuted
 	case reply.Owner:
-		return OutcomeAccepted
+		return LabelAccepted
 	}
-	return OutcomeInProgress
+	return LabelInProgress
 }
 
-// WriteOutcome writes a stored answer. A replay carries
+// writeOutcome writes a stored answer. A replay carries
 // Idempotent-Replayed: true and is otherwise byte-identical to the first.
-func WriteOutcome(w http.ResponseWriter, out idem.Outcome, replayed bool) {
+func writeOutcome(w http.ResponseWriter, out idem.Outcome, replayed bool) {
 	h := w.Header()
 	if out.Status >= 400 {
 		h.Set("Content-Type", problem.ContentType)
@@ -399,11 +378,11 @@ func (g *Gateway) getOperation(w http.ResponseWriter, r *http.Request, tenantID 
 		g.unavailable(w, r, err)
 		return
 	}
-	writeJSON(w, http.StatusOK, OperationOf(rec))
+	writeJSON(w, http.StatusOK, operationOf(rec))
 }
 
-// OperationOf renders a record as GET /v1/operations/{id} does.
-func OperationOf(rec idem.Record) any {
+// operationOf renders a record as GET /v1/operations/{id} does.
+func operationOf(rec idem.Record) any {
 	v := operationView{
 		OperationID: rec.ID.String(), Status: operationStatus[rec.Status], BizType: rec.BizType,
 		IdempotencyKey: rec.Key, WorkflowID: rec.WorkflowID, Attempts: rec.Attempts,

@@ -1,4 +1,4 @@
-package starter
+package gateway
 
 import (
 	"net/http"
@@ -17,17 +17,18 @@ type Metrics struct {
 	waiting  prometheus.Gauge
 }
 
-// Outcomes of a submission, the "outcome" label.
+// Labels: what a submission came to, the metric's "outcome" label. (Not an
+// idem.Outcome, which is the stored answer itself.)
 const (
-	OutcomeExecuted    = "executed"     // this request ran the intent
-	OutcomeReplayed    = "replayed"     // answered from an earlier execution
-	OutcomeConflict    = "key_reused"   // same key, other parameters: 422
-	OutcomeAccepted    = "accepted"     // still running: 202
-	OutcomeInProgress  = "in_progress"  // duplicate while running: 409
-	OutcomeUnavailable = "unavailable"  // PostgreSQL or Temporal down: 503
-	OutcomeFailed      = "failed"       // the run ended without an answer
-	OutcomeInvalid     = "invalid_body" // 400 before anything was recorded
-	OutcomeClientGone  = "client_gone"  // the caller hung up before the answer
+	LabelExecuted    = "executed"     // this request ran the intent
+	LabelReplayed    = "replayed"     // answered from an earlier execution
+	LabelConflict    = "key_reused"   // same key, other parameters: 422
+	LabelAccepted    = "accepted"     // still running: 202
+	LabelInProgress  = "in_progress"  // duplicate while running: 409
+	LabelUnavailable = "unavailable"  // PostgreSQL or Temporal down: 503
+	LabelFailed      = "failed"       // the run ended without an answer
+	LabelInvalid     = "invalid_body" // 400 before anything was recorded
+	LabelClientGone  = "client_gone"  // the caller hung up before the answer
 )
 
 // NewMetrics registers idemflow's gateway metrics, and Go's runtime ones,
@@ -37,7 +38,7 @@ func NewMetrics() *Metrics {
 		registry: prometheus.NewRegistry(),
 		intents: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "idemflow_intents_total",
-			Help: "Intent submissions by business type and outcome.",
+			Help: "starter.Intent submissions by business type and outcome.",
 		}, []string{"biz_type", "outcome"}),
 		waiting: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "idemflow_waiting_requests",

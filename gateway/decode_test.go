@@ -1,4 +1,4 @@
-package starter
+package gateway
 
 import (
 	"errors"
@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/idemflow/idemflow/apperr"
+	"github.com/idemflow/idemflow/starter"
 	"github.com/idemflow/idemflow/tickets"
 )
 
@@ -16,14 +17,14 @@ func TestParseWait(t *testing.T) {
 		want   time.Duration
 		ok     bool
 	}{
-		{"", DefaultWait, false},
+		{"", starter.DefaultWait, false},
 		{"wait=0", 0, true},
 		{"respond-async, wait=3", 3 * time.Second, true},
 		{"WAIT=2", 2 * time.Second, true},
 		{`wait="4"`, 4 * time.Second, true},
-		{"wait=3600", MaxWait, true},
-		{"wait=-1", DefaultWait, false},
-		{"wait=soon", DefaultWait, false},
+		{"wait=3600", starter.MaxWait, true},
+		{"wait=-1", starter.DefaultWait, false},
+		{"wait=soon", starter.DefaultWait, false},
 	} {
 		h := http.Header{}
 		if tc.prefer != "" {
@@ -43,7 +44,7 @@ func FuzzParseWait(f *testing.F) {
 	f.Fuzz(func(t *testing.T, prefer string) {
 		h := http.Header{}
 		h.Set("Prefer", prefer)
-		if d, _ := parseWait(h); d < 0 || d > MaxWait {
+		if d, _ := parseWait(h); d < 0 || d > starter.MaxWait {
 			t.Fatalf("Prefer %q gave wait %v", prefer, d)
 		}
 	})

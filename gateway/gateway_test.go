@@ -1,4 +1,4 @@
-package starter_test
+package gateway_test
 
 import (
 	"bytes"
@@ -12,8 +12,8 @@ import (
 	"time"
 
 	"github.com/idemflow/idemflow/activities"
+	"github.com/idemflow/idemflow/gateway"
 	"github.com/idemflow/idemflow/idem"
-	"github.com/idemflow/idemflow/starter"
 	"github.com/idemflow/idemflow/testenv"
 	"github.com/idemflow/idemflow/workflows"
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -302,7 +302,7 @@ func TestGatewayDeathBetweenRecordAndStartLosesNothing(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer dead.Close()
-	broken := httptest.NewServer(starter.NewGateway(s.Pool, dead, s.Records, s.Logger).Handler())
+	broken := httptest.NewServer(gateway.New(s.Pool, dead, s.Records, s.Logger).Handler())
 	defer broken.Close()
 	req := testenv.Request{Path: "/v1/tickets", Token: s.Tokens[testenv.TenantA], Key: "crash", Body: ticketBody}
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
@@ -338,7 +338,7 @@ func TestDatabaseDownIs503(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer pool.Close()
-	gw := httptest.NewServer(starter.NewGateway(pool, s.Temporal, idem.NewStore(pool, idem.Retention{}, activities.Recall), s.Logger).Handler())
+	gw := httptest.NewServer(gateway.New(pool, s.Temporal, idem.NewStore(pool, idem.Retention{}, activities.Recall), s.Logger).Handler())
 	defer gw.Close()
 	r := testenv.Do(t, gw.URL, testenv.Request{Path: "/v1/tickets", Token: s.Tokens[testenv.TenantA], Key: "k", Body: ticketBody})
 	if r.Status != http.StatusServiceUnavailable {
@@ -348,7 +348,7 @@ func TestDatabaseDownIs503(t *testing.T) {
 	// With the token store up and the record store down, the request gets
 	// past authentication to Claim, which must fail closed: no workflow,
 	// no ticket.
-	half := httptest.NewServer(starter.NewGateway(s.Pool, s.Temporal, idem.NewStore(pool, idem.Retention{}, activities.Recall), s.Logger).Handler())
+	half := httptest.NewServer(gateway.New(s.Pool, s.Temporal, idem.NewStore(pool, idem.Retention{}, activities.Recall), s.Logger).Handler())
 	defer half.Close()
 	r = testenv.Do(t, half.URL, testenv.Request{Path: "/v1/tickets", Token: s.Tokens[testenv.TenantA], Key: "k-claim", Body: ticketBody})
 	if r.Status != http.StatusServiceUnavailable {

@@ -1,4 +1,4 @@
-package starter_test
+package gateway_test
 
 import (
 	"context"
@@ -8,7 +8,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/idemflow/idemflow/starter"
+	"github.com/idemflow/idemflow/gateway"
 	"github.com/idemflow/idemflow/testenv"
 )
 
@@ -75,7 +75,7 @@ func TestClientHangingUpIsNotCountedUnavailable(t *testing.T) {
 
 func TestMetricsCanLeaveTheGatewayRoutes(t *testing.T) {
 	s := testenv.NewStack(t, testenv.Options{})
-	g := starter.NewGateway(s.Pool, s.Temporal, s.Records, s.Logger)
+	g := gateway.New(s.Pool, s.Temporal, s.Records, s.Logger)
 	g.ServeMetrics = false
 	hs := httptest.NewServer(g.Handler())
 	defer hs.Close()
