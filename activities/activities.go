@@ -23,24 +23,6 @@ import (
 	"go.temporal.io/sdk/temporal"
 )
 
-// Error types of non-retryable application errors. Workflows and the
-// gateway match on them.
-const (
-	// ErrTypeRejected: a business rule said no; details hold the stored
-	// idem.Outcome (a 422 problem).
-	ErrTypeRejected = "BusinessRejected"
-	// ErrTypeClosed: the record is FAILED; this attempt must not execute.
-	ErrTypeClosed = "IntentClosed"
-	// ErrTypeGone: the record does not exist (purged); nothing to do.
-	ErrTypeGone = "IntentGone"
-	// ErrTypeForged: the input's request does not match its intent's
-	// fingerprint; it was not started by idemflow's gateway.
-	ErrTypeForged = "IntentForged"
-)
-
-// NonRetryable lists the error types no retry can fix.
-var NonRetryable = []string{ErrTypeRejected, ErrTypeClosed, ErrTypeGone, ErrTypeForged}
-
 // Activities holds the activities' dependencies.
 type Activities struct {
 	DB      *pgxpool.Pool
@@ -88,7 +70,7 @@ var errKeyReused = &apperr.RejectedError{Code: "idempotency-key-reused",
 // cannot write content other than what its record was claimed for.
 func (a *Activities) execute(ctx context.Context, in idem.Intent, fingerprint string, step func(tx pgx.Tx) (idem.Outcome, error)) (idem.Outcome, error) {
 	if fingerprint != in.Fingerprint {
-		return idem.Outcome{}, temporal.NewNonRetryableApplicationError("the request does not match the intent's fingerprint", ErrTypeForged, nil)
+		return idem.Outcome{}, temporal.NewNonRetryableApplicationError("the request does not match the intent's fingerprint", idem.ErrTypeForged, nil)
 	}
 	tx, err := a.DB.Begin(ctx)
 	if err != nil {
@@ -98,7 +80,7 @@ func (a *Activities) execute(ctx context.Context, in idem.Intent, fingerprint st
 
 	rec, err := idem.GetTx(ctx, tx, in.TenantID, in.Key, true)
 	if errors.Is(err, idem.ErrNotFound) {
-		return idem.Outcome{}, temporal.NewNonRetryableApplicationError("idempotency record is gone", ErrTypeGone, err)
+		return idem.Outcome{}, temporal.NewNonRetryableApplicationError("idempotency record is gone", idem.ErrTypeGone, err)
 	}
 	if err != nil {
 		return idem.Outcome{}, fmt.Errorf("lock record: %w", err)
@@ -106,13 +88,13 @@ func (a *Activities) execute(ctx context.Context, in idem.Intent, fingerprint st
 	if rec.Fingerprint != in.Fingerprint {
 		// The record was purged and re-created by another request under
 		// the same key; this run belongs to neither.
-		return idem.Outcome{}, temporal.NewNonRetryableApplicationError("record belongs to another request", ErrTypeGone, nil)
+		return idem.Outcome{}, temporal.NewNonRetryableApplicationError("record belongs to another request", idem.ErrTypeGone, nil)
 	}
 	switch rec.Status {
 	case idem.StatusSuccess:
 		return rec.Response, nil
 	case idem.StatusFailed:
-		return idem.Outcome{}, temporal.NewNonRetryableApplicationError("intent already failed: "+rec.ErrorReason, ErrTypeClosed, nil)
+		return idem.Outcome{}, temporal.NewNonRetryableApplicationError("intent already failed: "+rec.ErrorReason, idem.ErrTypeClosed, nil)
 	}
 
 	// A row committed by an earlier execution is the answer; one written
@@ -175,7 +157,7 @@ func (a *Activities) execute(ctx context.Context, in idem.Intent, fingerprint st
 	a.Records.Waiters.Settled(rec.TenantID, rec.Key)
 	if rejected != nil {
 		a.Logger.InfoContext(ctx, "intent rejected", "tenant", rec.TenantID, "key", rec.Key, "code", rejected.Code)
-		return idem.Outcome{}, temporal.NewNonRetryableApplicationError(rejected.Error(), ErrTypeRejected, rejected, out)
+		return idem.Outcome{}, temporal.NewNonRetryableApplicationError(rejected.Error(), idem.ErrTypeRejected, rejected, out)
 	}
 	return out, nil
 }
@@ -197,7 +179,7 @@ func unstorable(err error) bool {
 func (a *Activities) CreateTicket(ctx context.Context, in tickets.CreateInput) (idem.Outcome, error) {
 	fp, err := in.Request.Fingerprint()
 	if err != nil {
-		return idem.Outcome{}, temporal.NewNonRetryableApplicationError(err.Error(), ErrTypeForged, err)
+		return idem.Outcome{}, temporal.NewNonRetryableApplicationError(err.Error(), idem.ErrTypeForged, err)
 	}
 	return a.execute(ctx, in.Intent, fp, func(tx pgx.Tx) (idem.Outcome, error) {
 		t, err := tickets.Insert(ctx, tx, tickets.New(in))
@@ -240,9 +222,4 @@ func (a *Activities) ResolveIntent(ctx context.Context, in ResolveInput) (Resolu
 	}
 	a.Logger.InfoContext(ctx, "intent resolved", "tenant", in.Intent.TenantID, "key", in.Intent.Key, "action", res.Action, "reason", in.Reason)
 	return res, nil
-}
-
-// Guards lists every table whose (tenant_id, idem_key) must be unique.
-func Guards() []idem.Guard {
-	return append([]idem.Guard{idem.RecordGuard, tickets.Guard}, orders.Guards...)
 }

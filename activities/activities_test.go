@@ -3,11 +3,9 @@ package activities_test
 import (
 	"bytes"
 	"context"
-	"encoding/json"
 	"errors"
 	"sync"
 	"testing"
-	"time"
 
 	"github.com/idemflow/idemflow/activities"
 	"github.com/idemflow/idemflow/idem"
@@ -112,7 +110,7 @@ func TestResolveWithoutRowFailsTheIntentAndBlocksLateExecution(t *testing.T) {
 	// write: FAILED means no row.
 	_, err = f.acts.CreateTicket(context.Background(), in)
 	var appErr *temporal.ApplicationError
-	if !errors.As(err, &appErr) || appErr.Type() != activities.ErrTypeClosed {
+	if !errors.As(err, &appErr) || appErr.Type() != idem.ErrTypeClosed {
 		t.Fatalf("late execution: %v", err)
 	}
 	if n := testenv.Count(t, f.pool, "ticket", ""); n != 0 {
@@ -192,17 +190,5 @@ func TestUniqueConstraintIsTheLastLine(t *testing.T) {
 	}
 	if _, err := tickets.Insert(context.Background(), f.pool, tickets.New(in)); err == nil {
 		t.Fatal("a second ticket under the same (tenant, key) was accepted")
-	}
-}
-
-func TestDurationReadsOldAndNewEncodings(t *testing.T) {
-	var d activities.Duration
-	for _, in := range []string{`300000000000`, `"5m0s"`} {
-		if err := json.Unmarshal([]byte(in), &d); err != nil || d.D() != 5*time.Minute {
-			t.Fatalf("%s: %v %v", in, d.D(), err)
-		}
-	}
-	if b, _ := json.Marshal(activities.Duration(5 * time.Minute)); string(b) != `"5m0s"` {
-		t.Fatalf("encodes as %s", b)
 	}
 }

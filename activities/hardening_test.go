@@ -52,7 +52,7 @@ func TestActivityRefusesARequestThatDoesNotMatchItsFingerprint(t *testing.T) {
 	in.Request.Title = "written by someone else"
 	_, err := f.acts.CreateTicket(context.Background(), in)
 	var appErr *temporal.ApplicationError
-	if !errors.As(err, &appErr) || appErr.Type() != activities.ErrTypeForged || !appErr.NonRetryable() {
+	if !errors.As(err, &appErr) || appErr.Type() != idem.ErrTypeForged || !appErr.NonRetryable() {
 		t.Fatalf("forged input: %v", err)
 	}
 	if n := testenv.Count(t, f.pool, "ticket", ""); n != 0 {

@@ -15,7 +15,7 @@ import (
 func (a *Activities) CreateOrder(ctx context.Context, in orders.CreateInput) (idem.Outcome, error) {
 	fp, err := in.Request.Fingerprint()
 	if err != nil {
-		return idem.Outcome{}, temporal.NewNonRetryableApplicationError(err.Error(), ErrTypeForged, err)
+		return idem.Outcome{}, temporal.NewNonRetryableApplicationError(err.Error(), idem.ErrTypeForged, err)
 	}
 	return a.execute(ctx, in.Intent, fp, func(tx pgx.Tx) (idem.Outcome, error) {
 		o, body, err := orders.Create(ctx, tx, in, time.Now())
@@ -30,7 +30,7 @@ func (a *Activities) CreateOrder(ctx context.Context, in orders.CreateInput) (id
 func (a *Activities) TransitionOrder(ctx context.Context, in orders.TransitionInput) (idem.Outcome, error) {
 	fp, err := orders.TransitionFingerprint(in.OrderNo, in.Action, in.Request)
 	if err != nil {
-		return idem.Outcome{}, temporal.NewNonRetryableApplicationError(err.Error(), ErrTypeForged, err)
+		return idem.Outcome{}, temporal.NewNonRetryableApplicationError(err.Error(), idem.ErrTypeForged, err)
 	}
 	return a.execute(ctx, in.Intent, fp, func(tx pgx.Tx) (idem.Outcome, error) {
 		body, err := orders.Transition(ctx, tx, in, time.Now())

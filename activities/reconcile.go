@@ -23,8 +23,8 @@ const (
 
 // FindStaleInput selects PROCESSING records older than the horizon.
 type FindStaleInput struct {
-	Horizon Duration `json:"horizon"`
-	Limit   int      `json:"limit"`
+	Horizon idem.Duration `json:"horizon"`
+	Limit   int           `json:"limit"`
 }
 
 // FindStale lists stale PROCESSING intents.
@@ -89,8 +89,8 @@ func (a *Activities) ReconcileIntent(ctx context.Context, in idem.Intent) (strin
 
 // PurgeInput bounds one purge run.
 type PurgeInput struct {
-	BatchSize int      `json:"batch_size"`
-	Budget    Duration `json:"budget"`
+	BatchSize int           `json:"batch_size"`
+	Budget    idem.Duration `json:"budget"`
 }
 
 // PurgeResult says how much one purge run deleted.

@@ -158,7 +158,7 @@ func TestPurgeDeletesOnlyExpiredFinishedRecordsInBatches(t *testing.T) {
 	aenv := env.NewTestActivityEnvironment()
 	aenv.RegisterActivity(s.Activities)
 	run := func() activities.PurgeResult {
-		v, err := aenv.ExecuteActivity(s.Activities.PurgeExpired, activities.PurgeInput{BatchSize: 2, Budget: activities.Duration(time.Minute)})
+		v, err := aenv.ExecuteActivity(s.Activities.PurgeExpired, activities.PurgeInput{BatchSize: 2, Budget: idem.Duration(time.Minute)})
 		if err != nil {
 			t.Fatal(err)
 		}

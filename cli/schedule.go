@@ -9,7 +9,6 @@ import (
 	"log/slog"
 	"time"
 
-	"github.com/idemflow/idemflow/activities"
 	"github.com/idemflow/idemflow/audit"
 	"github.com/idemflow/idemflow/schedule"
 	"go.temporal.io/api/serviceerror"
@@ -166,7 +165,7 @@ func runAudit(ctx context.Context, env *Env, args []string) error {
 		return err
 	}
 	defer conn.Close(context.Background())
-	rep, err := audit.Run(ctx, conn, idemStore(conn), activities.Guards(), *horizon)
+	rep, err := audit.Run(ctx, conn, idemStore(conn), audit.Guards(), *horizon)
 	if err != nil {
 		return err
 	}

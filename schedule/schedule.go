@@ -8,7 +8,7 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/idemflow/idemflow/activities"
+	"github.com/idemflow/idemflow/idem"
 	"github.com/idemflow/idemflow/workflows"
 	enumspb "go.temporal.io/api/enums/v1"
 	"go.temporal.io/api/operatorservice/v1"
@@ -44,10 +44,10 @@ func DefaultConfig() Config {
 		Interval:      DefaultInterval,
 		CatchupWindow: DefaultCatchupWindow,
 		Input: workflows.ReconcileInput{
-			ProcessingTimeout: activities.Duration(DefaultProcessingTimeout),
+			ProcessingTimeout: idem.Duration(DefaultProcessingTimeout),
 			Limit:             DefaultLimit,
 			PurgeBatch:        DefaultPurgeBatch,
-			PurgeBudget:       activities.Duration(DefaultPurgeBudget),
+			PurgeBudget:       idem.Duration(DefaultPurgeBudget),
 		},
 	}
 }

@@ -7,7 +7,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/idemflow/idemflow/activities"
 	"github.com/idemflow/idemflow/idem"
 	"github.com/idemflow/idemflow/schedule"
 	"github.com/idemflow/idemflow/testenv"
@@ -70,7 +69,7 @@ func TestApplyTwiceGivesOneScheduleAndUpdatesIt(t *testing.T) {
 
 func TestValidateRejectsAHorizonWithinOneActivityAttempt(t *testing.T) {
 	cfg := schedule.DefaultConfig()
-	cfg.Input.ProcessingTimeout = activities.Duration(workflows.ActivityStartToClose)
+	cfg.Input.ProcessingTimeout = idem.Duration(workflows.ActivityStartToClose)
 	if err := cfg.Validate(); err == nil {
 		t.Fatal("a processing timeout equal to the activity start-to-close must be rejected")
 	}

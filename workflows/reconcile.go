@@ -32,12 +32,12 @@ var SearchAttributes = map[string]enumspb.IndexedValueType{
 // ReconcileInput configures one reconcile-and-purge run.
 type ReconcileInput struct {
 	// ProcessingTimeout: PROCESSING records untouched for longer are stale.
-	ProcessingTimeout activities.Duration `json:"processing_timeout"`
+	ProcessingTimeout idem.Duration `json:"processing_timeout"`
 	// Limit of stale records handled per run; the next run takes the rest.
 	Limit int `json:"limit"`
 	// PurgeBatch and PurgeBudget bound the purge step.
-	PurgeBatch  int                 `json:"purge_batch"`
-	PurgeBudget activities.Duration `json:"purge_budget"`
+	PurgeBatch  int           `json:"purge_batch"`
+	PurgeBudget idem.Duration `json:"purge_budget"`
 }
 
 // ReconcileResult counts what a run found and did.

@@ -26,7 +26,7 @@ func TestReconcileCountsOutcomesAndSurvivesABadRecord(t *testing.T) {
 	env.OnActivity(a.PurgeExpired, mock.Anything, mock.Anything).Return(activities.PurgeResult{Deleted: 42, Complete: true}, nil)
 
 	start := env.Now()
-	env.ExecuteWorkflow(workflows.Reconcile, workflows.ReconcileInput{ProcessingTimeout: activities.Duration(5 * time.Minute), Limit: 10, PurgeBatch: 100, PurgeBudget: activities.Duration(time.Second)})
+	env.ExecuteWorkflow(workflows.Reconcile, workflows.ReconcileInput{ProcessingTimeout: idem.Duration(5 * time.Minute), Limit: 10, PurgeBatch: 100, PurgeBudget: idem.Duration(time.Second)})
 	var res workflows.ReconcileResult
 	if err := env.GetWorkflowResult(&res); err != nil {
 		t.Fatal(err)

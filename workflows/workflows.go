@@ -38,7 +38,7 @@ var executeOptions = workflow.ActivityOptions{
 		InitialInterval:        200 * time.Millisecond,
 		BackoffCoefficient:     2,
 		MaximumInterval:        10 * time.Second,
-		NonRetryableErrorTypes: activities.NonRetryable,
+		NonRetryableErrorTypes: idem.NonRetryable,
 	},
 }
 
@@ -57,7 +57,7 @@ var localOptions = workflow.LocalActivityOptions{
 		InitialInterval:        100 * time.Millisecond,
 		BackoffCoefficient:     2,
 		MaximumInterval:        5 * time.Second,
-		NonRetryableErrorTypes: activities.NonRetryable,
+		NonRetryableErrorTypes: idem.NonRetryable,
 	},
 }
 
@@ -135,7 +135,7 @@ func isFinalErr(err error) bool {
 }
 
 func isFinal(errType string) bool {
-	for _, t := range activities.NonRetryable {
+	for _, t := range idem.NonRetryable {
 		if t == errType {
 			return true
 		}

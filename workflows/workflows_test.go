@@ -57,7 +57,7 @@ func TestBusinessRejectionFailsTheRunWithoutSettling(t *testing.T) {
 	env := newEnv(t)
 	out := idem.Outcome{Status: 422, Body: []byte(`{"type":"/problems/out-of-stock"}`)}
 	env.OnActivity(a.CreateTicket, mock.Anything, mock.Anything).
-		Return(idem.Outcome{}, temporal.NewNonRetryableApplicationError("no", activities.ErrTypeRejected, nil, out)).Once()
+		Return(idem.Outcome{}, temporal.NewNonRetryableApplicationError("no", idem.ErrTypeRejected, nil, out)).Once()
 	// AssertNotCalled sees only mocked activities: ResolveIntent is mocked
 	// so that a call to it is recorded, and fails the test.
 	settled := false
@@ -69,7 +69,7 @@ func TestBusinessRejectionFailsTheRunWithoutSettling(t *testing.T) {
 	env.ExecuteWorkflow(workflows.CreateTicket, ticketInput())
 	err := env.GetWorkflowError()
 	var appErr *temporal.ApplicationError
-	if !errors.As(err, &appErr) || appErr.Type() != activities.ErrTypeRejected {
+	if !errors.As(err, &appErr) || appErr.Type() != idem.ErrTypeRejected {
 		t.Fatalf("want the rejection, got %v", err)
 	}
 	if settled {

@@ -1,4 +1,4 @@
-package activities
+package idem
 
 import (
 	"encoding/json"
