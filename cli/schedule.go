@@ -9,7 +9,6 @@ import (
 	"log/slog"
 	"time"
 
-	"github.com/idemflow/idemflow/audit"
 	"github.com/idemflow/idemflow/schedule"
 	"go.temporal.io/api/serviceerror"
 	"go.temporal.io/sdk/client"
@@ -148,49 +147,4 @@ func runSchedule(ctx context.Context, env *Env, args []string) error {
 		return h.Unpause(ctx, client.ScheduleUnpauseOptions{Note: "unpaused with idemflow schedule unpause"})
 	}
 	return fmt.Errorf("%w: unknown schedule command %q", errUsage, verb)
-}
-
-func runAudit(ctx context.Context, env *Env, args []string) error {
-	fs := flags("audit", env)
-	dbURL := fs.String("database-url", "", "PostgreSQL URL (env DATABASE_URL)")
-	horizon := fs.Duration("processing-timeout", 5*time.Minute, "PROCESSING older than this is reported as stuck (env IDEMFLOW_PROCESSING_TIMEOUT)")
-	if err := parseFlags(fs, args); err != nil {
-		return err
-	}
-	if *dbURL == "" {
-		return fmt.Errorf("%w: DATABASE_URL (or --database-url) is required", errUsage)
-	}
-	conn, err := connect(ctx, *dbURL)
-	if err != nil {
-		return err
-	}
-	defer conn.Close(context.Background())
-	rep, err := audit.Run(ctx, conn, idemStore(conn), audit.Guards(), *horizon)
-	if err != nil {
-		return err
-	}
-	w := env.Stdout
-	for _, g := range rep.Checked {
-		state := "ok"
-		for _, m := range rep.MissingConstraint {
-			if m == g {
-				state = "MISSING: no unique index on (tenant_id, idem_key); duplicates are possible"
-			}
-		}
-		fmt.Fprintf(w, "constraint %-20s %s\n", g.Table, state)
-	}
-	fmt.Fprintf(w, "duplicates             %d\n", len(rep.Duplicates))
-	for _, d := range rep.Duplicates {
-		fmt.Fprintf(w, "  %s: tenant %s key %q has %d rows\n", d.Table, d.TenantID, d.Key, d.Rows)
-	}
-	fmt.Fprintf(w, "stuck PROCESSING > %v  %d\n", rep.Horizon, len(rep.Stale))
-	for _, r := range rep.Stale {
-		fmt.Fprintf(w, "  %s (tenant %s, key %q, since %s)\n", r.WorkflowID, r.TenantID, r.Key, r.UpdatedAt.Format(time.RFC3339))
-	}
-	if rep.Healthy() {
-		fmt.Fprintln(w, "healthy")
-		return nil
-	}
-	fmt.Fprintln(w, "UNHEALTHY")
-	return exitCodeError{code: 3, err: fmt.Errorf("audit found problems")}
 }
