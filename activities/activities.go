@@ -79,7 +79,7 @@ func (a *Activities) execute(ctx context.Context, in idem.Intent, fingerprint st
 	defer tx.Rollback(context.WithoutCancel(ctx)) //nolint:errcheck // no-op after commit
 
 	rec, err := idem.GetTx(ctx, tx, in.TenantID, in.Key, true)
-	if errors.Is(err, idem.ErrNotFound) {
+	if errors.Is(err, apperr.ErrNotFound) {
 		return idem.Outcome{}, temporal.NewNonRetryableApplicationError("idempotency record is gone", idem.ErrTypeGone, err)
 	}
 	if err != nil {

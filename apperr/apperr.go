@@ -1,6 +1,8 @@
 // Package apperr holds the typed errors that callers act on (the HTTP
-// gateway maps them to problem types, the MCP server to tool errors). They
-// carry no transport detail.
+// gateway maps them to problem types, the MCP server to tool errors). A
+// rejection may name the HTTP status it answers with (a 404 or 409 rather
+// than the default 422), because that status is stored with the intent's
+// answer and replayed.
 package apperr
 
 import (

@@ -370,7 +370,7 @@ func (g *Gateway) getOperation(w http.ResponseWriter, r *http.Request, tenantID 
 		return
 	}
 	rec, err := g.Records.GetByID(r.Context(), tenantID, id)
-	if errors.Is(err, idem.ErrNotFound) {
+	if errors.Is(err, apperr.ErrNotFound) {
 		writeProblem(w, problem.New(problem.TypeNotFound, http.StatusNotFound, "no operation "+id.String()))
 		return
 	}

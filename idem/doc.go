@@ -1,5 +1,7 @@
 // Package idem is the idempotency core of idemflow: key validation, the
-// tenant-scoped workflow ID, the request fingerprint and the
-// idempotency_record table. It knows nothing of Temporal or HTTP, so every
-// entry point (HTTP gateway, MCP, reconcile) derives identities the same way.
+// tenant-scoped workflow ID and the request fingerprint (the one place
+// identities are derived), and the idempotency_record table with the
+// answers it stores. It imports nothing of Temporal or of the HTTP server:
+// an answer is kept as opaque status, bytes and location, so that every
+// entry point (HTTP gateway, MCP, reconcile) replays it unchanged.
 package idem

@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/idemflow/idemflow/apperr"
+
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
@@ -60,8 +62,9 @@ type Querier interface {
 }
 
 var (
-	// ErrNotFound: no record for that tenant and key (or ID).
-	ErrNotFound = errors.New("idempotency record not found")
+	// errNoRecord: no record for that tenant and key (or ID). It is an
+	// apperr.ErrNotFound, the one not-found error callers test for.
+	errNoRecord = fmt.Errorf("idempotency record: %w", apperr.ErrNotFound)
 	// ErrNotProcessing: a completion named PROCESSING as the expected state
 	// and found another; someone else finished the intent first.
 	ErrNotProcessing = errors.New("idempotency record is not PROCESSING")
@@ -154,7 +157,7 @@ func scanRecord(row pgx.Row) (Record, error) {
 		&respStatus, &r.Response.Body, &location, &reason, &r.WorkflowID,
 		&r.Attempts, &r.CreatedAt, &r.UpdatedAt, &r.ExpireAt)
 	if errors.Is(err, pgx.ErrNoRows) {
-		return Record{}, ErrNotFound
+		return Record{}, errNoRecord
 	}
 	if err != nil {
 		return Record{}, err
@@ -207,7 +210,7 @@ func (s *Store) Claim(ctx context.Context, p ClaimParams) (Claim, error) {
 	// a reopen can lose its race; a few rounds settle all three.
 	for range 5 {
 		rec, err := s.Get(ctx, p.TenantID, p.Key)
-		if errors.Is(err, ErrNotFound) {
+		if errors.Is(err, apperr.ErrNotFound) {
 			rec, owner, err := s.create(ctx, p, ttl)
 			if errors.Is(err, errRaced) {
 				continue
@@ -240,7 +243,7 @@ func (s *Store) Claim(ctx context.Context, p ClaimParams) (Claim, error) {
 		if err == nil {
 			return Claim{Record: reopened, Owner: true}, nil
 		}
-		if !errors.Is(err, ErrNotFound) {
+		if !errors.Is(err, apperr.ErrNotFound) {
 			return Claim{}, fmt.Errorf("claim %s/%s: reopen: %w", p.TenantID, p.Key, err)
 		}
 	}
@@ -282,7 +285,7 @@ func (s *Store) create(ctx context.Context, p ClaimParams, ttl float64) (Record,
 			RETURNING `+recordColumns,
 			uuid.New(), p.TenantID, p.Key, p.BizType, p.Fingerprint, p.WorkflowID, ttl))
 	}
-	if errors.Is(err, ErrNotFound) {
+	if errors.Is(err, apperr.ErrNotFound) {
 		return Record{}, false, errRaced
 	}
 	if err != nil {
@@ -427,7 +430,7 @@ func (s *Store) Resolve(ctx context.Context, p ResolveParams) (Resolution, error
 	var res Resolution
 	err := pgx.BeginFunc(ctx, s.db, func(tx pgx.Tx) error {
 		rec, err := GetTx(ctx, tx, p.Intent.TenantID, p.Intent.Key, true)
-		if errors.Is(err, ErrNotFound) {
+		if errors.Is(err, apperr.ErrNotFound) {
 			res = Resolution{Action: ResolvedNone}
 			return nil
 		}
