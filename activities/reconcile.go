@@ -12,13 +12,18 @@ import (
 	"go.temporal.io/sdk/activity"
 )
 
-// Reconcile outcomes, counted per run and shown in the Web UI.
+// Verdict is what reconcile did with one stale intent; runs count them and
+// show the counts in the Web UI. (Not an idem.Outcome, the stored answer.)
+type Verdict string
+
+// The verdicts.
 const (
-	OutcomeRunning      = "running"       // workflow still running: left alone
-	OutcomeFromWorkflow = "from-workflow" // completed workflow: SUCCESS with its result
-	OutcomeFromRow      = "from-row"      // business row found: SUCCESS rebuilt from it
-	OutcomeFailed       = "failed"        // nothing written, nothing running: FAILED
-	OutcomeSettled      = "already-final" // someone else finished it meanwhile
+	VerdictRunning      Verdict = "running"       // workflow still running: left alone
+	VerdictFromWorkflow Verdict = "from-workflow" // completed workflow: SUCCESS with its result
+	VerdictFromRow      Verdict = "from-row"      // business row found: SUCCESS rebuilt from it
+	VerdictFailed       Verdict = "failed"        // nothing written, nothing running: FAILED
+	VerdictSettled      Verdict = "already-final" // someone else finished it meanwhile
+	VerdictError        Verdict = "error"         // reconciling it failed; the next run retries
 )
 
 // FindStaleInput selects PROCESSING records older than the horizon.
@@ -45,7 +50,7 @@ func (a *Activities) FindStale(ctx context.Context, in FindStaleInput) ([]idem.I
 // itself); a completed one gives the exact answer its first caller got.
 // Otherwise the business row decides (ResolveIntent). It never writes a
 // business row, and every update names PROCESSING as the expected state.
-func (a *Activities) ReconcileIntent(ctx context.Context, in idem.Intent) (string, error) {
+func (a *Activities) ReconcileIntent(ctx context.Context, in idem.Intent) (Verdict, error) {
 	if a.Temporal == nil {
 		return "", errors.New("reconcile needs a Temporal client")
 	}
@@ -61,7 +66,7 @@ func (a *Activities) ReconcileIntent(ctx context.Context, in idem.Intent) (strin
 	default:
 		switch desc.GetWorkflowExecutionInfo().GetStatus() {
 		case enumspb.WORKFLOW_EXECUTION_STATUS_RUNNING:
-			return OutcomeRunning, nil
+			return VerdictRunning, nil
 		case enumspb.WORKFLOW_EXECUTION_STATUS_COMPLETED:
 			var out idem.Outcome
 			run := a.Temporal.GetWorkflow(ctx, in.WorkflowID, desc.GetWorkflowExecutionInfo().GetExecution().GetRunId())
@@ -77,13 +82,13 @@ func (a *Activities) ReconcileIntent(ctx context.Context, in idem.Intent) (strin
 	}
 	switch {
 	case res.Action == idem.ResolvedNone:
-		return OutcomeSettled, nil
+		return VerdictSettled, nil
 	case res.Status == idem.StatusFailed:
-		return OutcomeFailed, nil
+		return VerdictFailed, nil
 	case preferred != nil:
-		return OutcomeFromWorkflow, nil
+		return VerdictFromWorkflow, nil
 	default:
-		return OutcomeFromRow, nil
+		return VerdictFromRow, nil
 	}
 }
 

@@ -51,7 +51,7 @@ func TestReconcileLeavesARunningWorkflowAlone(t *testing.T) {
 	}
 	rec := backdate(t, s, "running")
 	got, err := s.Activities.ReconcileIntent(context.Background(), rec.Intent())
-	if err != nil || got != activities.OutcomeRunning {
+	if err != nil || got != activities.VerdictRunning {
 		t.Fatalf("outcome %q %v", got, err)
 	}
 	if rec, _ = s.Records.Get(context.Background(), testenv.TenantA, "running"); rec.Status != idem.StatusProcessing {
@@ -79,7 +79,7 @@ func TestReconcileBackfillsFromACompletedWorkflow(t *testing.T) {
 	}
 	rec := backdate(t, s, "done")
 	got, err := s.Activities.ReconcileIntent(context.Background(), rec.Intent())
-	if err != nil || got != activities.OutcomeFromWorkflow {
+	if err != nil || got != activities.VerdictFromWorkflow {
 		t.Fatalf("outcome %q %v", got, err)
 	}
 	again := s.Do(testenv.Request{Path: "/v1/tickets", Token: s.Tokens[testenv.TenantA], Key: "done", Body: body})
@@ -97,7 +97,7 @@ func TestReconcileBackfillsFromTheBusinessRow(t *testing.T) {
 	}
 	rec := backdate(t, s, "row")
 	got, err := s.Activities.ReconcileIntent(context.Background(), rec.Intent())
-	if err != nil || got != activities.OutcomeFromRow {
+	if err != nil || got != activities.VerdictFromRow {
 		t.Fatalf("outcome %q %v", got, err)
 	}
 	rec, _ = s.Records.Get(context.Background(), testenv.TenantA, "row")
@@ -114,7 +114,7 @@ func TestReconcileFailsAnIntentWithNothingWrittenAndARetryRunsIt(t *testing.T) {
 	claimOnly(t, s, "nothing")
 	rec := backdate(t, s, "nothing")
 	got, err := s.Activities.ReconcileIntent(context.Background(), rec.Intent())
-	if err != nil || got != activities.OutcomeFailed {
+	if err != nil || got != activities.VerdictFailed {
 		t.Fatalf("outcome %q %v", got, err)
 	}
 	rec, _ = s.Records.Get(context.Background(), testenv.TenantA, "nothing")
@@ -122,7 +122,7 @@ func TestReconcileFailsAnIntentWithNothingWrittenAndARetryRunsIt(t *testing.T) {
 		t.Fatalf("record %s", rec.Status)
 	}
 	// Reconciling again is a no-op: it never double-completes.
-	if got, _ := s.Activities.ReconcileIntent(context.Background(), rec.Intent()); got != activities.OutcomeSettled {
+	if got, _ := s.Activities.ReconcileIntent(context.Background(), rec.Intent()); got != activities.VerdictSettled {
 		t.Fatalf("second pass: %q", got)
 	}
 	r := s.Do(testenv.Request{Path: "/v1/tickets", Token: s.Tokens[testenv.TenantA], Key: "nothing", Body: body})

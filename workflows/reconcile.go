@@ -42,15 +42,15 @@ type ReconcileInput struct {
 
 // ReconcileResult counts what a run found and did.
 type ReconcileResult struct {
-	Stale         int            `json:"stale"`
-	Outcomes      map[string]int `json:"outcomes"`
-	Purged        int64          `json:"purged"`
-	PurgeComplete bool           `json:"purge_complete"`
+	Stale         int                        `json:"stale"`
+	Outcomes      map[activities.Verdict]int `json:"outcomes"`
+	Purged        int64                      `json:"purged"`
+	PurgeComplete bool                       `json:"purge_complete"`
 }
 
 // Fixed counts the records this run settled.
 func (r ReconcileResult) Fixed() int {
-	return r.Outcomes[activities.OutcomeFromWorkflow] + r.Outcomes[activities.OutcomeFromRow] + r.Outcomes[activities.OutcomeFailed]
+	return r.Outcomes[activities.VerdictFromWorkflow] + r.Outcomes[activities.VerdictFromRow] + r.Outcomes[activities.VerdictFailed]
 }
 
 // Reconcile settles stale PROCESSING records and purges expired ones.
@@ -59,7 +59,7 @@ func (r ReconcileResult) Fixed() int {
 // thing to watch and pause, and they cannot interfere, since purge never
 // touches a PROCESSING record and reconcile only touches those.
 func Reconcile(ctx workflow.Context, in ReconcileInput) (ReconcileResult, error) {
-	res := ReconcileResult{Outcomes: map[string]int{}}
+	res := ReconcileResult{Outcomes: map[activities.Verdict]int{}}
 	short := workflow.WithActivityOptions(ctx, workflow.ActivityOptions{
 		StartToCloseTimeout: 30 * time.Second,
 		RetryPolicy:         &temporal.RetryPolicy{MaximumAttempts: 5, MaximumInterval: 10 * time.Second},
@@ -74,14 +74,14 @@ func Reconcile(ctx workflow.Context, in ReconcileInput) (ReconcileResult, error)
 		futures[i] = workflow.ExecuteActivity(short, a.ReconcileIntent, it)
 	}
 	for i, f := range futures {
-		var outcome string
-		if err := f.Get(ctx, &outcome); err != nil {
+		var verdict activities.Verdict
+		if err := f.Get(ctx, &verdict); err != nil {
 			// One bad record must not block the others; it stays stale
 			// and is retried by the next run.
 			workflow.GetLogger(ctx).Error("reconcile intent", "workflow_id", stale[i].WorkflowID, "error", err)
-			outcome = "error"
+			verdict = activities.VerdictError
 		}
-		res.Outcomes[outcome]++
+		res.Outcomes[verdict]++
 	}
 
 	purgeCtx := workflow.WithActivityOptions(ctx, workflow.ActivityOptions{
@@ -101,8 +101,8 @@ func Reconcile(ctx workflow.Context, in ReconcileInput) (ReconcileResult, error)
 	}
 	workflow.SetCurrentDetails(ctx, fmt.Sprintf(
 		"**stale PROCESSING:** %d  \n**left running:** %d  \n**SUCCESS from workflow result:** %d  \n**SUCCESS from business row:** %d  \n**FAILED (nothing written):** %d  \n**already final:** %d  \n**errors:** %d  \n**purged:** %d (complete: %t)",
-		res.Stale, res.Outcomes[activities.OutcomeRunning], res.Outcomes[activities.OutcomeFromWorkflow],
-		res.Outcomes[activities.OutcomeFromRow], res.Outcomes[activities.OutcomeFailed],
-		res.Outcomes[activities.OutcomeSettled], res.Outcomes["error"], res.Purged, res.PurgeComplete))
+		res.Stale, res.Outcomes[activities.VerdictRunning], res.Outcomes[activities.VerdictFromWorkflow],
+		res.Outcomes[activities.VerdictFromRow], res.Outcomes[activities.VerdictFailed],
+		res.Outcomes[activities.VerdictSettled], res.Outcomes[activities.VerdictError], res.Purged, res.PurgeComplete))
 	return res, nil
 }

@@ -17,9 +17,9 @@ func TestReconcileCountsOutcomesAndSurvivesABadRecord(t *testing.T) {
 	env.RegisterWorkflow(workflows.Reconcile)
 	stale := []idem.Intent{{Key: "a", WorkflowID: "w/a"}, {Key: "b", WorkflowID: "w/b"}, {Key: "c", WorkflowID: "w/c"}, {Key: "d", WorkflowID: "w/d"}}
 	env.OnActivity(a.FindStale, mock.Anything, mock.Anything).Return(stale, nil)
-	env.OnActivity(a.ReconcileIntent, mock.Anything, stale[0]).Return(activities.OutcomeRunning, nil)
-	env.OnActivity(a.ReconcileIntent, mock.Anything, stale[1]).Return(activities.OutcomeFromRow, nil)
-	env.OnActivity(a.ReconcileIntent, mock.Anything, stale[2]).Return(activities.OutcomeFailed, nil)
+	env.OnActivity(a.ReconcileIntent, mock.Anything, stale[0]).Return(activities.VerdictRunning, nil)
+	env.OnActivity(a.ReconcileIntent, mock.Anything, stale[1]).Return(activities.VerdictFromRow, nil)
+	env.OnActivity(a.ReconcileIntent, mock.Anything, stale[2]).Return(activities.VerdictFailed, nil)
 	// d keeps failing: its retries back off for tens of seconds, which
 	// the test environment's time skipping runs through at once.
 	env.OnActivity(a.ReconcileIntent, mock.Anything, stale[3]).Return("", errors.New("temporal unreachable"))
@@ -31,7 +31,7 @@ func TestReconcileCountsOutcomesAndSurvivesABadRecord(t *testing.T) {
 	if err := env.GetWorkflowResult(&res); err != nil {
 		t.Fatal(err)
 	}
-	if res.Stale != 4 || res.Fixed() != 2 || res.Outcomes[activities.OutcomeRunning] != 1 || res.Outcomes["error"] != 1 || res.Purged != 42 {
+	if res.Stale != 4 || res.Fixed() != 2 || res.Outcomes[activities.VerdictRunning] != 1 || res.Outcomes[activities.VerdictError] != 1 || res.Purged != 42 {
 		t.Fatalf("result %+v", res)
 	}
 	if skipped := env.Now().Sub(start); skipped < 10*time.Second {
