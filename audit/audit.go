@@ -63,8 +63,8 @@ func Run(ctx context.Context, db idem.Querier, records *idem.Store, guards []ide
 }
 
 // hasUniqueIndex looks for a valid unique index on exactly
-// (tenant_id, idem_key), whatever it is named: the seed's troubleshooting
-// table names a dropped unique index as a cause of duplicates.
+// (tenant_id, idem_key), whatever it is named: a dropped unique index is
+// one way duplicates get in, since the constraint is the last line.
 func hasUniqueIndex(ctx context.Context, db idem.Querier, table string) (bool, error) {
 	var ok bool
 	err := db.QueryRow(ctx, `

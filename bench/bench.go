@@ -2,7 +2,7 @@
 // references run in the same process, on the same machine, against the same
 // Temporal server and PostgreSQL, by the same load generator: a bare
 // Temporal workflow (eager start, one no-op local activity) and a
-// PostgreSQL-only Idempotency-Key implementation of the seed design (claim,
+// PostgreSQL-only Idempotency-Key implementation (claim,
 // execute, complete; a replay locks the key's row, as a typical middleware
 // does). Absolute numbers depend on the machine; the ratios are what it
 // reports on.

@@ -20,7 +20,7 @@ import (
 	"go.temporal.io/sdk/workflow"
 )
 
-// pgReference is the PostgreSQL-only design the seeds describe, as an
+// pgReference is a PostgreSQL-only Idempotency-Key design, as an
 // Idempotency-Key middleware would do it: claim the key (insert
 // PROCESSING), execute (insert the row) and complete (store the answer) in
 // one transaction; a replay reads the key's record under its row lock. Its

@@ -30,7 +30,7 @@ var commands = map[string]command{
 	"audit":       {"check constraints, duplicates and stuck intents; exit 3 when anything is found", runAudit},
 	"mcp":         {"serve idemflow's tools to MCP agents over stdio (or --http) through the gateway", runMCP},
 	"bench":       {"measure the gateway beside a bare Temporal workflow and a PostgreSQL-only reference, as ratios", runBench},
-	"demo":        {"replay the seed incident against a running gateway: idemflow's client beside a naive one", runDemo},
+	"demo":        {"replay a lost-answer incident against a running gateway: idemflow's client beside a naive one", runDemo},
 	"healthcheck": {"exit 0 when a URL answers 200 (container health checks)", runHealthcheck},
 	"postgres":    {"ensure a PostgreSQL server (reachable or private) and print its admin URL", runPostgres},
 }

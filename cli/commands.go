@@ -87,19 +87,15 @@ func runRoles(ctx context.Context, env *Env, name string, r roles, args []string
 		return err
 	}
 	w := worker.New(d.Temporal, d.Activities)
+	env.Logger.Info("worker running", "temporal", c.temporal, "namespace", c.namespace)
+	if !r.gateway {
+		return worker.Run(ctx, w)
+	}
 	if err := w.Start(); err != nil {
 		return fmt.Errorf("start worker: %w", err)
 	}
-	// Stop drains: running activities get up to the stop timeout, so a
-	// deploy does not cut a business transaction in half.
-	defer w.Stop()
-	env.Logger.Info("worker running", "temporal", c.temporal, "namespace", c.namespace)
-	if r.gateway {
-		return serveGateway(ctx, env.Logger, d, gw, nil)
-	}
-	<-ctx.Done()
-	env.Logger.Info("worker stopping")
-	return nil
+	defer w.Stop() // drains, as worker.Run does
+	return serveGateway(ctx, env.Logger, d, gw, nil)
 }
 
 // bindingsFlag is --bootstrap-tokens: "tenant:token,..." checked when the

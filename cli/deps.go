@@ -13,7 +13,6 @@ import (
 	"github.com/idemflow/idemflow/gateway"
 	"github.com/idemflow/idemflow/idem"
 	"github.com/idemflow/idemflow/tenant"
-	"github.com/idemflow/idemflow/tickets"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"go.temporal.io/sdk/client"
@@ -72,7 +71,6 @@ type deps struct {
 	Temporal   client.Client
 	Records    *idem.Store
 	Tenants    *tenant.Store
-	Tickets    *tickets.Store
 	Activities *activities.Activities
 	Logger     *slog.Logger
 	namespace  string
@@ -103,7 +101,6 @@ func openDeps(ctx context.Context, logger *slog.Logger, c common) (*deps, error)
 		Temporal:   tc,
 		Records:    records,
 		Tenants:    tenant.NewStore(pool),
-		Tickets:    tickets.NewStore(pool),
 		Activities: activities.New(pool, records, tc, logger),
 		Logger:     logger,
 		namespace:  c.namespace,

@@ -32,8 +32,8 @@ func (s *scheduleFlags) register(fs *flag.FlagSet) {
 	fs.DurationVar(&s.maxRetryWindow, "max-retry-window", time.Hour, "the longest time an agent keeps retrying one intent (env IDEMFLOW_MAX_RETRY_WINDOW)")
 }
 
-// check validates the settings and prints the seed's retention formula
-// when the configured retention disagrees with it.
+// check validates the settings and warns when the record retention is
+// below schedule.RetentionAdvice's bound.
 func (s *scheduleFlags) check(logger *slog.Logger, retention time.Duration) error {
 	if err := s.cfg.Validate(); err != nil {
 		return fmt.Errorf("%w: %w", errUsage, err)

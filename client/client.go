@@ -99,8 +99,9 @@ func sleepCtx(ctx context.Context, d time.Duration) error {
 	}
 }
 
-// NewKey makes a key "<kind>:<tenant>:<uuid>" (the seed design's
-// ticket:create:{tenant}:{uuid} shape).
+// NewKey makes a key "<kind>:<tenant>:<uuid>", e.g.
+// ticket:create:acme:6f1c…: readable in logs and the Web UI, unique by its
+// UUID, and never reused for another intent.
 func (c *Client) NewKey(kind string) string {
 	tenant := c.Tenant
 	if tenant == "" {

@@ -1,4 +1,4 @@
-// Package demo plays the seed design's incident: an agent creates tickets
+// Package demo replays the incident idemflow was built for: an agent creates tickets
 // and orders over a network that loses answers after the server acted, and
 // retries. With idemflow's client every intent lands once; with a naive
 // client that makes a new key per attempt, duplicates pile up.
@@ -166,7 +166,7 @@ func runClient(ctx context.Context, cfg Config, label, prefix string, seed uint6
 	return rep, ctx.Err()
 }
 
-// runNaive is the bug the seed describes: the retry loop makes a new key
+// runNaive is the bug behind that incident: the retry loop makes a new key
 // (a new request ID) for every attempt, so the server sees new intents.
 func runNaive(ctx context.Context, cfg Config, prefix string, seed uint64) (Report, error) {
 	flaky := newFlaky(http.DefaultTransport, cfg.DropRate, cfg.DelayRate, cfg.AttemptTimeout+500*time.Millisecond, seed)
@@ -254,7 +254,7 @@ func countRows(ctx context.Context, cfg Config, rep *Report, prefix string) erro
 
 func printReport(cfg Config, good, naive Report, started time.Time) {
 	w := cfg.Out
-	fmt.Fprintf(w, "\nThe seed incident, replayed: %d intents per client; %.0f%% of answers lost and %.0f%% late after the server acted.\n\n",
+	fmt.Fprintf(w, "\nThe incident, replayed: %d intents per client; %.0f%% of answers lost and %.0f%% late after the server acted.\n\n",
 		cfg.Intents, cfg.DropRate*100, cfg.DelayRate*100)
 	fmt.Fprintf(w, "  %-26s %22s %26s\n", "", "idemflow client", "naive client")
 	fmt.Fprintf(w, "  %-26s %22s %26s\n", "", "(one key per intent)", "(new key per attempt)")

@@ -16,7 +16,7 @@ var errResponseLost = errors.New("connection reset: response lost after the serv
 
 // flakyTransport forwards every request to the server, then loses a share
 // of the answers and delays another share past the client's timeout: the
-// seed incident's network, where a timeout is not a failure.
+// network of the incident the demo replays, where a timeout is not a failure.
 type flakyTransport struct {
 	base     http.RoundTripper
 	drop     float64

@@ -8,9 +8,9 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 )
 
-// Metrics count what each submission came to. The seed design's advice:
-// watch claims, replays and conflicts separately; replays are normal, and
-// a rising conflict count means an agent runtime reuses keys wrongly.
+// Metrics count what each submission came to, claims, replays and
+// conflicts apart: replays are normal, while a rising conflict count means
+// an agent runtime reuses keys wrongly (README, "Reads").
 type Metrics struct {
 	registry *prometheus.Registry
 	intents  *prometheus.CounterVec

@@ -86,8 +86,8 @@ type Retention struct {
 	ByBizType map[string]time.Duration
 }
 
-// DefaultRetention is the seed design's 7 days: far longer than any agent's
-// retry window, and the rows are small.
+// DefaultRetention is 7 days: far longer than any agent's retry window
+// (see RetentionAdvice in schedule), and the rows are small.
 const DefaultRetention = 7 * 24 * time.Hour
 
 // For returns the retention of bizType.

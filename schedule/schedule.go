@@ -26,9 +26,9 @@ type Config struct {
 	Input         workflows.ReconcileInput
 }
 
-// Defaults: every minute, records PROCESSING for 5 minutes are stale (the
-// seed's advice: well above a create's P99), purge 500 rows a batch for at
-// most 20 s a run.
+// Defaults: every minute, records PROCESSING for 5 minutes are stale (well
+// above a create's P99, and above one activity attempt, see Validate),
+// purge 500 rows a batch for at most 20 s a run.
 const (
 	DefaultInterval          = time.Minute
 	DefaultCatchupWindow     = 10 * time.Minute
@@ -54,9 +54,9 @@ func DefaultConfig() Config {
 
 // Validate rejects settings that would break the guarantee. A processing
 // timeout at or below one activity attempt's start-to-close would let
-// reconcile judge an intent whose attempt may still commit (the seed's
-// "PROCESSING timeout too short" pitfall); reconcile also asks Temporal,
-// but the horizon is the first line.
+// reconcile judge an intent whose attempt may still commit, and a slow
+// create would become a duplicate; reconcile also asks Temporal, but the
+// horizon is the first line.
 func (c Config) Validate() error {
 	switch {
 	case c.Input.ProcessingTimeout.D() <= workflows.ActivityStartToClose:
@@ -70,16 +70,19 @@ func (c Config) Validate() error {
 	return nil
 }
 
-// RetentionAdvice checks a record retention against the seed's formula:
-// retention >= max retry window x safety factor (3 to 5) + reconcile
-// period. It returns "" when retention satisfies it with the factor 3.
+// RetentionAdvice checks a record retention against the rule retention >=
+// max retry window x safety factor (3 to 5) + reconcile period (README,
+// "Record retention and Temporal retention"). It returns "" when retention
+// satisfies it with the factor 3. Below it nothing executes twice (a
+// purged key is recalled from its business row), but a late retry gets an
+// answer rebuilt from the row rather than the stored bytes.
 func RetentionAdvice(retention, maxRetryWindow, reconcilePeriod time.Duration) string {
 	need := 3*maxRetryWindow + reconcilePeriod
 	if retention >= need {
 		return ""
 	}
-	return fmt.Sprintf("record retention %v is below the seed formula: max retry window %v x safety factor 3..5 + reconcile period %v = %v..%v; "+
-		"a retry arriving after its record is purged would execute again", retention, maxRetryWindow, reconcilePeriod,
+	return fmt.Sprintf("record retention %v is below max retry window %v x safety factor 3..5 + reconcile period %v = %v..%v; "+
+		"a retry arriving after its record is purged gets its answer rebuilt from the business row, not the stored bytes", retention, maxRetryWindow, reconcilePeriod,
 		need, 5*maxRetryWindow+reconcilePeriod)
 }
 

@@ -79,7 +79,7 @@ func TestValidateRejectsAHorizonWithinOneActivityAttempt(t *testing.T) {
 }
 
 func TestRetentionAdviceFollowsTheSeedFormula(t *testing.T) {
-	// The seed's example: 1 h retry window, daily reconcile: 27 h minimum.
+	// 1 h retry window, daily reconcile: 3 x 1 h + 24 h = 27 h minimum.
 	if a := schedule.RetentionAdvice(48*time.Hour, time.Hour, 24*time.Hour); a != "" {
 		t.Fatalf("48h should satisfy it: %s", a)
 	}

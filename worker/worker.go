@@ -2,6 +2,8 @@
 package worker
 
 import (
+	"context"
+	"fmt"
 	"time"
 
 	"github.com/idemflow/idemflow/activities"
@@ -20,6 +22,18 @@ func New(c client.Client, acts *activities.Activities) sdkworker.Worker {
 	})
 	Register(w, acts)
 	return w
+}
+
+// Run starts w, blocks until ctx ends, then stops it. Stop drains: running
+// activities get up to the WorkerStopTimeout, so a deploy does not cut a
+// business transaction in half.
+func Run(ctx context.Context, w sdkworker.Worker) error {
+	if err := w.Start(); err != nil {
+		return fmt.Errorf("start worker: %w", err)
+	}
+	<-ctx.Done()
+	w.Stop()
+	return nil
 }
 
 // Register registers idemflow's workflows and activities on r.
