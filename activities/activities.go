@@ -174,22 +174,6 @@ func unstorable(err error) bool {
 	return errors.As(err, &pgErr) && strings.HasPrefix(pgErr.Code, "22")
 }
 
-// CreateTicket inserts the ticket of an intent, or returns the one an
-// earlier execution inserted.
-func (a *Activities) CreateTicket(ctx context.Context, in tickets.CreateInput) (idem.Outcome, error) {
-	fp, err := in.Request.Fingerprint()
-	if err != nil {
-		return idem.Outcome{}, temporal.NewNonRetryableApplicationError(err.Error(), idem.ErrTypeForged, err)
-	}
-	return a.execute(ctx, in.Intent, fp, func(tx pgx.Tx) (idem.Outcome, error) {
-		t, err := tickets.Insert(ctx, tx, tickets.New(in))
-		if err != nil {
-			return idem.Outcome{}, err
-		}
-		return t.Outcome(), nil
-	})
-}
-
 // Resolution is what ResolveIntent decided.
 type Resolution = idem.Resolution
 

@@ -12,7 +12,6 @@ import (
 	"github.com/idemflow/idemflow/tenant"
 	"github.com/idemflow/idemflow/testenv"
 	"github.com/idemflow/idemflow/tickets"
-	"github.com/idemflow/idemflow/workflows"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"go.temporal.io/sdk/temporal"
 )
@@ -41,7 +40,7 @@ func (f fixture) claim(t *testing.T, key string) tickets.CreateInput {
 	if err != nil {
 		t.Fatal(err)
 	}
-	it := idem.Intent{TenantID: "acme", Key: key, BizType: tickets.BizType, Fingerprint: fp, WorkflowID: workflows.TicketWorkflowID("acme", key)}
+	it := idem.Intent{TenantID: "acme", Key: key, BizType: tickets.BizType, Fingerprint: fp, WorkflowID: tickets.WorkflowID("acme", key)}
 	c, err := f.records.Claim(context.Background(), idem.ClaimParams{TenantID: it.TenantID, Key: key, BizType: it.BizType, Fingerprint: fp, WorkflowID: it.WorkflowID})
 	if err != nil || !c.Owner {
 		t.Fatalf("claim: %+v %v", c, err)

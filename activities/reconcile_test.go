@@ -10,7 +10,6 @@ import (
 	"github.com/idemflow/idemflow/idem"
 	"github.com/idemflow/idemflow/testenv"
 	"github.com/idemflow/idemflow/tickets"
-	"github.com/idemflow/idemflow/workflows"
 	"go.temporal.io/sdk/testsuite"
 )
 
@@ -36,7 +35,7 @@ func claimOnly(t *testing.T, s *testenv.Stack, key string) tickets.CreateInput {
 	t.Helper()
 	req := tickets.Request{CustomerID: "c-1", Title: "Stuck", Priority: "low"}
 	fp, _ := req.Fingerprint()
-	it := idem.Intent{TenantID: testenv.TenantA, Key: key, BizType: tickets.BizType, Fingerprint: fp, WorkflowID: workflows.TicketWorkflowID(testenv.TenantA, key)}
+	it := idem.Intent{TenantID: testenv.TenantA, Key: key, BizType: tickets.BizType, Fingerprint: fp, WorkflowID: tickets.WorkflowID(testenv.TenantA, key)}
 	if _, err := s.Records.Claim(context.Background(), idem.ClaimParams{TenantID: it.TenantID, Key: key, BizType: it.BizType, Fingerprint: fp, WorkflowID: it.WorkflowID}); err != nil {
 		t.Fatal(err)
 	}

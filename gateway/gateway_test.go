@@ -15,7 +15,7 @@ import (
 	"github.com/idemflow/idemflow/gateway"
 	"github.com/idemflow/idemflow/idem"
 	"github.com/idemflow/idemflow/testenv"
-	"github.com/idemflow/idemflow/workflows"
+	"github.com/idemflow/idemflow/tickets"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"go.temporal.io/sdk/client"
 )
@@ -355,7 +355,7 @@ func TestDatabaseDownIs503(t *testing.T) {
 		t.Fatalf("records down: %d %s", r.Status, r.Body)
 	}
 	assertProblem(t, r, "/problems/service-unavailable")
-	if _, err := s.Temporal.DescribeWorkflowExecution(context.Background(), workflows.TicketWorkflowID(testenv.TenantA, "k-claim"), ""); err == nil {
+	if _, err := s.Temporal.DescribeWorkflowExecution(context.Background(), tickets.WorkflowID(testenv.TenantA, "k-claim"), ""); err == nil {
 		t.Fatal("a workflow started without its record")
 	}
 	if n := countTickets(t, s); n != 0 {

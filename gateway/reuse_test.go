@@ -9,7 +9,7 @@ import (
 
 	"github.com/idemflow/idemflow/idem"
 	"github.com/idemflow/idemflow/testenv"
-	"github.com/idemflow/idemflow/workflows"
+	"github.com/idemflow/idemflow/tickets"
 	"go.temporal.io/sdk/client"
 )
 
@@ -111,7 +111,7 @@ func TestOperatorCancelFailsTheIntentAndARetryRunsIt(t *testing.T) {
 	if r.Status != http.StatusAccepted {
 		t.Fatalf("%d %s", r.Status, r.Body)
 	}
-	wid := workflows.TicketWorkflowID(testenv.TenantA, "to-cancel")
+	wid := tickets.WorkflowID(testenv.TenantA, "to-cancel")
 	if err := s.Temporal.CancelWorkflow(ctx, wid, ""); err != nil {
 		t.Fatal(err)
 	}
@@ -135,7 +135,7 @@ func TestOperatorCancelFailsTheIntentAndARetryRunsIt(t *testing.T) {
 func TestOperatorTerminateFailsTheIntentAndARetryRunsIt(t *testing.T) {
 	s := testenv.NewStack(t, testenv.Options{NoWorker: true})
 	ctx := context.Background()
-	wid := workflows.TicketWorkflowID(testenv.TenantA, "to-terminate")
+	wid := tickets.WorkflowID(testenv.TenantA, "to-terminate")
 	done := make(chan testenv.Response, 1)
 	go func() {
 		done <- s.Do(testenv.Request{Path: "/v1/tickets", Token: s.Tokens[testenv.TenantA], Key: "to-terminate", Body: ticketBody, Header: map[string]string{"Prefer": "wait=20"}})

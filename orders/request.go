@@ -10,12 +10,8 @@ import (
 	"github.com/idemflow/idemflow/idem"
 )
 
+// Limits of a create request.
 const (
-	// BizCreate names order creation in idempotency records.
-	BizCreate = "order.create"
-	// ScopeCreate is the first segment of a create intent's workflow ID.
-	ScopeCreate = "order"
-
 	maxItems    = 50
 	maxQuantity = 1000
 )
@@ -113,18 +109,4 @@ func TransitionFingerprint(orderNo string, action Action, r TransitionRequest) (
 		OrderNo string            `json:"order_no"`
 		Body    TransitionRequest `json:"body"`
 	}{orderNo, r})
-}
-
-// CreateInput is the CreateOrder workflow's and activity's input.
-type CreateInput struct {
-	Intent  idem.Intent   `json:"intent"`
-	Request CreateRequest `json:"request"`
-}
-
-// TransitionInput is the TransitionOrder workflow's and activity's input.
-type TransitionInput struct {
-	Intent  idem.Intent       `json:"intent"`
-	OrderNo string            `json:"order_no"`
-	Action  Action            `json:"action"`
-	Request TransitionRequest `json:"request"`
 }

@@ -394,8 +394,7 @@ func Recall(ctx context.Context, q idem.Querier, tenantID, key string) (idem.Pri
 	if err != nil {
 		return idem.Prior{}, false, fmt.Errorf("recall order event %s/%s: %w", tenantID, key, err)
 	}
-	scope := ScopeCreate
-	p.BizType = BizCreate
+	p.BizType, p.WorkflowID = BizCreate, WorkflowID(tenantID, key)
 	if from == StatusInit {
 		p.Outcome.Status, p.Outcome.Location = 201, "/v1/orders/"+orderNo
 	} else {
@@ -403,9 +402,8 @@ func Recall(ctx context.Context, q idem.Querier, tenantID, key string) (idem.Pri
 		if !ok {
 			return idem.Prior{}, false, fmt.Errorf("recall order event %s/%s: no action leads to %s", tenantID, key, to)
 		}
-		p.BizType, scope = act.BizType(), act.Scope()
+		p.BizType, p.WorkflowID = act.BizType(), TransitionWorkflowID(act, tenantID, key)
 	}
-	p.WorkflowID = idem.WorkflowID(scope, tenantID, key)
 	return p, true, nil
 }
 

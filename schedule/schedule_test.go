@@ -10,6 +10,7 @@ import (
 	"github.com/idemflow/idemflow/idem"
 	"github.com/idemflow/idemflow/schedule"
 	"github.com/idemflow/idemflow/testenv"
+	"github.com/idemflow/idemflow/tickets"
 	"github.com/idemflow/idemflow/workflows"
 	"go.temporal.io/api/workflowservice/v1"
 	"go.temporal.io/sdk/client"
@@ -98,7 +99,7 @@ func TestScheduledRunFixesAStuckIntent(t *testing.T) {
 	defer cancel()
 	ns := s.Server.GetDefaultNamespace()
 	// A gateway died after recording this intent.
-	if _, err := s.Records.Claim(ctx, idem.ClaimParams{TenantID: testenv.TenantA, Key: "orphan", BizType: "ticket.create", Fingerprint: "fp", WorkflowID: workflows.TicketWorkflowID(testenv.TenantA, "orphan")}); err != nil {
+	if _, err := s.Records.Claim(ctx, idem.ClaimParams{TenantID: testenv.TenantA, Key: "orphan", BizType: "ticket.create", Fingerprint: "fp", WorkflowID: tickets.WorkflowID(testenv.TenantA, "orphan")}); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := s.Pool.Exec(ctx, `UPDATE idempotency_record SET updated_at = now() - interval '1 hour'`); err != nil {

@@ -17,7 +17,7 @@ func OrderIntent(tenantID, key string, req orders.CreateRequest) (Intent, error)
 	if err != nil {
 		return Intent{}, err
 	}
-	return newIntent(tenantID, key, orders.BizCreate, fp, workflows.OrderWorkflowID(tenantID, key),
+	return newIntent(tenantID, key, orders.BizCreate, fp, orders.WorkflowID(tenantID, key),
 		workflows.CreateOrder, func(it idem.Intent) any { return orders.CreateInput{Intent: it, Request: req} },
 		fmt.Sprintf("order for %s: %d item(s)", req.CustomerID, len(req.Items))), nil
 }
@@ -31,7 +31,7 @@ func TransitionIntent(tenantID, key, orderNo string, action orders.Action, req o
 	if err != nil {
 		return Intent{}, err
 	}
-	return newIntent(tenantID, key, action.BizType(), fp, workflows.TransitionWorkflowID(action, tenantID, key),
+	return newIntent(tenantID, key, action.BizType(), fp, orders.TransitionWorkflowID(action, tenantID, key),
 		workflows.TransitionOrder, func(it idem.Intent) any {
 			return orders.TransitionInput{Intent: it, OrderNo: orderNo, Action: action, Request: req}
 		},

@@ -19,7 +19,7 @@ func TicketIntent(tenantID, key string, req tickets.Request) (Intent, error) {
 	if err != nil {
 		return Intent{}, err
 	}
-	return newIntent(tenantID, key, tickets.BizType, fp, workflows.TicketWorkflowID(tenantID, key),
+	return newIntent(tenantID, key, tickets.BizType, fp, tickets.WorkflowID(tenantID, key),
 		workflows.CreateTicket, func(it idem.Intent) any { return tickets.CreateInput{Intent: it, Request: req} },
 		fmt.Sprintf("ticket for %s: %s", req.CustomerID, truncate(req.Title, 80))), nil
 }

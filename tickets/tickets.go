@@ -16,12 +16,8 @@ import (
 	"github.com/jackc/pgx/v5"
 )
 
+// Limits of a ticket request.
 const (
-	// BizType names the operation in idempotency records and fingerprints.
-	BizType = "ticket.create"
-	// Scope is the first segment of a ticket intent's workflow ID.
-	Scope = "ticket"
-
 	maxTitle       = 200
 	maxDescription = 10000
 	maxCustomerID  = 128
@@ -29,14 +25,6 @@ const (
 
 // Priorities a ticket may have.
 var Priorities = []string{"low", "normal", "high", "urgent"}
-
-// Request is the body of POST /v1/tickets.
-type Request struct {
-	CustomerID  string `json:"customer_id"`
-	Title       string `json:"title"`
-	Description string `json:"description,omitempty"`
-	Priority    string `json:"priority,omitempty"`
-}
 
 // Normalize applies defaults and validates. The defaults are applied before
 // fingerprinting, so an omitted priority and "normal" are the same intent.
@@ -98,20 +86,6 @@ type Ticket struct {
 	Priority       string
 	Status         string
 	CreatedAt      time.Time
-}
-
-// View is the JSON representation of a ticket, the body of 201 replies,
-// replays and GET /v1/tickets/{id}.
-type View struct {
-	TicketID       string `json:"ticket_id"`
-	Status         string `json:"status"`
-	CustomerID     string `json:"customer_id"`
-	Title          string `json:"title"`
-	Description    string `json:"description"`
-	Priority       string `json:"priority"`
-	CreatedAt      string `json:"created_at"`
-	IdempotencyKey string `json:"idempotency_key"`
-	WorkflowID     string `json:"workflow_id"`
 }
 
 // Body renders t. It depends on the row alone, so a snapshot rebuilt from
@@ -179,7 +153,7 @@ func GetByKey(ctx context.Context, q idem.Querier, tenantID, key string) (Ticket
 func Insert(ctx context.Context, q idem.Querier, t Ticket) (Ticket, error) {
 	t.CreatedAt = t.CreatedAt.UTC().Truncate(time.Microsecond)
 	if t.Status == "" {
-		t.Status = "open"
+		t.Status = StatusOpen
 	}
 	_, err := q.Exec(ctx, `INSERT INTO ticket (`+columns+`) VALUES ($1,$2,$3,$4,$5,$6,$7,$8,$9,$10,$11)`,
 		t.ID, t.TenantID, t.IdempotencyKey, t.Fingerprint, t.WorkflowID, t.CustomerID,
@@ -188,12 +162,6 @@ func Insert(ctx context.Context, q idem.Querier, t Ticket) (Ticket, error) {
 		return Ticket{}, fmt.Errorf("insert ticket %s/%s: %w", t.TenantID, t.IdempotencyKey, err)
 	}
 	return t, nil
-}
-
-// CreateInput is the CreateTicket workflow's and activity's input.
-type CreateInput struct {
-	Intent  idem.Intent `json:"intent"`
-	Request Request     `json:"request"`
 }
 
 // New builds the row for a create intent. The ID and time are made here, in
@@ -209,7 +177,7 @@ func New(in CreateInput) Ticket {
 		Title:          in.Request.Title,
 		Description:    in.Request.Description,
 		Priority:       in.Request.Priority,
-		Status:         "open",
+		Status:         StatusOpen,
 		CreatedAt:      time.Now(),
 	}
 }

@@ -6,17 +6,6 @@ import (
 	"go.temporal.io/sdk/workflow"
 )
 
-// OrderWorkflowID is the workflow ID of an order-create intent.
-func OrderWorkflowID(tenantID, key string) string {
-	return idem.WorkflowID(orders.ScopeCreate, tenantID, key)
-}
-
-// TransitionWorkflowID is the workflow ID of a pay, cancel, refund or
-// fulfill intent.
-func TransitionWorkflowID(action orders.Action, tenantID, key string) string {
-	return idem.WorkflowID(action.Scope(), tenantID, key)
-}
-
 // CreateOrder creates the order of one intent.
 func CreateOrder(ctx workflow.Context, in orders.CreateInput) (idem.Outcome, error) {
 	return runIntent(ctx, in.Intent, a.CreateOrder, in)

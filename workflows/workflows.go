@@ -9,18 +9,12 @@ import (
 
 	"github.com/idemflow/idemflow/activities"
 	"github.com/idemflow/idemflow/idem"
-	"github.com/idemflow/idemflow/tickets"
 	"go.temporal.io/sdk/temporal"
 	"go.temporal.io/sdk/workflow"
 )
 
 // TaskQueue is the one task queue of idemflow's worker.
 const TaskQueue = "idemflow"
-
-// TicketWorkflowID is the workflow ID of a ticket intent.
-func TicketWorkflowID(tenantID, key string) string {
-	return idem.WorkflowID(tickets.Scope, tenantID, key)
-}
 
 // ActivityStartToClose bounds one activity attempt. The reconcile horizon
 // (processing timeout) must be larger, or reconcile would settle intents
@@ -74,13 +68,6 @@ var settleOptions = workflow.ActivityOptions{
 }
 
 var a *activities.Activities
-
-// CreateTicket creates the ticket of one intent. Its result is the stored
-// answer; a business rejection fails the workflow (so that the reuse policy
-// lets a later retry run again) with the rejection's answer in the error.
-func CreateTicket(ctx workflow.Context, in tickets.CreateInput) (idem.Outcome, error) {
-	return runIntent(ctx, in.Intent, a.CreateTicket, in)
-}
 
 // runIntent executes an intent's activity and, when it gives up for any
 // reason other than a business rejection, settles the record so that it

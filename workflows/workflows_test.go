@@ -26,7 +26,7 @@ var record = flag.Bool("record", false, "re-record testdata histories from a rea
 var a *activities.Activities
 
 func ticketInput() tickets.CreateInput {
-	it := idem.Intent{TenantID: "acme", Key: "k", BizType: tickets.BizType, Fingerprint: "fp", WorkflowID: workflows.TicketWorkflowID("acme", "k")}
+	it := idem.Intent{TenantID: "acme", Key: "k", BizType: tickets.BizType, Fingerprint: "fp", WorkflowID: tickets.WorkflowID("acme", "k")}
 	return tickets.CreateInput{Intent: it, Request: tickets.Request{CustomerID: "c", Title: "t", Priority: "normal"}}
 }
 
@@ -152,13 +152,13 @@ func recordHistories(t *testing.T) {
 		return reply
 	}
 	submit(starter.TicketIntent("acme", "replay-1", tickets.Request{CustomerID: "c-1", Title: "Recorded", Priority: "low"}))
-	testenv.SaveHistory(t, s.Temporal, workflows.TicketWorkflowID("acme", "replay-1"), "", "testdata/create_ticket_history.json")
+	testenv.SaveHistory(t, s.Temporal, tickets.WorkflowID("acme", "replay-1"), "", "testdata/create_ticket_history.json")
 	created := submit(starter.OrderIntent("acme", "replay-2", orders.CreateRequest{CustomerID: "c-1", Items: []orders.Item{{SKU: "SKU-MOUSE", Quantity: 1}}}))
-	testenv.SaveHistory(t, s.Temporal, workflows.OrderWorkflowID("acme", "replay-2"), "", "testdata/create_order_history.json")
+	testenv.SaveHistory(t, s.Temporal, orders.WorkflowID("acme", "replay-2"), "", "testdata/create_order_history.json")
 	var v orders.View
 	if err := json.Unmarshal(created.Outcome.Body, &v); err != nil {
 		t.Fatal(err)
 	}
 	submit(starter.TransitionIntent("acme", "replay-3", v.OrderNo, orders.ActionPay, orders.TransitionRequest{PaymentRef: "psp-1"}))
-	testenv.SaveHistory(t, s.Temporal, workflows.TransitionWorkflowID(orders.ActionPay, "acme", "replay-3"), "", "testdata/transition_order_history.json")
+	testenv.SaveHistory(t, s.Temporal, orders.TransitionWorkflowID(orders.ActionPay, "acme", "replay-3"), "", "testdata/transition_order_history.json")
 }

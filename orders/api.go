@@ -1,0 +1,37 @@
+package orders
+
+// The order domain's contract with the rest of idemflow: what names its
+// intents, how its workflows are identified, what they take. The states and
+// actions are in machine.go, the answers' views in store.go.
+
+import "github.com/idemflow/idemflow/idem"
+
+const (
+	// BizCreate names order creation in idempotency records.
+	BizCreate = "order.create"
+	// ScopeCreate is the first segment of a create intent's workflow ID.
+	ScopeCreate = "order"
+)
+
+// WorkflowID is the workflow ID of an order-create intent.
+func WorkflowID(tenantID, key string) string { return idem.WorkflowID(ScopeCreate, tenantID, key) }
+
+// TransitionWorkflowID is the workflow ID of a pay, cancel, refund or
+// fulfill intent.
+func TransitionWorkflowID(action Action, tenantID, key string) string {
+	return idem.WorkflowID(action.Scope(), tenantID, key)
+}
+
+// CreateInput is the CreateOrder workflow's and activity's input.
+type CreateInput struct {
+	Intent  idem.Intent   `json:"intent"`
+	Request CreateRequest `json:"request"`
+}
+
+// TransitionInput is the TransitionOrder workflow's and activity's input.
+type TransitionInput struct {
+	Intent  idem.Intent       `json:"intent"`
+	OrderNo string            `json:"order_no"`
+	Action  Action            `json:"action"`
+	Request TransitionRequest `json:"request"`
+}
