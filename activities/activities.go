@@ -13,9 +13,7 @@ import (
 
 	"github.com/idemflow/idemflow/apperr"
 	"github.com/idemflow/idemflow/idem"
-	"github.com/idemflow/idemflow/orders"
 	"github.com/idemflow/idemflow/problem"
-	"github.com/idemflow/idemflow/tickets"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -38,19 +36,6 @@ func New(db *pgxpool.Pool, records *idem.Store, tc client.Client, logger *slog.L
 		logger = slog.Default()
 	}
 	return &Activities{DB: db, Records: records, Temporal: tc, Logger: logger}
-}
-
-// Recall is the idem.Recall over every business table: a key's ticket, or
-// its order event (which every order create and transition writes). The
-// record store consults it for keys without a record, and activities for
-// rows an earlier execution committed.
-func Recall(ctx context.Context, q idem.Querier, tenantID, key string) (idem.Prior, bool, error) {
-	for _, recall := range []idem.Recall{tickets.Recall, orders.Recall} {
-		if p, found, err := recall(ctx, q, tenantID, key); found || err != nil {
-			return p, found, err
-		}
-	}
-	return idem.Prior{}, false, nil
 }
 
 // errKeyReused is the rejection of an intent whose key already wrote a

@@ -9,6 +9,7 @@ import (
 
 	"github.com/idemflow/idemflow/activities"
 	"github.com/idemflow/idemflow/idem"
+	"github.com/idemflow/idemflow/registry"
 	"github.com/idemflow/idemflow/tenant"
 	"github.com/idemflow/idemflow/testenv"
 	"github.com/idemflow/idemflow/tickets"
@@ -28,7 +29,7 @@ func setup(t *testing.T) fixture {
 	if err := tenant.NewStore(pool).Ensure(context.Background(), "acme", ""); err != nil {
 		t.Fatal(err)
 	}
-	records := idem.NewStore(pool, idem.Retention{}, activities.Recall)
+	records := idem.NewStore(pool, idem.Retention{}, registry.Recall)
 	return fixture{dbURL: dbURL, pool: pool, records: records, acts: activities.New(pool, records, nil, nil)}
 }
 

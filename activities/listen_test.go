@@ -9,6 +9,7 @@ import (
 
 	"github.com/idemflow/idemflow/activities"
 	"github.com/idemflow/idemflow/idem"
+	"github.com/idemflow/idemflow/registry"
 )
 
 // A gateway in another process learns of a settled record through
@@ -42,7 +43,7 @@ func TestSettledRecordsReachListenersInOtherProcesses(t *testing.T) {
 	in := f.claim(t, "notified")
 	settled, stop := gatewaySide.Wait("acme", "notified")
 	defer stop()
-	workerSide := idem.NewStore(f.pool, idem.Retention{}, activities.Recall)
+	workerSide := idem.NewStore(f.pool, idem.Retention{}, registry.Recall)
 	workerSide.Notify = true
 	if _, err := activities.New(f.pool, workerSide, nil, nil).CreateTicket(ctx, in); err != nil {
 		t.Fatal(err)

@@ -9,8 +9,6 @@ import (
 	"time"
 
 	"github.com/idemflow/idemflow/idem"
-	"github.com/idemflow/idemflow/orders"
-	"github.com/idemflow/idemflow/tickets"
 	"github.com/jackc/pgx/v5"
 )
 
@@ -98,10 +96,4 @@ func duplicates(ctx context.Context, db idem.Querier, table string) ([]Duplicate
 		out = append(out, d)
 	}
 	return out, rows.Err()
-}
-
-// Guards lists every table whose (tenant_id, idem_key) must be unique: the
-// constraints the exactly-once guarantee rests on.
-func Guards() []idem.Guard {
-	return append([]idem.Guard{idem.RecordGuard, tickets.Guard}, orders.Guards...)
 }

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/idemflow/idemflow/audit"
+	"github.com/idemflow/idemflow/registry"
 )
 
 func runAudit(ctx context.Context, env *Env, args []string) error {
@@ -23,7 +24,7 @@ func runAudit(ctx context.Context, env *Env, args []string) error {
 		return err
 	}
 	defer conn.Close(context.Background())
-	rep, err := audit.Run(ctx, conn, idemStore(conn), audit.Guards(), *horizon)
+	rep, err := audit.Run(ctx, conn, idemStore(conn), registry.Guards(), *horizon)
 	if err != nil {
 		return err
 	}

@@ -12,6 +12,7 @@ import (
 	"github.com/idemflow/idemflow/activities"
 	"github.com/idemflow/idemflow/gateway"
 	"github.com/idemflow/idemflow/idem"
+	"github.com/idemflow/idemflow/registry"
 	"github.com/idemflow/idemflow/tenant"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -93,7 +94,7 @@ func openDeps(ctx context.Context, logger *slog.Logger, c common) (*deps, error)
 		pool.Close()
 		return nil, err
 	}
-	records := idem.NewStore(pool, idem.Retention{Default: time.Duration(c.retention)}, activities.Recall)
+	records := idem.NewStore(pool, idem.Retention{Default: time.Duration(c.retention)}, registry.Recall)
 	// The gateway and worker of one process (serve, dev) share it.
 	records.Waiters = &idem.Waiters{}
 	return &deps{

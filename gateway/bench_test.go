@@ -9,6 +9,7 @@ import (
 
 	"github.com/idemflow/idemflow/activities"
 	"github.com/idemflow/idemflow/idem"
+	"github.com/idemflow/idemflow/registry"
 	"github.com/idemflow/idemflow/testenv"
 )
 
@@ -97,7 +98,7 @@ func BenchmarkFirstTicketAcrossProcesses(b *testing.B) {
 func benchAcrossProcesses(b *testing.B, notify bool, clients int) {
 	s := testenv.NewStack(b, testenv.Options{NoWorker: true})
 	s.Records.Waiters = nil
-	workerRecords := idem.NewStore(s.Pool, idem.Retention{}, activities.Recall)
+	workerRecords := idem.NewStore(s.Pool, idem.Retention{}, registry.Recall)
 	if notify {
 		workerRecords.Notify = true
 		s.Records.Waiters = &idem.Waiters{}

@@ -11,9 +11,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/idemflow/idemflow/activities"
 	"github.com/idemflow/idemflow/gateway"
 	"github.com/idemflow/idemflow/idem"
+	"github.com/idemflow/idemflow/registry"
 	"github.com/idemflow/idemflow/testenv"
 	"github.com/idemflow/idemflow/tickets"
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -338,7 +338,7 @@ func TestDatabaseDownIs503(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer pool.Close()
-	gw := httptest.NewServer(gateway.New(pool, s.Temporal, idem.NewStore(pool, idem.Retention{}, activities.Recall), s.Logger).Handler())
+	gw := httptest.NewServer(gateway.New(pool, s.Temporal, idem.NewStore(pool, idem.Retention{}, registry.Recall), s.Logger).Handler())
 	defer gw.Close()
 	r := testenv.Do(t, gw.URL, testenv.Request{Path: "/v1/tickets", Token: s.Tokens[testenv.TenantA], Key: "k", Body: ticketBody})
 	if r.Status != http.StatusServiceUnavailable {
@@ -348,7 +348,7 @@ func TestDatabaseDownIs503(t *testing.T) {
 	// With the token store up and the record store down, the request gets
 	// past authentication to Claim, which must fail closed: no workflow,
 	// no ticket.
-	half := httptest.NewServer(gateway.New(s.Pool, s.Temporal, idem.NewStore(pool, idem.Retention{}, activities.Recall), s.Logger).Handler())
+	half := httptest.NewServer(gateway.New(s.Pool, s.Temporal, idem.NewStore(pool, idem.Retention{}, registry.Recall), s.Logger).Handler())
 	defer half.Close()
 	r = testenv.Do(t, half.URL, testenv.Request{Path: "/v1/tickets", Token: s.Tokens[testenv.TenantA], Key: "k-claim", Body: ticketBody})
 	if r.Status != http.StatusServiceUnavailable {

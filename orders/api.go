@@ -22,6 +22,21 @@ func TransitionWorkflowID(action Action, tenantID, key string) string {
 	return idem.WorkflowID(action.Scope(), tenantID, key)
 }
 
+// ActionRequest is one pay, cancel, refund or fulfill request on an order.
+type ActionRequest struct {
+	OrderNo string
+	Action  Action
+	Request TransitionRequest
+}
+
+// Normalize validates the request for its action.
+func (t *ActionRequest) Normalize() error { return t.Request.Normalize(t.Action) }
+
+// Fingerprint covers the order, the action and the body.
+func (t ActionRequest) Fingerprint() (string, error) {
+	return TransitionFingerprint(t.OrderNo, t.Action, t.Request)
+}
+
 // CreateInput is the CreateOrder workflow's and activity's input.
 type CreateInput struct {
 	Intent  idem.Intent   `json:"intent"`

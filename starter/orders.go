@@ -8,32 +8,39 @@ import (
 	"github.com/idemflow/idemflow/workflows"
 )
 
+// Order is how a create-order request becomes a submission.
+var Order = Kind[*orders.CreateRequest]{
+	BizType:    func(*orders.CreateRequest) string { return orders.BizCreate },
+	WorkflowID: func(tenantID, key string, _ *orders.CreateRequest) string { return orders.WorkflowID(tenantID, key) },
+	Workflow:   workflows.CreateOrder,
+	Input: func(it idem.Intent, req *orders.CreateRequest) any {
+		return orders.CreateInput{Intent: it, Request: *req}
+	},
+	Summary: func(req *orders.CreateRequest) string {
+		return fmt.Sprintf("order for %s: %d item(s)", req.CustomerID, len(req.Items))
+	},
+}
+
+// Transition is how a pay, cancel, refund or fulfill request becomes a
+// submission.
+var Transition = Kind[*orders.ActionRequest]{
+	BizType: func(t *orders.ActionRequest) string { return t.Action.BizType() },
+	WorkflowID: func(tenantID, key string, t *orders.ActionRequest) string {
+		return orders.TransitionWorkflowID(t.Action, tenantID, key)
+	},
+	Workflow: workflows.TransitionOrder,
+	Input: func(it idem.Intent, t *orders.ActionRequest) any {
+		return orders.TransitionInput{Intent: it, OrderNo: t.OrderNo, Action: t.Action, Request: t.Request}
+	},
+	Summary: func(t *orders.ActionRequest) string { return fmt.Sprintf("%s order %s", t.Action, t.OrderNo) },
+}
+
 // OrderIntent validates a create-order request and builds its submission.
 func OrderIntent(tenantID, key string, req orders.CreateRequest) (Intent, error) {
-	if err := req.Normalize(); err != nil {
-		return Intent{}, err
-	}
-	fp, err := req.Fingerprint()
-	if err != nil {
-		return Intent{}, err
-	}
-	return newIntent(tenantID, key, orders.BizCreate, fp, orders.WorkflowID(tenantID, key),
-		workflows.CreateOrder, func(it idem.Intent) any { return orders.CreateInput{Intent: it, Request: req} },
-		fmt.Sprintf("order for %s: %d item(s)", req.CustomerID, len(req.Items))), nil
+	return Build(Order, tenantID, key, &req)
 }
 
 // TransitionIntent validates an order transition and builds its submission.
 func TransitionIntent(tenantID, key, orderNo string, action orders.Action, req orders.TransitionRequest) (Intent, error) {
-	if err := req.Normalize(action); err != nil {
-		return Intent{}, err
-	}
-	fp, err := orders.TransitionFingerprint(orderNo, action, req)
-	if err != nil {
-		return Intent{}, err
-	}
-	return newIntent(tenantID, key, action.BizType(), fp, orders.TransitionWorkflowID(action, tenantID, key),
-		workflows.TransitionOrder, func(it idem.Intent) any {
-			return orders.TransitionInput{Intent: it, OrderNo: orderNo, Action: action, Request: req}
-		},
-		fmt.Sprintf("%s order %s", action, orderNo)), nil
+	return Build(Transition, tenantID, key, &orders.ActionRequest{OrderNo: orderNo, Action: action, Request: req})
 }

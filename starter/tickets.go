@@ -8,20 +8,22 @@ import (
 	"github.com/idemflow/idemflow/workflows"
 )
 
-// TicketIntent validates a ticket request and builds its submission; the
-// MCP server uses it too, so both paths apply the same rules and derive the
-// same identity.
+// Ticket is how a ticket request becomes a submission.
+var Ticket = Kind[*tickets.Request]{
+	BizType:    func(*tickets.Request) string { return tickets.BizType },
+	WorkflowID: func(tenantID, key string, _ *tickets.Request) string { return tickets.WorkflowID(tenantID, key) },
+	Workflow:   workflows.CreateTicket,
+	Input: func(it idem.Intent, req *tickets.Request) any {
+		return tickets.CreateInput{Intent: it, Request: *req}
+	},
+	Summary: func(req *tickets.Request) string {
+		return fmt.Sprintf("ticket for %s: %s", req.CustomerID, truncate(req.Title, 80))
+	},
+}
+
+// TicketIntent validates a ticket request and builds its submission.
 func TicketIntent(tenantID, key string, req tickets.Request) (Intent, error) {
-	if err := req.Normalize(); err != nil {
-		return Intent{}, err
-	}
-	fp, err := req.Fingerprint()
-	if err != nil {
-		return Intent{}, err
-	}
-	return newIntent(tenantID, key, tickets.BizType, fp, tickets.WorkflowID(tenantID, key),
-		workflows.CreateTicket, func(it idem.Intent) any { return tickets.CreateInput{Intent: it, Request: req} },
-		fmt.Sprintf("ticket for %s: %s", req.CustomerID, truncate(req.Title, 80))), nil
+	return Build(Ticket, tenantID, key, &req)
 }
 
 func truncate(s string, n int) string {

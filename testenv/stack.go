@@ -13,6 +13,7 @@ import (
 	"github.com/idemflow/idemflow/gateway"
 	"github.com/idemflow/idemflow/idem"
 	"github.com/idemflow/idemflow/orders"
+	"github.com/idemflow/idemflow/registry"
 	"github.com/idemflow/idemflow/tenant"
 	"github.com/idemflow/idemflow/worker"
 	"github.com/idemflow/idemflow/workflows"
@@ -68,7 +69,7 @@ func NewStack(t testing.TB, opts Options) *Stack {
 	if testing.Verbose() {
 		logger = slog.New(slog.NewTextHandler(testWriter{t}, &slog.HandlerOptions{Level: slog.LevelWarn}))
 	}
-	records := idem.NewStore(pool, idem.Retention{}, activities.Recall)
+	records := idem.NewStore(pool, idem.Retention{}, registry.Recall)
 	records.Waiters = &idem.Waiters{}
 	s := &Stack{
 		DatabaseURL: dbURL,

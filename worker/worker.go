@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/idemflow/idemflow/activities"
+	"github.com/idemflow/idemflow/registry"
 	"github.com/idemflow/idemflow/workflows"
 	"go.temporal.io/sdk/client"
 	sdkworker "go.temporal.io/sdk/worker"
@@ -38,9 +39,11 @@ func Run(ctx context.Context, w sdkworker.Worker) error {
 
 // Register registers idemflow's workflows and activities on r.
 func Register(r sdkworker.Registry, acts *activities.Activities) {
-	r.RegisterWorkflow(workflows.CreateTicket)
+	for _, t := range registry.Types() {
+		for _, wf := range t.Workflows {
+			r.RegisterWorkflow(wf)
+		}
+	}
 	r.RegisterWorkflow(workflows.Reconcile)
-	r.RegisterWorkflow(workflows.CreateOrder)
-	r.RegisterWorkflow(workflows.TransitionOrder)
 	r.RegisterActivity(acts)
 }

@@ -1,0 +1,59 @@
+// Package registry declares idemflow's business types in one place: for
+// each, how a key's business row is recalled, the unique constraints that
+// guard its rows, and the workflows that run its intents. The record store,
+// the worker and audit read it, so adding a type is a domain package, one
+// file in each layer (starter, workflows, activities, gateway), a
+// migration, and one entry here (DEVELOPERS.md lists them).
+package registry
+
+import (
+	"context"
+
+	"github.com/idemflow/idemflow/idem"
+	"github.com/idemflow/idemflow/orders"
+	"github.com/idemflow/idemflow/tickets"
+	"github.com/idemflow/idemflow/workflows"
+)
+
+// Type is one business type's declaration.
+type Type struct {
+	Name string
+	// Recall finds the row a key wrote, for records purged or lost.
+	Recall idem.Recall
+	// Guards are its tables' one-row-per-(tenant, key) constraints.
+	Guards []idem.Guard
+	// Workflows run its intents.
+	Workflows []any
+}
+
+// Types lists every business type.
+func Types() []Type {
+	return []Type{
+		{Name: "ticket", Recall: tickets.Recall, Guards: []idem.Guard{tickets.Guard},
+			Workflows: []any{workflows.CreateTicket}},
+		{Name: "order", Recall: orders.Recall, Guards: orders.Guards,
+			Workflows: []any{workflows.CreateOrder, workflows.TransitionOrder}},
+	}
+}
+
+// Recall is an idem.Recall over every type's business rows. A key has rows
+// of at most one type: its record's fingerprint names the biz type, so a
+// key reused for another type is refused before anything runs.
+func Recall(ctx context.Context, q idem.Querier, tenantID, key string) (idem.Prior, bool, error) {
+	for _, t := range Types() {
+		if p, found, err := t.Recall(ctx, q, tenantID, key); found || err != nil {
+			return p, found, err
+		}
+	}
+	return idem.Prior{}, false, nil
+}
+
+// Guards lists every constraint the exactly-once guarantee rests on: the
+// record's own and each type's.
+func Guards() []idem.Guard {
+	guards := []idem.Guard{idem.RecordGuard}
+	for _, t := range Types() {
+		guards = append(guards, t.Guards...)
+	}
+	return guards
+}
