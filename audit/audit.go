@@ -86,14 +86,12 @@ func duplicates(ctx context.Context, db idem.Querier, table string) ([]Duplicate
 	if err != nil {
 		return nil, fmt.Errorf("audit %s duplicates: %w", table, err)
 	}
-	defer rows.Close()
-	var out []Duplicate
-	for rows.Next() {
+	out, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (Duplicate, error) {
 		d := Duplicate{Table: table}
-		if err := rows.Scan(&d.TenantID, &d.Key, &d.Rows); err != nil {
-			return nil, err
-		}
-		out = append(out, d)
+		return d, row.Scan(&d.TenantID, &d.Key, &d.Rows)
+	})
+	if err != nil {
+		return nil, fmt.Errorf("audit %s duplicates: %w", table, err)
 	}
-	return out, rows.Err()
+	return out, nil
 }

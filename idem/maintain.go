@@ -4,6 +4,8 @@ import (
 	"context"
 	"fmt"
 	"time"
+
+	"github.com/jackc/pgx/v5"
 )
 
 // Stale returns up to limit PROCESSING records not touched for longer than
@@ -16,16 +18,11 @@ func (s *Store) Stale(ctx context.Context, horizon time.Duration, limit int) ([]
 	if err != nil {
 		return nil, fmt.Errorf("stale records: %w", err)
 	}
-	defer rows.Close()
-	var out []Record
-	for rows.Next() {
-		r, err := scanRecord(rows)
-		if err != nil {
-			return nil, fmt.Errorf("stale records: %w", err)
-		}
-		out = append(out, r)
+	recs, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (Record, error) { return scanRecord(row) })
+	if err != nil {
+		return nil, fmt.Errorf("stale records: %w", err)
 	}
-	return out, rows.Err()
+	return recs, nil
 }
 
 // PurgeBatch deletes up to limit expired records and returns how many it

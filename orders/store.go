@@ -172,23 +172,18 @@ func price(ctx context.Context, tx idem.Querier, o *Order, items []Item) error {
 		return fmt.Errorf("price: %w", err)
 	}
 	type product struct {
-		price    int64
-		currency string
-		stock    int
+		SKU      string
+		Price    int64 `db:"unit_price_minor"`
+		Currency string
+		Stock    int
+	}
+	products, err := pgx.CollectRows(rows, pgx.RowToStructByName[product])
+	if err != nil {
+		return fmt.Errorf("price: %w", err)
 	}
 	catalog := map[string]product{}
-	for rows.Next() {
-		var sku string
-		var p product
-		if err := rows.Scan(&sku, &p.price, &p.currency, &p.stock); err != nil {
-			rows.Close()
-			return fmt.Errorf("price: %w", err)
-		}
-		catalog[sku] = p
-	}
-	rows.Close()
-	if err := rows.Err(); err != nil {
-		return fmt.Errorf("price: %w", err)
+	for _, p := range products {
+		catalog[p.SKU] = p
 	}
 	var short []string
 	for _, it := range items {
@@ -197,14 +192,14 @@ func price(ctx context.Context, tx idem.Querier, o *Order, items []Item) error {
 			return &apperr.RejectedError{Code: "unknown-sku", Reason: "no product " + it.SKU}
 		}
 		if o.Currency == "" {
-			o.Currency = p.currency
-		} else if p.currency != o.Currency {
+			o.Currency = p.Currency
+		} else if p.Currency != o.Currency {
 			return &apperr.RejectedError{Code: "mixed-currency", Reason: "items are priced in different currencies"}
 		}
-		if p.stock < it.Quantity {
+		if p.Stock < it.Quantity {
 			short = append(short, it.SKU)
 		}
-		line := Line{SKU: it.SKU, Quantity: it.Quantity, UnitPriceMinor: p.price, LineTotalMinor: p.price * int64(it.Quantity)}
+		line := Line{SKU: it.SKU, Quantity: it.Quantity, UnitPriceMinor: p.Price, LineTotalMinor: p.Price * int64(it.Quantity)}
 		o.Items = append(o.Items, line)
 		o.SubtotalMinor += line.LineTotalMinor
 	}
@@ -439,20 +434,15 @@ func get(ctx context.Context, q idem.Querier, tenantID, orderNo string, lock boo
 	if err != nil {
 		return Order{}, fmt.Errorf("order %s: %w", orderNo, err)
 	}
-	rows, err := q.Query(ctx, `SELECT sku, quantity, unit_price_minor FROM order_item WHERE order_no = $1 ORDER BY sku`, orderNo)
+	rows, err := q.Query(ctx, `SELECT sku, quantity, unit_price_minor, unit_price_minor * quantity AS line_total_minor
+		FROM order_item WHERE order_no = $1 ORDER BY sku`, orderNo)
 	if err != nil {
 		return Order{}, fmt.Errorf("order items: %w", err)
 	}
-	defer rows.Close()
-	for rows.Next() {
-		var l Line
-		if err := rows.Scan(&l.SKU, &l.Quantity, &l.UnitPriceMinor); err != nil {
-			return Order{}, err
-		}
-		l.LineTotalMinor = l.UnitPriceMinor * int64(l.Quantity)
-		o.Items = append(o.Items, l)
+	if o.Items, err = pgx.CollectRows(rows, pgx.RowToStructByName[Line]); err != nil {
+		return Order{}, fmt.Errorf("order items: %w", err)
 	}
-	return o, rows.Err()
+	return o, nil
 }
 
 // Restock adds n units of a tenant's sku (a merchant action, and the
