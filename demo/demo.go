@@ -19,7 +19,7 @@ import (
 	"time"
 
 	"github.com/google/uuid"
-	"github.com/idemflow/idemflow/client"
+	"github.com/idemflow/idemflow/agentclient"
 	"github.com/jackc/pgx/v5"
 )
 
@@ -130,20 +130,20 @@ func runClient(ctx context.Context, cfg Config, label, prefix string, seed uint6
 	flaky := newFlaky(http.DefaultTransport, cfg.DropRate, cfg.DelayRate, cfg.AttemptTimeout+500*time.Millisecond, seed)
 	rep := Report{Label: label, Intents: cfg.Intents}
 	var attempts atomic.Int64
-	c := &client.Client{
+	c := &agentclient.Client{
 		BaseURL: cfg.BaseURL, Token: cfg.Token, Tenant: cfg.Tenant,
-		Store:          client.FileStore{Dir: filepath.Join(cfg.StoreDir, prefix)},
+		Store:          agentclient.FileStore{Dir: filepath.Join(cfg.StoreDir, prefix)},
 		HTTP:           &http.Client{Transport: flaky},
 		AttemptTimeout: cfg.AttemptTimeout,
 		Initial:        50 * time.Millisecond, Max: time.Second,
-		OnAttempt: func(client.Attempt) { attempts.Add(1) },
+		OnAttempt: func(agentclient.Attempt) { attempts.Add(1) },
 	}
 	var mu sync.Mutex
 	bar := newBar(cfg.Progress, label, cfg.Intents)
 	each(cfg.Workers, jobs(prefix, cfg.Intents), func(j job) {
 		// The key is made and stored once per intent, before any call.
 		in, err := c.NewIntent(ctx, j.marker, prefix+"-"+j.kind, http.MethodPost, j.path, j.body)
-		var res client.Result
+		var res agentclient.Result
 		if err == nil {
 			callCtx, cancel := context.WithTimeout(ctx, 90*time.Second)
 			res, err = c.Do(callCtx, in)

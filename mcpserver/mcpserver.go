@@ -16,7 +16,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/idemflow/idemflow/client"
+	"github.com/idemflow/idemflow/agentclient"
 	"github.com/modelcontextprotocol/go-sdk/auth"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 )
@@ -109,14 +109,14 @@ func New(cfg Config) *mcp.Server {
 
 type tools struct{ cfg Config }
 
-func (t tools) client(req *mcp.CallToolRequest) *client.Client {
+func (t tools) client(req *mcp.CallToolRequest) *agentclient.Client {
 	token := t.cfg.Token
 	if req != nil && req.Extra != nil && req.Extra.TokenInfo != nil {
 		if tok, ok := req.Extra.TokenInfo.Extra["token"].(string); ok && tok != "" {
 			token = tok
 		}
 	}
-	return &client.Client{BaseURL: t.cfg.BaseURL, Token: token, HTTP: t.cfg.HTTP}
+	return &agentclient.Client{BaseURL: t.cfg.BaseURL, Token: token, HTTP: t.cfg.HTTP}
 }
 
 func (t tools) call(ctx context.Context, req *mcp.CallToolRequest, key, path string, body any) (*mcp.CallToolResult, Result, error) {
@@ -126,14 +126,14 @@ func (t tools) call(ctx context.Context, req *mcp.CallToolRequest, key, path str
 	}
 	ctx, cancel := context.WithTimeout(ctx, t.cfg.CallTimeout)
 	defer cancel()
-	res, err := t.client(req).Do(ctx, client.Intent{Key: key, Method: http.MethodPost, Path: path, Body: raw})
+	res, err := t.client(req).Do(ctx, agentclient.Intent{Key: key, Method: http.MethodPost, Path: path, Body: raw})
 	if err != nil {
 		return nil, Result{}, explain(key, err)
 	}
 	return result(res)
 }
 
-func result(res client.Result) (*mcp.CallToolResult, Result, error) {
+func result(res agentclient.Result) (*mcp.CallToolResult, Result, error) {
 	out := Result{HTTPStatus: res.Status, Replayed: res.Replayed}
 	if err := json.Unmarshal(res.Body, &out.Result); err != nil {
 		return nil, Result{}, fmt.Errorf("gateway answered %d with a body that is not a JSON object: %w", res.Status, err)
@@ -143,9 +143,9 @@ func result(res client.Result) (*mcp.CallToolResult, Result, error) {
 
 // explain turns an error into words a model can act on.
 func explain(key string, err error) error {
-	var rej *client.RejectedError
+	var rej *agentclient.RejectedError
 	switch {
-	case errors.Is(err, client.ErrKeyReused):
+	case errors.Is(err, agentclient.ErrKeyReused):
 		return fmt.Errorf("CONFLICT: idempotency_key %q was already used with different arguments, so nothing was done. "+
 			"If you are retrying, resend the original arguments; if this is a new intent, use a new key", key)
 	case errors.As(err, &rej):
@@ -154,7 +154,7 @@ func explain(key string, err error) error {
 			msg += "; the order is " + rej.CurrentState
 		}
 		return errors.New(msg)
-	case errors.Is(err, client.ErrInvalidRequest):
+	case errors.Is(err, agentclient.ErrInvalidRequest):
 		return fmt.Errorf("INVALID ARGUMENTS, nothing was recorded; fix them and call again with the same key: %w", err)
 	case errors.Is(err, context.DeadlineExceeded):
 		return fmt.Errorf("NO ANSWER YET: the request may still complete. Call again with the SAME idempotency_key %q and the same arguments; it cannot run twice: %w", key, err)

@@ -1,8 +1,8 @@
-// Package client is the Go client agents use to call idemflow. Its one job
+// Package agentclient is the Go client agents use to call idemflow. Its one job
 // is the part a server cannot do: make the idempotency key once per
 // logical intent, persist it before the first call, and send that same key
 // on every retry, including after the agent restarts.
-package client
+package agentclient
 
 import (
 	"bytes"
