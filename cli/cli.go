@@ -20,7 +20,6 @@ type command struct {
 }
 
 var commands = map[string]command{
-	"dev":         {"run the whole stack in one process: embedded Temporal and its Web UI, worker, gateway", runDev},
 	"serve":       {"run the gateway and the worker in one process against an existing Temporal and PostgreSQL (production)", runServe},
 	"worker":      {"run the Temporal worker against an existing Temporal and PostgreSQL", runWorker},
 	"gateway":     {"run the HTTP gateway against an existing Temporal and PostgreSQL", runGateway},
@@ -32,7 +31,6 @@ var commands = map[string]command{
 	"bench":       {"measure the gateway beside a bare Temporal workflow and a PostgreSQL-only reference, as ratios", runBench},
 	"demo":        {"replay a lost-answer incident against a running gateway: idemflow's client beside a naive one", runDemo},
 	"healthcheck": {"exit 0 when a URL answers 200 (container health checks)", runHealthcheck},
-	"postgres":    {"ensure a PostgreSQL server (reachable or private) and print its admin URL", runPostgres},
 }
 
 // Env is what a subcommand talks to: its output streams and logger.
@@ -54,6 +52,9 @@ func Run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		return 2
 	}
 	cmd, ok := commands[args[0]]
+	if !ok {
+		cmd, ok = devCommands[args[0]]
+	}
 	if !ok {
 		fmt.Fprintf(stderr, "idemflow: unknown command %q\n\n", args[0])
 		usage(stderr)
@@ -90,13 +91,19 @@ func (e exitCodeError) Unwrap() error { return e.err }
 
 func usage(w io.Writer) {
 	fmt.Fprintln(w, "usage: idemflow <command> [flags]\n\ncommands:")
-	names := make([]string, 0, len(commands))
-	for n := range commands {
+	all := map[string]command{}
+	for _, m := range []map[string]command{commands, devCommands} {
+		for n, c := range m {
+			all[n] = c
+		}
+	}
+	names := make([]string, 0, len(all))
+	for n := range all {
 		names = append(names, n)
 	}
 	sort.Strings(names)
 	for _, n := range names {
-		fmt.Fprintf(w, "  %-12s %s\n", n, commands[n].summary)
+		fmt.Fprintf(w, "  %-12s %s\n", n, all[n].summary)
 	}
 	fmt.Fprintln(w, "\nRun 'idemflow <command> -h' for its flags.")
 }

@@ -11,7 +11,6 @@ import (
 	"net/http/pprof"
 	"time"
 
-	"github.com/idemflow/idemflow/devserver"
 	"github.com/idemflow/idemflow/gateway"
 	"github.com/idemflow/idemflow/idem"
 	"github.com/idemflow/idemflow/migrations"
@@ -292,24 +291,5 @@ func runToken(ctx context.Context, env *Env, args []string) error {
 		return err
 	}
 	fmt.Fprintln(env.Stdout, tok)
-	return nil
-}
-
-func runPostgres(ctx context.Context, env *Env, args []string) error {
-	fs := flags("postgres", env)
-	dataDir := fs.String("data-dir", "./.idemflow", "where a private server keeps its files (env IDEMFLOW_DATA_DIR)")
-	port := fs.Int("port", devserver.DefaultPrivatePort, "port of a private server")
-	stop := fs.Bool("stop", false, "stop the private server in --data-dir instead")
-	if err := parseFlags(fs, args); err != nil {
-		return err
-	}
-	if *stop {
-		return devserver.StopPrivatePostgres(ctx, *dataDir)
-	}
-	pg, err := devserver.EnsurePostgres(ctx, *dataDir, *port, env.Logger)
-	if err != nil {
-		return err
-	}
-	fmt.Fprintln(env.Stdout, pg.AdminURL)
 	return nil
 }

@@ -9,6 +9,9 @@ need_go
 unformatted=$(gofmt -l $(git ls-files '*.go' 2>/dev/null || find . -name '*.go' -not -path './.idemflow*'))
 [ -z "$unformatted" ] || die "gofmt would change: $unformatted"
 go vet ./...
+# The production image's build, without the embedded Temporal server.
+go vet -tags nodev ./cli
+go build -tags nodev -o /dev/null ./cmd/idemflow
 go run honnef.co/go/tools/cmd/staticcheck@v0.8.2 ./...
 go run go.temporal.io/sdk/contrib/tools/workflowcheck@v0.6.0 ./...
 echo "lint: clean" >&2
