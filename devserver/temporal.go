@@ -1,7 +1,7 @@
 // Package devserver runs idemflow's development stack in one process: an
-// embedded Temporal server on SQLite, the Temporal Web UI from its embedded
-// assets, and (when no PostgreSQL is reachable) a private PostgreSQL started
-// from the installed binaries.
+// embedded Temporal server (on PostgreSQL, or SQLite in a data directory),
+// the Temporal Web UI from its embedded assets, and (when no PostgreSQL is
+// reachable) a private PostgreSQL started from the installed binaries.
 package devserver
 
 import (

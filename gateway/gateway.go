@@ -202,11 +202,6 @@ func (g *Gateway) readIntent(w http.ResponseWriter, r *http.Request, into any, a
 	return intentRequest{key: key, wait: wait, preferWait: prefer}, true
 }
 
-func (g *Gateway) createTicket(w http.ResponseWriter, r *http.Request, tenantID string) {
-	var req tickets.Request
-	g.serveIntent(w, r, tickets.BizType, &req, false, func(key string) (starter.Intent, error) { return starter.TicketIntent(tenantID, key, req) })
-}
-
 // serveIntent reads an intent request into req, then builds and submits
 // it; build's *apperr.InvalidError is a 400.
 func (g *Gateway) serveIntent(w http.ResponseWriter, r *http.Request, bizType string, req any, allowEmpty bool, build func(key string) (starter.Intent, error)) {
@@ -321,26 +316,6 @@ func writeOutcome(w http.ResponseWriter, out idem.Outcome, replayed bool) {
 	h.Set(HeaderReplayed, strconv.FormatBool(replayed))
 	w.WriteHeader(out.Status)
 	_, _ = w.Write(out.Body)
-}
-
-func (g *Gateway) getTicket(w http.ResponseWriter, r *http.Request, tenantID string) {
-	id, err := uuid.Parse(r.PathValue("id"))
-	if err != nil {
-		writeProblem(w, problem.New(problem.TypeNotFound, http.StatusNotFound, "no ticket "+r.PathValue("id")))
-		return
-	}
-	t, err := g.Tickets.Get(r.Context(), tenantID, id)
-	if errors.Is(err, apperr.ErrNotFound) {
-		writeProblem(w, problem.New(problem.TypeNotFound, http.StatusNotFound, "no ticket "+id.String()))
-		return
-	}
-	if err != nil {
-		g.unavailable(w, r, err)
-		return
-	}
-	w.Header().Set("Content-Type", "application/json")
-	w.WriteHeader(http.StatusOK)
-	_, _ = w.Write(t.Body())
 }
 
 type operationView struct {

@@ -1,0 +1,37 @@
+package gateway
+
+import (
+	"errors"
+	"net/http"
+
+	"github.com/google/uuid"
+	"github.com/idemflow/idemflow/apperr"
+	"github.com/idemflow/idemflow/problem"
+	"github.com/idemflow/idemflow/starter"
+	"github.com/idemflow/idemflow/tickets"
+)
+
+func (g *Gateway) createTicket(w http.ResponseWriter, r *http.Request, tenantID string) {
+	var req tickets.Request
+	g.serveIntent(w, r, tickets.BizType, &req, false, func(key string) (starter.Intent, error) { return starter.TicketIntent(tenantID, key, req) })
+}
+
+func (g *Gateway) getTicket(w http.ResponseWriter, r *http.Request, tenantID string) {
+	id, err := uuid.Parse(r.PathValue("id"))
+	if err != nil {
+		writeProblem(w, problem.New(problem.TypeNotFound, http.StatusNotFound, "no ticket "+r.PathValue("id")))
+		return
+	}
+	t, err := g.Tickets.Get(r.Context(), tenantID, id)
+	if errors.Is(err, apperr.ErrNotFound) {
+		writeProblem(w, problem.New(problem.TypeNotFound, http.StatusNotFound, "no ticket "+id.String()))
+		return
+	}
+	if err != nil {
+		g.unavailable(w, r, err)
+		return
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(http.StatusOK)
+	_, _ = w.Write(t.Body())
+}
