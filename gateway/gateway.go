@@ -129,7 +129,7 @@ func (g *Gateway) Handler() http.Handler {
 		})
 	}
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
-		writeProblem(w, problem.New(problem.TypeNotFound, http.StatusNotFound, "no route for "+r.Method+" "+r.URL.Path))
+		writeNotFound(w, "no route for "+r.Method+" "+r.URL.Path)
 	})
 	return g.logRequests(mux)
 }
@@ -341,12 +341,12 @@ var operationStatus = map[idem.Status]string{
 func (g *Gateway) getOperation(w http.ResponseWriter, r *http.Request, tenantID string) {
 	id, err := uuid.Parse(r.PathValue("id"))
 	if err != nil {
-		writeProblem(w, problem.New(problem.TypeNotFound, http.StatusNotFound, "no operation "+r.PathValue("id")))
+		writeNotFound(w, "no operation "+r.PathValue("id"))
 		return
 	}
 	rec, err := g.Records.GetByID(r.Context(), tenantID, id)
 	if errors.Is(err, apperr.ErrNotFound) {
-		writeProblem(w, problem.New(problem.TypeNotFound, http.StatusNotFound, "no operation "+id.String()))
+		writeNotFound(w, "no operation "+id.String())
 		return
 	}
 	if err != nil {
@@ -433,6 +433,12 @@ func writeInvalid(w http.ResponseWriter, err error) {
 	p := problem.New(problem.TypeInvalidRequest, http.StatusBadRequest, inv.Error())
 	p.Errors = inv.Fields
 	writeProblem(w, p)
+}
+
+// writeNotFound answers 404: no such resource for this tenant (another
+// tenant's is not found either).
+func writeNotFound(w http.ResponseWriter, detail string) {
+	writeProblem(w, problem.New(problem.TypeNotFound, http.StatusNotFound, detail))
 }
 
 func writeProblem(w http.ResponseWriter, p problem.Problem) {

@@ -6,7 +6,6 @@ import (
 
 	"github.com/idemflow/idemflow/apperr"
 	"github.com/idemflow/idemflow/orders"
-	"github.com/idemflow/idemflow/problem"
 	"github.com/idemflow/idemflow/starter"
 )
 
@@ -18,7 +17,7 @@ func (g *Gateway) createOrder(w http.ResponseWriter, r *http.Request, tenantID s
 func (g *Gateway) transitionOrder(w http.ResponseWriter, r *http.Request, tenantID string) {
 	action := orders.Action(r.PathValue("action"))
 	if _, ok := action.Target(); !ok {
-		writeProblem(w, problem.New(problem.TypeNotFound, http.StatusNotFound, "no order action "+string(action)+"; use pay, cancel, refund or fulfill"))
+		writeNotFound(w, "no order action "+string(action)+"; use pay, cancel, refund or fulfill")
 		return
 	}
 	orderNo := r.PathValue("order_no")
@@ -29,7 +28,7 @@ func (g *Gateway) transitionOrder(w http.ResponseWriter, r *http.Request, tenant
 		return
 	}
 	if !exists {
-		writeProblem(w, problem.New(problem.TypeNotFound, http.StatusNotFound, "no order "+orderNo))
+		writeNotFound(w, "no order "+orderNo)
 		return
 	}
 	var req orders.TransitionRequest
@@ -41,7 +40,7 @@ func (g *Gateway) transitionOrder(w http.ResponseWriter, r *http.Request, tenant
 func (g *Gateway) getOrder(w http.ResponseWriter, r *http.Request, tenantID string) {
 	o, err := orders.Get(r.Context(), g.DB, tenantID, r.PathValue("order_no"))
 	if errors.Is(err, apperr.ErrNotFound) {
-		writeProblem(w, problem.New(problem.TypeNotFound, http.StatusNotFound, "no order "+r.PathValue("order_no")))
+		writeNotFound(w, "no order "+r.PathValue("order_no"))
 		return
 	}
 	if err != nil {

@@ -6,7 +6,6 @@ import (
 
 	"github.com/google/uuid"
 	"github.com/idemflow/idemflow/apperr"
-	"github.com/idemflow/idemflow/problem"
 	"github.com/idemflow/idemflow/starter"
 	"github.com/idemflow/idemflow/tickets"
 )
@@ -19,12 +18,12 @@ func (g *Gateway) createTicket(w http.ResponseWriter, r *http.Request, tenantID 
 func (g *Gateway) getTicket(w http.ResponseWriter, r *http.Request, tenantID string) {
 	id, err := uuid.Parse(r.PathValue("id"))
 	if err != nil {
-		writeProblem(w, problem.New(problem.TypeNotFound, http.StatusNotFound, "no ticket "+r.PathValue("id")))
+		writeNotFound(w, "no ticket "+r.PathValue("id"))
 		return
 	}
 	t, err := g.Tickets.Get(r.Context(), tenantID, id)
 	if errors.Is(err, apperr.ErrNotFound) {
-		writeProblem(w, problem.New(problem.TypeNotFound, http.StatusNotFound, "no ticket "+id.String()))
+		writeNotFound(w, "no ticket "+id.String())
 		return
 	}
 	if err != nil {

@@ -5,6 +5,7 @@ package workflows
 
 import (
 	"errors"
+	"slices"
 	"time"
 
 	"github.com/idemflow/idemflow/activities"
@@ -118,14 +119,5 @@ func runIntent(ctx workflow.Context, intent idem.Intent, activity, input any) (i
 // closed or forged intent): the activity already settled the record.
 func isFinalErr(err error) bool {
 	var appErr *temporal.ApplicationError
-	return errors.As(err, &appErr) && appErr.Type() != "" && isFinal(appErr.Type())
-}
-
-func isFinal(errType string) bool {
-	for _, t := range idem.NonRetryable {
-		if t == errType {
-			return true
-		}
-	}
-	return false
+	return errors.As(err, &appErr) && appErr.Type() != "" && slices.Contains(idem.NonRetryable, appErr.Type())
 }
