@@ -107,6 +107,7 @@ func (g *Gateway) Handler() http.Handler {
 		{"GET", "/healthz", g.healthz},
 		{"GET", "/readyz", g.readyz},
 		{"GET", "/problems/{slug}", g.describeProblem},
+		{"GET", "/openapi.json", g.serveOpenAPI},
 	}
 	if g.Metrics != nil && g.ServeMetrics {
 		routes = append(routes, route{"GET", "/metrics", g.Metrics.Handler().ServeHTTP})

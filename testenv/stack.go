@@ -139,15 +139,38 @@ func (s *Stack) Do(req Request) Response {
 	return Do(s.t, s.URL, req)
 }
 
-// Do sends req to the gateway at base; a transport error fails the test.
-// Call it only from the test's goroutine: from others, use Send.
+// Do sends req to the gateway at base and checks the exchange against the
+// gateway's OpenAPI document (CheckContract); a transport error fails the
+// test. Call it only from the test's goroutine: from others, use Send.
 func Do(t testing.TB, base string, req Request) Response {
 	t.Helper()
+	if req.Method == "" {
+		req.Method = http.MethodPost
+	}
 	resp, err := Send(base, req)
 	if err != nil {
 		t.Fatalf("%s %s: %v", req.Method, req.Path, err)
 	}
+	CheckContract(t, req.Method, base+req.Path, req.header(), []byte(req.Body), resp)
 	return resp
+}
+
+// header is the request's headers as Send sets them.
+func (req Request) header() http.Header {
+	h := http.Header{}
+	if req.Token != "" {
+		h.Set("Authorization", "Bearer "+req.Token)
+	}
+	if req.Key != "" {
+		h.Set("Idempotency-Key", req.Key)
+	}
+	if req.Body != "" {
+		h.Set("Content-Type", "application/json")
+	}
+	for k, v := range req.Header {
+		h.Set(k, v)
+	}
+	return h
 }
 
 // Send sends req to the gateway at base.
@@ -159,18 +182,7 @@ func Send(base string, req Request) (Response, error) {
 	if err != nil {
 		return Response{}, err
 	}
-	if req.Token != "" {
-		r.Header.Set("Authorization", "Bearer "+req.Token)
-	}
-	if req.Key != "" {
-		r.Header.Set("Idempotency-Key", req.Key)
-	}
-	if req.Body != "" {
-		r.Header.Set("Content-Type", "application/json")
-	}
-	for k, v := range req.Header {
-		r.Header.Set(k, v)
-	}
+	r.Header = req.header()
 	resp, err := http.DefaultClient.Do(r)
 	if err != nil {
 		return Response{}, err

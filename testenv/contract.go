@@ -1,0 +1,77 @@
+package testenv
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"io"
+	"net/http"
+	"sync"
+	"testing"
+
+	"github.com/getkin/kin-openapi/openapi3"
+	"github.com/getkin/kin-openapi/openapi3filter"
+	"github.com/getkin/kin-openapi/routers"
+	"github.com/getkin/kin-openapi/routers/gorillamux"
+	"github.com/idemflow/idemflow/gateway"
+)
+
+// contractRouter loads the gateway's OpenAPI document once per test binary:
+// it never changes while the tests run.
+var contractRouter = sync.OnceValues(func() (routers.Router, error) {
+	doc, err := LoadContract()
+	if err != nil {
+		return nil, err
+	}
+	doc.Servers = nil // match any host: tests run on random ports
+	return gorillamux.NewRouter(doc)
+})
+
+// LoadContract loads and validates the gateway's OpenAPI document.
+func LoadContract() (*openapi3.T, error) {
+	loader := openapi3.NewLoader()
+	doc, err := loader.LoadFromData(gateway.OpenAPI())
+	if err != nil {
+		return nil, fmt.Errorf("load the OpenAPI document: %w", err)
+	}
+	if err := doc.Validate(context.Background()); err != nil {
+		return nil, fmt.Errorf("the OpenAPI document is not valid: %w", err)
+	}
+	return doc, nil
+}
+
+// CheckContract checks one exchange with the gateway against its OpenAPI
+// document, both ways: the answer must be one the document describes (its
+// status, headers and body), and a request the gateway accepted (2xx) must
+// be one the document allows. A request the document refuses may still be
+// sent, by tests of bad input; its answer is checked all the same.
+func CheckContract(t testing.TB, method, url string, header http.Header, body []byte, resp Response) {
+	t.Helper()
+	router, err := contractRouter()
+	if err != nil {
+		t.Fatal(err)
+	}
+	req, err := http.NewRequest(method, url, bytes.NewReader(body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.Header = header.Clone()
+	route, params, err := router.FindRoute(req)
+	if err != nil {
+		if resp.Status < 300 {
+			t.Errorf("contract: %s %s answered %d but is not in the OpenAPI document: %v", method, req.URL.Path, resp.Status, err)
+		}
+		return
+	}
+	ctx := context.Background()
+	in := &openapi3filter.RequestValidationInput{Request: req, PathParams: params, Route: route,
+		Options: &openapi3filter.Options{AuthenticationFunc: openapi3filter.NoopAuthenticationFunc}}
+	if err := openapi3filter.ValidateRequest(ctx, in); err != nil && resp.Status < 300 {
+		t.Errorf("contract: the gateway accepted (%d) a request the OpenAPI document refuses: %s %s: %v", resp.Status, method, req.URL.Path, err)
+	}
+	out := &openapi3filter.ResponseValidationInput{RequestValidationInput: in, Status: resp.Status, Header: resp.Header,
+		Body: io.NopCloser(bytes.NewReader(resp.Body)), Options: &openapi3filter.Options{IncludeResponseStatus: true}}
+	if err := openapi3filter.ValidateResponse(ctx, out); err != nil {
+		t.Errorf("contract: the answer to %s %s does not match the OpenAPI document: %v\n%s", method, req.URL.Path, err, resp.Body)
+	}
+}
