@@ -35,6 +35,18 @@ ensure_postgres_installed() {
   have_postgres_binaries || die "installing postgresql did not provide initdb"
 }
 
+# ensure_python3 installs the distribution's python3 when it is missing: the
+# Python agent example (examples/python) is tested against the real stack.
+ensure_python3() {
+  command -v python3 >/dev/null 2>&1 && return 0
+  echo "python3 is not installed; installing the distribution's package..." >&2
+  local sudo=""
+  [ "$(id -u)" = 0 ] || sudo="sudo"
+  command -v apt-get >/dev/null 2>&1 || die "python3 is missing: install it with your package manager"
+  $sudo apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq python3 >/dev/null
+}
+
 # build_idemflow builds the binary into bin/. The Go build cache makes every
 # build after the first (which compiles the Temporal server, ~9 min on two
 # cores) take seconds: never clean it.

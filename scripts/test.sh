@@ -9,6 +9,7 @@ cd "$(dirname "$0")/.."
 . scripts/lib.sh
 
 need_go
+ensure_python3
 if [ -z "${IDEMFLOW_TEST_DATABASE_URL:-}" ]; then
   ensure_postgres_installed
 fi

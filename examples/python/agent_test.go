@@ -1,0 +1,112 @@
+// Package python holds a stdlib-only Python agent (agent.py) and the test
+// that runs it against the real stack.
+package python
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/idemflow/idemflow/testenv"
+)
+
+// The agent is killed between two attempts of one intent (its first
+// attempt timed out: the worker is not running yet), then started again
+// with the same intent ID: it resumes with the same key, and exactly one
+// ticket exists.
+func TestPythonAgentSurvivesAKillBetweenAttempts(t *testing.T) {
+	py, err := exec.LookPath("python3")
+	if err != nil {
+		t.Fatalf("python3 is needed for the Python agent example: %v", err)
+	}
+	s := testenv.NewStack(t, testenv.Options{NoWorker: true})
+	db := filepath.Join(t.TempDir(), "intents.db")
+	args := []string{"agent.py", "--url", s.URL, "--token", s.Tokens[testenv.TenantA], "--db", db,
+		"--attempt-timeout", "1", "ticket", "--id", "step-1", "--customer", "c-1", "--title", "Printer on fire"}
+
+	first := exec.Command(py, args...)
+	out, err := first.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	first.Stderr = first.Stdout
+	if err := first.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = first.Process.Kill() })
+	var key string
+	sc := bufio.NewScanner(out)
+	for sc.Scan() {
+		line := sc.Text()
+		t.Log("first run: " + line)
+		if k, ok := strings.CutPrefix(line, "new intent step-1 key="); ok {
+			key = k
+		}
+		if strings.HasPrefix(line, "attempt 2 ") {
+			break // the first attempt went out and timed out
+		}
+	}
+	if key == "" {
+		t.Fatal("the agent never made its key")
+	}
+	if err := first.Process.Signal(syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	_ = first.Wait()
+	rec, err := s.Records.Get(context.Background(), testenv.TenantA, key)
+	if err != nil {
+		t.Fatalf("the first run's key %s reached no record: %v", key, err)
+	}
+	if n := testenv.Count(t, s.Pool, "ticket", ""); n != 0 || rec.Status != "PROCESSING" {
+		t.Fatalf("before the restart: %d tickets, record %s", n, rec.Status)
+	}
+
+	s.StartWorker()
+	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
+	defer cancel()
+	second, err := exec.CommandContext(ctx, py, args...).CombinedOutput()
+	t.Log("second run:\n" + string(second))
+	if err != nil {
+		t.Fatalf("second run: %v", err)
+	}
+	if !strings.Contains(string(second), "resuming intent step-1 key="+key+"\n") || !strings.Contains(string(second), "done 201 ") {
+		t.Fatal("the restarted agent did not resume the same key to a 201")
+	}
+	if n := testenv.Count(t, s.Pool, "ticket", ""); n != 1 {
+		t.Fatalf("%d tickets, want 1", n)
+	}
+	// A third run answers from its own store, without a call.
+	third, err := exec.Command(py, args...).CombinedOutput()
+	if err != nil || strings.Contains(string(third), "attempt ") || !strings.Contains(string(third), "done 201 ") {
+		t.Fatalf("third run: %v\n%s", err, third)
+	}
+}
+
+// 400, 401, 404, 413 and 422 are answers, not failures: one attempt, then
+// the agent says why and stops.
+func TestPythonAgentDoesNotRetryAnAnswer(t *testing.T) {
+	py, err := exec.LookPath("python3")
+	if err != nil {
+		t.Fatalf("python3 is needed for the Python agent example: %v", err)
+	}
+	s := testenv.NewStack(t, testenv.Options{})
+	for _, tc := range []struct{ name, token, title string }{
+		{"invalid body (400)", s.Tokens[testenv.TenantA], strings.Repeat("t", 201)},
+		{"unknown token (401)", "idf_not_a_token_not_a_token", "fine"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			out, err := exec.Command(py, "agent.py", "--url", s.URL, "--token", tc.token, "--db", filepath.Join(t.TempDir(), "i.db"),
+				"ticket", "--id", "bad", "--customer", "c", "--title", tc.title).CombinedOutput()
+			var exit *exec.ExitError
+			if !errors.As(err, &exit) || exit.ExitCode() != 2 || strings.Count(string(out), "attempt ") != 1 || !strings.Contains(string(out), "rejected: HTTP 4") {
+				t.Fatalf("%v\n%s", err, out)
+			}
+		})
+	}
+}
