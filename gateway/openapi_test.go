@@ -32,3 +32,14 @@ func TestOpenAPIIsAValid31DocumentServedAtOpenAPIJSON(t *testing.T) {
 		t.Fatalf("GET /openapi.json: %d", r.Status)
 	}
 }
+
+// A wrong method is a 405 problem the document describes, with Allow.
+func TestWrongMethodAnswerIsInTheContract(t *testing.T) {
+	s := testenv.NewStack(t, testenv.Options{})
+	for _, path := range []string{"/v1/tickets", "/v1/operations/x"} {
+		r := s.Do(testenv.Request{Method: "DELETE", Path: path, Token: s.Tokens[testenv.TenantA]})
+		if r.Status != http.StatusMethodNotAllowed || r.Header.Get("Allow") == "" {
+			t.Fatalf("DELETE %s: %d %v", path, r.Status, r.Header)
+		}
+	}
+}

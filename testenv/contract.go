@@ -3,6 +3,7 @@ package testenv
 import (
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"net/http"
@@ -57,6 +58,21 @@ func CheckContract(t testing.TB, method, url string, header http.Header, body []
 	}
 	req.Header = header.Clone()
 	route, params, err := router.FindRoute(req)
+	if errors.Is(err, routers.ErrMethodNotAllowed) {
+		// A known path with another method: its answer must be the 405
+		// the path's documented operations describe.
+		for _, m := range []string{http.MethodGet, http.MethodPost} {
+			other := req.Clone(context.Background())
+			other.Method = m
+			if route, params, err = router.FindRoute(other); err == nil {
+				if resp.Status != http.StatusMethodNotAllowed {
+					t.Errorf("contract: %s %s is not documented, yet answered %d", method, req.URL.Path, resp.Status)
+				}
+				req = other
+				break
+			}
+		}
+	}
 	if err != nil {
 		if resp.Status < 300 {
 			t.Errorf("contract: %s %s answered %d but is not in the OpenAPI document: %v", method, req.URL.Path, resp.Status, err)
