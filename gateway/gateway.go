@@ -346,15 +346,27 @@ func (g *Gateway) getOperation(w http.ResponseWriter, r *http.Request, tenantID 
 		return
 	}
 	rec, err := g.Records.GetByID(r.Context(), tenantID, id)
-	if errors.Is(err, apperr.ErrNotFound) {
-		writeNotFound(w, "no operation "+id.String())
-		return
-	}
-	if err != nil {
+	g.answerRead(w, r, "no operation "+id.String(), err, func() { writeJSON(w, http.StatusOK, operationOf(rec)) })
+}
+
+// answerRead ends a tenant's read: found (write), not found for this
+// tenant (404, detail notFound), or the database failed (503).
+func (g *Gateway) answerRead(w http.ResponseWriter, r *http.Request, notFound string, err error, write func()) {
+	switch {
+	case errors.Is(err, apperr.ErrNotFound):
+		writeNotFound(w, notFound)
+	case err != nil:
 		g.unavailable(w, r, err)
-		return
+	default:
+		write()
 	}
-	writeJSON(w, http.StatusOK, operationOf(rec))
+}
+
+// writeBody writes a resource's stored JSON rendering as a 200.
+func writeBody(w http.ResponseWriter, body []byte) {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(http.StatusOK)
+	_, _ = w.Write(body)
 }
 
 // operationOf renders a record as GET /v1/operations/{id} does.

@@ -1,10 +1,8 @@
 package gateway
 
 import (
-	"errors"
 	"net/http"
 
-	"github.com/idemflow/idemflow/apperr"
 	"github.com/idemflow/idemflow/orders"
 	"github.com/idemflow/idemflow/starter"
 )
@@ -39,15 +37,5 @@ func (g *Gateway) transitionOrder(w http.ResponseWriter, r *http.Request, tenant
 
 func (g *Gateway) getOrder(w http.ResponseWriter, r *http.Request, tenantID string) {
 	o, err := orders.Get(r.Context(), g.DB, tenantID, r.PathValue("order_no"))
-	if errors.Is(err, apperr.ErrNotFound) {
-		writeNotFound(w, "no order "+r.PathValue("order_no"))
-		return
-	}
-	if err != nil {
-		g.unavailable(w, r, err)
-		return
-	}
-	w.Header().Set("Content-Type", "application/json")
-	w.WriteHeader(http.StatusOK)
-	_, _ = w.Write(o.Body())
+	g.answerRead(w, r, "no order "+r.PathValue("order_no"), err, func() { writeBody(w, o.Body()) })
 }

@@ -1,11 +1,9 @@
 package gateway
 
 import (
-	"errors"
 	"net/http"
 
 	"github.com/google/uuid"
-	"github.com/idemflow/idemflow/apperr"
 	"github.com/idemflow/idemflow/starter"
 	"github.com/idemflow/idemflow/tickets"
 )
@@ -22,15 +20,5 @@ func (g *Gateway) getTicket(w http.ResponseWriter, r *http.Request, tenantID str
 		return
 	}
 	t, err := g.Tickets.Get(r.Context(), tenantID, id)
-	if errors.Is(err, apperr.ErrNotFound) {
-		writeNotFound(w, "no ticket "+id.String())
-		return
-	}
-	if err != nil {
-		g.unavailable(w, r, err)
-		return
-	}
-	w.Header().Set("Content-Type", "application/json")
-	w.WriteHeader(http.StatusOK)
-	_, _ = w.Write(t.Body())
+	g.answerRead(w, r, "no ticket "+id.String(), err, func() { writeBody(w, t.Body()) })
 }
