@@ -50,10 +50,15 @@ var errKeyReused = &apperr.RejectedError{Code: "idempotency-key-reused",
 // second execution (a retry, a zombie attempt, a second run of the workflow)
 // waits for the first to commit and then sees SUCCESS or FAILED.
 //
-// fingerprint is recomputed by the caller from the request in the input,
-// never taken from it: a workflow started on the task queue by anyone else
+// The fingerprint is recomputed from req, the request in the input, never
+// taken from the input: a workflow started on the task queue by anyone else
 // cannot write content other than what its record was claimed for.
-func (a *Activities) execute(ctx context.Context, in idem.Intent, fingerprint string, step func(tx pgx.Tx) (idem.Outcome, error)) (idem.Outcome, error) {
+func (a *Activities) execute(ctx context.Context, in idem.Intent, req interface{ Fingerprint() (string, error) },
+	step func(tx pgx.Tx) (idem.Outcome, error)) (idem.Outcome, error) {
+	fingerprint, err := req.Fingerprint()
+	if err != nil {
+		return idem.Outcome{}, temporal.NewNonRetryableApplicationError(err.Error(), idem.ErrTypeForged, err)
+	}
 	if fingerprint != in.Fingerprint {
 		return idem.Outcome{}, temporal.NewNonRetryableApplicationError("the request does not match the intent's fingerprint", idem.ErrTypeForged, nil)
 	}
@@ -88,17 +93,10 @@ func (a *Activities) execute(ctx context.Context, in idem.Intent, fingerprint st
 	if err != nil {
 		return idem.Outcome{}, err
 	}
-	if found && prior.Fingerprint == rec.Fingerprint {
-		if err := a.Records.Finish(ctx, tx, rec, idem.StatusSuccess, prior.Outcome, ""); err != nil {
-			return idem.Outcome{}, err
-		}
-		if err := tx.Commit(ctx); err != nil {
-			return idem.Outcome{}, fmt.Errorf("commit: %w", err)
-		}
-		a.Records.Waiters.Settled(rec.TenantID, rec.Key)
-		return prior.Outcome, nil
-	}
-	if found {
+	switch {
+	case found && prior.Fingerprint == rec.Fingerprint:
+		step = func(pgx.Tx) (idem.Outcome, error) { return prior.Outcome, nil }
+	case found:
 		step = func(pgx.Tx) (idem.Outcome, error) { return idem.Outcome{}, errKeyReused }
 	}
 

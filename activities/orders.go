@@ -7,17 +7,12 @@ import (
 	"github.com/idemflow/idemflow/idem"
 	"github.com/idemflow/idemflow/orders"
 	"github.com/jackc/pgx/v5"
-	"go.temporal.io/sdk/temporal"
 )
 
 // CreateOrder creates the order of an intent, or returns the answer an
 // earlier execution stored with it.
 func (a *Activities) CreateOrder(ctx context.Context, in orders.CreateInput) (idem.Outcome, error) {
-	fp, err := in.Request.Fingerprint()
-	if err != nil {
-		return idem.Outcome{}, temporal.NewNonRetryableApplicationError(err.Error(), idem.ErrTypeForged, err)
-	}
-	return a.execute(ctx, in.Intent, fp, func(tx pgx.Tx) (idem.Outcome, error) {
+	return a.execute(ctx, in.Intent, in.Request, func(tx pgx.Tx) (idem.Outcome, error) {
 		o, body, err := orders.Create(ctx, tx, in, time.Now())
 		if err != nil {
 			return idem.Outcome{}, err
@@ -28,11 +23,8 @@ func (a *Activities) CreateOrder(ctx context.Context, in orders.CreateInput) (id
 
 // TransitionOrder applies a pay, cancel, refund or fulfill intent.
 func (a *Activities) TransitionOrder(ctx context.Context, in orders.TransitionInput) (idem.Outcome, error) {
-	fp, err := orders.TransitionFingerprint(in.OrderNo, in.Action, in.Request)
-	if err != nil {
-		return idem.Outcome{}, temporal.NewNonRetryableApplicationError(err.Error(), idem.ErrTypeForged, err)
-	}
-	return a.execute(ctx, in.Intent, fp, func(tx pgx.Tx) (idem.Outcome, error) {
+	req := orders.ActionRequest{OrderNo: in.OrderNo, Action: in.Action, Request: in.Request}
+	return a.execute(ctx, in.Intent, req, func(tx pgx.Tx) (idem.Outcome, error) {
 		body, err := orders.Transition(ctx, tx, in, time.Now())
 		if err != nil {
 			return idem.Outcome{}, err
