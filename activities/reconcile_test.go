@@ -64,6 +64,11 @@ func TestReconcileBackfillsFromACompletedWorkflow(t *testing.T) {
 	if first.Status != 201 {
 		t.Fatalf("%d %s", first.Status, first.Body)
 	}
+	// The 201 comes as soon as the record commits (the worker beside the
+	// gateway wakes it); the run closes a moment later. Wait for that.
+	if err := s.Temporal.GetWorkflow(context.Background(), tickets.WorkflowID(testenv.TenantA, "done"), "").Get(context.Background(), nil); err != nil {
+		t.Fatal(err)
+	}
 	// The workflow completed, but the record lost its answer. The ticket
 	// has moved on since, so an answer rebuilt from the row would differ
 	// from the one the first caller got: only the workflow's result is the
