@@ -11,10 +11,14 @@ import (
 	"go.temporal.io/sdk/client"
 )
 
-// SaveHistory writes a workflow's history as JSON (the format replay tests
-// read), for recording testdata from a real run.
+// SaveHistory writes a workflow's whole history as JSON (the format replay
+// tests read), for recording testdata from a real run. It first waits for
+// the run to close: an intent's answer can arrive (woken in-process) before
+// its run does, and a history cut short would replay less than it should.
 func SaveHistory(t testing.TB, c client.Client, workflowID, runID, path string) {
 	t.Helper()
+	// A run that failed (a rejection) is closed too: only its end matters.
+	_ = c.GetWorkflow(context.Background(), workflowID, runID).Get(context.Background(), nil)
 	iter := c.GetWorkflowHistory(context.Background(), workflowID, runID, false, 0)
 	var h historypb.History
 	for iter.HasNext() {
