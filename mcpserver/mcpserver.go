@@ -16,6 +16,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/hashicorp/golang-lru/v2/expirable"
 	"github.com/idemflow/idemflow/agentclient"
 	"github.com/modelcontextprotocol/go-sdk/auth"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
@@ -255,7 +256,7 @@ func HTTPHandler(cfg Config, opts HTTPOptions) http.Handler {
 		}
 		h.ServeHTTP(w, r)
 	})
-	v := &verifier{cfg: cfg, ttl: opts.VerifyTTL, known: map[[32]byte]verified{}}
+	v := &verifier{cfg: cfg, known: expirable.NewLRU[[32]byte, string](maxKnown, nil, opts.VerifyTTL)}
 	return auth.RequireBearerToken(v.verify, nil)(limited)
 }
 
@@ -281,45 +282,31 @@ func (t *tenants) get(tenantID string) *tenantServer {
 	return ts
 }
 
-// verifier checks bearer tokens with the gateway and remembers the answer
-// for ttl. Tokens are kept only as SHA-256 digests.
+// verifier checks bearer tokens with the gateway and remembers a tenant
+// for VerifyTTL (tokens kept only as SHA-256 digests), as the gateway's
+// tenant.Authenticator does for its own lookups.
 type verifier struct {
 	cfg   Config
-	ttl   time.Duration
-	mu    sync.Mutex
-	known map[[32]byte]verified
+	known *expirable.LRU[[32]byte, string]
 }
 
-type verified struct {
-	tenantID string
-	until    time.Time
-}
-
-// maxKnown bounds the verifier's memory; past it, it starts afresh.
+// maxKnown bounds how many tokens the verifier remembers.
 const maxKnown = 10000
 
 func (v *verifier) verify(ctx context.Context, token string, _ *http.Request) (*auth.TokenInfo, error) {
 	sum := sha256.Sum256([]byte(token))
-	now := time.Now()
-	v.mu.Lock()
-	k, ok := v.known[sum]
-	v.mu.Unlock()
-	if !ok || now.After(k.until) {
-		tenantID, err := v.ask(ctx, token)
-		if err != nil {
+	tenantID, ok := v.known.Get(sum)
+	if !ok {
+		var err error
+		if tenantID, err = v.ask(ctx, token); err != nil {
 			return nil, err
 		}
-		k = verified{tenantID: tenantID, until: now.Add(v.ttl)}
-		v.mu.Lock()
-		if len(v.known) >= maxKnown {
-			v.known = map[[32]byte]verified{}
-		}
-		v.known[sum] = k
-		v.mu.Unlock()
+		v.known.Add(sum, tenantID)
 	}
 	// UserID binds a session to its tenant: the SDK refuses a session's
-	// ID presented with another tenant's token.
-	return &auth.TokenInfo{UserID: k.tenantID, Expiration: k.until, Extra: map[string]any{"token": token}}, nil
+	// ID presented with another tenant's token. The SDK wants an
+	// expiration; the token is checked again on every request anyway.
+	return &auth.TokenInfo{UserID: tenantID, Expiration: time.Now().Add(time.Minute), Extra: map[string]any{"token": token}}, nil
 }
 
 // ask calls GET /v1/tenant with the token.
