@@ -43,7 +43,10 @@ type Problem struct {
 type ProblemError struct {
 	Status  int
 	Problem Problem
-	kind    error
+	// Body is the answer as it came, byte for byte: a retry with the same
+	// key answers the same bytes.
+	Body json.RawMessage
+	kind error
 }
 
 func (e *ProblemError) Error() string {
@@ -74,7 +77,7 @@ func problemType(body []byte) string {
 func problemError(status int, body []byte) error {
 	var p Problem
 	_ = json.Unmarshal(body, &p)
-	pe := ProblemError{Status: status, Problem: p}
+	pe := ProblemError{Status: status, Problem: p, Body: body}
 	switch {
 	case status == 400:
 		pe.kind = ErrInvalidRequest

@@ -5,6 +5,7 @@ package cli
 import (
 	"context"
 	"errors"
+	"flag"
 	"fmt"
 	"log/slog"
 	"net"
@@ -29,6 +30,7 @@ import (
 var devCommands = map[string]command{
 	"dev":      {"run the whole stack in one process: embedded Temporal and its Web UI, worker, gateway", runDev},
 	"postgres": {"ensure a PostgreSQL server (reachable or private) and print its admin URL", runPostgres},
+	"temporal": {"run the embedded Temporal server alone, on PostgreSQL, for a stack of separate processes (chaos, multi-process tests)", runTemporal},
 }
 
 // DemoTenant is the tenant dev creates when no bootstrap tokens are given.
@@ -47,12 +49,10 @@ func runDev(ctx context.Context, env *Env, args []string) error {
 	withDemo := fs.Bool("demo", false, "once the stack is up, run the demo agent and print its report")
 	var gw gatewayConfig
 	gw.register(fs)
-	temporalPort := fs.Int("temporal-port", 7233, "embedded Temporal frontend port (env IDEMFLOW_TEMPORAL_PORT)")
-	uiPort := fs.Int("ui-port", 8233, "Temporal Web UI port (env IDEMFLOW_UI_PORT)")
-	dataDir := fs.String("data-dir", "./.idemflow", "where Temporal (and a private PostgreSQL) keep their files (env IDEMFLOW_DATA_DIR)")
+	var tf temporalFlags
+	tf.register(fs, 8233)
+	temporalPort, uiPort, dataDir, nsRetention := &tf.port, &tf.uiPort, &tf.dataDir, tf.retention
 	store := fs.String("temporal-store", "", "where the embedded Temporal keeps its data: postgres (beside idemflow's database) or sqlite (in --data-dir); default postgres, or sqlite for a data dir that already has a temporal.db (env IDEMFLOW_TEMPORAL_STORE)")
-	nsRetention := durationFlag(72 * time.Hour)
-	fs.Var(&nsRetention, "temporal-retention", "how long Temporal keeps closed workflows (env IDEMFLOW_TEMPORAL_RETENTION)")
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
@@ -92,7 +92,7 @@ func runDev(ctx context.Context, env *Env, args []string) error {
 		DataDir:   filepath.Join(*dataDir, "temporal"),
 		Port:      *temporalPort,
 		Namespace: c.namespace,
-		Retention: time.Duration(nsRetention),
+		Retention: time.Duration(*nsRetention),
 	}
 	if err := chooseTemporalStore(log, &tcfg, *store, c.databaseURL); err != nil {
 		return err
@@ -107,7 +107,7 @@ func runDev(ctx context.Context, env *Env, args []string) error {
 		}
 	}()
 	c.temporal = tsrv.HostPort
-	log.Info("temporal server running", "address", tsrv.HostPort, "namespace", c.namespace, "retention", time.Duration(nsRetention),
+	log.Info("temporal server running", "address", tsrv.HostPort, "namespace", c.namespace, "retention", time.Duration(*nsRetention),
 		"store", map[bool]string{true: "postgres " + tcfg.PostgresDatabase, false: "sqlite"}[tcfg.Postgres != ""])
 
 	ui, err := devserver.StartUI("127.0.0.1", *uiPort, tsrv.HostPort, c.namespace)
@@ -255,4 +255,68 @@ func runPostgres(ctx context.Context, env *Env, args []string) error {
 	}
 	fmt.Fprintln(env.Stdout, pg.AdminURL)
 	return nil
+}
+
+// runTemporal runs only the embedded Temporal server, with its data in
+// PostgreSQL beside idemflow's database, so that gateways and workers in
+// other processes share it and it can be killed and restarted on its own.
+func runTemporal(ctx context.Context, env *Env, args []string) error {
+	fs := flags("temporal", env)
+	dbURL := fs.String("database-url", "", "idemflow's PostgreSQL; Temporal keeps its data in <db>_temporal and <db>_temporal_visibility there (env DATABASE_URL)")
+	namespace := fs.String("namespace", "default", "namespace to create (env TEMPORAL_NAMESPACE)")
+	var tf temporalFlags
+	tf.register(fs, 0)
+	port, uiPort, dataDir, nsRetention := &tf.port, &tf.uiPort, &tf.dataDir, tf.retention
+	if err := parseFlags(fs, args); err != nil {
+		return err
+	}
+	if *dbURL == "" {
+		return fmt.Errorf("%w: temporal needs --database-url", errUsage)
+	}
+	tcfg := devserver.TemporalConfig{
+		DataDir:   filepath.Join(*dataDir, "temporal"),
+		Port:      *port,
+		Namespace: *namespace,
+		Retention: time.Duration(*nsRetention),
+	}
+	if err := chooseTemporalStore(env.Logger, &tcfg, "postgres", *dbURL); err != nil {
+		return err
+	}
+	tsrv, err := devserver.StartTemporal(ctx, tcfg)
+	if err != nil {
+		return err
+	}
+	defer func() {
+		if err := tsrv.Stop(); err != nil {
+			env.Logger.Warn("stop Temporal", "error", err)
+		}
+	}()
+	if *uiPort != 0 {
+		ui, err := devserver.StartUI("127.0.0.1", *uiPort, tsrv.HostPort, *namespace)
+		if err != nil {
+			return err
+		}
+		defer ui.Stop()
+	}
+	env.Logger.Info("temporal server running", "address", tsrv.HostPort, "namespace", *namespace, "store", "postgres "+tcfg.PostgresDatabase)
+	<-ctx.Done()
+	return nil
+}
+
+// temporalFlags are the embedded Temporal server's settings, shared by dev
+// and temporal.
+type temporalFlags struct {
+	port, uiPort int
+	dataDir      string
+	retention    *durationFlag
+}
+
+// register adds the flags; uiPort is the Web UI's default port (0: none).
+func (t *temporalFlags) register(fs *flag.FlagSet, uiPort int) {
+	fs.IntVar(&t.port, "temporal-port", 7233, "embedded Temporal frontend port (env IDEMFLOW_TEMPORAL_PORT)")
+	fs.IntVar(&t.uiPort, "ui-port", uiPort, "Temporal Web UI port, 0 for none (env IDEMFLOW_UI_PORT)")
+	fs.StringVar(&t.dataDir, "data-dir", "./.idemflow", "where Temporal (and a private PostgreSQL) keep their files (env IDEMFLOW_DATA_DIR)")
+	r := durationFlag(72 * time.Hour)
+	t.retention = &r
+	fs.Var(t.retention, "temporal-retention", "how long Temporal keeps closed workflows (env IDEMFLOW_TEMPORAL_RETENTION)")
 }

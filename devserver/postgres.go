@@ -34,6 +34,7 @@ type Postgres struct {
 	Private bool
 	dir     string
 	pgCtl   string
+	port    int
 	cred    *syscall.Credential
 }
 
@@ -56,6 +57,14 @@ func EnsurePostgres(ctx context.Context, dataDir string, port int, logger *slog.
 			return &Postgres{AdminURL: u}, nil
 		}
 	}
+	return StartPrivatePostgres(ctx, dataDir, port, logger)
+}
+
+// StartPrivatePostgres starts (initialising it the first time) a private
+// server in dataDir/postgres on 127.0.0.1:port, whatever else is running:
+// one a caller may restart or kill, never the machine's shared server.
+func StartPrivatePostgres(ctx context.Context, dataDir string, port int, logger *slog.Logger) (*Postgres, error) {
+	private := fmt.Sprintf("postgres://postgres@127.0.0.1:%d/postgres?sslmode=disable&connect_timeout=2", port)
 	bin, err := findPostgresBin()
 	if err != nil {
 		return nil, err
@@ -64,7 +73,7 @@ func EnsurePostgres(ctx context.Context, dataDir string, port int, logger *slog.
 	if err != nil {
 		return nil, err
 	}
-	p := &Postgres{AdminURL: private, Private: true, dir: dir, pgCtl: filepath.Join(bin, "pg_ctl")}
+	p := &Postgres{AdminURL: private, Private: true, dir: dir, pgCtl: filepath.Join(bin, "pg_ctl"), port: port}
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return nil, fmt.Errorf("postgres: data dir: %w", err)
 	}
@@ -86,14 +95,34 @@ func EnsurePostgres(ctx context.Context, dataDir string, port int, logger *slog.
 		}
 	}
 	logger.Info("starting private PostgreSQL", "dir", dir, "port", port)
-	opts := fmt.Sprintf("-p %d -c listen_addresses=127.0.0.1 -c unix_socket_directories=''", port)
-	if err := p.run(ctx, p.pgCtl, "-D", dir, "-l", filepath.Join(dir, "server.log"), "-w", "-t", "60", "-o", opts, "start"); err != nil {
-		return nil, fmt.Errorf("postgres: pg_ctl start (see %s): %w", filepath.Join(dir, "server.log"), err)
-	}
-	if err := ping(ctx, private); err != nil {
-		return nil, fmt.Errorf("postgres: started but not answering: %w", err)
+	if err := p.start(ctx); err != nil {
+		return nil, err
 	}
 	return p, nil
+}
+
+func (p *Postgres) start(ctx context.Context) error {
+	opts := fmt.Sprintf("-p %d -c listen_addresses=127.0.0.1 -c unix_socket_directories='' -c max_connections=300", p.port)
+	if err := p.run(ctx, p.pgCtl, "-D", p.dir, "-l", filepath.Join(p.dir, "server.log"), "-w", "-t", "60", "-o", opts, "start"); err != nil {
+		return fmt.Errorf("postgres: pg_ctl start (see %s): %w", filepath.Join(p.dir, "server.log"), err)
+	}
+	if err := ping(ctx, p.AdminURL); err != nil {
+		return fmt.Errorf("postgres: started but not answering: %w", err)
+	}
+	return nil
+}
+
+// Crash stops a private server as a power cut would (pg_ctl's immediate
+// mode: no checkpoint, every backend killed, recovery from the WAL at the
+// next start), then starts it again.
+func (p *Postgres) Crash(ctx context.Context) error {
+	if !p.Private {
+		return errors.New("postgres: not a private server: refusing to crash it")
+	}
+	if err := p.run(ctx, p.pgCtl, "-D", p.dir, "-m", "immediate", "-w", "stop"); err != nil {
+		return fmt.Errorf("postgres: immediate stop: %w", err)
+	}
+	return p.start(ctx)
 }
 
 // Stop stops a private server; it leaves a server it did not start alone.

@@ -1,0 +1,169 @@
+package chaos
+
+import (
+	"fmt"
+	"io"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/idemflow/idemflow/activities"
+)
+
+// ClientReport is what one client did and what the checks found for it.
+type ClientReport struct {
+	Jobs, Intents, Attempts, Replays int
+	// Conflicts: reused keys with changed parameters refused with 422.
+	Conflicts, Rejected, Abandoned, GaveUp int
+	// UnansweredDone and UnansweredFailed: abandoned or given-up intents
+	// that ended SUCCESS with one row, or failed (or never arrived) with none.
+	UnansweredDone, UnansweredFailed int
+	Tickets, Orders, Events          int
+	FinalReplays                     int
+
+	// The violations. For the naive client only LogicalDuplicates is
+	// counted: that it is above zero shows the checks can see duplicates.
+	Duplicates, LogicalDuplicates, Lost, Stuck, ReplayMismatches int
+	IllegalTransitions, StockOff, CouponsOff, DoubleCaptures     int
+	BurstMismatches, ReuseAccepted                               int
+
+	stats *clientStats
+}
+
+// Report is a chaos run's result.
+type Report struct {
+	Seed          uint64
+	Client, Naive ClientReport
+	Faults        map[Kind]int
+	Enabled       map[Kind]bool
+	// KilledInTx counts worker kills while one of its database sessions
+	// was inside a statement or a transaction.
+	KilledInTx    int
+	ReconcileRuns int
+	Reconciled    map[activities.Verdict]int
+	Violations    []string
+	LoadTime      time.Duration
+	SettleTime    time.Duration
+	Total         time.Duration
+
+	mu sync.Mutex
+}
+
+func newReport(r *run) *Report {
+	rep := &Report{Seed: r.cfg.Seed, Faults: map[Kind]int{}, Enabled: map[Kind]bool{}, Reconciled: map[activities.Verdict]int{}}
+	for k, v := range r.cfg.Faults {
+		rep.Enabled[k] = v > 0
+	}
+	rep.Client.stats, rep.Naive.stats = &clientStats{}, &clientStats{}
+	return rep
+}
+
+func (rep *Report) violate(format string, args ...any) {
+	rep.mu.Lock()
+	defer rep.mu.Unlock()
+	rep.Violations = append(rep.Violations, fmt.Sprintf(format, args...))
+}
+
+// OK is true when no invariant was broken.
+func (rep *Report) OK() bool { return len(rep.Violations) == 0 }
+
+// Zeros are the four numbers the run exists for.
+func (rep *Report) Zeros() (duplicates, lost, stuck, mismatches int) {
+	c := rep.Client
+	return c.Duplicates + c.LogicalDuplicates + c.DoubleCaptures, c.Lost, c.Stuck, c.ReplayMismatches + c.BurstMismatches
+}
+
+// fold copies the agents' counts into the report.
+func (c *ClientReport) fold() {
+	s := c.stats
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	c.Jobs, c.Intents, c.Attempts, c.Replays = s.Jobs, s.Intents, s.Attempts, s.Replays
+	c.Conflicts, c.Rejected, c.Abandoned, c.GaveUp = s.Conflicts, s.Rejected, s.Abandoned, s.GaveUp
+	c.BurstMismatches, c.ReuseAccepted = s.BurstMismatch, s.ReuseAccepts
+}
+
+func (rep *Report) print(w io.Writer) {
+	c, n := rep.Client, rep.Naive
+	fmt.Fprintf(w, "\nchaos run (seed %d): load %v, settle %v, total %v\n\n", rep.Seed,
+		rep.LoadTime.Round(time.Second), rep.SettleTime.Round(time.Second), rep.Total.Round(time.Second))
+	line := func(label string, a, b any) { fmt.Fprintf(w, "  %-34s %16v %16v\n", label, a, b) }
+	line("", "idemflow client", "naive client")
+	line("agent tasks (jobs)", c.Jobs, n.Jobs)
+	line("intents", c.Intents, n.Intents)
+	line("HTTP attempts", c.Attempts, n.Attempts)
+	line("answers marked replayed", c.Replays, "-")
+	line("reused keys refused (422)", fmt.Sprintf("%d", c.Conflicts), "-")
+	line("business rejections", c.Rejected, "-")
+	line("abandoned / gave up", fmt.Sprintf("%d / %d", c.Abandoned, c.GaveUp), "-")
+	line("  of those: done / failed", fmt.Sprintf("%d / %d", c.UnansweredDone, c.UnansweredFailed), "-")
+	line("tickets / orders / order events", fmt.Sprintf("%d / %d / %d", c.Tickets, c.Orders, c.Events), fmt.Sprintf("%d / %d / %d", n.Tickets, n.Orders, n.Events))
+	line("final replays checked", c.FinalReplays, "-")
+	dups, lost, stuck, mism := rep.Zeros()
+	line("DUPLICATES", dups, n.LogicalDuplicates)
+	line("LOST", lost, "-")
+	line("STUCK (PROCESSING, running)", stuck, "-")
+	line("REPLAY MISMATCHES", mism, "-")
+	line("illegal transitions", c.IllegalTransitions, "-")
+	line("stock / coupon counts off", fmt.Sprintf("%d / %d", c.StockOff, c.CouponsOff), "-")
+	line("payments captured twice", c.DoubleCaptures, "-")
+	line("reused key executed", c.ReuseAccepted, "-")
+	fmt.Fprintf(w, "\n  faults injected\n")
+	for _, k := range Kinds {
+		if rep.Enabled[k] {
+			fmt.Fprintf(w, "    %-18s %6d\n", k, rep.Faults[k])
+		} else {
+			fmt.Fprintf(w, "    %-18s %6s\n", k, "off")
+		}
+	}
+	fmt.Fprintf(w, "    (worker kills inside a statement or transaction: %d)\n", rep.KilledInTx)
+	var parts []string
+	for _, v := range []activities.Verdict{activities.VerdictFromRow, activities.VerdictFromWorkflow, activities.VerdictFailed, activities.VerdictSettled, activities.VerdictError} {
+		parts = append(parts, fmt.Sprintf("%s %d", v, rep.Reconciled[v]))
+	}
+	fmt.Fprintf(w, "\n  reconcile: %d runs settled stale intents: %s\n", rep.ReconcileRuns, strings.Join(parts, ", "))
+	if rep.OK() {
+		fmt.Fprintf(w, "\nOK: no duplicate, nothing lost, nothing stuck; the naive client made %d duplicates under the same faults\n", n.LogicalDuplicates)
+		return
+	}
+	fmt.Fprintf(w, "\nFAILED: %d violations\n", len(rep.Violations))
+	for i, v := range rep.Violations {
+		if i == 50 {
+			fmt.Fprintf(w, "  ... %d more\n", len(rep.Violations)-50)
+			break
+		}
+		fmt.Fprintf(w, "  - %s\n", v)
+	}
+}
+
+// bar is a progress bar over jobs, redrawn in place.
+type bar struct {
+	mu    sync.Mutex
+	w     io.Writer
+	n, of int
+	last  time.Time
+}
+
+func newBar(w io.Writer, of int) *bar { return &bar{w: w, of: of} }
+
+func (b *bar) step() {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.n++
+	if time.Since(b.last) > 200*time.Millisecond || b.n == b.of {
+		b.last = time.Now()
+		if b.of == 0 {
+			fmt.Fprintf(b.w, "\r  %d jobs done", b.n)
+			return
+		}
+		width := 40
+		fill := width * min(b.n, b.of) / b.of
+		fmt.Fprintf(b.w, "\r  [%s%s] %d/%d jobs", strings.Repeat("#", fill), strings.Repeat(".", width-fill), b.n, b.of)
+	}
+}
+
+func (b *bar) finish() {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	fmt.Fprintln(b.w)
+}
