@@ -10,9 +10,11 @@ import (
 	"fmt"
 	"log/slog"
 	"strings"
+	"time"
 
 	"github.com/idemflow/idemflow/apperr"
 	"github.com/idemflow/idemflow/idem"
+	"github.com/idemflow/idemflow/metrics"
 	"github.com/idemflow/idemflow/problem"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
@@ -28,6 +30,9 @@ type Activities struct {
 	Logger  *slog.Logger
 	// Temporal lets reconcile ask whether an intent's workflow still runs.
 	Temporal client.Client
+	// Metrics, when set, counts business steps, rejections, reconcile
+	// verdicts and purged records.
+	Metrics *metrics.Worker
 }
 
 // New returns the activities over db.
@@ -54,6 +59,22 @@ var errKeyReused = &apperr.RejectedError{Code: "idempotency-key-reused",
 // taken from the input: a workflow started on the task queue by anyone else
 // cannot write content other than what its record was claimed for.
 func (a *Activities) execute(ctx context.Context, in idem.Intent, req interface{ Fingerprint() (string, error) },
+	step func(tx pgx.Tx) (idem.Outcome, error)) (idem.Outcome, error) {
+	start := time.Now()
+	out, err := a.executeLocked(ctx, in, req, step)
+	result := "done"
+	var appErr *temporal.ApplicationError
+	switch {
+	case errors.As(err, &appErr) && appErr.Type() == idem.ErrTypeRejected:
+		result = "rejected"
+	case err != nil:
+		result = "error"
+	}
+	a.Metrics.Executed(in.BizType, result, time.Since(start))
+	return out, err
+}
+
+func (a *Activities) executeLocked(ctx context.Context, in idem.Intent, req interface{ Fingerprint() (string, error) },
 	step func(tx pgx.Tx) (idem.Outcome, error)) (idem.Outcome, error) {
 	fingerprint, err := req.Fingerprint()
 	if err != nil {
@@ -112,11 +133,12 @@ func (a *Activities) execute(ctx context.Context, in idem.Intent, req interface{
 	if unstorable(err) {
 		// Input PostgreSQL cannot store (validation should have caught
 		// it) fails the same way on every retry: settle it now.
-		a.Logger.ErrorContext(ctx, "intent input cannot be stored", "tenant", rec.TenantID, "key", rec.Key, "error", err)
+		a.Logger.ErrorContext(ctx, "intent input cannot be stored", "tenant", rec.TenantID, "key", rec.Key, "workflow_id", in.WorkflowID, "error", err)
 		err = errUnstorable
 	}
 	switch {
 	case errors.As(err, &rejected):
+		a.Metrics.Rejected(in.BizType, rejected.Code)
 		if err := sp.Rollback(ctx); err != nil {
 			return idem.Outcome{}, fmt.Errorf("roll back rejected step: %w", err)
 		}

@@ -51,6 +51,17 @@ func (a *Activities) FindStale(ctx context.Context, in FindStaleInput) ([]idem.I
 // Otherwise the business row decides (ResolveIntent). It never writes a
 // business row, and every update names PROCESSING as the expected state.
 func (a *Activities) ReconcileIntent(ctx context.Context, in idem.Intent) (Verdict, error) {
+	v, err := a.reconcileIntent(ctx, in)
+	if err != nil {
+		a.Metrics.Reconciled(string(VerdictError))
+		return v, err
+	}
+	a.Metrics.Reconciled(string(v))
+	a.Logger.InfoContext(ctx, "reconciled", "tenant", in.TenantID, "key", in.Key, "workflow_id", in.WorkflowID, "verdict", v)
+	return v, nil
+}
+
+func (a *Activities) reconcileIntent(ctx context.Context, in idem.Intent) (Verdict, error) {
 	if a.Temporal == nil {
 		return "", errors.New("reconcile needs a Temporal client")
 	}
@@ -122,6 +133,7 @@ func (a *Activities) PurgeExpired(ctx context.Context, in PurgeInput) (PurgeResu
 			return res, err
 		}
 		res.Deleted += n
+		a.Metrics.Purged(n)
 		activity.RecordHeartbeat(ctx, res.Deleted)
 		if n < int64(in.BatchSize) {
 			res.Complete = true

@@ -96,7 +96,7 @@ func (rep *Report) print(w io.Writer) {
 	line("reused keys refused (422)", fmt.Sprintf("%d", c.Conflicts), "-")
 	line("business rejections", c.Rejected, "-")
 	line("abandoned / gave up", fmt.Sprintf("%d / %d", c.Abandoned, c.GaveUp), "-")
-	line("  of those: done / failed", fmt.Sprintf("%d / %d", c.UnansweredDone, c.UnansweredFailed), "-")
+	line("  unanswered, ended done / failed", fmt.Sprintf("%d / %d", c.UnansweredDone, c.UnansweredFailed), "-")
 	line("tickets / orders / order events", fmt.Sprintf("%d / %d / %d", c.Tickets, c.Orders, c.Events), fmt.Sprintf("%d / %d / %d", n.Tickets, n.Orders, n.Events))
 	line("final replays checked", c.FinalReplays, "-")
 	dups, lost, stuck, mism := rep.Zeros()

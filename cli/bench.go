@@ -47,7 +47,7 @@ func runBench(ctx context.Context, env *Env, args []string) error {
 		return err
 	}
 	tc, err := dialTemporal(ctx, env.Logger, firstNonEmpty(*temporalAddr, devEnv["TEMPORAL_ADDRESS"], "127.0.0.1:7233"),
-		firstNonEmpty(*namespace, devEnv["TEMPORAL_NAMESPACE"], "default"))
+		firstNonEmpty(*namespace, devEnv["TEMPORAL_NAMESPACE"], "default"), temporalTLS{}, nil)
 	if err != nil {
 		return err
 	}

@@ -47,8 +47,12 @@ func runRoles(ctx context.Context, env *Env, name string, r roles, args []string
 	var gw gatewayConfig
 	fs := flags(name, env)
 	c.register(fs)
+	var workerMetrics string
 	if r.worker {
 		s.register(fs)
+	}
+	if r.worker && !r.gateway {
+		fs.StringVar(&workerMetrics, "metrics-addr", "", "serve the worker's /metrics (its counters and the Temporal SDK's) on this address, e.g. :9464 (env IDEMFLOW_METRICS_ADDR)")
 	}
 	if r.gateway {
 		bindings.register(fs)
@@ -78,6 +82,7 @@ func runRoles(ctx context.Context, env *Env, name string, r roles, args []string
 	}
 	if r.worker {
 		d.Records.Notify = true
+		d.Metrics.WatchProcessing(d.Records.Processing)
 	}
 	if !r.worker {
 		return serveGateway(ctx, env.Logger, d, gw, nil)
@@ -88,6 +93,15 @@ func runRoles(ctx context.Context, env *Env, name string, r roles, args []string
 	w := worker.New(d.Temporal, d.Activities)
 	env.Logger.Info("worker running", "temporal", c.temporal, "namespace", c.namespace)
 	if !r.gateway {
+		if workerMetrics != "" {
+			mctx, stop := context.WithCancel(ctx)
+			defer stop()
+			go func() {
+				if err := serveHTTP(mctx, env.Logger, "metrics", workerMetrics, newHTTPServer(d.Metrics.Handler(), true), nil); err != nil {
+					env.Logger.Error("metrics listener", "error", err)
+				}
+			}()
+		}
 		return worker.Run(ctx, w)
 	}
 	if err := w.Start(); err != nil {
@@ -125,12 +139,14 @@ func (b *bindingsFlag) register(fs *flag.FlagSet) {
 type gatewayConfig struct {
 	addr, metricsAddr, pprofAddr string
 	maxWaiting                   int
+	shutdownGrace                time.Duration
 }
 
 func (g *gatewayConfig) register(fs *flag.FlagSet) {
 	fs.StringVar(&g.addr, "http-addr", "127.0.0.1:8080", "gateway listen address (env IDEMFLOW_HTTP_ADDR)")
 	fs.StringVar(&g.metricsAddr, "metrics-addr", "", "serve /metrics on this address instead of the gateway's (env IDEMFLOW_METRICS_ADDR)")
 	fs.StringVar(&g.pprofAddr, "pprof-addr", "", "serve Go's profiler (/debug/pprof/) on this address; off by default (env IDEMFLOW_PPROF_ADDR)")
+	fs.DurationVar(&g.shutdownGrace, "shutdown-grace", 2*time.Second, "on SIGTERM, answer 503 + Retry-After this long before closing the listener, so a load balancer moves away (env IDEMFLOW_SHUTDOWN_GRACE)")
 	fs.IntVar(&g.maxWaiting, "max-waiting", gateway.DefaultMaxWaiting, "requests that may wait for their intent at once; past it they answer 202 at once (env IDEMFLOW_MAX_WAITING)")
 }
 
@@ -163,7 +179,24 @@ func serveGateway(ctx context.Context, logger *slog.Logger, d *deps, cfg gateway
 			cancel()
 		}()
 	}
-	err := serveHTTP(ctx, logger, "gateway", cfg.addr, newHTTPServer(g.Handler(), false), ready)
+	// On shutdown the gateway drains first: for --shutdown-grace it stays
+	// up answering 503 + Retry-After (and /readyz 503) while a load
+	// balancer notices, then it stops listening and waits for the requests
+	// it holds.
+	serveCtx, stopServing := context.WithCancel(context.WithoutCancel(ctx))
+	defer stopServing()
+	go func() {
+		select {
+		case <-ctx.Done():
+		case <-serveCtx.Done():
+			return
+		}
+		g.Drain()
+		logger.Info("gateway draining: new requests answer 503", "grace", cfg.shutdownGrace)
+		time.Sleep(cfg.shutdownGrace)
+		stopServing()
+	}()
+	err := serveHTTP(serveCtx, logger, "gateway", cfg.addr, newHTTPServer(g.Handler(), false), ready)
 	cancel()
 	errs := []error{err}
 	for range side {
@@ -221,7 +254,8 @@ func newHTTPServer(h http.Handler, streams bool) *http.Server {
 	return srv
 }
 
-// serveHTTP serves srv on addr until ctx ends, then drains for up to 10 s.
+// serveHTTP serves srv on addr until ctx ends, then waits for the
+// requests in flight (up to the longest wait a request may ask for).
 // ready, if set, is called once the listener is bound.
 func serveHTTP(ctx context.Context, logger *slog.Logger, name, addr string, srv *http.Server, ready func(net.Addr)) error {
 	ln, err := net.Listen("tcp", addr)
@@ -239,7 +273,8 @@ func serveHTTP(ctx context.Context, logger *slog.Logger, name, addr string, srv 
 		return fmt.Errorf("serve: %w", err)
 	case <-ctx.Done():
 	}
-	shutdown, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
+	// Long enough for a request waiting the longest Prefer: wait.
+	shutdown, cancel := context.WithTimeout(context.WithoutCancel(ctx), starter.MaxWait+5*time.Second)
 	defer cancel()
 	if err := srv.Shutdown(shutdown); err != nil {
 		return fmt.Errorf("shut down %s: %w", name, err)

@@ -12,7 +12,9 @@ import (
 	"github.com/idemflow/idemflow/activities"
 	"github.com/idemflow/idemflow/gateway"
 	"github.com/idemflow/idemflow/idem"
+	"github.com/idemflow/idemflow/metrics"
 	"github.com/idemflow/idemflow/registry"
+	"github.com/idemflow/idemflow/schedule"
 	"github.com/idemflow/idemflow/tenant"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -26,10 +28,12 @@ type common struct {
 	temporal    string
 	namespace   string
 	retention   durationFlag
+	tls         temporalTLS
 }
 
 func (c *common) register(fs *flag.FlagSet) {
 	fs.StringVar(&c.temporal, "temporal-address", "127.0.0.1:7233", "Temporal frontend host:port (env TEMPORAL_ADDRESS)")
+	c.tls.register(fs)
 	c.registerLocal(fs)
 }
 
@@ -74,7 +78,10 @@ type deps struct {
 	Tenants    *tenant.Store
 	Activities *activities.Activities
 	Logger     *slog.Logger
+	Metrics    *metrics.Registry
 	namespace  string
+	// searchable: the namespace has the intents' search attributes.
+	searchable bool
 }
 
 func openDeps(ctx context.Context, logger *slog.Logger, c common) (*deps, error) {
@@ -89,28 +96,44 @@ func openDeps(ctx context.Context, logger *slog.Logger, c common) (*deps, error)
 		pool.Close()
 		return nil, fmt.Errorf("reach database: %w", err)
 	}
-	tc, err := dialTemporal(ctx, logger, c.temporal, c.namespace)
+	reg := metrics.New()
+	tc, err := dialTemporal(ctx, logger, c.temporal, c.namespace, c.tls, reg.SDK)
 	if err != nil {
 		pool.Close()
 		return nil, err
 	}
+	// Every role registers the search attributes (idempotently), so that
+	// whichever starts first, intents carry them from their first run.
+	searchable := true
+	if err := schedule.EnsureSearchAttributes(ctx, tc, c.namespace); err != nil {
+		searchable = false
+		logger.Warn("search attributes not registered: intents start without them and the Web UI cannot filter them by key; "+
+			"register them on the namespace (README, Operations)", "error", err)
+	}
 	records := idem.NewStore(pool, idem.Retention{Default: time.Duration(c.retention)}, registry.Recall)
 	// The gateway and worker of one process (serve, dev) share it.
 	records.Waiters = &idem.Waiters{}
+	acts := activities.New(pool, records, tc, logger)
+	acts.Metrics = reg.Worker
 	return &deps{
 		Pool:       pool,
 		Temporal:   tc,
 		Records:    records,
 		Tenants:    tenant.NewStore(pool),
-		Activities: activities.New(pool, records, tc, logger),
+		Activities: acts,
 		Logger:     logger,
+		Metrics:    reg,
 		namespace:  c.namespace,
+		searchable: searchable,
 	}, nil
 }
 
-func dialTemporal(ctx context.Context, logger *slog.Logger, hostPort, namespace string) (client.Client, error) {
+func dialTemporal(ctx context.Context, logger *slog.Logger, hostPort, namespace string, conn temporalTLS, mh client.MetricsHandler) (client.Client, error) {
 	sdkLogger := slog.New(&levelFloor{Handler: logger.Handler(), floor: slog.LevelWarn}).With("component", "temporal-sdk")
-	opts := client.Options{HostPort: hostPort, Namespace: namespace, Logger: sdklog.NewStructuredLogger(sdkLogger)}
+	opts := client.Options{HostPort: hostPort, Namespace: namespace, Logger: sdklog.NewStructuredLogger(sdkLogger), MetricsHandler: mh}
+	if err := conn.apply(&opts); err != nil {
+		return nil, err
+	}
 	// A server starting alongside (compose, or dev) may need a moment.
 	deadline := time.Now().Add(30 * time.Second)
 	for {
@@ -127,11 +150,15 @@ func dialTemporal(ctx context.Context, logger *slog.Logger, hostPort, namespace 
 
 func (d *deps) Close() {
 	d.Temporal.Close()
+	_ = d.Metrics.Close()
 	d.Pool.Close()
 }
 
 func (d *deps) gateway() *gateway.Gateway {
-	return gateway.New(d.Pool, d.Temporal, d.Records, d.Logger)
+	g := gateway.New(d.Pool, d.Temporal, d.Records, d.Logger)
+	g.Starter.SearchAttributes = d.searchable
+	g.Metrics = gateway.NewMetricsOn(d.Metrics.Registry)
+	return g
 }
 
 // levelFloor drops records below floor: the SDK logs every poll at info.

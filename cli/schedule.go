@@ -108,7 +108,7 @@ func runSchedule(ctx context.Context, env *Env, args []string) error {
 	if err := fs.Parse(args[1:]); err != nil {
 		return err
 	}
-	tc, err := dialTemporal(ctx, env.Logger, c.temporal, c.namespace)
+	tc, err := dialTemporal(ctx, env.Logger, c.temporal, c.namespace, c.tls, nil)
 	if err != nil {
 		return err
 	}

@@ -14,6 +14,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/google/uuid"
@@ -54,7 +55,16 @@ type Gateway struct {
 	// request answers at once (202 or 409) instead of waiting, and the
 	// agent polls. Its capacity is MaxWaiting.
 	waiting chan struct{}
+	// draining: the process is shutting down (Drain).
+	draining atomic.Bool
 }
+
+// Drain makes the gateway refuse new work while the requests it holds
+// finish: /readyz answers 503, so a load balancer stops sending, and any
+// other new request answers 503 with Retry-After, so an agent retries
+// with the same key (on another replica, or this one restarted).
+// /healthz and /metrics keep answering: the process is alive and observed.
+func (g *Gateway) Drain() { g.draining.Store(true) }
 
 // DefaultMaxWaiting bounds the requests that wait at once.
 const DefaultMaxWaiting = 1024
@@ -157,6 +167,7 @@ func (g *Gateway) authed(next tenantHandler) http.HandlerFunc {
 			g.unavailable(w, r, err)
 			return
 		}
+		noteRequest(r.Context(), func(i *requestInfo) { i.tenantID = tenantID })
 		next(w, r, tenantID)
 	}
 }
@@ -227,6 +238,7 @@ func (g *Gateway) serveIntent(w http.ResponseWriter, r *http.Request, bizType st
 }
 
 func (g *Gateway) submit(w http.ResponseWriter, r *http.Request, in starter.Intent, preferWait bool) {
+	noteRequest(r.Context(), func(i *requestInfo) { i.workflowID = in.WorkflowID })
 	if in.Wait > 0 {
 		select {
 		case g.waiting <- struct{}{}:
@@ -379,7 +391,7 @@ func operationOf(rec idem.Record) any {
 	if rec.Status != idem.StatusProcessing {
 		v.ResultStatus, v.ResultLocation = rec.Response.Status, rec.Response.Location
 		if json.Valid(rec.Response.Body) {
-			v.Result = rec.Response.Body
+			v.Result = json.RawMessage(rec.Response.Body)
 		}
 	}
 	return v
@@ -480,10 +492,48 @@ func (g *Gateway) logRequests(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		start := time.Now()
 		rec := &statusRecorder{ResponseWriter: w, status: http.StatusOK}
+		if g.draining.Load() && r.URL.Path != "/healthz" && r.URL.Path != "/metrics" {
+			w.Header().Set("Retry-After", "1")
+			writeProblem(w, problem.New(problem.TypeUnavailable, http.StatusServiceUnavailable,
+				"this gateway is shutting down; nothing was executed, retry with the same key"))
+			g.Metrics.observe("draining", r.Method, http.StatusServiceUnavailable, time.Since(start))
+			return
+		}
+		info := &requestInfo{}
+		r = r.WithContext(context.WithValue(r.Context(), requestInfoKey{}, info))
 		next.ServeHTTP(rec, r)
-		g.logger().LogAttrs(r.Context(), slog.LevelInfo, "http",
-			slog.String("method", r.Method), slog.String("path", r.URL.Path),
-			slog.Int("status", rec.status), slog.Duration("took", time.Since(start)),
-			slog.Bool("replayed", rec.Header().Get(HeaderReplayed) == "true"))
+		took := time.Since(start)
+		route := r.Pattern
+		if route == "" {
+			route = "unmatched"
+		}
+		g.Metrics.observe(route, r.Method, rec.status, took)
+		attrs := []slog.Attr{slog.String("method", r.Method), slog.String("path", r.URL.Path),
+			slog.Int("status", rec.status), slog.Duration("took", took),
+			slog.Bool("replayed", rec.Header().Get(HeaderReplayed) == "true")}
+		// An intent's lines carry its tenant, key and workflow ID, so that
+		// one grep follows it from gateway to worker; never a token or body.
+		if info.tenantID != "" {
+			attrs = append(attrs, slog.String("tenant", info.tenantID))
+		}
+		if key := r.Header.Get("Idempotency-Key"); key != "" && len(key) <= 255 {
+			attrs = append(attrs, slog.String("key", key))
+		}
+		if info.workflowID != "" {
+			attrs = append(attrs, slog.String("workflow_id", info.workflowID))
+		}
+		g.logger().LogAttrs(r.Context(), slog.LevelInfo, "http", attrs...)
 	})
+}
+
+// requestInfo collects, while a request is served, what its log line
+// names.
+type requestInfo struct{ tenantID, workflowID string }
+
+type requestInfoKey struct{}
+
+func noteRequest(ctx context.Context, f func(*requestInfo)) {
+	if info, ok := ctx.Value(requestInfoKey{}).(*requestInfo); ok {
+		f(info)
+	}
 }

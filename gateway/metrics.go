@@ -2,9 +2,12 @@ package gateway
 
 import (
 	"net/http"
+	"strconv"
+	"time"
+
+	"github.com/idemflow/idemflow/metrics"
 
 	"github.com/prometheus/client_golang/prometheus"
-	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 )
 
@@ -15,6 +18,7 @@ type Metrics struct {
 	registry *prometheus.Registry
 	intents  *prometheus.CounterVec
 	waiting  prometheus.Gauge
+	requests *prometheus.HistogramVec
 }
 
 // Labels: what a submission came to, the metric's "outcome" label. (Not an
@@ -31,11 +35,15 @@ const (
 	LabelClientGone  = "client_gone"  // the caller hung up before the answer
 )
 
-// NewMetrics registers idemflow's gateway metrics, and Go's runtime ones,
-// on a registry of its own.
-func NewMetrics() *Metrics {
+// NewMetrics registers the gateway's metrics on a registry of its own,
+// with Go's runtime metrics and the SDK's (for a gateway alone, and tests).
+func NewMetrics() *Metrics { return NewMetricsOn(metrics.New().Registry) }
+
+// NewMetricsOn registers the gateway's metrics on reg, the process's
+// registry, which /metrics then serves whole.
+func NewMetricsOn(reg *prometheus.Registry) *Metrics {
 	m := &Metrics{
-		registry: prometheus.NewRegistry(),
+		registry: reg,
 		intents: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "idemflow_intents_total",
 			Help: "starter.Intent submissions by business type and outcome.",
@@ -44,9 +52,20 @@ func NewMetrics() *Metrics {
 			Name: "idemflow_waiting_requests",
 			Help: "Requests waiting for their intent to finish.",
 		}),
+		requests: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name:    "idemflow_http_request_duration_seconds",
+			Help:    "HTTP requests by route, method and status code.",
+			Buckets: prometheus.ExponentialBuckets(0.0005, 2, 16),
+		}, []string{"route", "method", "code"}),
 	}
-	m.registry.MustRegister(m.intents, m.waiting, collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	reg.MustRegister(m.intents, m.waiting, m.requests)
 	return m
+}
+
+func (m *Metrics) observe(route, method string, code int, took time.Duration) {
+	if m != nil {
+		m.requests.WithLabelValues(route, method, strconv.Itoa(code)).Observe(took.Seconds())
+	}
 }
 
 func (m *Metrics) count(bizType, outcome string) {

@@ -52,3 +52,16 @@ func (s *Store) PurgeBatch(ctx context.Context, limit int) (int64, error) {
 	}
 	return tag.RowsAffected(), nil
 }
+
+// Processing counts PROCESSING records of all tenants and the age of the
+// oldest (0 when none): the operator's gauge of whether reconcile keeps up.
+// It reads the partial index reconcile uses.
+func (s *Store) Processing(ctx context.Context) (int, time.Duration, error) {
+	var n int
+	var age float64
+	if err := s.db.QueryRow(ctx, `SELECT count(*), coalesce(extract(epoch FROM now() - min(updated_at)), 0)::float8
+		FROM idempotency_record WHERE status = 'PROCESSING'`).Scan(&n, &age); err != nil {
+		return 0, 0, fmt.Errorf("count PROCESSING records: %w", err)
+	}
+	return n, time.Duration(age * float64(time.Second)), nil
+}

@@ -30,7 +30,7 @@ const (
 // it back byte for byte.
 type Outcome struct {
 	Status   int    `json:"status"`
-	Body     []byte `json:"body"`
+	Body     Answer `json:"body"`
 	Location string `json:"location,omitempty"`
 }
 

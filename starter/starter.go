@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"strings"
 	"time"
 
 	"github.com/google/uuid"
@@ -43,6 +44,11 @@ type Starter struct {
 	Logger   *slog.Logger
 	// Answers, when set, keeps recent SUCCESS answers in memory.
 	Answers *AnswerCache
+	// SearchAttributes: the namespace has workflows.SearchAttributes, so
+	// runs start with them (an operator finds them by key in the Web UI).
+	// Off where they could not be registered: a start with an unknown
+	// attribute would be refused.
+	SearchAttributes bool
 }
 
 // AnswerCache holds final SUCCESS records by (tenant, key). Such an answer
@@ -254,18 +260,28 @@ func (s *Starter) startAndWait(ctx context.Context, in Intent, wait time.Duratio
 	// settle the record before ExecuteWorkflow returns.
 	settled, stop := s.Records.Waiters.Wait(in.TenantID, in.Key)
 	defer stop()
-	run, err := s.Temporal.ExecuteWorkflow(ctx, client.StartWorkflowOptions{
+	opts := client.StartWorkflowOptions{
 		ID:                       in.WorkflowID,
 		TaskQueue:                workflows.TaskQueue,
 		WorkflowIDConflictPolicy: enumspb.WORKFLOW_ID_CONFLICT_POLICY_USE_EXISTING,
 		WorkflowIDReusePolicy:    enumspb.WORKFLOW_ID_REUSE_POLICY_ALLOW_DUPLICATE_FAILED_ONLY,
 		StaticSummary:            in.Summary,
+		StaticDetails:            details(in),
+		TypedSearchAttributes:    s.searchAttributes(in.Intent),
 		// Where this client also runs a worker on the task queue (serve,
 		// dev), the server hands the first workflow task back in the start
 		// response: no matching round trip. Elsewhere the SDK starts
 		// normally.
 		EnableEagerStart: true,
-	}, in.Workflow, in.Input(in.Intent))
+	}
+	run, err := s.Temporal.ExecuteWorkflow(ctx, opts, in.Workflow, in.Input(in.Intent))
+	if err != nil && unknownSearchAttribute(err) {
+		// Registered a moment ago, the server's cache may not know them
+		// yet: start without them rather than refuse the intent.
+		s.Logger.Warn("start without search attributes", "workflow_id", in.WorkflowID, "error", err)
+		opts.TypedSearchAttributes = temporal.SearchAttributes{}
+		run, err = s.Temporal.ExecuteWorkflow(ctx, opts, in.Workflow, in.Input(in.Intent))
+	}
 	if err != nil {
 		return fmt.Errorf("%w: start workflow %s: %w", ErrUnavailable, in.WorkflowID, err)
 	}
@@ -333,4 +349,24 @@ func (s *Starter) logger() *slog.Logger {
 func isDeadline(err error) bool {
 	var de *serviceerror.DeadlineExceeded
 	return errors.Is(err, context.DeadlineExceeded) || errors.As(err, &de)
+}
+
+func (s *Starter) searchAttributes(in idem.Intent) temporal.SearchAttributes {
+	if !s.SearchAttributes {
+		return temporal.SearchAttributes{}
+	}
+	return workflows.IntentSearchAttributes(in)
+}
+
+// details is the run's card in the Web UI (Markdown): whose intent, under
+// which key, and what it does.
+func details(in Intent) string {
+	return fmt.Sprintf("**%s**\n\n- tenant: `%s`\n- idempotency key: `%s`\n- business type: `%s`\n- request fingerprint: `%s`\n- record attempt: %d\n\n"+
+		"The answer the agent got is this run's result (`body`); a retry under the same key gets the same bytes from idemflow's record.",
+		in.Summary, in.TenantID, in.Key, in.BizType, in.Fingerprint, in.Attempt)
+}
+
+func unknownSearchAttribute(err error) bool {
+	var inv *serviceerror.InvalidArgument
+	return errors.As(err, &inv) && strings.Contains(strings.ToLower(inv.Message), "search attribute")
 }

@@ -14,6 +14,7 @@ import (
 	"github.com/idemflow/idemflow/idem"
 	"github.com/idemflow/idemflow/orders"
 	"github.com/idemflow/idemflow/registry"
+	"github.com/idemflow/idemflow/schedule"
 	"github.com/idemflow/idemflow/tenant"
 	"github.com/idemflow/idemflow/worker"
 	"github.com/idemflow/idemflow/workflows"
@@ -96,7 +97,11 @@ func NewStack(t testing.TB, opts Options) *Stack {
 		}
 		s.Tokens[id] = tok
 	}
+	if err := schedule.EnsureSearchAttributes(context.Background(), s.Temporal, ts.GetDefaultNamespace()); err != nil {
+		t.Fatal(err)
+	}
 	s.Gateway = gateway.New(pool, s.Temporal, records, logger)
+	s.Gateway.Starter.SearchAttributes = true
 	srv := httptest.NewServer(s.Gateway.Handler())
 	t.Cleanup(srv.Close)
 	s.URL = srv.URL

@@ -6,7 +6,6 @@ import (
 
 	"github.com/idemflow/idemflow/activities"
 	"github.com/idemflow/idemflow/idem"
-	enumspb "go.temporal.io/api/enums/v1"
 	"go.temporal.io/sdk/temporal"
 	"go.temporal.io/sdk/workflow"
 )
@@ -21,13 +20,6 @@ var (
 	SAFixed  = temporal.NewSearchAttributeKeyInt64("IdemflowFixed")
 	SAPurged = temporal.NewSearchAttributeKeyInt64("IdemflowPurged")
 )
-
-// SearchAttributes are registered on the namespace before the schedule runs.
-var SearchAttributes = map[string]enumspb.IndexedValueType{
-	SAStale.GetName():  enumspb.INDEXED_VALUE_TYPE_INT,
-	SAFixed.GetName():  enumspb.INDEXED_VALUE_TYPE_INT,
-	SAPurged.GetName(): enumspb.INDEXED_VALUE_TYPE_INT,
-}
 
 // ReconcileInput configures one reconcile-and-purge run.
 type ReconcileInput struct {

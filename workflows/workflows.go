@@ -84,35 +84,49 @@ var a *activities.Activities
 func runIntent(ctx workflow.Context, intent idem.Intent, activity, input any) (idem.Outcome, error) {
 	var out idem.Outcome
 	var err error
+	what := intent.BizType + " for " + intent.TenantID + ", key " + intent.Key
 	if intent.LocalFirst {
-		err = workflow.ExecuteLocalActivity(workflow.WithLocalActivityOptions(ctx, localOptions), activity, input).Get(ctx, &out)
+		lo := localOptions
+		lo.Summary = "run " + what + " in one PostgreSQL transaction (local activity)"
+		err = workflow.ExecuteLocalActivity(workflow.WithLocalActivityOptions(ctx, lo), activity, input).Get(ctx, &out)
 		if err != nil && !isFinalErr(err) && !temporal.IsCanceledError(err) {
 			workflow.GetLogger(ctx).Warn("local attempts failed; retrying durably", "error", err)
-			err = workflow.ExecuteActivity(workflow.WithActivityOptions(ctx, executeOptions), activity, input).Get(ctx, &out)
+			err = workflow.ExecuteActivity(durable(ctx, "retry "+what+" durably, after the local attempts failed"), activity, input).Get(ctx, &out)
 		}
 	} else {
-		err = workflow.ExecuteActivity(workflow.WithActivityOptions(ctx, executeOptions), activity, input).Get(ctx, &out)
+		err = workflow.ExecuteActivity(durable(ctx, "run "+what+" in one PostgreSQL transaction"), activity, input).Get(ctx, &out)
 	}
 	if err == nil {
+		markStatus(ctx, idem.StatusSuccess)
 		return out, nil
 	}
 	if isFinalErr(err) {
+		markStatus(ctx, idem.StatusFailed)
 		return idem.Outcome{}, err
 	}
 	canceled := temporal.IsCanceledError(err)
 	workflow.GetLogger(ctx).Warn("intent activity gave up; settling the record", "error", err, "canceled", canceled)
 	var res activities.Resolution
 	settleCtx, _ := workflow.NewDisconnectedContext(ctx)
-	settle := workflow.WithActivityOptions(settleCtx, settleOptions)
+	so := settleOptions
+	so.Summary = "settle the record of " + what + ": SUCCESS if its row exists, else FAILED"
+	settle := workflow.WithActivityOptions(settleCtx, so)
 	if serr := workflow.ExecuteActivity(settle, a.ResolveIntent, activities.ResolveInput{
 		Intent: intent, Reason: "execution gave up: " + err.Error(), Canceled: canceled,
 	}).Get(settle, &res); serr != nil {
 		return idem.Outcome{}, err
 	}
+	markStatus(settleCtx, res.Status)
 	if res.Status == idem.StatusSuccess {
 		return res.Outcome, nil
 	}
 	return idem.Outcome{}, err
+}
+
+func durable(ctx workflow.Context, summary string) workflow.Context {
+	o := executeOptions
+	o.Summary = summary
+	return workflow.WithActivityOptions(ctx, o)
 }
 
 // isFinalErr reports an error no retry can fix (a business rejection, a

@@ -1,0 +1,206 @@
+//go:build !nodev
+
+package cli_test
+
+import (
+	"encoding/json"
+	"fmt"
+	"os"
+	"path/filepath"
+	"regexp"
+	"sort"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/idemflow/idemflow/testenv"
+	"go.temporal.io/server/temporaltest"
+	"gopkg.in/yaml.v3"
+)
+
+// scrape reads a /metrics page into "name{labels}" -> value lines.
+func scrape(t *testing.T, base string) string {
+	t.Helper()
+	r, err := testenv.Send(base, testenv.Request{Method: "GET", Path: "/metrics"})
+	if err != nil || r.Status != 200 {
+		t.Fatalf("scrape %s: %v %d", base, err, r.Status)
+	}
+	return string(r.Body)
+}
+
+// A serve process exports its gateway's counters and latency, its worker's
+// and the Temporal SDK's metrics on one /metrics; the counters move with
+// the requests; and every metric the shipped alert rules and dashboard
+// name is among them.
+func TestMetricsMoveWithRequestsAndCoverTheDeployRulesAndDashboard(t *testing.T) {
+	_, dbURL := testenv.Pool(t)
+	ts := temporaltest.NewServer(temporaltest.WithT(t))
+	addr := fmt.Sprintf("127.0.0.1:%d", freePort(t))
+	srv := startChild(t, dbURL, "gateway listening", "serve", "--temporal-address", ts.GetFrontendHostPort(),
+		"--namespace", ts.GetDefaultNamespace(), "--http-addr", addr, "--bootstrap-tokens", "acme:tok-metrics-test-0123456789")
+	srv.waitUp(t, time.Minute)
+	base := "http://" + addr
+	before := scrape(t, base)
+	if strings.Contains(before, `outcome="executed"`) {
+		t.Fatalf("counters before any request:\n%s", before)
+	}
+	tok := "tok-metrics-test-0123456789"
+	req := testenv.Request{Path: "/v1/tickets", Token: tok, Key: "m-1", Body: `{"customer_id":"c","title":"t"}`}
+	testenv.Do(t, base, req)
+	testenv.Do(t, base, req)
+	req.Body = `{"customer_id":"c","title":"other"}`
+	testenv.Do(t, base, req)
+	if r := testenv.Do(t, base, testenv.Request{Path: "/v1/orders", Token: tok, Key: "m-2",
+		Body: `{"customer_id":"c","items":[{"sku":"SKU-NOPE","quantity":1}]}`}); r.Status != 422 {
+		t.Fatalf("unknown sku: %d %s", r.Status, r.Body)
+	}
+	after := scrape(t, base)
+	for _, want := range []string{
+		`idemflow_intents_total{biz_type="ticket.create",outcome="executed"} 1`,
+		`idemflow_intents_total{biz_type="ticket.create",outcome="replayed"} 1`,
+		`idemflow_intents_total{biz_type="ticket.create",outcome="key_reused"} 1`,
+		`idemflow_http_request_duration_seconds_count{code="201",method="POST",route="POST /v1/tickets"} 2`,
+		`idemflow_http_request_duration_seconds_count{code="422",method="POST",route="POST /v1/tickets"} 1`,
+		`idemflow_business_rejections_total{biz_type="order.create",code="unknown-sku"} 1`,
+		`idemflow_intent_execution_seconds_count{biz_type="ticket.create",result="done"} 1`,
+		`idemflow_processing_records 0`,
+		`idemflow_reconcile_intents_total{verdict="error"} 0`,
+		`temporal_workflow_completed`,
+	} {
+		if !strings.Contains(after, want) {
+			t.Errorf("missing %s", want)
+		}
+	}
+	if t.Failed() {
+		t.Fatalf("scrape:\n%s", after)
+	}
+
+	// Every metric the deploy files name is exported.
+	have := map[string]bool{}
+	for _, line := range strings.Split(after, "\n") {
+		if name, _, ok := strings.Cut(strings.SplitN(line, " ", 2)[0], "{"); ok || line != "" {
+			have[name] = true
+		}
+	}
+	named := regexp.MustCompile(`\b(?:idemflow|temporal)_[a-z_]+`)
+	var checked []string
+	for _, f := range []string{"../deploy/prometheus/alerts.yml", "../deploy/grafana/idemflow.json"} {
+		b, err := os.ReadFile(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		// Each loads as what Prometheus and Grafana read.
+		var v any
+		if strings.HasSuffix(f, ".json") {
+			err = json.Unmarshal(b, &v)
+		} else {
+			var rules struct {
+				Groups []struct {
+					Rules []struct{ Alert, Expr string }
+				}
+			}
+			err = yaml.Unmarshal(b, &rules)
+			if err == nil && (len(rules.Groups) == 0 || len(rules.Groups[0].Rules) < 4) {
+				err = fmt.Errorf("expected the alert rules, got %+v", rules)
+			}
+		}
+		if err != nil {
+			t.Fatalf("%s: %v", f, err)
+		}
+		for _, m := range named.FindAllString(string(b), -1) {
+			if !have[m] && !have[m+"_total"] {
+				t.Errorf("%s names %s, which no process exports", filepath.Base(f), m)
+			}
+			checked = append(checked, m)
+		}
+	}
+	sort.Strings(checked)
+	t.Logf("deploy files name %d metrics, all exported: %v", len(checked), checked)
+}
+
+// SIGTERM under load: the gateway answers new requests 503 + Retry-After
+// while it drains, finishes what it holds, and the process exits 0; agents
+// retrying with their keys against a restarted process lose nothing: every
+// intent ends with exactly one ticket and no record is PROCESSING.
+func TestSIGTERMDrainsUnderLoadAndLosesNothing(t *testing.T) {
+	pool, dbURL := testenv.Pool(t)
+	ts := temporaltest.NewServer(temporaltest.WithT(t))
+	addr := fmt.Sprintf("127.0.0.1:%d", freePort(t))
+	tok := "tok-drain-test-0123456789"
+	args := []string{"serve", "--temporal-address", ts.GetFrontendHostPort(), "--namespace", ts.GetDefaultNamespace(),
+		"--http-addr", addr, "--bootstrap-tokens", "acme:" + tok, "--shutdown-grace", "1s"}
+	srv := startChild(t, dbURL, "gateway listening", args...)
+	srv.waitUp(t, time.Minute)
+	base := "http://" + addr
+
+	const agents, each = 8, 25
+	var mu sync.Mutex
+	statuses := map[int]int{}
+	var retryAfter int
+	var wg sync.WaitGroup
+	restarted := make(chan struct{})
+	for a := range agents {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := range each {
+				req := testenv.Request{Path: "/v1/tickets", Token: tok, Key: fmt.Sprintf("drain-%d-%d", a, i),
+					Body: fmt.Sprintf(`{"customer_id":"c-%d","title":"drain %d-%d"}`, a, a, i)}
+				for {
+					r, err := testenv.Send(base, req)
+					mu.Lock()
+					if err == nil {
+						statuses[r.Status]++
+						if r.Status == 503 && r.Header.Get("Retry-After") != "" {
+							retryAfter++
+						}
+					}
+					mu.Unlock()
+					if err == nil && r.Status == 201 {
+						break
+					}
+					if err != nil {
+						<-restarted // the listener is gone: wait for the new process
+					}
+					time.Sleep(50 * time.Millisecond)
+				}
+			}
+		}()
+	}
+	time.Sleep(700 * time.Millisecond)
+	if err := srv.cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case err := <-srv.done:
+		if err != nil {
+			t.Fatalf("serve did not exit cleanly on SIGTERM: %v\n%s", err, srv.output())
+		}
+	case <-time.After(90 * time.Second):
+		t.Fatal("serve did not stop on SIGTERM")
+	}
+	again := startChild(t, dbURL, "gateway listening", args...)
+	again.waitUp(t, time.Minute)
+	close(restarted)
+	wg.Wait()
+
+	var tickets, processing int
+	if err := pool.QueryRow(t.Context(), `SELECT count(*) FROM ticket WHERE tenant_id = 'acme' AND idem_key LIKE 'drain-%'`).Scan(&tickets); err != nil {
+		t.Fatal(err)
+	}
+	if err := pool.QueryRow(t.Context(), `SELECT count(*) FROM idempotency_record WHERE tenant_id = 'acme' AND status = 'PROCESSING'`).Scan(&processing); err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("answers by status: %v; 503 with Retry-After: %d", statuses, retryAfter)
+	if tickets != agents*each || processing != 0 {
+		t.Fatalf("%d tickets for %d intents, %d PROCESSING", tickets, agents*each, processing)
+	}
+	if retryAfter == 0 {
+		t.Fatalf("no request was answered 503 + Retry-After while draining: %v", statuses)
+	}
+	if !strings.Contains(srv.output(), "gateway draining") {
+		t.Fatalf("no drain logged:\n%s", srv.output())
+	}
+}

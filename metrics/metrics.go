@@ -1,0 +1,151 @@
+// Package metrics is idemflow's Prometheus instrumentation. Its one job:
+// give each process one registry, shared by its gateway, its worker and
+// the Temporal SDK (whose own metrics reach it through tally), and the
+// worker-side counters that the dashboards and alerts in deploy/ read.
+package metrics
+
+import (
+	"context"
+	"net/http"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"github.com/uber-go/tally/v4"
+	tallyprom "github.com/uber-go/tally/v4/prometheus"
+	"go.temporal.io/sdk/client"
+	sdktally "go.temporal.io/sdk/contrib/tally"
+)
+
+// Registry is one process's metrics.
+type Registry struct {
+	*prometheus.Registry
+	// SDK is given to the Temporal client: its request, poll, workflow and
+	// activity metrics (temporal_*) land in this registry.
+	SDK    client.MetricsHandler
+	closer func() error
+	Worker *Worker
+}
+
+// New makes a process's registry, with Go's runtime and process metrics.
+func New() *Registry {
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	reporter := tallyprom.NewReporter(tallyprom.Options{Registerer: reg})
+	scope, closer := tally.NewRootScope(tally.ScopeOptions{
+		CachedReporter:  reporter,
+		Separator:       tallyprom.DefaultSeparator,
+		SanitizeOptions: &sdktally.PrometheusSanitizeOptions,
+	}, time.Second)
+	r := &Registry{Registry: reg, SDK: sdktally.NewMetricsHandler(sdktally.NewPrometheusNamingScope(scope)), closer: closer.Close}
+	r.Worker = newWorker(reg)
+	return r
+}
+
+// Handler serves the registry in the Prometheus text format.
+func (r *Registry) Handler() http.Handler {
+	return promhttp.HandlerFor(r.Registry, promhttp.HandlerOpts{})
+}
+
+// Close flushes and stops the SDK's reporting.
+func (r *Registry) Close() error { return r.closer() }
+
+// Verdicts are reconcile's verdicts (activities.Verdict), listed here so
+// that they are exported before they first happen.
+var Verdicts = []string{"running", "from-workflow", "from-row", "failed", "already-final", "error"}
+
+// Worker counts what the worker's activities did.
+type Worker struct {
+	reconciled *prometheus.CounterVec
+	purged     prometheus.Counter
+	rejected   *prometheus.CounterVec
+	executed   *prometheus.HistogramVec
+}
+
+func newWorker(reg prometheus.Registerer) *Worker {
+	w := &Worker{
+		reconciled: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "idemflow_reconcile_intents_total",
+			Help: "Stale PROCESSING intents reconcile looked at, by verdict (from-row, from-workflow, failed, running, already-final, error).",
+		}, []string{"verdict"}),
+		purged: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "idemflow_records_purged_total",
+			Help: "Expired idempotency records deleted by purge.",
+		}),
+		rejected: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "idemflow_business_rejections_total",
+			Help: "Intents refused by a business rule (out of stock, coupon, transition), by business type and code.",
+		}, []string{"biz_type", "code"}),
+		executed: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name:    "idemflow_intent_execution_seconds",
+			Help:    "One business step (its PostgreSQL transaction) by business type and result (done, rejected, error).",
+			Buckets: prometheus.ExponentialBuckets(0.001, 2, 15),
+		}, []string{"biz_type", "result"}),
+	}
+	reg.MustRegister(w.reconciled, w.purged, w.rejected, w.executed)
+	// Every verdict is exported from the start, at 0, so that an alert on
+	// one (deploy/alerts.yml) has a series before the first such event.
+	for _, v := range Verdicts {
+		w.reconciled.WithLabelValues(v)
+	}
+	return w
+}
+
+// Reconciled counts one reconcile verdict. A nil Worker counts nothing.
+func (w *Worker) Reconciled(verdict string) {
+	if w != nil {
+		w.reconciled.WithLabelValues(verdict).Inc()
+	}
+}
+
+// Purged counts deleted records.
+func (w *Worker) Purged(n int64) {
+	if w != nil && n > 0 {
+		w.purged.Add(float64(n))
+	}
+}
+
+// Executed observes one business step.
+func (w *Worker) Executed(bizType, result string, took time.Duration) {
+	if w != nil {
+		w.executed.WithLabelValues(bizType, result).Observe(took.Seconds())
+	}
+}
+
+// Rejected counts a business rejection.
+func (w *Worker) Rejected(bizType, code string) {
+	if w != nil {
+		w.rejected.WithLabelValues(bizType, code).Inc()
+	}
+}
+
+// WatchProcessing exports how many records are PROCESSING and how old the
+// oldest is, read at each scrape: an oldest age past the reconcile horizon
+// means reconcile is not keeping up (deploy/alerts.yml).
+func (r *Registry) WatchProcessing(read func(ctx context.Context) (count int, oldest time.Duration, err error)) {
+	c := &processing{read: read,
+		count:  prometheus.NewDesc("idemflow_processing_records", "Idempotency records in PROCESSING, all tenants.", nil, nil),
+		oldest: prometheus.NewDesc("idemflow_processing_oldest_seconds", "Age of the oldest PROCESSING record (0 when none).", nil, nil),
+	}
+	r.MustRegister(c)
+}
+
+type processing struct {
+	read          func(ctx context.Context) (int, time.Duration, error)
+	count, oldest *prometheus.Desc
+}
+
+func (p *processing) Describe(ch chan<- *prometheus.Desc) { ch <- p.count; ch <- p.oldest }
+
+func (p *processing) Collect(ch chan<- prometheus.Metric) {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	n, age, err := p.read(ctx)
+	if err != nil {
+		ch <- prometheus.NewInvalidMetric(p.count, err)
+		return
+	}
+	ch <- prometheus.MustNewConstMetric(p.count, prometheus.GaugeValue, float64(n))
+	ch <- prometheus.MustNewConstMetric(p.oldest, prometheus.GaugeValue, age.Seconds())
+}

@@ -1,0 +1,57 @@
+package workflows
+
+import (
+	"github.com/idemflow/idemflow/idem"
+	enumspb "go.temporal.io/api/enums/v1"
+	"go.temporal.io/sdk/temporal"
+	"go.temporal.io/sdk/workflow"
+)
+
+// Search attributes every intent workflow carries, so that an operator can
+// find any intent in the Web UI: IdempotencyKey="…", or
+// TenantId="acme" AND IntentStatus="FAILED". They are set when the run is
+// started; IntentStatus is updated as the intent ends.
+var (
+	SAIdempotencyKey     = temporal.NewSearchAttributeKeyKeyword("IdempotencyKey")
+	SATenantID           = temporal.NewSearchAttributeKeyKeyword("TenantId")
+	SABizType            = temporal.NewSearchAttributeKeyKeyword("BizType")
+	SARequestFingerprint = temporal.NewSearchAttributeKeyKeyword("RequestFingerprint")
+	SAIntentStatus       = temporal.NewSearchAttributeKeyKeyword("IntentStatus")
+)
+
+// SearchAttributes are registered on the namespace at start-up (worker,
+// gateway, serve, dev): the intents' and the reconcile runs'.
+var SearchAttributes = map[string]enumspb.IndexedValueType{
+	SAIdempotencyKey.GetName():     enumspb.INDEXED_VALUE_TYPE_KEYWORD,
+	SATenantID.GetName():           enumspb.INDEXED_VALUE_TYPE_KEYWORD,
+	SABizType.GetName():            enumspb.INDEXED_VALUE_TYPE_KEYWORD,
+	SARequestFingerprint.GetName(): enumspb.INDEXED_VALUE_TYPE_KEYWORD,
+	SAIntentStatus.GetName():       enumspb.INDEXED_VALUE_TYPE_KEYWORD,
+	SAStale.GetName():              enumspb.INDEXED_VALUE_TYPE_INT,
+	SAFixed.GetName():              enumspb.INDEXED_VALUE_TYPE_INT,
+	SAPurged.GetName():             enumspb.INDEXED_VALUE_TYPE_INT,
+}
+
+// IntentSearchAttributes are an intent's attributes at start: PROCESSING.
+func IntentSearchAttributes(in idem.Intent) temporal.SearchAttributes {
+	return temporal.NewSearchAttributes(
+		SAIdempotencyKey.ValueSet(in.Key),
+		SATenantID.ValueSet(in.TenantID),
+		SABizType.ValueSet(in.BizType),
+		SARequestFingerprint.ValueSet(in.Fingerprint),
+		SAIntentStatus.ValueSet(string(idem.StatusProcessing)),
+	)
+}
+
+// markStatus records how the intent ended in IntentStatus. A run started
+// without the attributes (before they existed, or on a namespace where
+// they could not be registered) is left as it is, which also keeps the
+// histories of such runs replaying: they never had this command.
+func markStatus(ctx workflow.Context, status idem.Status) {
+	if _, ok := workflow.GetTypedSearchAttributes(ctx).GetKeyword(SAIntentStatus); !ok {
+		return
+	}
+	if err := workflow.UpsertTypedSearchAttributes(ctx, SAIntentStatus.ValueSet(string(status))); err != nil {
+		workflow.GetLogger(ctx).Warn("could not update IntentStatus", "error", err)
+	}
+}
