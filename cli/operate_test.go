@@ -15,6 +15,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/idemflow/idemflow/cli"
 	"github.com/idemflow/idemflow/testenv"
 	"go.temporal.io/server/temporaltest"
 	"gopkg.in/yaml.v3"
@@ -202,5 +203,60 @@ func TestSIGTERMDrainsUnderLoadAndLosesNothing(t *testing.T) {
 	}
 	if !strings.Contains(srv.output(), "gateway draining") {
 		t.Fatalf("no drain logged:\n%s", srv.output())
+	}
+}
+
+// 'idemflow inspect' answers "what happened to acme's key X?" from both
+// stores: the record, the business row, the order's events, the workflow
+// with its history one line per step, and a Web UI link.
+func TestInspectShowsRecordRowEventsWorkflowAndLink(t *testing.T) {
+	_, dbURL := testenv.Pool(t)
+	ts := temporaltest.NewServer(temporaltest.WithT(t))
+	addr := fmt.Sprintf("127.0.0.1:%d", freePort(t))
+	tok := "tok-inspect-test-0123456789"
+	srv := startChild(t, dbURL, "gateway listening", "serve", "--temporal-address", ts.GetFrontendHostPort(),
+		"--namespace", ts.GetDefaultNamespace(), "--http-addr", addr, "--bootstrap-tokens", "acme:"+tok)
+	srv.waitUp(t, time.Minute)
+	if r := testenv.Do(t, "http://"+addr, testenv.Request{Path: "/v1/tickets", Token: tok, Key: "look-1",
+		Body: `{"customer_id":"c-9","title":"Where is it"}`}); r.Status != 201 {
+		t.Fatalf("%d %s", r.Status, r.Body)
+	}
+	run := func(args ...string) string {
+		var out, errOut strings.Builder
+		base := []string{"inspect", "--database-url", dbURL, "--temporal-address", ts.GetFrontendHostPort(),
+			"--namespace", ts.GetDefaultNamespace(), "--ui-url", "http://127.0.0.1:8233"}
+		if code := cli.Run(t.Context(), append(base, args...), &out, &errOut); code != 0 {
+			t.Fatalf("inspect %v: exit %d: %s", args, code, errOut.String())
+		}
+		return out.String()
+	}
+	var got struct {
+		Record struct {
+			Status string          `json:"status"`
+			Body   json.RawMessage `json:"response_body"`
+		} `json:"record"`
+		Row      *struct{ WorkflowID string } `json:"business_row"`
+		Workflow struct {
+			Status  string   `json:"status"`
+			Summary string   `json:"summary"`
+			History []string `json:"history"`
+		} `json:"workflow"`
+		UILink string `json:"ui_link"`
+	}
+	out := run("--json", "acme", "look-1")
+	if err := json.Unmarshal([]byte(out), &got); err != nil {
+		t.Fatalf("%v: %s", err, out)
+	}
+	if got.Record.Status != "SUCCESS" || !strings.Contains(string(got.Record.Body), "Where is it") || got.Row == nil ||
+		got.Workflow.Status != "Completed" || !strings.Contains(got.Workflow.Summary, "c-9") ||
+		!strings.Contains(strings.Join(got.Workflow.History, "\n"), "run ticket.create for acme, key look-1") ||
+		!strings.HasSuffix(got.UILink, "/workflows/ticket%2Facme%2Flook-1") {
+		t.Fatalf("inspect --json:\n%s", out)
+	}
+	if text := run("acme", "look-1"); !strings.Contains(text, "record      SUCCESS") || !strings.Contains(text, "web ui      http://127.0.0.1:8233/") {
+		t.Fatalf("inspect:\n%s", text)
+	}
+	if text := run("acme", "never-sent"); !strings.Contains(text, "no idempotency record") || !strings.Contains(text, "no business row") {
+		t.Fatalf("inspect of an unknown key:\n%s", text)
 	}
 }

@@ -7,6 +7,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"time"
 
 	"github.com/idemflow/idemflow/idem"
 	"github.com/jackc/pgx/v5"
@@ -48,4 +49,37 @@ func Recall(ctx context.Context, q idem.Querier, tenantID, key string) (idem.Pri
 		p.BizType, p.WorkflowID = act.BizType(), TransitionWorkflowID(act, tenantID, key)
 	}
 	return p, true, nil
+}
+
+// Event is one applied state change of an order, for operators.
+type Event struct {
+	OrderNo string    `json:"order_no"`
+	Key     string    `json:"idempotency_key"`
+	From    Status    `json:"from"`
+	To      Status    `json:"to"`
+	At      time.Time `json:"at"`
+}
+
+// EventsOf lists, oldest first, the events of the order that key created,
+// or the event key made: what 'idemflow inspect' shows beside an intent.
+func EventsOf(ctx context.Context, q idem.Querier, tenantID, key string) ([]Event, error) {
+	rows, err := q.Query(ctx, `SELECT e.order_no, e.idem_key, e.from_status, e.to_status, e.at FROM order_event e
+		WHERE e.tenant_id = $1 AND (e.idem_key = $2 OR e.order_no IN
+			(SELECT order_no FROM purchase_order WHERE tenant_id = $1 AND idem_key = $2))
+		ORDER BY e.id`, tenantID, key)
+	if err != nil {
+		return nil, fmt.Errorf("order events of %s: %w", key, err)
+	}
+	defer rows.Close()
+	var out []Event
+	for rows.Next() {
+		var e Event
+		var from, to string
+		if err := rows.Scan(&e.OrderNo, &e.Key, &from, &to, &e.At); err != nil {
+			return nil, err
+		}
+		e.From, e.To = Status(from), Status(to)
+		out = append(out, e)
+	}
+	return out, rows.Err()
 }
