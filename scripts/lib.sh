@@ -47,6 +47,19 @@ ensure_python3() {
   DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq python3 >/dev/null
 }
 
+# ensure_chromium installs Debian's Chromium for the Web UI browser test
+# (TestWebUIFindsAnIntentByItsKey) when it is missing: no browser is
+# downloaded by the test itself.
+ensure_chromium() {
+  command -v chromium >/dev/null 2>&1 && return 0
+  echo "chromium is not installed; installing the distribution's package (for the Web UI test)..." >&2
+  local sudo=""
+  [ "$(id -u)" = 0 ] || sudo="sudo"
+  command -v apt-get >/dev/null 2>&1 || die "chromium is missing: install it with your package manager (the Web UI test needs it)"
+  $sudo apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq chromium >/dev/null
+}
+
 # build_idemflow builds the binary into bin/. The Go build cache makes every
 # build after the first (which compiles the Temporal server, ~9 min on two
 # cores) take seconds: never clean it.

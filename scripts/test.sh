@@ -10,6 +10,7 @@ cd "$(dirname "$0")/.."
 
 need_go
 ensure_python3
+ensure_chromium
 if [ -z "${IDEMFLOW_TEST_DATABASE_URL:-}" ]; then
   ensure_postgres_installed
 fi
