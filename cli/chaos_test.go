@@ -56,3 +56,26 @@ func TestChaosShortRunFindsNoViolationAndTheNaiveControlDuplicates(t *testing.T)
 		t.Errorf("only %d intents: too little load to mean anything", rep.Client.Intents)
 	}
 }
+
+// Two gateways and two workers, each its own process, against one Temporal
+// and one PostgreSQL, with storms of up to 20 concurrent duplicates of an
+// intent spread across both gateways: every invariant the chaos checks
+// cover holds, with no fault but the storms.
+func TestTwoGatewaysTwoWorkersUnderDuplicateStormsHoldEveryInvariant(t *testing.T) {
+	var out bytes.Buffer
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	rep, err := chaos.Run(ctx, chaos.Config{
+		Exe: os.Args[0], Env: []string{"IDEMFLOW_TEST_CHILD=1"}, Dir: t.TempDir(),
+		Jobs: 80, NaiveJobs: 1, Agents: 8, Gateways: 2, Workers: 2,
+		Faults: map[chaos.Kind]float64{chaos.Burst: 0.6, chaos.Reuse: 0.2},
+		Out:    &out,
+	})
+	t.Log(out.String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !rep.OK() || rep.Faults[chaos.Burst] < 10 {
+		t.Fatalf("%d violations, %d storms", len(rep.Violations), rep.Faults[chaos.Burst])
+	}
+}
