@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/idemflow/idemflow/testenv"
+	"go.temporal.io/sdk/client"
 )
 
 // chromium runs Debian's Chromium headless with the flags that keep it off
@@ -38,10 +39,8 @@ func chromium(t *testing.T, args ...string) string {
 
 // The operator's way in: headless Chromium opens the Web UI that
 // 'idemflow dev' serves, filtered by the IdempotencyKey of an intent this
-// test created, and finds its workflow; the workflow's page shows the
-// agent's answer as JSON. (The summary and details are checked through the
-// API in TestIntentsAreSearchableByKeyAndStatusAndTheirResultReadsAsJSON.)
-// Screenshots of both are kept in artifacts/ at the repository's
+// test created, and finds its workflow; the run's page shows its summary
+// and the agent's answer as JSON. Screenshots of both are kept in artifacts/ at the repository's
 // root (CI keeps them).
 func TestWebUIFindsAnIntentByItsKey(t *testing.T) {
 	_, dbURL := testenv.Pool(t)
@@ -76,10 +75,24 @@ func TestWebUIFindsAnIntentByItsKey(t *testing.T) {
 	}
 	shot := filepath.Join(artifacts, "webui-list-by-key.png")
 	chromium(t, "--screenshot="+shot, list)
-	page := ui + "/namespaces/default/workflows/" + url.PathEscape(wid)
-	// The page shows the agent's answer as JSON, not base64.
-	if dom := chromium(t, "--dump-dom", page); !strings.Contains(dom, "ticket_id") || strings.Contains(dom, `"body":"ey`) {
-		t.Fatalf("the workflow's page does not show the answer as JSON (%d bytes of DOM)", len(dom))
+	tc, err := client.Dial(client.Options{HostPort: env["TEMPORAL_ADDRESS"], Namespace: "default"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tc.Close()
+	desc, err := tc.DescribeWorkflowExecution(context.Background(), wid, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The run's page shows its summary, and the agent's answer as JSON
+	// rather than base64.
+	page := ui + "/namespaces/default/workflows/" + url.PathEscape(wid) + "/" + desc.GetWorkflowExecutionInfo().GetExecution().GetRunId() + "/history"
+	dom = chromium(t, "--dump-dom", page)
+	if !strings.Contains(dom, "ticket for c-ui: Find me in the Web UI") {
+		t.Errorf("the run's page does not show its summary (%d bytes of DOM)", len(dom))
+	}
+	if !strings.Contains(dom, "ticket_id") || strings.Contains(dom, `"body":"ey`) {
+		t.Errorf("the run's page does not show the answer as JSON (%d bytes of DOM)", len(dom))
 	}
 	chromium(t, "--screenshot="+filepath.Join(artifacts, "webui-workflow.png"), page)
 	if fi, err := os.Stat(shot); err != nil || fi.Size() < 10000 {
