@@ -268,8 +268,12 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 		return nil, err
 	}
 	rep := newReport(r)
-	fmt.Fprintf(cfg.Out, "chaos: %d+%d agents, %d gateways, %d workers, seed %d, stack in %s\n",
-		cfg.Agents, cfg.Agents, len(r.gateways), len(r.workers), cfg.Seed, dir)
+	rep.External = !cfg.local()
+	target := fmt.Sprintf("%d gateways, %d workers, stack in %s", len(r.gateways), len(r.workers), dir)
+	if !cfg.local() {
+		target = "the deployment at " + cfg.URL + " (wire faults only)"
+	}
+	fmt.Fprintf(cfg.Out, "chaos: %d+%d agents, seed %d, %s\n", cfg.Agents, cfg.Agents, cfg.Seed, target)
 
 	// Faults run while the agents do; both stop when the agents are done.
 	r.setWireFaults(true)

@@ -36,6 +36,8 @@ type Report struct {
 	Client, Naive ClientReport
 	Faults        map[Kind]int
 	Enabled       map[Kind]bool
+	// External: the run was pointed at a deployment it did not start.
+	External bool
 	// KilledInTx counts worker kills while one of its database sessions
 	// was inside a statement or a transaction.
 	KilledInTx    int
@@ -121,7 +123,11 @@ func (rep *Report) print(w io.Writer) {
 	for _, v := range []activities.Verdict{activities.VerdictFromRow, activities.VerdictFromWorkflow, activities.VerdictFailed, activities.VerdictSettled, activities.VerdictError} {
 		parts = append(parts, fmt.Sprintf("%s %d", v, rep.Reconciled[v]))
 	}
-	fmt.Fprintf(w, "\n  reconcile: %d runs settled stale intents: %s\n", rep.ReconcileRuns, strings.Join(parts, ", "))
+	if rep.External {
+		fmt.Fprintf(w, "\n  reconcile: the deployment's own (not counted)\n")
+	} else {
+		fmt.Fprintf(w, "\n  reconcile: %d runs settled stale intents: %s\n", rep.ReconcileRuns, strings.Join(parts, ", "))
+	}
 	if rep.OK() {
 		fmt.Fprintf(w, "\nOK: no duplicate, nothing lost, nothing stuck; the naive client made %d duplicates under the same faults\n", n.LogicalDuplicates)
 		return

@@ -40,6 +40,9 @@ func runChaos(ctx context.Context, env *Env, args []string) error {
 		return fmt.Errorf("%w: %w", errUsage, err)
 	}
 	if cfg.URL == "" {
+		if _, ok := devCommands["temporal"]; !ok {
+			return fmt.Errorf("%w: this build has no embedded Temporal (-tags nodev) to run a local stack; point chaos at a deployment with --url and --database-url", errUsage)
+		}
 		if cfg.Exe, err = os.Executable(); err != nil {
 			return err
 		}
