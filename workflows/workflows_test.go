@@ -107,15 +107,20 @@ func TestGivingUpSettlesTheRecord(t *testing.T) {
 }
 
 // histories maps each recorded history to the workflow it replays: runs
-// started before LocalFirst (the business step as a regular activity) and
-// runs on the local-first path. -record re-records only the latter.
+// started before LocalFirst (the business step as a regular activity),
+// local-first runs from before search attributes and JSON answers (the
+// answer in base64, no IntentStatus update), and today's runs. -record
+// re-records only the last.
 var histories = map[string]any{
-	"testdata/create_ticket_activity_history.json":    workflows.CreateTicket,
-	"testdata/create_order_activity_history.json":     workflows.CreateOrder,
-	"testdata/transition_order_activity_history.json": workflows.TransitionOrder,
-	"testdata/create_ticket_history.json":             workflows.CreateTicket,
-	"testdata/create_order_history.json":              workflows.CreateOrder,
-	"testdata/transition_order_history.json":          workflows.TransitionOrder,
+	"testdata/create_ticket_activity_history.json":                    workflows.CreateTicket,
+	"testdata/create_order_activity_history.json":                     workflows.CreateOrder,
+	"testdata/transition_order_activity_history.json":                 workflows.TransitionOrder,
+	"testdata/create_ticket_before_search_attributes_history.json":    workflows.CreateTicket,
+	"testdata/create_order_before_search_attributes_history.json":     workflows.CreateOrder,
+	"testdata/transition_order_before_search_attributes_history.json": workflows.TransitionOrder,
+	"testdata/create_ticket_history.json":                             workflows.CreateTicket,
+	"testdata/create_order_history.json":                              workflows.CreateOrder,
+	"testdata/transition_order_history.json":                          workflows.TransitionOrder,
 }
 
 // TestReplayRecordedHistory replays histories recorded from real runs
@@ -138,7 +143,7 @@ func recordHistories(t *testing.T) {
 	s := testenv.NewStack(t, testenv.Options{})
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	st := &starter.Starter{Temporal: s.Temporal, Records: s.Records}
+	st := &starter.Starter{Temporal: s.Temporal, Records: s.Records, SearchAttributes: true}
 	submit := func(in starter.Intent, err error) starter.Reply {
 		t.Helper()
 		if err != nil {
