@@ -3,7 +3,9 @@ package gateway_test
 import (
 	"context"
 	"fmt"
+	"log/slog"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -84,4 +86,48 @@ func TestIntentsAreSearchableByKeyAndStatusAndTheirResultReadsAsJSON(t *testing.
 	if !strings.Contains(result, `"body":{"ticket_id":`) {
 		t.Errorf("the result the Web UI shows is not readable JSON: %s", result)
 	}
+}
+
+// Each log line about an intent names its tenant, key and workflow ID, so
+// that one search follows it; none holds the token or the body.
+func TestIntentLogLinesNameTenantKeyAndWorkflowButNoSecret(t *testing.T) {
+	s := testenv.NewStack(t, testenv.Options{})
+	var buf syncBuffer
+	s.Gateway.Logger = slog.New(slog.NewTextHandler(&buf, nil))
+	tok := s.Tokens[testenv.TenantA]
+	if r := s.Do(testenv.Request{Path: "/v1/tickets", Token: tok, Key: "log-1", Body: ticketBody}); r.Status != 201 {
+		t.Fatalf("%d %s", r.Status, r.Body)
+	}
+	logs := buf.String()
+	var line string
+	for _, l := range strings.Split(logs, "\n") {
+		if strings.Contains(l, "msg=http") && strings.Contains(l, "path=/v1/tickets") {
+			line = l
+		}
+	}
+	for _, want := range []string{"tenant=" + testenv.TenantA, "key=log-1", "workflow_id=ticket/" + testenv.TenantA + "/log-1", "status=201"} {
+		if !strings.Contains(line, want) {
+			t.Errorf("the request's line lacks %s: %q", want, line)
+		}
+	}
+	if strings.Contains(logs, tok) || strings.Contains(logs, "Refund not received") {
+		t.Errorf("a token or a body reached the log:\n%s", logs)
+	}
+}
+
+type syncBuffer struct {
+	mu sync.Mutex
+	b  strings.Builder
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
 }
