@@ -229,7 +229,10 @@ func (a *agent) do(ctx context.Context, id, table, path string, body map[string]
 	a.st.add(func(st *clientStats) { st.Intents++ })
 	if j.abandon {
 		a.r.count(Abandon, 1)
-		ictx, cancel := context.WithTimeout(ctx, a.r.cfg.AttemptTimeout)
+		// The agent dies a few milliseconds after sending: before the
+		// gateway claims the key, between the claim and the start (only
+		// reconcile can settle that one), or after the start.
+		ictx, cancel := context.WithTimeout(ctx, time.Millisecond*time.Duration(1+a.r.intN(40)))
 		defer cancel()
 		st, b, err := a.send(ictx, in.Method, in.Path, in.Key, in.Body)
 		s.outcome = abandoned

@@ -43,7 +43,7 @@ const (
 	Latency      Kind = "latency"       // added latency on the links to PostgreSQL and Temporal
 	Burst        Kind = "burst"         // 2 to 20 concurrent sends of one intent
 	Reuse        Kind = "reuse-changed" // the key of a finished intent sent again with changed parameters
-	Abandon      Kind = "abandon"       // an agent sends once and never retries (it died, its task was dropped)
+	Abandon      Kind = "abandon"       // an agent hangs up milliseconds after sending and never retries (it died)
 	KillWorker   Kind = "kill-worker"   // SIGKILL of a worker process, restarted by its supervisor
 	KillGateway  Kind = "kill-gateway"  // SIGKILL of a gateway process, restarted
 	PGTerminate  Kind = "pg-terminate"  // every backend of idemflow's database terminated

@@ -3,6 +3,7 @@ package chaos
 import (
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"strings"
 	"sync"
@@ -14,6 +15,7 @@ import (
 	"github.com/idemflow/idemflow/orders"
 	"github.com/idemflow/idemflow/registry"
 	"github.com/idemflow/idemflow/workflows"
+	"go.temporal.io/api/serviceerror"
 	"go.temporal.io/api/workflowservice/v1"
 )
 
@@ -209,6 +211,34 @@ func (r *run) checkTemporal(ctx context.Context, rep *Report) error {
 		}
 		if token = resp.NextPageToken; len(token) == 0 {
 			break
+		}
+	}
+	// Intents that ended without a run in Temporal: claimed, then the
+	// gateway died (or the caller left) before the start. Only reconcile
+	// can have settled them.
+	rows, err := r.admin.Query(ctx, `SELECT workflow_id, status FROM idempotency_record WHERE tenant_id = $1 AND status <> 'PROCESSING'`, tenant)
+	if err != nil {
+		return err
+	}
+	type rec struct{ id, status string }
+	var recs []rec
+	for rows.Next() {
+		var x rec
+		if err := rows.Scan(&x.id, &x.status); err != nil {
+			rows.Close()
+			return err
+		}
+		recs = append(recs, x)
+	}
+	rows.Close()
+	if err := rows.Err(); err != nil {
+		return err
+	}
+	for _, x := range recs {
+		_, err := r.tc.DescribeWorkflowExecution(ctx, x.id, "")
+		var nf *serviceerror.NotFound
+		if errors.As(err, &nf) {
+			rep.NeverStarted[x.status]++
 		}
 	}
 	if !r.cfg.local() {

@@ -43,16 +43,20 @@ type Report struct {
 	KilledInTx    int
 	ReconcileRuns int
 	Reconciled    map[activities.Verdict]int
-	Violations    []string
-	LoadTime      time.Duration
-	SettleTime    time.Duration
-	Total         time.Duration
+	// NeverStarted counts, by final status, intents that ended with no run
+	// in Temporal: claimed, then the gateway died (or the caller left)
+	// before the start; only reconcile settles those.
+	NeverStarted map[string]int
+	Violations   []string
+	LoadTime     time.Duration
+	SettleTime   time.Duration
+	Total        time.Duration
 
 	mu sync.Mutex
 }
 
 func newReport(r *run) *Report {
-	rep := &Report{Seed: r.cfg.Seed, Faults: map[Kind]int{}, Enabled: map[Kind]bool{}, Reconciled: map[activities.Verdict]int{}}
+	rep := &Report{Seed: r.cfg.Seed, Faults: map[Kind]int{}, Enabled: map[Kind]bool{}, Reconciled: map[activities.Verdict]int{}, NeverStarted: map[string]int{}}
 	for k, v := range r.cfg.Faults {
 		rep.Enabled[k] = v > 0
 	}
@@ -123,10 +127,12 @@ func (rep *Report) print(w io.Writer) {
 	for _, v := range []activities.Verdict{activities.VerdictFromRow, activities.VerdictFromWorkflow, activities.VerdictFailed, activities.VerdictSettled, activities.VerdictError} {
 		parts = append(parts, fmt.Sprintf("%s %d", v, rep.Reconciled[v]))
 	}
+	fmt.Fprintf(w, "\n  claimed but never started (gateway died or caller left before the start): %d, ended FAILED %d, SUCCESS %d\n",
+		rep.NeverStarted["FAILED"]+rep.NeverStarted["SUCCESS"], rep.NeverStarted["FAILED"], rep.NeverStarted["SUCCESS"])
 	if rep.External {
-		fmt.Fprintf(w, "\n  reconcile: the deployment's own (not counted)\n")
+		fmt.Fprintf(w, "  reconcile: the deployment's own (not counted)\n")
 	} else {
-		fmt.Fprintf(w, "\n  reconcile: %d runs settled stale intents: %s\n", rep.ReconcileRuns, strings.Join(parts, ", "))
+		fmt.Fprintf(w, "  reconcile: %d runs settled stale intents: %s\n", rep.ReconcileRuns, strings.Join(parts, ", "))
 	}
 	if rep.OK() {
 		fmt.Fprintf(w, "\nOK: no duplicate, nothing lost, nothing stuck; the naive client made %d duplicates under the same faults\n", n.LogicalDuplicates)

@@ -25,7 +25,14 @@ func TestChaosShortRunFindsNoViolationAndTheNaiveControlDuplicates(t *testing.T)
 	var out bytes.Buffer
 	ctx, cancel := context.WithTimeout(context.Background(), 8*time.Minute)
 	defer cancel()
+	// Per-intent faults a little more often than by default, so that a
+	// short run sees each several times.
+	faults, err := chaos.ParseFaults("burst=0.15,reuse-changed=0.15,abandon=0.1")
+	if err != nil {
+		t.Fatal(err)
+	}
 	rep, err := chaos.Run(ctx, chaos.Config{
+		Faults:     faults,
 		Exe:        os.Args[0],
 		Env:        []string{"IDEMFLOW_TEST_CHILD=1"},
 		Dir:        t.TempDir(),
