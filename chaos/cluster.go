@@ -46,8 +46,11 @@ func (p *process) run(ctx context.Context, logger *slog.Logger) {
 		cmd.Env = append(os.Environ(), p.env...)
 		cmd.Stdout, cmd.Stderr = out, out
 		// Its own process group, so that a Ctrl-C of chaos reaches it only
-		// through Stop.
-		cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+		// through Stop; and it dies with chaos if chaos is killed outright
+		// (Linux), rather than keep serving with nobody to stop it. The
+		// private PostgreSQL, a daemon of pg_ctl's, is stopped by chaos
+		// itself, or by 'idemflow postgres --data-dir DIR --stop'.
+		cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
 		p.mu.Lock()
 		if p.stopping {
 			p.mu.Unlock()
