@@ -97,15 +97,11 @@ func runDev(ctx context.Context, env *Env, args []string) error {
 	if err := chooseTemporalStore(log, &tcfg, *store, c.databaseURL); err != nil {
 		return err
 	}
-	tsrv, err := devserver.StartTemporal(ctx, tcfg)
+	tsrv, stopTemporal, err := startTemporal(ctx, log, tcfg)
 	if err != nil {
 		return err
 	}
-	defer func() {
-		if err := tsrv.Stop(); err != nil {
-			log.Warn("stop Temporal", "error", err)
-		}
-	}()
+	defer stopTemporal()
 	c.temporal = tsrv.HostPort
 	log.Info("temporal server running", "address", tsrv.HostPort, "namespace", c.namespace, "retention", time.Duration(*nsRetention),
 		"store", map[bool]string{true: "postgres " + tcfg.PostgresDatabase, false: "sqlite"}[tcfg.Postgres != ""])
@@ -282,15 +278,11 @@ func runTemporal(ctx context.Context, env *Env, args []string) error {
 	if err := chooseTemporalStore(env.Logger, &tcfg, "postgres", *dbURL); err != nil {
 		return err
 	}
-	tsrv, err := devserver.StartTemporal(ctx, tcfg)
+	tsrv, stopTemporal, err := startTemporal(ctx, env.Logger, tcfg)
 	if err != nil {
 		return err
 	}
-	defer func() {
-		if err := tsrv.Stop(); err != nil {
-			env.Logger.Warn("stop Temporal", "error", err)
-		}
-	}()
+	defer stopTemporal()
 	if *uiPort != 0 {
 		ui, err := devserver.StartUI("127.0.0.1", *uiPort, tsrv.HostPort, *namespace)
 		if err != nil {
@@ -319,4 +311,18 @@ func (t *temporalFlags) register(fs *flag.FlagSet, uiPort int) {
 	r := durationFlag(72 * time.Hour)
 	t.retention = &r
 	fs.Var(t.retention, "temporal-retention", "how long Temporal keeps closed workflows (env IDEMFLOW_TEMPORAL_RETENTION)")
+}
+
+// startTemporal starts the embedded server; stop stops it, logging a
+// failure (the process is ending anyway).
+func startTemporal(ctx context.Context, log *slog.Logger, cfg devserver.TemporalConfig) (*devserver.Temporal, func(), error) {
+	tsrv, err := devserver.StartTemporal(ctx, cfg)
+	if err != nil {
+		return nil, nil, err
+	}
+	return tsrv, func() {
+		if err := tsrv.Stop(); err != nil {
+			log.Warn("stop Temporal", "error", err)
+		}
+	}, nil
 }

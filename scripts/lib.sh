@@ -35,30 +35,25 @@ ensure_postgres_installed() {
   have_postgres_binaries || die "installing postgresql did not provide initdb"
 }
 
-# ensure_python3 installs the distribution's python3 when it is missing: the
-# Python agent example (examples/python) is tested against the real stack.
-ensure_python3() {
-  command -v python3 >/dev/null 2>&1 && return 0
-  echo "python3 is not installed; installing the distribution's package..." >&2
+# ensure_package installs Debian's package $2 when command $1 is missing;
+# $3 says what needs it. Nothing is downloaded by the tests themselves.
+ensure_package() {
+  command -v "$1" >/dev/null 2>&1 && return 0
+  echo "$1 is not installed; installing the distribution's package $2 ($3)..." >&2
   local sudo=""
   [ "$(id -u)" = 0 ] || sudo="sudo"
-  command -v apt-get >/dev/null 2>&1 || die "python3 is missing: install it with your package manager"
+  command -v apt-get >/dev/null 2>&1 || die "$1 is missing: install $2 with your package manager ($3)"
   $sudo apt-get update -qq
-  DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq python3 >/dev/null
+  DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq "$2" >/dev/null
 }
 
-# ensure_chromium installs Debian's Chromium for the Web UI browser test
-# (TestWebUIFindsAnIntentByItsKey) when it is missing: no browser is
-# downloaded by the test itself.
-ensure_chromium() {
-  command -v chromium >/dev/null 2>&1 && return 0
-  echo "chromium is not installed; installing the distribution's package (for the Web UI test)..." >&2
-  local sudo=""
-  [ "$(id -u)" = 0 ] || sudo="sudo"
-  command -v apt-get >/dev/null 2>&1 || die "chromium is missing: install it with your package manager (the Web UI test needs it)"
-  $sudo apt-get update -qq
-  DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq chromium >/dev/null
-}
+# ensure_python3: the Python agent example (examples/python) is tested
+# against the real stack.
+ensure_python3() { ensure_package python3 python3 "the Python agent example's test"; }
+
+# ensure_chromium: the Web UI browser test (TestWebUIFindsAnIntentByItsKey)
+# drives Debian's Chromium headless.
+ensure_chromium() { ensure_package chromium chromium "the Web UI browser test"; }
 
 # build_idemflow builds the binary into bin/. The Go build cache makes every
 # build after the first (which compiles the Temporal server, ~9 min on two
