@@ -138,6 +138,7 @@ idemflow dev is up (Ctrl-C stops it; data in %s)
   gateway      %s
   temporal     %s  namespace %s
   temporal ui  %s/namespaces/%s/workflows
+  metrics      %s/metrics
   tenant       %s
   token        %s
 
@@ -146,7 +147,8 @@ try it (run twice: the second answer is a replay):
     -H 'Authorization: Bearer %s' \
     -H 'Idempotency-Key: demo-1' -H 'Content-Type: application/json' \
     -d '{"customer_id":"c-1","title":"Printer on fire","priority":"high"}'
-`, *dataDir, gw, tsrv.HostPort, c.namespace, ui.URL, c.namespace, tenantID, token, gw, token)
+then find it: idemflow inspect %s demo-1, or IdempotencyKey="demo-1" in the Web UI's filter
+`, *dataDir, gw, tsrv.HostPort, c.namespace, ui.URL, c.namespace, gw, tenantID, token, gw, token, tenantID)
 		if *withDemo {
 			cfg := dm.cfg
 			cfg.BaseURL, cfg.Token, cfg.Tenant, cfg.DatabaseURL = gw, token, tenantID, c.databaseURL
@@ -306,7 +308,11 @@ type temporalFlags struct {
 // register adds the flags; uiPort is the Web UI's default port (0: none).
 func (t *temporalFlags) register(fs *flag.FlagSet, uiPort int) {
 	fs.IntVar(&t.port, "temporal-port", 7233, "embedded Temporal frontend port (env IDEMFLOW_TEMPORAL_PORT)")
-	fs.IntVar(&t.uiPort, "ui-port", uiPort, "Temporal Web UI port, 0 for none (env IDEMFLOW_UI_PORT)")
+	usage := "Temporal Web UI port (env IDEMFLOW_UI_PORT)"
+	if uiPort == 0 {
+		usage = "serve the Temporal Web UI on this port; 0 serves none (env IDEMFLOW_UI_PORT)"
+	}
+	fs.IntVar(&t.uiPort, "ui-port", uiPort, usage)
 	fs.StringVar(&t.dataDir, "data-dir", "./.idemflow", "where Temporal (and a private PostgreSQL) keep their files (env IDEMFLOW_DATA_DIR)")
 	r := durationFlag(72 * time.Hour)
 	t.retention = &r
