@@ -5,9 +5,8 @@ import (
 	"strconv"
 	"time"
 
-	"github.com/idemflow/idemflow/metrics"
-
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 )
 
@@ -35,9 +34,14 @@ const (
 	LabelClientGone  = "client_gone"  // the caller hung up before the answer
 )
 
-// NewMetrics registers the gateway's metrics on a registry of its own,
-// with Go's runtime metrics and the SDK's (for a gateway alone, and tests).
-func NewMetrics() *Metrics { return NewMetricsOn(metrics.New().Registry) }
+// NewMetrics registers the gateway's metrics, and Go's runtime ones, on a
+// registry of its own (gateway.New's default, and tests'). The commands
+// give the gateway their process's registry instead (NewMetricsOn).
+func NewMetrics() *Metrics {
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	return NewMetricsOn(reg)
+}
 
 // NewMetricsOn registers the gateway's metrics on reg, the process's
 // registry, which /metrics then serves whole.
