@@ -15,6 +15,7 @@ import (
 	"github.com/idemflow/idemflow/orders"
 	"github.com/idemflow/idemflow/registry"
 	"github.com/idemflow/idemflow/workflows"
+	"github.com/jackc/pgx/v5"
 	"go.temporal.io/api/serviceerror"
 	"go.temporal.io/api/workflowservice/v1"
 )
@@ -138,23 +139,37 @@ func (r *run) checkIntents(ctx context.Context, rep *Report) error {
 }
 
 func (r *run) checkIntent(ctx context.Context, rep *Report, tenant string, s sent, mu *sync.Mutex) error {
-	c := &rep.Client
 	var rows int
 	if err := r.admin.QueryRow(ctx, `SELECT count(*) FROM `+s.table+` WHERE tenant_id = $1 AND idem_key = $2`, tenant, s.key).Scan(&rows); err != nil {
 		return fmt.Errorf("count %s rows: %w", s.table, err)
 	}
 	var status string
 	err := r.admin.QueryRow(ctx, `SELECT status FROM idempotency_record WHERE tenant_id = $1 AND idem_key = $2`, tenant, s.key).Scan(&status)
-	if err != nil && !strings.Contains(err.Error(), "no rows") {
-		return err
+	if err != nil && !errors.Is(err, pgx.ErrNoRows) {
+		return fmt.Errorf("read record %s: %w", s.key, err)
+	}
+	// What the agent was answered must replay, byte for byte.
+	var st int
+	var body []byte
+	var replayed bool
+	if s.outcome == done {
+		if st, body, replayed, err = r.replay(ctx, r.tokens[0], s); err != nil {
+			return fmt.Errorf("replay %s: %w", s.key, err)
+		}
 	}
 	mu.Lock()
 	defer mu.Unlock()
+	c := &rep.Client
 	switch s.outcome {
 	case done:
 		if rows != 1 {
 			c.Lost++
 			rep.violate("%s %s: the agent was answered %d but there are %d rows", s.table, s.key, s.status, rows)
+		}
+		c.FinalReplays++
+		if st != s.status || !bytes.Equal(body, s.answer) || !replayed {
+			c.ReplayMismatches++
+			rep.violate("replay of %s %s: %d %q (replayed %v), first answer %d %q", s.table, s.key, st, body, replayed, s.status, s.answer)
 		}
 	case rejected:
 		// A business refusal is recorded FAILED, and a retry executes
@@ -162,7 +177,6 @@ func (r *run) checkIntent(ctx context.Context, rep *Report, tenant string, s sen
 		if rows != 0 {
 			rep.violate("%s %s: refused with %d, yet %d rows", s.table, s.key, s.status, rows)
 		}
-		return nil
 	default: // abandoned or gave up: done with one row, or failed with none
 		switch {
 		case status == "SUCCESS" && rows != 1, status != "SUCCESS" && rows != 0:
@@ -173,18 +187,6 @@ func (r *run) checkIntent(ctx context.Context, rep *Report, tenant string, s sen
 		default:
 			c.UnansweredFailed++
 		}
-		return nil
-	}
-	mu.Unlock()
-	st, body, replayed, err := r.replay(ctx, r.tokens[0], s)
-	mu.Lock()
-	if err != nil {
-		return fmt.Errorf("replay %s: %w", s.key, err)
-	}
-	c.FinalReplays++
-	if st != s.status || !bytes.Equal(body, s.answer) || !replayed {
-		c.ReplayMismatches++
-		rep.violate("replay of %s %s: %d %q (replayed %v), first answer %d %q", s.table, s.key, st, body, replayed, s.status, s.answer)
 	}
 	return nil
 }
