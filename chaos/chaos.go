@@ -213,6 +213,7 @@ type run struct {
 	tenants           [2]string // idemflow client's, naive client's
 	tokens            [2]string
 	initialStock      map[string]int // sku -> units, idemflow tenant
+	ports             ports
 	rng               *rand.Rand
 	rngMu             sync.Mutex
 	startedAt         time.Time
@@ -367,7 +368,7 @@ func (r *run) up(ctx context.Context) error {
 	if cfg.Exe == "" {
 		return errors.New("the local stack needs the idemflow binary (Config.Exe)")
 	}
-	pgPort, err := freePort()
+	pgPort, err := r.ports.port()
 	if err != nil {
 		return err
 	}
@@ -393,7 +394,7 @@ func (r *run) up(ctx context.Context) error {
 
 	pctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
 	r.stopProcs = cancel
-	tPort, err := freePort()
+	tPort, err := r.ports.port()
 	if err != nil {
 		return err
 	}
@@ -434,7 +435,7 @@ func (r *run) up(ctx context.Context) error {
 	}
 	for i := range cfg.Gateways {
 		name := fmt.Sprintf("chaos-gateway-%d", i+1)
-		addr, err := freeAddr()
+		addr, err := r.ports.addr()
 		if err != nil {
 			return err
 		}

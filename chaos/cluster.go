@@ -120,17 +120,36 @@ func (p *process) tail() string {
 	return string(bytes.TrimSpace(b))
 }
 
-func freePort() (int, error) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return 0, err
-	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port, nil
+// ports hands out loopback ports that were free when asked for, never the
+// same one twice: a probed port is closed at once, so the kernel may offer
+// it again before the process it was meant for binds it.
+type ports struct {
+	mu    sync.Mutex
+	given map[int]bool
 }
 
-func freeAddr() (string, error) {
-	p, err := freePort()
+func (ps *ports) port() (int, error) {
+	ps.mu.Lock()
+	defer ps.mu.Unlock()
+	for {
+		l, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			return 0, err
+		}
+		p := l.Addr().(*net.TCPAddr).Port
+		l.Close()
+		if !ps.given[p] {
+			if ps.given == nil {
+				ps.given = map[int]bool{}
+			}
+			ps.given[p] = true
+			return p, nil
+		}
+	}
+}
+
+func (ps *ports) addr() (string, error) {
+	p, err := ps.port()
 	if err != nil {
 		return "", err
 	}

@@ -191,12 +191,16 @@ func serveGateway(ctx context.Context, logger *slog.Logger, d *deps, cfg gateway
 		case <-serveCtx.Done():
 			return
 		}
+		if serveCtx.Err() != nil {
+			return // the gateway stopped on its own (a listen error)
+		}
 		g.Drain()
 		logger.Info("gateway draining: new requests answer 503", "grace", cfg.shutdownGrace)
 		time.Sleep(cfg.shutdownGrace)
 		stopServing()
 	}()
 	err := serveHTTP(serveCtx, logger, "gateway", cfg.addr, newHTTPServer(g.Handler(), false), ready)
+	stopServing()
 	cancel()
 	errs := []error{err}
 	for range side {
