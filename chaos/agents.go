@@ -128,6 +128,9 @@ type clientStats struct {
 	Conflicts, Rejected, Abandoned      int
 	GaveUp, BurstMismatch, ReuseAccepts int
 	sent                                []sent
+	// violations the agents saw as they went (a reused key executed, a
+	// burst answered two ways); the report fails on each.
+	violations []string
 }
 
 func (s *clientStats) add(f func(s *clientStats)) {
@@ -171,6 +174,7 @@ func (r *run) runAgents(ctx context.Context, st *clientStats, naive bool, jobs i
 					ag.job(ctx, j)
 				}
 				st.add(func(s *clientStats) { s.Jobs++ })
+				r.jobsDone.Add(1)
 				bar.step()
 			}
 		}()
@@ -273,7 +277,11 @@ func (a *agent) do(ctx context.Context, id, table, path string, body map[string]
 	res, err := results[0], errs[0]
 	for i := 1; i < n; i++ {
 		if errs[i] == nil && err == nil && (results[i].Status != res.Status || !bytes.Equal(results[i].Body, res.Body)) {
-			a.st.add(func(st *clientStats) { st.BurstMismatch++ })
+			a.st.add(func(st *clientStats) {
+				st.BurstMismatch++
+				st.violations = append(st.violations, fmt.Sprintf("%s %s: %d concurrent sends of one intent were answered differently: %d %q and %d %q",
+					table, in.Key, n, res.Status, res.Body, results[i].Status, results[i].Body))
+			})
 		}
 	}
 	var pe *agentclient.ProblemError
@@ -325,7 +333,7 @@ func (a *agent) reuse(ctx context.Context, in agentclient.Intent, table string, 
 	raw, _ := json.Marshal(changed)
 	for range 20 {
 		actx, cancel := context.WithTimeout(ctx, a.r.cfg.AttemptTimeout)
-		st, _, err := a.send(actx, in.Method, in.Path, in.Key, raw)
+		st, answer, err := a.send(actx, in.Method, in.Path, in.Key, raw)
 		cancel()
 		switch {
 		case err != nil || st >= 500 || st == http.StatusConflict || st == http.StatusTooManyRequests:
@@ -334,7 +342,11 @@ func (a *agent) reuse(ctx context.Context, in agentclient.Intent, table string, 
 		case st == http.StatusUnprocessableEntity:
 			a.st.add(func(s *clientStats) { s.Conflicts++ })
 		case st < 300:
-			a.st.add(func(s *clientStats) { s.ReuseAccepts++ })
+			a.st.add(func(s *clientStats) {
+				s.ReuseAccepts++
+				s.violations = append(s.violations, fmt.Sprintf("%s %s: the key sent again with changed parameters was executed: %d %q",
+					table, in.Key, st, answer))
+			})
 		}
 		return
 	}

@@ -48,9 +48,12 @@ type Report struct {
 	// before the start; only reconcile settles those.
 	NeverStarted map[string]int
 	Violations   []string
-	LoadTime     time.Duration
-	SettleTime   time.Duration
-	Total        time.Duration
+	// CutShort: the time bound (Config.Duration) ended the load before
+	// the idemflow client's Jobs were done.
+	CutShort   bool
+	LoadTime   time.Duration
+	SettleTime time.Duration
+	Total      time.Duration
 
 	mu sync.Mutex
 }
@@ -70,8 +73,15 @@ func (rep *Report) violate(format string, args ...any) {
 	rep.Violations = append(rep.Violations, fmt.Sprintf(format, args...))
 }
 
-// OK is true when no invariant was broken.
-func (rep *Report) OK() bool { return len(rep.Violations) == 0 }
+// OK is true when no invariant was broken: no violation was recorded, and
+// every counter that names a broken invariant is zero (so that a counter
+// added without a violation still fails the run).
+func (rep *Report) OK() bool {
+	c := rep.Client
+	dups, lost, stuck, mism := rep.Zeros()
+	return len(rep.Violations) == 0 && dups+lost+stuck+mism == 0 &&
+		c.IllegalTransitions+c.StockOff+c.CouponsOff+c.ReuseAccepted == 0
+}
 
 // Zeros are the four numbers the run exists for.
 func (rep *Report) Zeros() (duplicates, lost, stuck, mismatches int) {
@@ -87,6 +97,16 @@ func (c *ClientReport) fold() {
 	c.Jobs, c.Intents, c.Attempts, c.Replays = s.Jobs, s.Intents, s.Attempts, s.Replays
 	c.Conflicts, c.Rejected, c.Abandoned, c.GaveUp = s.Conflicts, s.Rejected, s.Abandoned, s.GaveUp
 	c.BurstMismatches, c.ReuseAccepted = s.BurstMismatch, s.ReuseAccepts
+}
+
+// foldViolations adds what the idemflow client's agents saw as they went.
+func (rep *Report) foldViolations() {
+	s := rep.Client.stats
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, v := range s.violations {
+		rep.violate("%s", v)
+	}
 }
 
 func (rep *Report) print(w io.Writer) {
@@ -138,7 +158,8 @@ func (rep *Report) print(w io.Writer) {
 		fmt.Fprintf(w, "\nOK: no duplicate, nothing lost, nothing stuck; the naive client made %d duplicates under the same faults\n", n.LogicalDuplicates)
 		return
 	}
-	fmt.Fprintf(w, "\nFAILED: %d violations\n", len(rep.Violations))
+	fmt.Fprintf(w, "\nFAILED: %d violations (DUPLICATES %d, LOST %d, STUCK %d, REPLAY MISMATCHES %d, reused key executed %d)\n",
+		len(rep.Violations), dups, lost, stuck, mism, c.ReuseAccepted)
 	for i, v := range rep.Violations {
 		if i == 50 {
 			fmt.Fprintf(w, "  ... %d more\n", len(rep.Violations)-50)
@@ -148,15 +169,20 @@ func (rep *Report) print(w io.Writer) {
 	}
 }
 
-// bar is a progress bar over jobs, redrawn in place.
+// bar is a progress bar over what bounds the load: the jobs, or else the
+// time. It is redrawn in place.
 type bar struct {
 	mu    sync.Mutex
 	w     io.Writer
 	n, of int
+	dur   time.Duration
+	start time.Time
 	last  time.Time
 }
 
-func newBar(w io.Writer, of int) *bar { return &bar{w: w, of: of} }
+func newBar(w io.Writer, of int, dur time.Duration) *bar {
+	return &bar{w: w, of: of, dur: dur, start: time.Now()}
+}
 
 func (b *bar) step() {
 	b.mu.Lock()
@@ -165,7 +191,8 @@ func (b *bar) step() {
 	if time.Since(b.last) > 200*time.Millisecond || b.n == b.of {
 		b.last = time.Now()
 		if b.of == 0 {
-			fmt.Fprintf(b.w, "\r  %d jobs done", b.n)
+			el := min(time.Since(b.start), b.dur).Round(time.Second)
+			fmt.Fprintf(b.w, "\r  %v of %v, %d jobs done", el, b.dur, b.n)
 			return
 		}
 		width := 40
