@@ -60,6 +60,23 @@ var processKinds = map[Kind]bool{KillWorker: true, KillGateway: true, PGTerminat
 // localOnly faults need processes this run started.
 var localOnly = map[Kind]bool{KillWorker: true, KillGateway: true, PGRestart: true, KillTemporal: true, Latency: true}
 
+// targetFaults touch a deployment chaos did not start (its database's
+// backends): against one, they run only when Config.TargetFaults names
+// them.
+var targetFaults = map[Kind]bool{PGTerminate: true}
+
+// The topologies a local stack can have.
+const (
+	// TopologyServe runs Gateways processes of 'idemflow serve' (gateway
+	// and worker in one process: eager start, the in-process wake-up and
+	// the answer cache), the default deployment. kill-worker and
+	// kill-gateway both kill one of them.
+	TopologyServe = "serve"
+	// TopologySplit runs Gateways 'idemflow gateway' and Workers
+	// 'idemflow worker' processes.
+	TopologySplit = "split"
+)
+
 // DefaultFaults switch every fault on.
 func DefaultFaults() map[Kind]float64 {
 	return map[Kind]float64{
@@ -111,10 +128,16 @@ type Config struct {
 	// Jobs is how many agent tasks the idemflow client runs: a ticket, or an
 	// order with its payment and a cancel, refund or fulfilment, each step
 	// an intent. NaiveJobs is the control's (default Jobs/4, at least 20).
+	// With Jobs set, the first round of process faults is paced by the
+	// jobs done, not by the clock, so a run means the same on a slow
+	// machine as on a fast one.
 	Jobs, NaiveJobs int
-	// Duration, when set, runs both clients for that long instead (Jobs,
-	// if also set, still caps them).
+	// Duration bounds the load in time: alone, both clients run for that
+	// long; with Jobs, it is the time bound and Report.CutShort says
+	// whether it ended the load before the jobs were done.
 	Duration time.Duration
+	// Topology of the local stack: TopologyServe (default) or TopologySplit.
+	Topology string
 	// Agents run at once, per client.
 	Agents int
 	// Gateways and Workers are the local stack's processes.
@@ -132,8 +155,10 @@ type Config struct {
 
 	// URL, DatabaseURL and TemporalAddress point the run at an existing
 	// deployment instead of a local stack. DatabaseURL is needed for the
-	// checks (and tenants); only faults that need no process of ours run.
+	// checks (and tenants); only faults on the run's own wire and agents
+	// run, plus those TargetFaults names explicitly (pg-terminate).
 	URL, DatabaseURL, TemporalAddress, Namespace string
+	TargetFaults                                 []Kind
 
 	Out, Progress io.Writer
 	Logger        *slog.Logger
@@ -154,6 +179,9 @@ func (c *Config) defaults() {
 	}
 	if c.Workers == 0 {
 		c.Workers = 2
+	}
+	if c.Topology == "" {
+		c.Topology = TopologyServe
 	}
 	if c.Faults == nil {
 		c.Faults = DefaultFaults()
@@ -217,6 +245,11 @@ type run struct {
 	rng               *rand.Rand
 	rngMu             sync.Mutex
 	startedAt         time.Time
+	// jobsDone paces the first round of process faults.
+	jobsDone atomic.Int64
+	// fail ends the run early with its cause: a component that cannot
+	// start.
+	fail context.CancelCauseFunc
 }
 
 func (r *run) count(k Kind, n int) {
@@ -242,8 +275,25 @@ func (r *run) intN(n int) int {
 // violations are in the report (Report.OK).
 func Run(ctx context.Context, cfg Config) (*Report, error) {
 	cfg.defaults()
+	if cfg.Topology != TopologyServe && cfg.Topology != TopologySplit {
+		return nil, fmt.Errorf("chaos: topology %q: want %s or %s", cfg.Topology, TopologyServe, TopologySplit)
+	}
+	if cfg.local() && len(cfg.TargetFaults) > 0 {
+		return nil, errors.New("chaos: target faults name what may be done to a deployment given by URL; a local stack has every fault")
+	}
 	r := &run{cfg: cfg, log: cfg.Logger, faults: map[Kind]int{}, rng: rand.New(rand.NewPCG(cfg.Seed, 7))}
 	r.startedAt = time.Now()
+	ctx, r.fail = context.WithCancelCause(ctx)
+	defer r.fail(nil)
+	rep, err := r.run(ctx)
+	if cause := context.Cause(ctx); cause != nil && !errors.Is(cause, context.Canceled) && !errors.Is(cause, context.DeadlineExceeded) {
+		return nil, fmt.Errorf("chaos: %w", cause)
+	}
+	return rep, err
+}
+
+func (r *run) run(ctx context.Context) (*Report, error) {
+	cfg := r.cfg
 	dir := cfg.Dir
 	cleanup := false
 	if dir == "" {
@@ -255,8 +305,15 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 	}
 	r.dir = dir
 	if !cfg.local() {
+		allowed := map[Kind]bool{}
+		for _, k := range cfg.TargetFaults {
+			if !targetFaults[k] {
+				return nil, fmt.Errorf("chaos: %s cannot be done to a deployment chaos did not start", k)
+			}
+			allowed[k] = true
+		}
 		for k := range cfg.Faults {
-			if localOnly[k] {
+			if localOnly[k] || (targetFaults[k] && !allowed[k]) {
 				delete(r.cfg.Faults, k)
 			}
 		}
@@ -271,17 +328,26 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 	rep := newReport(r)
 	rep.External = !cfg.local()
 	target := fmt.Sprintf("%d gateways, %d workers, stack in %s", len(r.gateways), len(r.workers), dir)
-	if !cfg.local() {
-		target = "the deployment at " + cfg.URL + " (wire faults only)"
+	if cfg.Topology == TopologyServe {
+		target = fmt.Sprintf("%d serve processes, stack in %s", len(r.gateways), dir)
 	}
-	fmt.Fprintf(cfg.Out, "chaos: %d+%d agents, seed %d, %s\n", cfg.Agents, cfg.Agents, cfg.Seed, target)
+	if !cfg.local() {
+		target = "the deployment at " + cfg.URL
+	}
+	var on []string
+	for _, k := range Kinds {
+		if r.cfg.Faults[k] > 0 {
+			on = append(on, string(k))
+		}
+	}
+	fmt.Fprintf(cfg.Out, "chaos: %d+%d agents, seed %d, %s; faults: %s\n", cfg.Agents, cfg.Agents, cfg.Seed, target, strings.Join(on, ", "))
 
 	// Faults run while the agents do; both stop when the agents are done.
 	r.setWireFaults(true)
 	faultCtx, stopFaults := context.WithCancel(ctx)
 	faultsDone := make(chan struct{})
 	go func() { defer close(faultsDone); r.injectFaults(faultCtx) }()
-	bar := newBar(cfg.Progress, cfg.Jobs+cfg.NaiveJobs)
+	bar := newBar(cfg.Progress, cfg.Jobs+cfg.NaiveJobs, cfg.Duration)
 	var until time.Time
 	if cfg.Duration > 0 {
 		until = time.Now().Add(cfg.Duration)
@@ -294,12 +360,14 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 	bar.finish()
 	rep.Client.fold()
 	rep.Naive.fold()
+	rep.foldViolations()
 	stopFaults()
 	<-faultsDone
 	r.setWireFaults(false)
 	if ctx.Err() != nil {
 		return nil, ctx.Err()
 	}
+	rep.CutShort = cfg.Jobs > 0 && rep.Client.Jobs < cfg.Jobs
 	r.faultMu.Lock()
 	for k, n := range r.faults {
 		rep.Faults[k] = n
@@ -427,20 +495,31 @@ func (r *run) up(ctx context.Context) error {
 		return u.String()
 	}
 	common := []string{"--temporal-address", tProxy.Addr, "--namespace", cfg.Namespace}
-	for i := range cfg.Workers {
-		name := fmt.Sprintf("chaos-worker-%d", i+1)
-		r.workers = append(r.workers, r.spawn(pctx, name, append([]string{"worker", "--database-url", viaProxy(name),
-			"--processing-timeout", cfg.ProcessingTimeout.String(), "--reconcile-interval", cfg.ReconcileInterval.String()}, common...),
-			200*time.Millisecond, 1500*time.Millisecond))
+	workerFlags := []string{"--processing-timeout", cfg.ProcessingTimeout.String(), "--reconcile-interval", cfg.ReconcileInterval.String()}
+	if cfg.Topology == TopologySplit {
+		for i := range cfg.Workers {
+			name := fmt.Sprintf("chaos-worker-%d", i+1)
+			r.workers = append(r.workers, r.spawn(pctx, name, append(append([]string{"worker", "--database-url", viaProxy(name)},
+				workerFlags...), common...), 200*time.Millisecond, 1500*time.Millisecond))
+		}
 	}
 	for i := range cfg.Gateways {
-		name := fmt.Sprintf("chaos-gateway-%d", i+1)
+		role, name := "gateway", fmt.Sprintf("chaos-gateway-%d", i+1)
+		args := common
+		if cfg.Topology == TopologyServe {
+			role, name = "serve", fmt.Sprintf("chaos-serve-%d", i+1)
+			args = append(append([]string{}, workerFlags...), common...)
+		}
 		addr, err := r.ports.addr()
 		if err != nil {
 			return err
 		}
-		r.gateways = append(r.gateways, r.spawn(pctx, name, append([]string{"gateway", "--database-url", viaProxy(name),
-			"--http-addr", addr}, common...), 200*time.Millisecond, 1500*time.Millisecond))
+		g := r.spawn(pctx, name, append([]string{role, "--database-url", viaProxy(name), "--http-addr", addr}, args...),
+			200*time.Millisecond, 1500*time.Millisecond)
+		r.gateways = append(r.gateways, g)
+		if cfg.Topology == TopologyServe {
+			r.workers = append(r.workers, g) // a serve process is a worker too
+		}
 		p, err := NewProxy(addr, cfg.Seed+10+uint64(i))
 		if err != nil {
 			return err
@@ -454,8 +533,9 @@ func (r *run) up(ctx context.Context) error {
 // spawn starts a supervised process whose restarts come after a pause
 // between lo and hi.
 func (r *run) spawn(ctx context.Context, name string, args []string, lo, hi time.Duration) *process {
-	p := &process{name: name, exe: r.cfg.Exe, args: args, env: r.cfg.Env, log: filepath.Join(r.dir, "logs", name+".log"), done: make(chan struct{}),
-		down: func() time.Duration { return lo + time.Duration(r.intN(int(hi-lo)+1)) }}
+	p := &process{name: name, exe: r.cfg.Exe, args: args, env: childEnv(r.cfg.Env), log: filepath.Join(r.dir, "logs", name+".log"), done: make(chan struct{}),
+		down:      func() time.Duration { return lo + time.Duration(r.intN(int(hi-lo)+1)) },
+		cannotRun: r.fail}
 	r.procWG.Add(1)
 	go func() { defer r.procWG.Done(); p.run(ctx, r.log) }()
 	return p
@@ -545,12 +625,22 @@ func (r *run) injectFaults(ctx context.Context) {
 		j := i + r.intN(len(queue)-i)
 		queue[i], queue[j] = queue[j], queue[i]
 	}
+	first := len(queue)
 	for {
-		wait := r.cfg.FaultEvery/2 + time.Duration(r.intN(int(r.cfg.FaultEvery)+1))
-		select {
-		case <-ctx.Done():
-			return
-		case <-time.After(wait):
+		if len(queue) > 0 && r.cfg.Jobs > 0 {
+			// The first round is paced by the work done: fault i of n
+			// comes after (i+1)/(n+1) of the jobs, on any machine.
+			at := int64((first - len(queue) + 1) * (r.cfg.Jobs + r.cfg.NaiveJobs) / (first + 1))
+			if !r.waitJobs(ctx, at) {
+				return
+			}
+		} else {
+			wait := r.cfg.FaultEvery/2 + time.Duration(r.intN(int(r.cfg.FaultEvery)+1))
+			select {
+			case <-ctx.Done():
+				return
+			case <-time.After(wait):
+			}
 		}
 		var k Kind
 		if len(queue) > 0 {
@@ -568,6 +658,18 @@ func (r *run) injectFaults(ctx context.Context) {
 			r.log.Warn("chaos: inject", "fault", k, "error", err)
 		}
 	}
+}
+
+// waitJobs waits until n jobs are done; false when ctx ended first.
+func (r *run) waitJobs(ctx context.Context, n int64) bool {
+	for r.jobsDone.Load() < n {
+		select {
+		case <-ctx.Done():
+			return false
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
+	return true
 }
 
 func (r *run) inject(ctx context.Context, k Kind) error {
@@ -635,7 +737,12 @@ func (r *run) close() {
 	r.gatewayProxies = nil
 	if r.stopProcs != nil {
 		var wg sync.WaitGroup
+		seen := map[*process]bool{}
 		for _, p := range append(append([]*process{}, r.gateways...), r.workers...) {
+			if seen[p] {
+				continue // a serve process is both
+			}
+			seen[p] = true
 			wg.Add(1)
 			go func() { defer wg.Done(); p.Stop(10 * time.Second) }()
 		}

@@ -10,6 +10,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"sync"
 	"syscall"
 	"time"
@@ -26,16 +27,47 @@ type process struct {
 	env  []string
 	log  string // file its output goes to
 	down func() time.Duration
+	// cannotRun is told, once, that the process keeps exiting on its own
+	// soon after each start: it cannot run, and waiting on it would stall
+	// the run.
+	cannotRun func(error)
 
 	mu       sync.Mutex
 	cmd      *exec.Cmd
 	starts   int
 	stopping bool
+	killed   bool // the current start was ended by Kill
 	done     chan struct{}
+}
+
+// A process that exits on its own within shortLived of its start, failing
+// times in a row over at least failingFor, cannot start: a crash loop.
+// A restarted PostgreSQL or Temporal can make a few starts fail; that
+// heals within seconds.
+const (
+	shortLived = 10 * time.Second
+	failing    = 4
+	failingFor = 20 * time.Second
+)
+
+// childEnv is the environment of the stack's processes: only what a
+// process needs to run, and env. The caller's own IDEMFLOW_*, TEMPORAL_*,
+// DATABASE_URL and PG* settings (a dev user has them exported) must not
+// reach a stack whose every setting chaos gives on the command line.
+func childEnv(env []string) []string {
+	var out []string
+	for _, k := range []string{"PATH", "HOME", "TMPDIR", "LANG", "LC_ALL", "TZ", "GOCOVERDIR"} {
+		if v, ok := os.LookupEnv(k); ok {
+			out = append(out, k+"="+v)
+		}
+	}
+	return append(out, env...)
 }
 
 func (p *process) run(ctx context.Context, logger *slog.Logger) {
 	defer close(p.done)
+	var streak int
+	var streakSince time.Time
 	for {
 		out, err := os.OpenFile(p.log, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
 		if err != nil {
@@ -43,7 +75,7 @@ func (p *process) run(ctx context.Context, logger *slog.Logger) {
 			return
 		}
 		cmd := exec.Command(p.exe, p.args...)
-		cmd.Env = append(os.Environ(), p.env...)
+		cmd.Env = p.env
 		cmd.Stdout, cmd.Stderr = out, out
 		// Its own process group, so that a Ctrl-C of chaos reaches it only
 		// through Stop; and it dies with chaos if chaos is killed outright
@@ -61,8 +93,10 @@ func (p *process) run(ctx context.Context, logger *slog.Logger) {
 		if err == nil {
 			p.cmd = cmd
 			p.starts++
+			p.killed = false
 		}
 		p.mu.Unlock()
+		started := time.Now()
 		if err != nil {
 			logger.Error("chaos: start process", "process", p.name, "error", err)
 		} else {
@@ -70,9 +104,22 @@ func (p *process) run(ctx context.Context, logger *slog.Logger) {
 		}
 		out.Close()
 		p.mu.Lock()
-		stopping := p.stopping
+		stopping, killed := p.stopping, p.killed
 		p.mu.Unlock()
 		if stopping || ctx.Err() != nil {
+			return
+		}
+		switch {
+		case killed || time.Since(started) >= shortLived:
+			streak = 0
+		case streak == 0:
+			streak, streakSince = 1, started
+		default:
+			streak++
+		}
+		if streak >= failing && time.Since(streakSince) >= failingFor && p.cannotRun != nil {
+			p.cannotRun(fmt.Errorf("%s cannot start: it exited on its own %d times in a row, each within %v of its start, for %v; its last log line (%s): %s",
+				p.name, streak, shortLived, time.Since(streakSince).Round(time.Second), p.log, p.lastLines(1)))
 			return
 		}
 		select {
@@ -90,6 +137,7 @@ func (p *process) Kill() bool {
 	if p.cmd == nil || p.cmd.Process == nil || p.cmd.ProcessState != nil {
 		return false
 	}
+	p.killed = true
 	return p.cmd.Process.Kill() == nil
 }
 
@@ -154,6 +202,12 @@ func (ps *ports) addr() (string, error) {
 		return "", err
 	}
 	return "127.0.0.1:" + strconv.Itoa(p), nil
+}
+
+// lastLines is the last n lines of the process's log.
+func (p *process) lastLines(n int) string {
+	lines := strings.Split(p.tail(), "\n")
+	return strings.Join(lines[max(0, len(lines)-n):], "\n")
 }
 
 func (p *process) String() string {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"strings"
 	"time"
 
 	"github.com/idemflow/idemflow/chaos"
@@ -17,10 +18,11 @@ func runChaos(ctx context.Context, env *Env, args []string) error {
 	fs := flags("chaos", env)
 	fs.IntVar(&cfg.Jobs, "jobs", 200, "agent tasks for the idemflow client (a ticket, or an order and its payment, cancel, refund or fulfilment)")
 	fs.DurationVar(&cfg.Duration, "duration", 0, "run both clients this long instead of a number of jobs (with --jobs, whichever ends first)")
+	fs.StringVar(&cfg.Topology, "topology", chaos.TopologyServe, "the local stack: serve (gateway and worker in each process, the default deployment) or split (separate gateway and worker processes)")
 	fs.IntVar(&cfg.NaiveJobs, "naive-jobs", 0, "tasks for the naive control client (default jobs/4, at least 20)")
 	fs.IntVar(&cfg.Agents, "agents", 16, "concurrent agents per client")
-	fs.IntVar(&cfg.Gateways, "gateways", 2, "gateway processes of the local stack")
-	fs.IntVar(&cfg.Workers, "workers", 2, "worker processes of the local stack")
+	fs.IntVar(&cfg.Gateways, "gateways", 2, "gateway processes of the local stack (serve processes with --topology serve)")
+	fs.IntVar(&cfg.Workers, "workers", 2, "worker processes of the local stack (--topology split)")
 	faults := fs.String("faults", "", "fault rates over the defaults, e.g. drop-reply=0.2,kill-temporal=0 ('none' first switches all off); kinds: "+fmt.Sprint(chaos.Kinds))
 	fs.DurationVar(&cfg.FaultEvery, "fault-every", 3*time.Second, "mean pause between process faults (kills, restarts, terminated backends)")
 	fs.DurationVar(&cfg.AttemptTimeout, "attempt-timeout", 3*time.Second, "the agents' per-attempt timeout; delayed answers are held past it")
@@ -28,7 +30,8 @@ func runChaos(ctx context.Context, env *Env, args []string) error {
 	fs.DurationVar(&cfg.ReconcileInterval, "reconcile-interval", 2*time.Second, "the local workers' reconcile interval")
 	fs.Uint64Var(&cfg.Seed, "seed", 0, "random seed (0: from the clock; the report prints it)")
 	fs.StringVar(&cfg.Dir, "dir", "", "keep the stack's data and logs here (default: a temporary directory, removed after a clean run)")
-	fs.StringVar(&cfg.URL, "url", "", "an existing gateway to test instead of a local stack (only faults that need no process of ours run)")
+	fs.StringVar(&cfg.URL, "url", "", "an existing gateway to test instead of a local stack: only faults on chaos's own wire and agents run, unless --target-faults names more")
+	targets := fs.String("target-faults", "", "with --url: faults that touch the deployment itself, comma-separated; only pg-terminate (terminates every client backend of its database)")
 	fs.StringVar(&cfg.DatabaseURL, "database-url", "", "with --url: its PostgreSQL, to set up the run's tenants and check (env DATABASE_URL)")
 	fs.StringVar(&cfg.TemporalAddress, "temporal-address", "", "with --url: its Temporal frontend, to check no intent workflow is left running (env TEMPORAL_ADDRESS)")
 	fs.StringVar(&cfg.Namespace, "namespace", "default", "Temporal namespace (env TEMPORAL_NAMESPACE)")
@@ -38,6 +41,14 @@ func runChaos(ctx context.Context, env *Env, args []string) error {
 	var err error
 	if cfg.Faults, err = chaos.ParseFaults(*faults); err != nil {
 		return fmt.Errorf("%w: %w", errUsage, err)
+	}
+	for _, k := range strings.Split(*targets, ",") {
+		if k = strings.TrimSpace(k); k != "" {
+			cfg.TargetFaults = append(cfg.TargetFaults, chaos.Kind(k))
+		}
+	}
+	if len(cfg.TargetFaults) > 0 && cfg.URL == "" {
+		return fmt.Errorf("%w: --target-faults goes with --url (a local stack has every fault)", errUsage)
 	}
 	if cfg.URL == "" {
 		if _, ok := devCommands["temporal"]; !ok {
