@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/idemflow/idemflow/idem"
+	"github.com/idemflow/idemflow/metrics"
 	enumspb "go.temporal.io/api/enums/v1"
 	"go.temporal.io/api/serviceerror"
 	"go.temporal.io/sdk/activity"
@@ -25,6 +26,18 @@ const (
 	VerdictSettled      Verdict = "already-final" // someone else finished it meanwhile
 	VerdictError        Verdict = "error"         // reconciling it failed; the next run retries
 )
+
+// Verdicts lists every verdict, for what must know them before they
+// happen (the metrics export each at 0). TestVerdictsListsEveryVerdict
+// reads the constants above from this file and fails on one left out.
+var Verdicts = []Verdict{VerdictRunning, VerdictFromWorkflow, VerdictFromRow, VerdictFailed, VerdictSettled, VerdictError}
+
+// ExportVerdicts makes the metrics export every verdict from the start.
+func ExportVerdicts(w *metrics.Worker) {
+	for _, v := range Verdicts {
+		w.ExportVerdict(string(v))
+	}
+}
 
 // FindStaleInput selects PROCESSING records older than the horizon.
 type FindStaleInput struct {

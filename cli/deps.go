@@ -115,6 +115,7 @@ func openDeps(ctx context.Context, logger *slog.Logger, c common) (*deps, error)
 	records.Waiters = &idem.Waiters{}
 	acts := activities.New(pool, records, tc, logger)
 	acts.Metrics = reg.Worker
+	activities.ExportVerdicts(reg.Worker)
 	return &deps{
 		Pool:       pool,
 		Temporal:   tc,

@@ -51,10 +51,6 @@ func (r *Registry) Handler() http.Handler {
 // Close flushes and stops the SDK's reporting.
 func (r *Registry) Close() error { return r.closer() }
 
-// Verdicts are reconcile's verdicts (activities.Verdict), listed here so
-// that they are exported before they first happen.
-var Verdicts = []string{"running", "from-workflow", "from-row", "failed", "already-final", "error"}
-
 // Worker counts what the worker's activities did.
 type Worker struct {
 	reconciled *prometheus.CounterVec
@@ -84,12 +80,17 @@ func newWorker(reg prometheus.Registerer) *Worker {
 		}, []string{"biz_type", "result"}),
 	}
 	reg.MustRegister(w.reconciled, w.purged, w.rejected, w.executed)
-	// Every verdict is exported from the start, at 0, so that an alert on
-	// one (deploy/alerts.yml) has a series before the first such event.
-	for _, v := range Verdicts {
-		w.reconciled.WithLabelValues(v)
-	}
 	return w
+}
+
+// ExportVerdict exports a reconcile verdict's series at 0 before it first
+// happens, so that an alert on one (deploy/alerts.yml) has a series from
+// the start. The worker calls it for each verdict it can give
+// (activities.ExportVerdicts).
+func (w *Worker) ExportVerdict(verdict string) {
+	if w != nil {
+		w.reconciled.WithLabelValues(verdict)
+	}
 }
 
 // Reconciled counts one reconcile verdict. A nil Worker counts nothing.
