@@ -16,6 +16,7 @@ import (
 	"github.com/idemflow/idemflow/tickets"
 	"github.com/idemflow/idemflow/workflows"
 	"github.com/stretchr/testify/mock"
+	"go.temporal.io/sdk/activity"
 	"go.temporal.io/sdk/temporal"
 	"go.temporal.io/sdk/testsuite"
 	"go.temporal.io/sdk/worker"
@@ -166,4 +167,77 @@ func recordHistories(t *testing.T) {
 	}
 	submit(starter.TransitionIntent("acme", "replay-3", v.OrderNo, orders.ActionPay, orders.TransitionRequest{PaymentRef: "psp-1"}))
 	testenv.SaveHistory(t, s.Temporal, orders.TransitionWorkflowID(orders.ActionPay, "acme", "replay-3"), "", "testdata/transition_order_history.json")
+}
+
+// The local-first path every gateway start takes (LocalFirst): the step
+// runs as a local activity; a failure that may pass falls back to the
+// regular activity, whose retries are durable; a rejection does not.
+func TestLocalFirstRunsLocallyAndFallsBackToADurableActivity(t *testing.T) {
+	want := idem.Outcome{Status: 201, Body: []byte(`{"ticket_id":"x"}`)}
+	rejection := temporal.NewNonRetryableApplicationError("no", idem.ErrTypeRejected, nil, idem.Outcome{Status: 422})
+	for _, tc := range []struct {
+		name string
+		// local and regular answer each attempt of their kind.
+		local, regular  func(n int) (idem.Outcome, error)
+		wantLocal       string // "once" or "retried"
+		wantRegular     int
+		wantErrType     string
+		wantSettleCalls int
+	}{
+		{name: "local succeeds", local: func(int) (idem.Outcome, error) { return want, nil }, wantLocal: "once"},
+		{name: "local keeps failing, the durable activity succeeds",
+			local:     func(int) (idem.Outcome, error) { return idem.Outcome{}, errors.New("db down") },
+			regular:   func(int) (idem.Outcome, error) { return want, nil },
+			wantLocal: "retried", wantRegular: 1},
+		{name: "a rejection is final, with no fallback and no settling",
+			local:     func(int) (idem.Outcome, error) { return idem.Outcome{}, rejection },
+			wantLocal: "once", wantErrType: idem.ErrTypeRejected},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			env := newEnv(t)
+			var locals, regulars, settles int
+			env.OnActivity(a.CreateTicket, mock.Anything, mock.Anything).Return(
+				func(ctx context.Context, _ tickets.CreateInput) (idem.Outcome, error) {
+					if activity.GetInfo(ctx).IsLocalActivity {
+						locals++
+						return tc.local(locals)
+					}
+					regulars++
+					if tc.regular == nil {
+						t.Error("the durable activity ran")
+						return want, nil
+					}
+					return tc.regular(regulars)
+				})
+			env.OnActivity(a.ResolveIntent, mock.Anything, mock.Anything).Return(
+				func(context.Context, activities.ResolveInput) (activities.Resolution, error) {
+					settles++
+					return activities.Resolution{Status: idem.StatusFailed}, nil
+				}).Maybe()
+			in := ticketInput()
+			in.Intent.LocalFirst = true
+			env.ExecuteWorkflow(workflows.CreateTicket, in)
+			err := env.GetWorkflowError()
+			var appErr *temporal.ApplicationError
+			switch {
+			case tc.wantErrType != "":
+				if !errors.As(err, &appErr) || appErr.Type() != tc.wantErrType {
+					t.Fatalf("want %s, got %v", tc.wantErrType, err)
+				}
+			case err != nil:
+				t.Fatalf("workflow error %v", err)
+			default:
+				var got idem.Outcome
+				if err := env.GetWorkflowResult(&got); err != nil || string(got.Body) != string(want.Body) {
+					t.Fatalf("result %+v %v", got, err)
+				}
+			}
+			if (tc.wantLocal == "once" && locals != 1) || (tc.wantLocal == "retried" && locals < 2) {
+				t.Errorf("local attempts %d, want %s", locals, tc.wantLocal)
+			}
+			if regulars != tc.wantRegular || settles != tc.wantSettleCalls {
+				t.Errorf("durable attempts %d, settled %d; want %d, %d", regulars, settles, tc.wantRegular, tc.wantSettleCalls)
+			}
+		})
+	}
 }
