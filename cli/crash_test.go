@@ -127,6 +127,9 @@ func TestDevRestartsAtOnceAfterSIGKILL(t *testing.T) {
 func testDevRestart(t *testing.T, store string) {
 	pool, dbURL := testenv.Pool(t)
 	dropTemporalDatabases(t, dbURL)
+	if store == "postgres" {
+		dbURL = withPoolParams(dbURL) // as the README recommends
+	}
 	dir := t.TempDir()
 	args := []string{"--data-dir", dir, "--http-addr", fmt.Sprintf("127.0.0.1:%d", freePort(t)), "--temporal-store", store,
 		"--temporal-port", fmt.Sprint(freePort(t)), "--ui-port", fmt.Sprint(freePort(t)), "--reconcile-interval", "1m"}
@@ -218,6 +221,7 @@ func signalContext() (context.Context, context.CancelFunc) {
 // and PostgreSQL: it answers a ticket, a replay and a conflict.
 func TestServeRunsGatewayAndWorkerInOneProcess(t *testing.T) {
 	_, dbURL := testenv.Pool(t)
+	dbURL = withPoolParams(dbURL) // as the README recommends
 	ts := temporaltest.NewServer(temporaltest.WithT(t))
 	addr := fmt.Sprintf("127.0.0.1:%d", freePort(t))
 	metricsAddr := fmt.Sprintf("127.0.0.1:%d", freePort(t))
@@ -249,6 +253,11 @@ func TestServeRunsGatewayAndWorkerInOneProcess(t *testing.T) {
 	if r, err := testenv.Send("http://"+pprofAddr, testenv.Request{Method: "GET", Path: "/debug/pprof/"}); err != nil || r.Status != 200 {
 		t.Fatalf("pprof address: %v %d", err, r.Status)
 	}
+	// Its LISTEN connection (cross-process wake-ups) took the same URL.
+	time.Sleep(1500 * time.Millisecond)
+	if out := srv.output(); strings.Contains(out, "unrecognized configuration parameter") || strings.Contains(out, "listen") && strings.Contains(out, "level=WARN") {
+		t.Fatalf("serve with pool parameters in its URL:\n%s", out)
+	}
 	_ = srv.cmd.Process.Signal(syscall.SIGTERM)
 	select {
 	case err := <-srv.done:
@@ -257,6 +266,33 @@ func TestServeRunsGatewayAndWorkerInOneProcess(t *testing.T) {
 		}
 	case <-time.After(45 * time.Second):
 		t.Fatal("serve did not stop on SIGTERM")
+	}
+}
+
+// withPoolParams adds the pool parameters the README recommends to a URL.
+func withPoolParams(dbURL string) string {
+	if strings.Contains(dbURL, "?") {
+		return dbURL + "&pool_max_conns=20"
+	}
+	return dbURL + "?pool_max_conns=20"
+}
+
+// Every command that opens a database connection of its own takes the
+// URL the README documents, pool parameters and all.
+func TestCommandsAcceptPoolParametersInTheDatabaseURL(t *testing.T) {
+	_, dbURL := testenv.Pool(t)
+	dbURL = withPoolParams(dbURL)
+	ts := temporaltest.NewServer(temporaltest.WithT(t))
+	for _, args := range [][]string{
+		{"migrate", "--database-url", dbURL},
+		{"token", "--database-url", dbURL, "--tenant", "acme"},
+		{"audit", "--database-url", dbURL},
+		{"inspect", "--database-url", dbURL, "--temporal-address", ts.GetFrontendHostPort(), "--namespace", ts.GetDefaultNamespace(), "acme", "k-1"},
+	} {
+		var out, errOut strings.Builder
+		if code := cli.Run(t.Context(), args, &out, &errOut); code != 0 {
+			t.Errorf("%s: exit %d: %s", args[0], code, errOut.String())
+		}
 	}
 }
 

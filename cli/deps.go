@@ -13,6 +13,7 @@ import (
 	"github.com/idemflow/idemflow/gateway"
 	"github.com/idemflow/idemflow/idem"
 	"github.com/idemflow/idemflow/metrics"
+	"github.com/idemflow/idemflow/pgurl"
 	"github.com/idemflow/idemflow/registry"
 	"github.com/idemflow/idemflow/schedule"
 	"github.com/idemflow/idemflow/tenant"
@@ -179,7 +180,7 @@ func (h *levelFloor) WithGroup(n string) slog.Handler {
 }
 
 func connect(ctx context.Context, dbURL string) (*pgx.Conn, error) {
-	conn, err := pgx.Connect(ctx, dbURL)
+	conn, err := pgurl.Connect(ctx, dbURL)
 	if err != nil {
 		return nil, fmt.Errorf("connect to database: %w", err)
 	}

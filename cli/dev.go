@@ -18,9 +18,9 @@ import (
 	"github.com/idemflow/idemflow/devserver"
 	"github.com/idemflow/idemflow/migrations"
 	"github.com/idemflow/idemflow/orders"
+	"github.com/idemflow/idemflow/pgurl"
 	"github.com/idemflow/idemflow/tenant"
 	"github.com/idemflow/idemflow/worker"
-	"github.com/jackc/pgx/v5"
 )
 
 // devCommands are the commands that embed a Temporal server (dev) or
@@ -188,7 +188,7 @@ func chooseTemporalStore(log *slog.Logger, cfg *devserver.TemporalConfig, store,
 	case "sqlite":
 		return nil
 	case "postgres":
-		pc, err := pgx.ParseConfig(databaseURL)
+		pc, err := pgurl.ParseConfig(databaseURL)
 		if err != nil {
 			return fmt.Errorf("temporal store: %w", err)
 		}

@@ -20,7 +20,7 @@ import (
 
 	"github.com/google/uuid"
 	"github.com/idemflow/idemflow/agentclient"
-	"github.com/jackc/pgx/v5"
+	"github.com/idemflow/idemflow/pgurl"
 )
 
 // Config sizes a demo run.
@@ -225,7 +225,7 @@ func each(workers int, js []job, f func(job)) {
 // countRows counts the tickets and orders each intent produced: more than
 // one is a duplicate side effect.
 func countRows(ctx context.Context, cfg Config, rep *Report, prefix string) error {
-	conn, err := pgx.Connect(ctx, cfg.DatabaseURL)
+	conn, err := pgurl.Connect(ctx, cfg.DatabaseURL)
 	if err != nil {
 		return fmt.Errorf("demo: count rows: %w", err)
 	}

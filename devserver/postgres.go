@@ -15,6 +15,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/idemflow/idemflow/pgurl"
 	"github.com/jackc/pgx/v5"
 )
 
@@ -217,7 +218,7 @@ func chownTree(dir string, uid, gid int) error {
 func ping(ctx context.Context, u string) error {
 	ctx, cancel := context.WithTimeout(ctx, 3*time.Second)
 	defer cancel()
-	conn, err := pgx.Connect(ctx, u)
+	conn, err := pgurl.Connect(ctx, u)
 	if err != nil {
 		return err
 	}
@@ -228,7 +229,7 @@ func ping(ctx context.Context, u string) error {
 // EnsureDatabase creates database name on the server of adminURL if it does
 // not exist, and returns a URL to it.
 func EnsureDatabase(ctx context.Context, adminURL, name string) (string, error) {
-	conn, err := pgx.Connect(ctx, adminURL)
+	conn, err := pgurl.Connect(ctx, adminURL)
 	if err != nil {
 		return "", fmt.Errorf("connect %s: %w", redact(adminURL), err)
 	}

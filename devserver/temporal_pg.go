@@ -7,6 +7,7 @@ import (
 	"net"
 	"strconv"
 
+	"github.com/idemflow/idemflow/pgurl"
 	"github.com/jackc/pgx/v5"
 	"go.temporal.io/server/common/config"
 	"go.temporal.io/server/common/log"
@@ -28,7 +29,7 @@ const (
 // the returned connection lives: one embedded Temporal per database, so
 // that the previous run's cluster members can be pruned as dead.
 func pgStores(ctx context.Context, adminURL, database string) (main, visibility *config.SQL, lock *pgx.Conn, err error) {
-	pc, err := pgx.ParseConfig(adminURL)
+	pc, err := pgurl.ParseConfig(adminURL)
 	if err != nil {
 		return nil, nil, nil, fmt.Errorf("temporal: PostgreSQL URL: %w", err)
 	}
@@ -52,7 +53,7 @@ func pgStores(ctx context.Context, adminURL, database string) (main, visibility 
 	if err != nil {
 		return nil, nil, nil, err
 	}
-	lock, err = pgx.Connect(ctx, lockURL)
+	lock, err = pgurl.Connect(ctx, lockURL)
 	if err != nil {
 		return nil, nil, nil, fmt.Errorf("temporal: connect to %s: %w", database, err)
 	}

@@ -7,7 +7,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/jackc/pgx/v5"
+	"github.com/idemflow/idemflow/pgurl"
 )
 
 // SettledChannel is the PostgreSQL notification channel on which a store
@@ -34,7 +34,7 @@ func Listen(ctx context.Context, databaseURL string, w *Waiters, logger *slog.Lo
 }
 
 func listenOnce(ctx context.Context, databaseURL string, w *Waiters) error {
-	conn, err := pgx.Connect(ctx, databaseURL)
+	conn, err := pgurl.Connect(ctx, databaseURL)
 	if err != nil {
 		return err
 	}

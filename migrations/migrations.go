@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io/fs"
 
+	"github.com/idemflow/idemflow/pgurl"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/tern/v2/migrate"
 )
@@ -47,7 +48,7 @@ func Migrate(ctx context.Context, conn *pgx.Conn) (from, to int32, err error) {
 
 // MigrateURL connects to databaseURL and applies pending migrations.
 func MigrateURL(ctx context.Context, databaseURL string) (from, to int32, err error) {
-	conn, err := pgx.Connect(ctx, databaseURL)
+	conn, err := pgurl.Connect(ctx, databaseURL)
 	if err != nil {
 		return 0, 0, fmt.Errorf("migrations: connect: %w", err)
 	}
