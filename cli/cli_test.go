@@ -70,6 +70,13 @@ func TestUsageErrorsExit2(t *testing.T) {
 	if code, out := run(t, "audit", "--database-url", ""); code != 2 {
 		t.Fatalf("missing database: exit %d\n%s", code, out)
 	}
+	// The profiler has no authentication: loopback only, refused before
+	// anything connects.
+	for _, cmd := range []string{"serve", "gateway"} {
+		if code, out := run(t, cmd, "--pprof-addr", "0.0.0.0:6060"); code != 2 || !strings.Contains(out, "loopback only") {
+			t.Errorf("%s --pprof-addr 0.0.0.0:6060: exit %d\n%s", cmd, code, out)
+		}
+	}
 }
 
 // A setting given through the environment is checked as strictly as a

@@ -61,6 +61,11 @@ func runRoles(ctx context.Context, env *Env, name string, r roles, args []string
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
+	if r.gateway {
+		if err := gw.check(); err != nil {
+			return err
+		}
+	}
 	if r.worker {
 		if err := s.check(env.Logger, time.Duration(c.retention)); err != nil {
 			return err
@@ -82,7 +87,7 @@ func runRoles(ctx context.Context, env *Env, name string, r roles, args []string
 	}
 	if r.worker {
 		d.Records.Notify = true
-		d.Metrics.WatchProcessing(d.Records.Processing)
+		d.Metrics.WatchProcessing(env.Logger, d.Records.Processing)
 	}
 	if !r.worker {
 		return serveGateway(ctx, env.Logger, d, gw, nil)
@@ -145,9 +150,25 @@ type gatewayConfig struct {
 func (g *gatewayConfig) register(fs *flag.FlagSet) {
 	fs.StringVar(&g.addr, "http-addr", "127.0.0.1:8080", "gateway listen address (env IDEMFLOW_HTTP_ADDR)")
 	fs.StringVar(&g.metricsAddr, "metrics-addr", "", "serve /metrics on this address instead of the gateway's (env IDEMFLOW_METRICS_ADDR)")
-	fs.StringVar(&g.pprofAddr, "pprof-addr", "", "serve Go's profiler (/debug/pprof/) on this address; off by default (env IDEMFLOW_PPROF_ADDR)")
+	fs.StringVar(&g.pprofAddr, "pprof-addr", "", "serve Go's profiler (/debug/pprof/) on this loopback address, e.g. 127.0.0.1:6060; off by default (env IDEMFLOW_PPROF_ADDR)")
 	fs.DurationVar(&g.shutdownGrace, "shutdown-grace", 2*time.Second, "on SIGTERM, answer 503 + Retry-After this long before closing the listener, so a load balancer moves away (env IDEMFLOW_SHUTDOWN_GRACE)")
 	fs.IntVar(&g.maxWaiting, "max-waiting", gateway.DefaultMaxWaiting, "requests that may wait for their intent at once; past it they answer 202 at once (env IDEMFLOW_MAX_WAITING)")
+}
+
+// check refuses a profiler address that is not loopback: the profiler has
+// no authentication.
+func (g *gatewayConfig) check() error {
+	if g.pprofAddr == "" {
+		return nil
+	}
+	host, _, err := net.SplitHostPort(g.pprofAddr)
+	if err != nil {
+		return fmt.Errorf("%w: --pprof-addr: %w", errUsage, err)
+	}
+	if ip := net.ParseIP(host); host != "localhost" && (ip == nil || !ip.IsLoopback()) {
+		return fmt.Errorf("%w: --pprof-addr %s: the profiler has no authentication, so it listens on loopback only (127.0.0.1:PORT; reach it with ssh or kubectl port-forward)", errUsage, g.pprofAddr)
+	}
+	return nil
 }
 
 // serveGateway serves the gateway (and its metrics, where they have an
@@ -161,9 +182,12 @@ func serveGateway(ctx context.Context, logger *slog.Logger, d *deps, cfg gateway
 		side[cfg.metricsAddr] = g.Metrics.Handler()
 	}
 	if cfg.pprofAddr != "" {
+		// No /debug/pprof/cmdline: argv may hold a database password,
+		// --temporal-api-key or --bootstrap-tokens, and no secret is ever
+		// readable over HTTP. The listener is loopback-only (checked at
+		// start), as the profiler has no authentication.
 		mux := http.NewServeMux()
 		mux.HandleFunc("/debug/pprof/", pprof.Index)
-		mux.HandleFunc("/debug/pprof/cmdline", pprof.Cmdline)
 		mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
 		mux.HandleFunc("/debug/pprof/symbol", pprof.Symbol)
 		mux.HandleFunc("/debug/pprof/trace", pprof.Trace)

@@ -253,6 +253,12 @@ func TestServeRunsGatewayAndWorkerInOneProcess(t *testing.T) {
 	if r, err := testenv.Send("http://"+pprofAddr, testenv.Request{Method: "GET", Path: "/debug/pprof/"}); err != nil || r.Status != 200 {
 		t.Fatalf("pprof address: %v %d", err, r.Status)
 	}
+	// argv holds the bootstrap token: never readable over HTTP.
+	for _, path := range []string{"/debug/pprof/cmdline", "/debug/pprof/"} {
+		if r, err := testenv.Send("http://"+pprofAddr, testenv.Request{Method: "GET", Path: path}); err != nil || strings.Contains(string(r.Body), "tok-serve-test") {
+			t.Fatalf("%s shows argv: %v %d %s", path, err, r.Status, r.Body)
+		}
+	}
 	// Its LISTEN connection (cross-process wake-ups) took the same URL.
 	time.Sleep(1500 * time.Millisecond)
 	if out := srv.output(); strings.Contains(out, "unrecognized configuration parameter") || strings.Contains(out, "listen") && strings.Contains(out, "level=WARN") {

@@ -68,8 +68,20 @@ func NewMetricsOn(reg *prometheus.Registry) *Metrics {
 
 func (m *Metrics) observe(route, method string, code int, took time.Duration) {
 	if m != nil {
-		m.requests.WithLabelValues(route, method, strconv.Itoa(code)).Observe(took.Seconds())
+		m.requests.WithLabelValues(route, methodLabel(method), strconv.Itoa(code)).Observe(took.Seconds())
 	}
+}
+
+// methodLabel bounds the method label to the standard methods: a client
+// can send any token as a method, and 405s are answered before
+// authentication, so a raw method would let anyone add series without end.
+func methodLabel(m string) string {
+	switch m {
+	case http.MethodGet, http.MethodHead, http.MethodPost, http.MethodPut, http.MethodPatch,
+		http.MethodDelete, http.MethodOptions, http.MethodConnect, http.MethodTrace:
+		return m
+	}
+	return "other"
 }
 
 func (m *Metrics) count(bizType, outcome string) {

@@ -2,6 +2,7 @@ package gateway_test
 
 import (
 	"context"
+	"fmt"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -87,5 +88,28 @@ func TestMetricsCanLeaveTheGatewayRoutes(t *testing.T) {
 	// Not the gateway: Send, which checks no contract.
 	if r, err := testenv.Send(m.URL, testenv.Request{Method: "GET", Path: "/"}); err != nil || r.Status != 200 || !strings.Contains(string(r.Body), "idemflow_waiting_requests") {
 		t.Fatalf("metrics on their own address: %d", r.Status)
+	}
+}
+
+// Methods are a client's to invent, and a 405 is answered before
+// authentication: the request metric's method label stays within the
+// standard methods, so /metrics cannot be grown by anyone.
+func TestInventedMethodsDoNotGrowTheMetrics(t *testing.T) {
+	s := testenv.NewStack(t, testenv.Options{})
+	for i := range 50 {
+		r, err := testenv.Send(s.URL, testenv.Request{Method: fmt.Sprintf("INVENTED%d", i), Path: "/v1/tickets"})
+		if err != nil || r.Status != http.StatusMethodNotAllowed {
+			t.Fatalf("%v %d", err, r.Status)
+		}
+	}
+	r, err := testenv.Send(s.URL, testenv.Request{Method: "GET", Path: "/metrics"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if strings.Contains(string(r.Body), "INVENTED") {
+		t.Fatal("an invented method is a label value")
+	}
+	if !strings.Contains(string(r.Body), `idemflow_http_request_duration_seconds_count{code="405",method="other",route="/v1/tickets"} 50`) {
+		t.Fatalf("invented methods are not counted as other:\n%s", r.Body)
 	}
 }

@@ -6,6 +6,8 @@ package metrics
 
 import (
 	"context"
+	"errors"
+	"log/slog"
 	"net/http"
 	"time"
 
@@ -124,8 +126,11 @@ func (w *Worker) Rejected(bizType, code string) {
 // WatchProcessing exports how many records are PROCESSING and how old the
 // oldest is, read at each scrape: an oldest age past the reconcile horizon
 // means reconcile is not keeping up (deploy/alerts.yml).
-func (r *Registry) WatchProcessing(read func(ctx context.Context) (count int, oldest time.Duration, err error)) {
-	c := &processing{read: read,
+// A failed read fails the scrape with a fixed message (the target shows
+// down, as it should), and the error itself goes to logger only: its text
+// names the database's user, name and host, which a scrape must not show.
+func (r *Registry) WatchProcessing(logger *slog.Logger, read func(ctx context.Context) (count int, oldest time.Duration, err error)) {
+	c := &processing{read: read, logger: logger,
 		count:  prometheus.NewDesc("idemflow_processing_records", "Idempotency records in PROCESSING, all tenants.", nil, nil),
 		oldest: prometheus.NewDesc("idemflow_processing_oldest_seconds", "Age of the oldest PROCESSING record (0 when none).", nil, nil),
 	}
@@ -134,8 +139,12 @@ func (r *Registry) WatchProcessing(read func(ctx context.Context) (count int, ol
 
 type processing struct {
 	read          func(ctx context.Context) (int, time.Duration, error)
+	logger        *slog.Logger
 	count, oldest *prometheus.Desc
 }
+
+// errProcessingUnread is all a scrape learns of a failed read.
+var errProcessingUnread = errors.New("idemflow_processing_records: PostgreSQL could not be read (the process's log says why)")
 
 func (p *processing) Describe(ch chan<- *prometheus.Desc) { ch <- p.count; ch <- p.oldest }
 
@@ -144,7 +153,8 @@ func (p *processing) Collect(ch chan<- prometheus.Metric) {
 	defer cancel()
 	n, age, err := p.read(ctx)
 	if err != nil {
-		ch <- prometheus.NewInvalidMetric(p.count, err)
+		p.logger.Warn("metrics: read the PROCESSING records", "error", err)
+		ch <- prometheus.NewInvalidMetric(p.count, errProcessingUnread)
 		return
 	}
 	ch <- prometheus.MustNewConstMetric(p.count, prometheus.GaugeValue, float64(n))
