@@ -8,6 +8,7 @@ import (
 
 	"github.com/idemflow/idemflow/cli"
 	"github.com/idemflow/idemflow/testenv"
+	"go.temporal.io/server/temporaltest"
 )
 
 func run(t *testing.T, args ...string) (int, string) {
@@ -105,5 +106,41 @@ func TestInvalidEnvironmentIsAStartUpErrorThatNeverEchoesTheValue(t *testing.T) 
 				t.Fatalf("the error echoes the value:\n%s", out)
 			}
 		})
+	}
+}
+
+// Every schedule command reads its settings as every other command does:
+// flags, then the variables their help names (a regression had describe,
+// trigger, pause and unpause dial 127.0.0.1:7233 whatever TEMPORAL_ADDRESS
+// said). Each lists only the flags that apply to it, and help exits 0.
+func TestEveryScheduleCommandReadsItsEnvironment(t *testing.T) {
+	ts := temporaltest.NewServer(temporaltest.WithT(t))
+	t.Setenv("TEMPORAL_ADDRESS", ts.GetFrontendHostPort())
+	t.Setenv("TEMPORAL_NAMESPACE", ts.GetDefaultNamespace())
+	t.Setenv("IDEMFLOW_RECONCILE_INTERVAL", "7m")
+	for _, verb := range []string{"apply", "describe", "pause", "unpause", "trigger", "describe"} {
+		code, out := run(t, "schedule", verb)
+		if code != 0 {
+			t.Fatalf("schedule %s: exit %d\n%s", verb, code, out)
+		}
+		if verb == "describe" && !strings.Contains(out, `"7m0s"`) {
+			t.Errorf("schedule describe does not show the interval apply read from IDEMFLOW_RECONCILE_INTERVAL:\n%s", out)
+		}
+	}
+	for _, args := range [][]string{{"schedule", "-h"}, {"schedule", "help"}, {"schedule", "describe", "-h"}, {"schedule", "apply", "-h"}} {
+		code, out := run(t, args...)
+		if code != 0 {
+			t.Errorf("%v: exit %d\n%s", args, code, out)
+		}
+		applies := args[1] == "apply"
+		if args[1] == "describe" && (strings.Contains(out, "-purge-") || strings.Contains(out, "-record-retention")) {
+			t.Errorf("schedule describe -h lists apply's flags:\n%s", out)
+		}
+		if applies && !strings.Contains(out, "-purge-batch") {
+			t.Errorf("schedule apply -h lacks its flags:\n%s", out)
+		}
+	}
+	if code, out := run(t, "schedule", "frobnicate"); code != 2 || !strings.Contains(out, "unknown schedule command") {
+		t.Errorf("unknown schedule command: exit %d\n%s", code, out)
 	}
 }

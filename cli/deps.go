@@ -33,18 +33,33 @@ type common struct {
 }
 
 func (c *common) register(fs *flag.FlagSet) {
+	c.registerTemporal(fs)
+	fs.StringVar(&c.databaseURL, "database-url", "", "PostgreSQL URL (env DATABASE_URL)")
+	c.registerRetention(fs)
+}
+
+// registerTemporal registers the settings that reach a Temporal server.
+func (c *common) registerTemporal(fs *flag.FlagSet) {
 	fs.StringVar(&c.temporal, "temporal-address", "127.0.0.1:7233", "Temporal frontend host:port (env TEMPORAL_ADDRESS)")
 	c.tls.register(fs)
-	c.registerLocal(fs)
+	c.registerNamespace(fs)
+}
+
+func (c *common) registerNamespace(fs *flag.FlagSet) {
+	fs.StringVar(&c.namespace, "namespace", "default", "Temporal namespace (env TEMPORAL_NAMESPACE)")
+}
+
+func (c *common) registerRetention(fs *flag.FlagSet) {
+	c.retention = durationFlag(idem.DefaultRetention)
+	fs.Var(&c.retention, "record-retention", "how long finished idempotency records are kept, e.g. 7d or 48h (env IDEMFLOW_RECORD_RETENTION)")
 }
 
 // registerLocal registers the settings that do not name a Temporal server,
 // for dev, whose Temporal is embedded.
 func (c *common) registerLocal(fs *flag.FlagSet) {
 	fs.StringVar(&c.databaseURL, "database-url", "", "PostgreSQL URL (env DATABASE_URL)")
-	fs.StringVar(&c.namespace, "namespace", "default", "Temporal namespace (env TEMPORAL_NAMESPACE)")
-	c.retention = durationFlag(idem.DefaultRetention)
-	fs.Var(&c.retention, "record-retention", "how long finished idempotency records are kept, e.g. 7d or 48h (env IDEMFLOW_RECORD_RETENTION)")
+	c.registerNamespace(fs)
+	c.registerRetention(fs)
 }
 
 // durationFlag is a time.Duration that also accepts whole days ("7d").

@@ -65,7 +65,8 @@ type inspectRun struct {
 func runInspect(ctx context.Context, env *Env, args []string) error {
 	var c common
 	fs := flags("inspect", env)
-	c.register(fs)
+	c.registerTemporal(fs)
+	fs.StringVar(&c.databaseURL, "database-url", "", "PostgreSQL URL (env DATABASE_URL; default: from dev.env)")
 	asJSON := fs.Bool("json", false, "print JSON instead of text")
 	uiURL := fs.String("ui-url", "", "the Temporal Web UI's base URL, for the link (env IDEMFLOW_UI_URL; default: from dev.env)")
 	dataDir := fs.String("data-dir", "./.idemflow", "where 'idemflow dev' keeps dev.env (env IDEMFLOW_DATA_DIR)")

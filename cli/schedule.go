@@ -7,6 +7,7 @@ import (
 	"flag"
 	"fmt"
 	"log/slog"
+	"slices"
 	"time"
 
 	"github.com/idemflow/idemflow/schedule"
@@ -95,17 +96,50 @@ func notReady(err error) bool {
 	return errors.As(err, &unavailable) || errors.As(err, &deadline)
 }
 
+// scheduleVerbs are schedule's subcommands and what each does.
+var scheduleVerbs = []struct{ name, summary string }{
+	{"apply", "create the reconcile-and-purge schedule, or update it to these settings"},
+	{"describe", "print the schedule: its spec, policies, recent and next runs (JSON)"},
+	{"trigger", "run reconcile and purge once, now"},
+	{"pause", "pause the schedule"},
+	{"unpause", "unpause the schedule"},
+}
+
+func scheduleUsage(env *Env) {
+	fmt.Fprintln(env.Stdout, "usage: idemflow schedule <command> [flags]\n\ncommands:")
+	for _, v := range scheduleVerbs {
+		fmt.Fprintf(env.Stdout, "  %-9s %s\n", v.name, v.summary)
+	}
+	fmt.Fprintln(env.Stdout, "\nRun 'idemflow schedule <command> -h' for its flags.")
+}
+
 func runSchedule(ctx context.Context, env *Env, args []string) error {
 	if len(args) == 0 {
+		scheduleUsage(env)
 		return fmt.Errorf("%w: idemflow schedule apply|describe|trigger|pause|unpause [flags]", errUsage)
 	}
 	verb := args[0]
+	switch verb {
+	case "-h", "-help", "--help", "help":
+		scheduleUsage(env)
+		return flag.ErrHelp
+	}
+	if !slices.ContainsFunc(scheduleVerbs, func(v struct{ name, summary string }) bool { return v.name == verb }) {
+		return fmt.Errorf("%w: unknown schedule command %q (see 'idemflow schedule -h')", errUsage, verb)
+	}
 	var c common
 	var s scheduleFlags
 	fs := flags("schedule "+verb, env)
-	c.register(fs)
-	s.register(fs)
-	if err := fs.Parse(args[1:]); err != nil {
+	c.registerTemporal(fs)
+	if verb == "apply" {
+		// Only apply writes the schedule's settings, and checks the
+		// retention against them.
+		c.registerRetention(fs)
+		s.register(fs)
+	}
+	// Every verb reads its settings as every command does: flags, then
+	// the variables their help names.
+	if err := parseFlags(fs, args[1:]); err != nil {
 		return err
 	}
 	tc, err := dialTemporal(ctx, env.Logger, c.temporal, c.namespace, c.tls, nil)
@@ -125,8 +159,13 @@ func runSchedule(ctx context.Context, env *Env, args []string) error {
 		if err != nil {
 			return err
 		}
+		var every []string
+		for _, iv := range d.Schedule.Spec.Intervals {
+			every = append(every, iv.Every.String())
+		}
 		out := map[string]any{
 			"id":             h.GetID(),
+			"every":          every,
 			"paused":         d.Schedule.State.Paused,
 			"note":           d.Schedule.State.Note,
 			"spec":           d.Schedule.Spec,
@@ -146,5 +185,5 @@ func runSchedule(ctx context.Context, env *Env, args []string) error {
 	case "unpause":
 		return h.Unpause(ctx, client.ScheduleUnpauseOptions{Note: "unpaused with idemflow schedule unpause"})
 	}
-	return fmt.Errorf("%w: unknown schedule command %q", errUsage, verb)
+	return nil
 }
