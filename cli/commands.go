@@ -80,30 +80,49 @@ func runRoles(ctx context.Context, env *Env, name string, r roles, args []string
 		if err := applyBindings(ctx, d, bindings); err != nil {
 			return err
 		}
+	}
+	return runParts(ctx, env.Logger, d, r, parts{databaseURL: c.databaseURL, temporal: c.temporal, sched: &s, gw: gw, workerMetrics: workerMetrics})
+}
+
+// parts are what runParts needs beyond the process's deps.
+type parts struct {
+	databaseURL, temporal string
+	sched                 *scheduleFlags
+	gw                    gatewayConfig
+	workerMetrics         string
+	// ready, if set, is called once the gateway listens.
+	ready func(net.Addr)
+}
+
+// runParts runs a process's roles on the deps it opened, until ctx ends.
+// It is the one place that assembles them, for serve, worker, gateway and
+// dev alike, so that no role's wiring drifts from another's.
+func runParts(ctx context.Context, logger *slog.Logger, d *deps, r roles, p parts) error {
+	if r.gateway {
 		// Waiting requests hear of records settled by workers in other
 		// processes (other replicas, or a separate worker) from
 		// PostgreSQL, sooner than from Temporal's history long poll.
-		go idem.Listen(ctx, c.databaseURL, d.Records.Waiters, env.Logger)
+		go idem.Listen(ctx, p.databaseURL, d.Records.Waiters, logger)
 	}
 	if r.worker {
 		d.Records.Notify = true
-		d.Metrics.WatchProcessing(env.Logger, d.Records.Processing)
+		d.Metrics.WatchProcessing(logger, d.Records.Processing)
 	}
 	if !r.worker {
-		return serveGateway(ctx, env.Logger, d, gw, nil)
+		return serveGateway(ctx, logger, d, p.gw, p.ready)
 	}
-	if err := installSchedule(ctx, env.Logger, d.Temporal, c.namespace, &s); err != nil {
+	if err := installSchedule(ctx, logger, d.Temporal, d.namespace, p.sched); err != nil {
 		return err
 	}
 	w := worker.New(d.Temporal, d.Activities)
-	env.Logger.Info("worker running", "temporal", c.temporal, "namespace", c.namespace)
+	logger.Info("worker running", "temporal", p.temporal, "namespace", d.namespace)
 	if !r.gateway {
-		if workerMetrics != "" {
+		if p.workerMetrics != "" {
 			mctx, stop := context.WithCancel(ctx)
 			defer stop()
 			go func() {
-				if err := serveHTTP(mctx, env.Logger, "metrics", workerMetrics, newHTTPServer(d.Metrics.Handler(), true), nil); err != nil {
-					env.Logger.Error("metrics listener", "error", err)
+				if err := serveHTTP(mctx, logger, "metrics", p.workerMetrics, newHTTPServer(d.Metrics.Handler(), true), nil); err != nil {
+					logger.Error("metrics listener", "error", err)
 				}
 			}()
 		}
@@ -113,7 +132,7 @@ func runRoles(ctx context.Context, env *Env, name string, r roles, args []string
 		return fmt.Errorf("start worker: %w", err)
 	}
 	defer w.Stop() // drains, as worker.Run does
-	return serveGateway(ctx, env.Logger, d, gw, nil)
+	return serveGateway(ctx, logger, d, p.gw, p.ready)
 }
 
 // bindingsFlag is --bootstrap-tokens: "tenant:token,..." checked when the
@@ -193,13 +212,17 @@ func serveGateway(ctx context.Context, logger *slog.Logger, d *deps, cfg gateway
 		mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
 		side[cfg.pprofAddr] = mux
 	}
-	// The side listeners live and die with the gateway.
+	// The side listeners live and die with the gateway: they stop after it
+	// has drained, not at the signal, so that /metrics keeps answering
+	// while the gateway drains; one that fails stops the gateway too.
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
+	sideCtx, stopSide := context.WithCancel(context.WithoutCancel(ctx))
+	defer stopSide()
 	errc := make(chan error, len(side))
 	for addr, h := range side {
 		go func() {
-			errc <- serveHTTP(ctx, logger, "side listener", addr, newHTTPServer(h, true), nil)
+			errc <- serveHTTP(sideCtx, logger, "side listener", addr, newHTTPServer(h, true), nil)
 			cancel()
 		}()
 	}
@@ -225,10 +248,13 @@ func serveGateway(ctx context.Context, logger *slog.Logger, d *deps, cfg gateway
 	}()
 	err := serveHTTP(serveCtx, logger, "gateway", cfg.addr, newHTTPServer(g.Handler(), false), ready)
 	stopServing()
-	cancel()
+	stopSide()
 	errs := []error{err}
 	for range side {
 		errs = append(errs, <-errc)
+	}
+	if err == nil {
+		logger.Info("gateway stopped")
 	}
 	return errors.Join(errs...)
 }

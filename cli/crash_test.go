@@ -137,6 +137,11 @@ func testDevRestart(t *testing.T, store string) {
 	first.waitUp(t, 2*time.Minute)
 	env := readEnvFile(t, filepath.Join(dir, "dev.env"))
 	base, token := env["IDEMFLOW_URL"], env["IDEMFLOW_TOKEN"]
+	// dev runs the roles serve runs, wired in the same place: its worker's
+	// series are on its page too.
+	if r, err := testenv.Send(base, testenv.Request{Method: "GET", Path: "/metrics"}); err != nil || !strings.Contains(string(r.Body), "idemflow_processing_records ") {
+		t.Fatalf("dev's /metrics lacks idemflow_processing_records: %v", err)
+	}
 
 	// Agents create tickets while the stack is killed under them.
 	const agents, perAgent = 8, 6
@@ -265,6 +270,15 @@ func TestServeRunsGatewayAndWorkerInOneProcess(t *testing.T) {
 		t.Fatalf("serve with pool parameters in its URL:\n%s", out)
 	}
 	_ = srv.cmd.Process.Signal(syscall.SIGTERM)
+	// While the gateway drains (--shutdown-grace, 2s by default), /metrics
+	// on its own address still answers: the drain is what it shows.
+	time.Sleep(500 * time.Millisecond)
+	if r, err := testenv.Send(base, req); err != nil || r.Status != 503 {
+		t.Fatalf("the gateway is not draining: %v %d", err, r.Status)
+	}
+	if r, err := testenv.Send("http://"+metricsAddr, testenv.Request{Method: "GET", Path: "/metrics"}); err != nil || r.Status != 200 {
+		t.Fatalf("the metrics address stopped before the gateway drained: %v", err)
+	}
 	select {
 	case err := <-srv.done:
 		if err != nil {
@@ -272,6 +286,9 @@ func TestServeRunsGatewayAndWorkerInOneProcess(t *testing.T) {
 		}
 	case <-time.After(45 * time.Second):
 		t.Fatal("serve did not stop on SIGTERM")
+	}
+	if !strings.Contains(srv.output(), "gateway stopped") {
+		t.Errorf("no final line says the gateway stopped:\n%s", srv.output())
 	}
 }
 

@@ -20,7 +20,6 @@ import (
 	"github.com/idemflow/idemflow/orders"
 	"github.com/idemflow/idemflow/pgurl"
 	"github.com/idemflow/idemflow/tenant"
-	"github.com/idemflow/idemflow/worker"
 )
 
 // devCommands are the commands that embed a Temporal server (dev) or
@@ -121,16 +120,7 @@ func runDev(ctx context.Context, env *Env, args []string) error {
 	if err != nil {
 		return err
 	}
-	if err := installSchedule(ctx, log, d.Temporal, c.namespace, &sched); err != nil {
-		return err
-	}
-	w := worker.New(d.Temporal, d.Activities)
-	if err := w.Start(); err != nil {
-		return fmt.Errorf("start worker: %w", err)
-	}
-	defer w.Stop()
-
-	return serveGateway(ctx, log, d, gw, func(addr net.Addr) {
+	return runParts(ctx, log, d, roles{worker: true, gateway: true}, parts{databaseURL: c.databaseURL, temporal: c.temporal, sched: &sched, gw: gw, ready: func(addr net.Addr) {
 		gw := "http://" + addr.String()
 		writeDevEnv(*dataDir, gw, ui.URL, tenantID, token, c.databaseURL, tsrv.HostPort, c.namespace)
 		fmt.Fprintf(env.Stdout, `
@@ -164,7 +154,7 @@ then find it: idemflow inspect %s demo-1, or IdempotencyKey="demo-1" in the Web 
 				fmt.Fprintln(env.Stdout, "\nThe stack keeps running; Ctrl-C stops it.")
 			}()
 		}
-	})
+	}})
 }
 
 // chooseTemporalStore points the embedded Temporal at PostgreSQL, in
