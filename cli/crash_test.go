@@ -21,7 +21,9 @@ import (
 	"github.com/idemflow/idemflow/cli"
 	"github.com/idemflow/idemflow/testenv"
 	"github.com/jackc/pgx/v5"
+	"go.temporal.io/api/workflowservice/v1"
 	"go.temporal.io/server/temporaltest"
+	"google.golang.org/protobuf/types/known/durationpb"
 )
 
 // TestMain lets the test binary run as an idemflow process of its own
@@ -339,4 +341,33 @@ func dropTemporalDatabases(t *testing.T, dbURL string) {
 			}
 		}
 	})
+}
+
+// serve started as soon as Temporal's frontend answers, before its
+// namespace exists (as a process manager or an init order may start it),
+// waits for the namespace instead of exiting.
+func TestServeWaitsForItsNamespace(t *testing.T) {
+	_, dbURL := testenv.Pool(t)
+	ts := temporaltest.NewServer(temporaltest.WithT(t))
+	addr := fmt.Sprintf("127.0.0.1:%d", freePort(t))
+	srv := startChild(t, dbURL, "gateway listening", "serve", "--temporal-address", ts.GetFrontendHostPort(),
+		"--namespace", "later", "--http-addr", addr, "--bootstrap-tokens", "acme:tok-later-test-0123456789")
+	time.Sleep(3 * time.Second)
+	select {
+	case err := <-srv.done:
+		t.Fatalf("serve exited before its namespace existed: %v\n%s", err, srv.output())
+	default:
+	}
+	if _, err := ts.GetDefaultClient().WorkflowService().RegisterNamespace(t.Context(), &workflowservice.RegisterNamespaceRequest{
+		Namespace: "later", WorkflowExecutionRetentionPeriod: durationpb.New(24 * time.Hour)}); err != nil {
+		t.Fatal(err)
+	}
+	srv.waitUp(t, time.Minute)
+	r := testenv.Do(t, "http://"+addr, testenv.Request{Path: "/v1/tickets", Token: "tok-later-test-0123456789", Key: "later-1", Body: `{"customer_id":"c","title":"t"}`})
+	if r.Status != 201 {
+		t.Fatalf("%d %s", r.Status, r.Body)
+	}
+	if !strings.Contains(srv.output(), "namespace not ready yet") {
+		t.Errorf("no line said what it waited for:\n%s", srv.output())
+	}
 }

@@ -19,6 +19,7 @@ import (
 	"github.com/idemflow/idemflow/tenant"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
+	"go.temporal.io/api/workflowservice/v1"
 	"go.temporal.io/sdk/client"
 	sdklog "go.temporal.io/sdk/log"
 )
@@ -118,6 +119,15 @@ func openDeps(ctx context.Context, logger *slog.Logger, c common) (*deps, error)
 		pool.Close()
 		return nil, err
 	}
+	// A server started alongside may answer before its namespace exists
+	// (dev and 'idemflow temporal' create it a moment after listening):
+	// that is not ready yet, within the same bound as a server that does
+	// not answer.
+	if err := waitNamespace(ctx, logger, tc, c.namespace); err != nil {
+		tc.Close()
+		pool.Close()
+		return nil, err
+	}
 	// Every role registers the search attributes (idempotently), so that
 	// whichever starts first, intents carry them from their first run.
 	searchable := true
@@ -162,6 +172,28 @@ func dialTemporal(ctx context.Context, logger *slog.Logger, hostPort, namespace 
 			return nil, fmt.Errorf("connect to Temporal at %s: %w", hostPort, err)
 		}
 		time.Sleep(500 * time.Millisecond)
+	}
+}
+
+// waitNamespace waits, up to temporalReadyWait, until namespace exists.
+func waitNamespace(ctx context.Context, logger *slog.Logger, tc client.Client, namespace string) error {
+	deadline := time.Now().Add(temporalReadyWait)
+	for attempt := 1; ; attempt++ {
+		callCtx, cancel := context.WithTimeout(ctx, 15*time.Second)
+		_, err := tc.WorkflowService().DescribeNamespace(callCtx, &workflowservice.DescribeNamespaceRequest{Namespace: namespace})
+		cancel()
+		if err == nil {
+			return nil
+		}
+		if ctx.Err() != nil || !notReady(err) || time.Now().After(deadline) {
+			return fmt.Errorf("Temporal namespace %s (not ready within %v?): %w", namespace, temporalReadyWait, err)
+		}
+		logger.Warn("Temporal namespace not ready yet; retrying", "namespace", namespace, "attempt", attempt, "error", err)
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(time.Second):
+		}
 	}
 }
 

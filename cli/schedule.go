@@ -93,7 +93,8 @@ func notReady(err error) bool {
 	}
 	var unavailable *serviceerror.Unavailable
 	var deadline *serviceerror.DeadlineExceeded
-	return errors.As(err, &unavailable) || errors.As(err, &deadline)
+	var noNamespace *serviceerror.NamespaceNotFound
+	return errors.As(err, &unavailable) || errors.As(err, &deadline) || errors.As(err, &noNamespace)
 }
 
 // scheduleVerbs are schedule's subcommands and what each does.
