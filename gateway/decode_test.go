@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/idemflow/idemflow/apperr"
+	"github.com/idemflow/idemflow/ijson"
 	"github.com/idemflow/idemflow/starter"
 	"github.com/idemflow/idemflow/tickets"
 )
@@ -56,7 +57,7 @@ func FuzzDecodeTicket(f *testing.F) {
 	}
 	f.Fuzz(func(t *testing.T, body []byte) {
 		var req tickets.Request
-		err := decodeStrict(body, &req)
+		err := ijson.Decode(body, &req)
 		if err == nil {
 			err = req.Normalize()
 		}
@@ -94,7 +95,7 @@ func TestDecodeStrictRejectsWhatIJSONForbids(t *testing.T) {
 					SKU string `json:"sku"`
 				} `json:"items"`
 			}
-			err := decodeStrict([]byte(tc.body), &req)
+			err := ijson.Decode([]byte(tc.body), &req)
 			var inv *apperr.InvalidError
 			if !errors.As(err, &inv) || len(inv.Fields) != 1 || inv.Fields[0].Field != tc.field {
 				t.Fatalf("%s: got %v, want an error on %q", tc.body, err, tc.field)

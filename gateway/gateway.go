@@ -20,6 +20,7 @@ import (
 	"github.com/google/uuid"
 	"github.com/idemflow/idemflow/apperr"
 	"github.com/idemflow/idemflow/idem"
+	"github.com/idemflow/idemflow/ijson"
 	"github.com/idemflow/idemflow/problem"
 	"github.com/idemflow/idemflow/starter"
 	"github.com/idemflow/idemflow/tenant"
@@ -206,7 +207,7 @@ func (g *Gateway) readIntent(w http.ResponseWriter, r *http.Request, into any, a
 	if allowEmpty && len(bytes.TrimSpace(body)) == 0 {
 		body = []byte("{}")
 	}
-	if err := decodeStrict(body, into); err != nil {
+	if err := ijson.Decode(body, into); err != nil {
 		writeInvalid(w, err)
 		return intentRequest{}, false
 	}

@@ -18,6 +18,7 @@ import (
 
 	"github.com/hashicorp/golang-lru/v2/expirable"
 	"github.com/idemflow/idemflow/agentclient"
+	"github.com/idemflow/idemflow/ijson"
 	"github.com/modelcontextprotocol/go-sdk/auth"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 )
@@ -100,12 +101,26 @@ func New(cfg Config) *mcp.Server {
 			"takes an idempotency_key: create it once per intent and reuse it, unchanged, on every retry.",
 	})
 	t := tools{cfg: cfg}
-	mcp.AddTool(s, &mcp.Tool{Name: "create_ticket", Description: "Create a support ticket." + keyRule}, t.createTicket)
-	mcp.AddTool(s, &mcp.Tool{Name: "create_order", Description: "Create a purchase order; the server prices it from its catalog." + keyRule}, t.createOrder)
-	mcp.AddTool(s, &mcp.Tool{Name: "pay_order", Description: "Pay a CREATED order; the payment is charged at most once." + keyRule}, t.payOrder)
-	mcp.AddTool(s, &mcp.Tool{Name: "cancel_order", Description: "Cancel a CREATED order and release its stock." + keyRule}, t.cancelOrder)
-	mcp.AddTool(s, &mcp.Tool{Name: "get_operation", Description: "Report an operation's status (processing, succeeded, failed) and, when done, its result. Read-only."}, t.getOperation)
+	mcp.AddTool(s, &mcp.Tool{Name: "create_ticket", Description: "Create a support ticket." + keyRule}, strict(t.createTicket))
+	mcp.AddTool(s, &mcp.Tool{Name: "create_order", Description: "Create a purchase order; the server prices it from its catalog." + keyRule}, strict(t.createOrder))
+	mcp.AddTool(s, &mcp.Tool{Name: "pay_order", Description: "Pay a CREATED order; the payment is charged at most once." + keyRule}, strict(t.payOrder))
+	mcp.AddTool(s, &mcp.Tool{Name: "cancel_order", Description: "Cancel a CREATED order and release its stock." + keyRule}, strict(t.cancelOrder))
+	mcp.AddTool(s, &mcp.Tool{Name: "get_operation", Description: "Report an operation's status (processing, succeeded, failed) and, when done, its result. Read-only."}, strict(t.getOperation))
 	return s
+}
+
+// strict decodes a tool's arguments again, from the raw JSON the client
+// sent, by the rules HTTP bodies follow (ijson): the SDK's decoding lets
+// the last of two members with one name win, so "title" sent twice would
+// be a different intent on MCP than on HTTP.
+func strict[In any](h mcp.ToolHandlerFor[In, Result]) mcp.ToolHandlerFor[In, Result] {
+	return func(ctx context.Context, req *mcp.CallToolRequest, _ In) (*mcp.CallToolResult, Result, error) {
+		var in In
+		if err := ijson.Decode(req.Params.Arguments, &in); err != nil {
+			return nil, Result{}, fmt.Errorf("INVALID ARGUMENTS, nothing was recorded; fix them and call again with the same key: %w", err)
+		}
+		return h(ctx, req, in)
+	}
 }
 
 type tools struct{ cfg Config }

@@ -231,3 +231,26 @@ func TestMCPIdleSessionsExpire(t *testing.T) {
 		time.Sleep(100 * time.Millisecond)
 	}
 }
+
+// Tool arguments are decoded by the same strict rules as HTTP bodies
+// (I-JSON): a member sent twice is refused, not resolved by "the last one
+// wins", and nothing is recorded.
+func TestMCPArgumentsAreDecodedAsIJSON(t *testing.T) {
+	s := testenv.NewStack(t, testenv.Options{})
+	cs := inMemory(t, s)
+	for _, raw := range []string{
+		`{"idempotency_key":"mcp-dup","customer_id":"c-1","title":"first","title":"second"}`,
+		`{"idempotency_key":"mcp-dup","idempotency_key":"mcp-dup-2","customer_id":"c-1","title":"t"}`,
+	} {
+		res, err := cs.CallTool(context.Background(), &mcp.CallToolParams{Name: "create_ticket", Arguments: json.RawMessage(raw)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !res.IsError || !strings.Contains(text(res), "appears twice") {
+			t.Errorf("%s: error=%v %q", raw, res.IsError, text(res))
+		}
+	}
+	if n := testenv.Count(t, s.Pool, "idempotency_record", ""); n != 0 {
+		t.Fatalf("%d records written for refused arguments", n)
+	}
+}
