@@ -11,6 +11,9 @@ import (
 	"github.com/idemflow/idemflow/testenv"
 	"github.com/idemflow/idemflow/tickets"
 	"go.temporal.io/sdk/client"
+	"go.temporal.io/sdk/temporal"
+	"go.temporal.io/sdk/worker"
+	"go.temporal.io/sdk/workflow"
 )
 
 // purgeRecords deletes every idempotency record, as purge does once their
@@ -216,5 +219,48 @@ func TestRememberedAnswersKeepTheContract(t *testing.T) {
 	}
 	if n := countTickets(t, s); n != 1 {
 		t.Fatalf("%d tickets, want tenant B's alone", n)
+	}
+}
+
+// Suspected in #17 (item 15), confirmed here: a retry reopens FAILED
+// attempt 1 as attempt 2 while attempt 1's run is still open (its step
+// wrote FAILED, the run has not closed yet: a moment normally, a workflow
+// task timeout when its worker dies then). With Prefer: wait=0 the start
+// attached to that closing run and answered 202, and nothing started
+// attempt 2 until reconcile, minutes later. The closing run is stood in
+// for by a workflow under the intent's ID, with attempt 1's input, that
+// only waits and fails.
+func TestAReopenedAttemptGetsARunOfItsOwnWhileTheOldRunCloses(t *testing.T) {
+	s := testenv.NewStack(t, testenv.Options{})
+	s.Server.NewWorker("closing", func(r worker.Registry) {
+		r.RegisterWorkflowWithOptions(func(ctx workflow.Context, _ tickets.CreateInput) error {
+			_ = workflow.Sleep(ctx, 3*time.Second)
+			return temporal.NewApplicationError("attempt 1 gave up", "closing")
+		}, workflow.RegisterOptions{Name: "ClosingRun"})
+	})
+	const key = "reopen-closing"
+	if _, err := s.Temporal.ExecuteWorkflow(context.Background(), client.StartWorkflowOptions{ID: tickets.WorkflowID(testenv.TenantA, key),
+		TaskQueue: "closing"}, "ClosingRun", tickets.CreateInput{Intent: idem.Intent{TenantID: testenv.TenantA, Key: key, Attempt: 1}}); err != nil {
+		t.Fatal(err)
+	}
+	req := testenv.Request{Path: "/v1/tickets", Token: s.Tokens[testenv.TenantA], Key: key, Body: ticketBody,
+		Header: map[string]string{"Prefer": "wait=0"}}
+	if r := s.Do(req); r.Status != http.StatusAccepted {
+		t.Fatalf("attempt 1: %d %s", r.Status, r.Body)
+	}
+	// Attempt 1's step wrote FAILED; its run is closing.
+	if _, err := s.Pool.Exec(context.Background(), `UPDATE idempotency_record SET status = 'FAILED', response_status = 503,
+		response_body = '{}' WHERE idem_key = $1`, key); err != nil {
+		t.Fatal(err)
+	}
+	if r := s.Do(req); r.Status != http.StatusAccepted && r.Status != http.StatusCreated {
+		t.Fatalf("attempt 2: %d %s", r.Status, r.Body)
+	}
+	waitForStatus(t, s, key, idem.StatusSuccess)
+	if rec, _ := s.Records.Get(context.Background(), testenv.TenantA, key); rec.Attempts != 2 {
+		t.Fatalf("record %+v", rec)
+	}
+	if n := countTickets(t, s); n != 1 {
+		t.Fatalf("%d tickets", n)
 	}
 }

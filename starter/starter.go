@@ -19,6 +19,7 @@ import (
 	enumspb "go.temporal.io/api/enums/v1"
 	"go.temporal.io/api/serviceerror"
 	"go.temporal.io/sdk/client"
+	"go.temporal.io/sdk/converter"
 	"go.temporal.io/sdk/temporal"
 )
 
@@ -201,6 +202,9 @@ func (s *Starter) Submit(ctx context.Context, in Intent) (Reply, error) {
 		return reply, nil
 	}
 	in.Attempt, in.LocalFirst = rec.Attempts, true
+	if claim.Owner && rec.Attempts > 1 {
+		s.awaitEarlierRun(ctx, in)
+	}
 	// The record, not the run, is the answer: a run's result is trusted
 	// only through the record it settled. A run can end with the record
 	// still PROCESSING: it was an earlier attempt's, closing while this
@@ -246,6 +250,44 @@ func (s *Starter) Submit(ctx context.Context, in Intent) (Reply, error) {
 		in.Attempt = cur.Attempts
 	}
 	return reply, ErrExecutionFailed
+}
+
+// closingWait bounds how long a reopened attempt waits for the run of an
+// earlier one to close: past a workflow task timeout (10 s), so that a run
+// whose worker died as it was closing is closed by another worker.
+const closingWait = 15 * time.Second
+
+// awaitEarlierRun waits, up to closingWait, for a run of an earlier attempt
+// that is still open to close. A reopened record means the earlier attempt
+// settled FAILED, but its run may still be closing; a start with
+// USE_EXISTING would attach to it, and with Prefer: wait=0 answer 202 with
+// nothing left to run the new attempt until reconcile. The run is
+// recognised by the attempt in its input. Any error leaves it to the start
+// loop (and reconcile): this only makes the common case right at once.
+func (s *Starter) awaitEarlierRun(ctx context.Context, in Intent) {
+	desc, err := s.Temporal.DescribeWorkflowExecution(ctx, in.WorkflowID, "")
+	if err != nil || desc.WorkflowExecutionInfo.GetStatus() != enumspb.WORKFLOW_EXECUTION_STATUS_RUNNING {
+		return
+	}
+	runID := desc.WorkflowExecutionInfo.GetExecution().GetRunId()
+	it := s.Temporal.GetWorkflowHistory(ctx, in.WorkflowID, runID, false, enumspb.HISTORY_EVENT_FILTER_TYPE_ALL_EVENT)
+	if !it.HasNext() {
+		return
+	}
+	first, err := it.Next()
+	if err != nil {
+		return
+	}
+	var input struct {
+		Intent idem.Intent `json:"intent"`
+	}
+	payloads := first.GetWorkflowExecutionStartedEventAttributes().GetInput()
+	if payloads == nil || converter.GetDefaultDataConverter().FromPayloads(payloads, &input) != nil || input.Intent.Attempt >= in.Attempt {
+		return // this attempt's own run, or one it cannot tell
+	}
+	wctx, cancel := context.WithTimeout(ctx, closingWait)
+	defer cancel()
+	_ = s.Temporal.GetWorkflow(wctx, in.WorkflowID, runID).Get(wctx, nil)
 }
 
 var (
