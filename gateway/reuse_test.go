@@ -264,3 +264,52 @@ func TestAReopenedAttemptGetsARunOfItsOwnWhileTheOldRunCloses(t *testing.T) {
 		t.Fatalf("%d tickets", n)
 	}
 }
+
+// Suspected in #17 (item 16), confirmed here: when a reopened attempt has
+// attached to an earlier attempt's run that does not close (its worker
+// is gone), and an operator terminates that run, the request settled the
+// record FAILED with its own attempt: the operator stopped attempt 1, and
+// attempt 2, which never ran, was failed. The stopped run's own attempt
+// (from its input) decides; attempt 2 then gets its own run.
+func TestTerminatingAnEarlierAttemptsRunDoesNotFailAReopenedOne(t *testing.T) {
+	s := testenv.NewStack(t, testenv.Options{})
+	s.Gateway.Starter.ClosingWait = 300 * time.Millisecond
+	s.Server.NewWorker("stuck", func(r worker.Registry) {
+		r.RegisterWorkflowWithOptions(func(ctx workflow.Context, _ tickets.CreateInput) error {
+			return workflow.Sleep(ctx, time.Hour)
+		}, workflow.RegisterOptions{Name: "StuckRun"})
+	})
+	const key = "terminate-earlier"
+	wid := tickets.WorkflowID(testenv.TenantA, key)
+	if _, err := s.Temporal.ExecuteWorkflow(context.Background(), client.StartWorkflowOptions{ID: wid, TaskQueue: "stuck"}, "StuckRun",
+		tickets.CreateInput{Intent: idem.Intent{TenantID: testenv.TenantA, Key: key, Attempt: 1}}); err != nil {
+		t.Fatal(err)
+	}
+	req := testenv.Request{Path: "/v1/tickets", Token: s.Tokens[testenv.TenantA], Key: key, Body: ticketBody,
+		Header: map[string]string{"Prefer": "wait=0"}}
+	if r := s.Do(req); r.Status != http.StatusAccepted {
+		t.Fatalf("attempt 1: %d %s", r.Status, r.Body)
+	}
+	if _, err := s.Pool.Exec(context.Background(), `UPDATE idempotency_record SET status = 'FAILED', response_status = 503,
+		response_body = '{}' WHERE idem_key = $1`, key); err != nil {
+		t.Fatal(err)
+	}
+	req.Header = map[string]string{"Prefer": "wait=30"}
+	answered := make(chan testenv.Response, 1)
+	go func() {
+		r, _ := testenv.Send(s.URL, req)
+		answered <- r
+	}()
+	time.Sleep(1500 * time.Millisecond) // attempt 2 attached to the stuck run
+	if err := s.Temporal.TerminateWorkflow(context.Background(), wid, "", "an operator stops attempt 1"); err != nil {
+		t.Fatal(err)
+	}
+	r := <-answered
+	rec, _ := s.Records.Get(context.Background(), testenv.TenantA, key)
+	if r.Status != http.StatusCreated || rec.Status != idem.StatusSuccess || rec.Attempts != 2 {
+		t.Fatalf("attempt 2 after attempt 1's run was terminated: %d %s; record %s attempt %d", r.Status, r.Body, rec.Status, rec.Attempts)
+	}
+	if n := countTickets(t, s); n != 1 {
+		t.Fatalf("%d tickets", n)
+	}
+}

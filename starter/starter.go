@@ -4,6 +4,7 @@
 package starter
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -45,6 +46,9 @@ type Starter struct {
 	Logger   *slog.Logger
 	// Answers, when set, keeps recent SUCCESS answers in memory.
 	Answers *AnswerCache
+	// ClosingWait bounds how long a reopened attempt waits for an earlier
+	// attempt's run to close (DefaultClosingWait when zero).
+	ClosingWait time.Duration
 	// SearchAttributes: the namespace has workflows.SearchAttributes, so
 	// runs start with them (an operator finds them by key in the Web UI).
 	// Off where they could not be registered: a start with an unknown
@@ -213,15 +217,27 @@ func (s *Starter) Submit(ctx context.Context, in Intent) (Reply, error) {
 	deadline := time.Now().Add(in.Wait)
 	for {
 		err := s.startAndWait(ctx, in, time.Until(deadline))
-		stopped := errors.Is(err, errStopped)
+		var st *stoppedError
+		stopped := errors.As(err, &st)
+		if stopped {
+			if attempt, ok := s.runAttempt(ctx, in.WorkflowID, st.runID); ok && attempt != in.Attempt {
+				// The stopped run was an earlier attempt's, which this
+				// request had attached to: the operator stopped that
+				// attempt, not this one, which now gets its own run.
+				s.logger().InfoContext(ctx, "an earlier attempt's run was stopped by an operator", "tenant", in.TenantID, "key", in.Key,
+					"workflow_id", in.WorkflowID, "run_attempt", attempt, "attempt", in.Attempt)
+				stopped, err = false, nil
+			}
+		}
 		switch {
 		case errors.Is(err, errPending):
 			return reply, nil
 		case errors.Is(err, ErrUnavailable):
 			return Reply{}, err
 		case stopped:
-			// Terminated runs no code of its own: settle for it. A
-			// canceled run settled itself, and this finds it final.
+			// Terminated runs no code of its own: settle for it, with the
+			// attempt it ran. A canceled run settled itself, and this
+			// finds it final.
 			s.logger().InfoContext(ctx, "intent run stopped by an operator", "tenant", in.TenantID, "key", in.Key, "workflow_id", in.WorkflowID)
 			if _, err := s.Records.Resolve(ctx, idem.ResolveParams{Intent: in.Intent,
 				Failed: problem.Canceled().Outcome(), Reason: "stopped by an operator"}); err != nil {
@@ -252,10 +268,10 @@ func (s *Starter) Submit(ctx context.Context, in Intent) (Reply, error) {
 	return reply, ErrExecutionFailed
 }
 
-// closingWait bounds how long a reopened attempt waits for the run of an
-// earlier one to close: past a workflow task timeout (10 s), so that a run
-// whose worker died as it was closing is closed by another worker.
-const closingWait = 15 * time.Second
+// DefaultClosingWait bounds how long a reopened attempt waits for the run
+// of an earlier one to close: past a workflow task timeout (10 s), so that
+// a run whose worker died as it was closing is closed by another worker.
+const DefaultClosingWait = 15 * time.Second
 
 // awaitEarlierRun waits, up to closingWait, for a run of an earlier attempt
 // that is still open to close. A reopened record means the earlier attempt
@@ -270,30 +286,43 @@ func (s *Starter) awaitEarlierRun(ctx context.Context, in Intent) {
 		return
 	}
 	runID := desc.WorkflowExecutionInfo.GetExecution().GetRunId()
-	it := s.Temporal.GetWorkflowHistory(ctx, in.WorkflowID, runID, false, enumspb.HISTORY_EVENT_FILTER_TYPE_ALL_EVENT)
+	if attempt, ok := s.runAttempt(ctx, in.WorkflowID, runID); !ok || attempt >= in.Attempt {
+		return // this attempt's own run, or one it cannot tell
+	}
+	wctx, cancel := context.WithTimeout(ctx, cmp.Or(s.ClosingWait, DefaultClosingWait))
+	defer cancel()
+	_ = s.Temporal.GetWorkflow(wctx, in.WorkflowID, runID).Get(wctx, nil)
+}
+
+// runAttempt reads the record attempt a run was started for, from its
+// input (every intent workflow's input has the intent under "intent").
+// ok is false when it cannot tell: an error, or a run of another shape.
+func (s *Starter) runAttempt(ctx context.Context, workflowID, runID string) (attempt int, ok bool) {
+	it := s.Temporal.GetWorkflowHistory(ctx, workflowID, runID, false, enumspb.HISTORY_EVENT_FILTER_TYPE_ALL_EVENT)
 	if !it.HasNext() {
-		return
+		return 0, false
 	}
 	first, err := it.Next()
 	if err != nil {
-		return
+		return 0, false
 	}
 	var input struct {
 		Intent idem.Intent `json:"intent"`
 	}
 	payloads := first.GetWorkflowExecutionStartedEventAttributes().GetInput()
-	if payloads == nil || converter.GetDefaultDataConverter().FromPayloads(payloads, &input) != nil || input.Intent.Attempt >= in.Attempt {
-		return // this attempt's own run, or one it cannot tell
+	if payloads == nil || converter.GetDefaultDataConverter().FromPayloads(payloads, &input) != nil || input.Intent.Attempt == 0 {
+		return 0, false
 	}
-	wctx, cancel := context.WithTimeout(ctx, closingWait)
-	defer cancel()
-	_ = s.Temporal.GetWorkflow(wctx, in.WorkflowID, runID).Get(wctx, nil)
+	return input.Intent.Attempt, true
 }
 
-var (
-	errPending = errors.New("still running")
-	errStopped = errors.New("stopped by an operator")
-)
+var errPending = errors.New("still running")
+
+// stoppedError: an operator terminated or canceled the run (runID) this
+// request started or attached to.
+type stoppedError struct{ runID string }
+
+func (e *stoppedError) Error() string { return "stopped by an operator" }
 
 // startAndWait starts or attaches to the intent's run and waits for it to
 // end. Its result is not read: the caller reads the record.
@@ -345,7 +374,7 @@ func (s *Starter) startAndWait(ctx context.Context, in Intent, wait time.Duratio
 	var terminated *temporal.TerminatedError
 	var canceled *temporal.CanceledError
 	if errors.As(err, &terminated) || errors.As(err, &canceled) {
-		return errStopped
+		return &stoppedError{runID: run.GetRunID()}
 	}
 	var wfErr *temporal.WorkflowExecutionError
 	if errors.As(err, &wfErr) {
