@@ -159,7 +159,7 @@ func (a *Activities) executeLocked(ctx context.Context, in idem.Intent, req inte
 	if err := tx.Commit(ctx); err != nil {
 		return idem.Outcome{}, fmt.Errorf("commit: %w", err)
 	}
-	a.Records.Waiters.Settled(rec.TenantID, rec.Key)
+	a.Records.Settled(rec.TenantID, rec.Key)
 	if rejected != nil {
 		a.Logger.InfoContext(ctx, "intent rejected", "tenant", rec.TenantID, "key", rec.Key, "code", rejected.Code)
 		return idem.Outcome{}, temporal.NewNonRetryableApplicationError(rejected.Error(), idem.ErrTypeRejected, rejected, out)

@@ -4,17 +4,22 @@ import (
 	"context"
 	"io"
 	"log/slog"
+	"strconv"
+	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/idemflow/idemflow/activities"
 	"github.com/idemflow/idemflow/idem"
 	"github.com/idemflow/idemflow/registry"
+	"github.com/idemflow/idemflow/testenv"
+	"github.com/jackc/pgx/v5"
 )
 
 // A gateway in another process learns of a settled record through
-// PostgreSQL: the worker's store notifies in the settling transaction, and
-// Listen wakes the gateway's waiters.
+// PostgreSQL: the worker's store notifies once the settling transaction
+// has committed, and Listen wakes the gateway's waiters.
 func TestSettledRecordsReachListenersInOtherProcesses(t *testing.T) {
 	f := setup(t)
 	ctx, cancel := context.WithCancel(context.Background())
@@ -44,7 +49,7 @@ func TestSettledRecordsReachListenersInOtherProcesses(t *testing.T) {
 	settled, stop := gatewaySide.Wait("acme", "notified")
 	defer stop()
 	workerSide := idem.NewStore(f.pool, idem.Retention{}, registry.Recall)
-	workerSide.Notify = true
+	workerSide.NotifyChannel = idem.SettledChannel
 	if _, err := activities.New(f.pool, workerSide, nil, nil).CreateTicket(ctx, in); err != nil {
 		t.Fatal(err)
 	}
@@ -61,5 +66,70 @@ func isClosed(ch <-chan struct{}) bool {
 		return true
 	default:
 		return false
+	}
+}
+
+// A notification is never part of the business transaction (#17, item
+// 17): PostgreSQL serialises notifying commits on one lock, and a stalled
+// listener can fill the notification queue, after which a notify fails.
+// Here every notify fails (a channel name PostgreSQL refuses), and the
+// intent still commits.
+func TestAFailingNotifyCannotFailABusinessCommit(t *testing.T) {
+	f := setup(t)
+	in := f.claim(t, "notify-fails")
+	store := idem.NewStore(f.pool, idem.Retention{}, registry.Recall)
+	store.NotifyChannel = strings.Repeat("x", 100) // pg_notify: channel name too long
+	if _, err := f.pool.Exec(context.Background(), `SELECT pg_notify($1, 'x')`, store.NotifyChannel); err == nil {
+		t.Fatal("the stand-in for a full queue does not fail")
+	}
+	if _, err := activities.New(f.pool, store, nil, nil).CreateTicket(context.Background(), in); err != nil {
+		t.Fatalf("the business step failed with its notification: %v", err)
+	}
+	if rec, err := store.Get(context.Background(), "acme", "notify-fails"); err != nil || rec.Status != idem.StatusSuccess {
+		t.Fatalf("record %+v %v", rec, err)
+	}
+}
+
+// BenchmarkNotifyingCommits measures what #17 (item 17) suspected:
+// PostgreSQL serialises the commits of transactions that NOTIFY (one
+// global lock on the notification queue), so concurrent settles that
+// notify inside their transaction queue behind each other. "inside" is
+// how settles notified before; "after" is how they do now (the statement
+// on its own, after the commit, which a settle sends off its own path);
+// "none" is the commit alone. Compare the ns/op within one run.
+func BenchmarkNotifyingCommits(b *testing.B) {
+	pool, _ := testenv.Pool(b)
+	ctx := context.Background()
+	if _, err := pool.Exec(ctx, `CREATE TABLE bench_notify (id int PRIMARY KEY, n int NOT NULL DEFAULT 0);
+		INSERT INTO bench_notify (id) SELECT generate_series(0, 1023)`); err != nil {
+		b.Fatal(err)
+	}
+	for _, mode := range []string{"none", "inside", "after"} {
+		b.Run(mode, func(b *testing.B) {
+			var next atomic.Int64
+			b.SetParallelism(8)
+			b.RunParallel(func(pb *testing.PB) {
+				for pb.Next() {
+					id := next.Add(1) % 1024
+					err := pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
+						if _, err := tx.Exec(ctx, `UPDATE bench_notify SET n = n + 1 WHERE id = $1`, id); err != nil {
+							return err
+						}
+						if mode == "inside" {
+							_, err := tx.Exec(ctx, `SELECT pg_notify('bench_notify', $1)`, strconv.FormatInt(id, 10))
+							return err
+						}
+						return nil
+					})
+					if err == nil && mode == "after" {
+						_, err = pool.Exec(ctx, `SELECT pg_notify('bench_notify', $1)`, strconv.FormatInt(id, 10))
+					}
+					if err != nil {
+						b.Error(err)
+						return
+					}
+				}
+			})
+		})
 	}
 }

@@ -105,7 +105,7 @@ func runParts(ctx context.Context, logger *slog.Logger, d *deps, r roles, p part
 		go idem.Listen(ctx, p.databaseURL, d.Records.Waiters, logger)
 	}
 	if r.worker {
-		d.Records.Notify = true
+		d.Records.NotifyChannel = idem.SettledChannel
 		d.Metrics.WatchProcessing(logger, d.Records.Processing)
 	}
 	if !r.worker {

@@ -100,7 +100,7 @@ func benchAcrossProcesses(b *testing.B, notify bool, clients int) {
 	s.Records.Waiters = nil
 	workerRecords := idem.NewStore(s.Pool, idem.Retention{}, registry.Recall)
 	if notify {
-		workerRecords.Notify = true
+		workerRecords.NotifyChannel = idem.SettledChannel
 		s.Records.Waiters = &idem.Waiters{}
 		ctx, cancel := context.WithCancel(context.Background())
 		b.Cleanup(cancel)

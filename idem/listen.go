@@ -11,12 +11,12 @@ import (
 )
 
 // SettledChannel is the PostgreSQL notification channel on which a store
-// with Notify set announces settled records, as "<tenant>/<key>" (a tenant
+// with NotifyChannel set announces settled records, as "<tenant>/<key>" (a tenant
 // ID has no '/').
 const SettledChannel = "idemflow_settled"
 
 // Listen feeds w with the settled-record notifications of every process
-// whose store has Notify set, until ctx ends, reconnecting after errors. A
+// whose store has NotifyChannel set, until ctx ends, reconnecting after errors. A
 // gateway in another process than the worker can then wake its waiting
 // requests without Temporal's history long poll.
 func Listen(ctx context.Context, databaseURL string, w *Waiters, logger *slog.Logger) {

@@ -123,10 +123,9 @@ type Store struct {
 	// Waiters, when set, is told of every record this store's users
 	// settle (see Waiters); the gateway and worker of one process share it.
 	Waiters *Waiters
-	// Notify: Finish also announces the record on SettledChannel, in its
-	// transaction (so only once it commits), for gateways in other
-	// processes that Listen.
-	Notify bool
+	// NotifyChannel, when set (to SettledChannel), is where Settled also
+	// announces a record, for gateways in other processes that Listen.
+	NotifyChannel string
 }
 
 // NewStore returns a Store over db (usually a *pgxpool.Pool). recall is
@@ -345,12 +344,31 @@ func (s *Store) Finish(ctx context.Context, q Querier, rec Record, st Status, ou
 	if tag.RowsAffected() != 1 {
 		return fmt.Errorf("finish %s/%s: %w", tenantID, key, ErrNotProcessing)
 	}
-	if s.Notify {
-		if _, err := q.Exec(ctx, `SELECT pg_notify($1, $2)`, SettledChannel, tenantID+"/"+key); err != nil {
-			return fmt.Errorf("finish %s/%s: notify: %w", tenantID, key, err)
-		}
-	}
 	return nil
+}
+
+// notifyTimeout bounds one announcement to other processes.
+const notifyTimeout = 5 * time.Second
+
+// Settled announces a record its caller has just committed as final: to
+// the waiters of this process at once, and, with NotifyChannel set, to
+// other processes' listeners with pg_notify. The notification is sent on
+// its own, after the commit and off the caller's path, never inside the
+// business transaction: PostgreSQL serialises the commits of notifying
+// transactions on one global lock, and a listener that stalls with its
+// connection open fills the notification queue, after which every
+// notifying commit fails. A lost notification only delays a waiter in
+// another process, which also watches the run in Temporal.
+func (s *Store) Settled(tenantID, key string) {
+	s.Waiters.Settled(tenantID, key)
+	if s.NotifyChannel == "" {
+		return
+	}
+	go func() {
+		ctx, cancel := context.WithTimeout(context.Background(), notifyTimeout)
+		defer cancel()
+		_, _ = s.db.Exec(ctx, `SELECT pg_notify($1, $2)`, s.NotifyChannel, tenantID+"/"+key)
+	}()
 }
 
 // Intent identifies one idempotent operation everywhere past the gateway:
@@ -469,7 +487,7 @@ func (s *Store) Resolve(ctx context.Context, p ResolveParams) (Resolution, error
 		return Resolution{}, fmt.Errorf("resolve %s/%s: %w", p.Intent.TenantID, p.Intent.Key, err)
 	}
 	if res.Action != ResolvedNone {
-		s.Waiters.Settled(p.Intent.TenantID, p.Intent.Key)
+		s.Settled(p.Intent.TenantID, p.Intent.Key)
 	}
 	return res, nil
 }
