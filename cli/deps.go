@@ -186,7 +186,7 @@ func waitNamespace(ctx context.Context, logger *slog.Logger, tc client.Client, n
 			return nil
 		}
 		if ctx.Err() != nil || !notReady(err) || time.Now().After(deadline) {
-			return fmt.Errorf("Temporal namespace %s (not ready within %v?): %w", namespace, temporalReadyWait, err)
+			return fmt.Errorf("namespace %s on Temporal (not ready within %v?): %w", namespace, temporalReadyWait, err)
 		}
 		logger.Warn("Temporal namespace not ready yet; retrying", "namespace", namespace, "attempt", attempt, "error", err)
 		select {
