@@ -73,7 +73,7 @@ func TestUsageErrorsExit2(t *testing.T) {
 	}
 	// The profiler has no authentication: loopback only, refused before
 	// anything connects.
-	for _, cmd := range []string{"serve", "gateway"} {
+	for _, cmd := range []string{"serve", "gateway", "dev"} {
 		if code, out := run(t, cmd, "--pprof-addr", "0.0.0.0:6060"); code != 2 || !strings.Contains(out, "loopback only") {
 			t.Errorf("%s --pprof-addr 0.0.0.0:6060: exit %d\n%s", cmd, code, out)
 		}

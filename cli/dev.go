@@ -59,6 +59,9 @@ func runDev(ctx context.Context, env *Env, args []string) error {
 	if err := sched.check(log, time.Duration(c.retention)); err != nil {
 		return err
 	}
+	if err := gw.check(); err != nil {
+		return err
+	}
 	if err := os.MkdirAll(*dataDir, 0o755); err != nil {
 		return fmt.Errorf("data dir: %w", err)
 	}
