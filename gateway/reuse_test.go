@@ -232,27 +232,11 @@ func TestRememberedAnswersKeepTheContract(t *testing.T) {
 // only waits and fails.
 func TestAReopenedAttemptGetsARunOfItsOwnWhileTheOldRunCloses(t *testing.T) {
 	s := testenv.NewStack(t, testenv.Options{})
-	s.Server.NewWorker("closing", func(r worker.Registry) {
-		r.RegisterWorkflowWithOptions(func(ctx workflow.Context, _ tickets.CreateInput) error {
-			_ = workflow.Sleep(ctx, 3*time.Second)
-			return temporal.NewApplicationError("attempt 1 gave up", "closing")
-		}, workflow.RegisterOptions{Name: "ClosingRun"})
-	})
 	const key = "reopen-closing"
-	if _, err := s.Temporal.ExecuteWorkflow(context.Background(), client.StartWorkflowOptions{ID: tickets.WorkflowID(testenv.TenantA, key),
-		TaskQueue: "closing"}, "ClosingRun", tickets.CreateInput{Intent: idem.Intent{TenantID: testenv.TenantA, Key: key, Attempt: 1}}); err != nil {
-		t.Fatal(err)
-	}
-	req := testenv.Request{Path: "/v1/tickets", Token: s.Tokens[testenv.TenantA], Key: key, Body: ticketBody,
-		Header: map[string]string{"Prefer": "wait=0"}}
-	if r := s.Do(req); r.Status != http.StatusAccepted {
-		t.Fatalf("attempt 1: %d %s", r.Status, r.Body)
-	}
-	// Attempt 1's step wrote FAILED; its run is closing.
-	if _, err := s.Pool.Exec(context.Background(), `UPDATE idempotency_record SET status = 'FAILED', response_status = 503,
-		response_body = '{}' WHERE idem_key = $1`, key); err != nil {
-		t.Fatal(err)
-	}
+	req := failedAttemptOneWithItsRunOpen(t, s, key, func(ctx workflow.Context, _ tickets.CreateInput) error {
+		_ = workflow.Sleep(ctx, 3*time.Second)
+		return temporal.NewApplicationError("attempt 1 gave up", "closing")
+	})
 	if r := s.Do(req); r.Status != http.StatusAccepted && r.Status != http.StatusCreated {
 		t.Fatalf("attempt 2: %d %s", r.Status, r.Body)
 	}
@@ -274,15 +258,42 @@ func TestAReopenedAttemptGetsARunOfItsOwnWhileTheOldRunCloses(t *testing.T) {
 func TestTerminatingAnEarlierAttemptsRunDoesNotFailAReopenedOne(t *testing.T) {
 	s := testenv.NewStack(t, testenv.Options{})
 	s.Gateway.Starter.ClosingWait = 300 * time.Millisecond
-	s.Server.NewWorker("stuck", func(r worker.Registry) {
-		r.RegisterWorkflowWithOptions(func(ctx workflow.Context, _ tickets.CreateInput) error {
-			return workflow.Sleep(ctx, time.Hour)
-		}, workflow.RegisterOptions{Name: "StuckRun"})
-	})
 	const key = "terminate-earlier"
-	wid := tickets.WorkflowID(testenv.TenantA, key)
-	if _, err := s.Temporal.ExecuteWorkflow(context.Background(), client.StartWorkflowOptions{ID: wid, TaskQueue: "stuck"}, "StuckRun",
-		tickets.CreateInput{Intent: idem.Intent{TenantID: testenv.TenantA, Key: key, Attempt: 1}}); err != nil {
+	req := failedAttemptOneWithItsRunOpen(t, s, key, func(ctx workflow.Context, _ tickets.CreateInput) error {
+		return workflow.Sleep(ctx, time.Hour)
+	})
+	req.Header = map[string]string{"Prefer": "wait=30"}
+	answered := make(chan testenv.Response, 1)
+	go func() {
+		r, _ := testenv.Send(s.URL, req)
+		answered <- r
+	}()
+	time.Sleep(1500 * time.Millisecond) // attempt 2 attached to the stuck run
+	if err := s.Temporal.TerminateWorkflow(context.Background(), tickets.WorkflowID(testenv.TenantA, key), "", "an operator stops attempt 1"); err != nil {
+		t.Fatal(err)
+	}
+	r := <-answered
+	rec, _ := s.Records.Get(context.Background(), testenv.TenantA, key)
+	if r.Status != http.StatusCreated || rec.Status != idem.StatusSuccess || rec.Attempts != 2 {
+		t.Fatalf("attempt 2 after attempt 1's run was terminated: %d %s; record %s attempt %d", r.Status, r.Body, rec.Status, rec.Attempts)
+	}
+	if n := countTickets(t, s); n != 1 {
+		t.Fatalf("%d tickets", n)
+	}
+}
+
+// failedAttemptOneWithItsRunOpen leaves key as an earlier attempt would:
+// its record FAILED (its step wrote it) while its run is still open. The
+// run is stood in for by run, under the intent's workflow ID with attempt
+// 1's input. It returns the request, with Prefer: wait=0, that a retry
+// sends.
+func failedAttemptOneWithItsRunOpen(t *testing.T, s *testenv.Stack, key string, run func(workflow.Context, tickets.CreateInput) error) testenv.Request {
+	t.Helper()
+	s.Server.NewWorker("attempt-1", func(r worker.Registry) {
+		r.RegisterWorkflowWithOptions(run, workflow.RegisterOptions{Name: "AttemptOne"})
+	})
+	if _, err := s.Temporal.ExecuteWorkflow(context.Background(), client.StartWorkflowOptions{ID: tickets.WorkflowID(testenv.TenantA, key),
+		TaskQueue: "attempt-1"}, "AttemptOne", tickets.CreateInput{Intent: idem.Intent{TenantID: testenv.TenantA, Key: key, Attempt: 1}}); err != nil {
 		t.Fatal(err)
 	}
 	req := testenv.Request{Path: "/v1/tickets", Token: s.Tokens[testenv.TenantA], Key: key, Body: ticketBody,
@@ -294,22 +305,5 @@ func TestTerminatingAnEarlierAttemptsRunDoesNotFailAReopenedOne(t *testing.T) {
 		response_body = '{}' WHERE idem_key = $1`, key); err != nil {
 		t.Fatal(err)
 	}
-	req.Header = map[string]string{"Prefer": "wait=30"}
-	answered := make(chan testenv.Response, 1)
-	go func() {
-		r, _ := testenv.Send(s.URL, req)
-		answered <- r
-	}()
-	time.Sleep(1500 * time.Millisecond) // attempt 2 attached to the stuck run
-	if err := s.Temporal.TerminateWorkflow(context.Background(), wid, "", "an operator stops attempt 1"); err != nil {
-		t.Fatal(err)
-	}
-	r := <-answered
-	rec, _ := s.Records.Get(context.Background(), testenv.TenantA, key)
-	if r.Status != http.StatusCreated || rec.Status != idem.StatusSuccess || rec.Attempts != 2 {
-		t.Fatalf("attempt 2 after attempt 1's run was terminated: %d %s; record %s attempt %d", r.Status, r.Body, rec.Status, rec.Attempts)
-	}
-	if n := countTickets(t, s); n != 1 {
-		t.Fatalf("%d tickets", n)
-	}
+	return req
 }
