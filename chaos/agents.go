@@ -376,8 +376,14 @@ func (a *agent) naiveJob(ctx context.Context, j job) {
 	_, path, body := a.r.firstRequest(j, marker)
 	raw, _ := json.Marshal(body)
 	a.st.add(func(st *clientStats) { st.Intents++ })
-	deadline := time.Now().Add(intentDeadline)
-	for time.Now().Before(deadline) && ctx.Err() == nil {
+	// It retries as a plain agent would, a few times with backoff: with
+	// no bound, every attempt a slow stack times out adds another intent,
+	// and the control's own retries would swamp the stack under test.
+	pause := 200 * time.Millisecond
+	for range naiveAttempts {
+		if ctx.Err() != nil {
+			return
+		}
 		actx, cancel := context.WithTimeout(ctx, a.r.cfg.AttemptTimeout)
 		st, _, err := a.send(actx, http.MethodPost, path, "naive-"+uuid.NewString(), raw)
 		cancel()
@@ -385,9 +391,13 @@ func (a *agent) naiveJob(ctx context.Context, j job) {
 		if err == nil && st < 500 && st != http.StatusTooManyRequests {
 			return
 		}
-		time.Sleep(200 * time.Millisecond)
+		time.Sleep(pause)
+		pause *= 2
 	}
 }
+
+// naiveAttempts bounds the naive control's attempts per task.
+const naiveAttempts = 5
 
 // replay sends an intent again straight to a gateway (no faults).
 func (r *run) replay(ctx context.Context, token string, s sent) (int, []byte, bool, error) {
