@@ -273,7 +273,7 @@ func (s *Starter) Submit(ctx context.Context, in Intent) (Reply, error) {
 // a run whose worker died as it was closing is closed by another worker.
 const DefaultClosingWait = 15 * time.Second
 
-// awaitEarlierRun waits, up to closingWait, for a run of an earlier attempt
+// awaitEarlierRun waits, up to ClosingWait, for a run of an earlier attempt
 // that is still open to close. A reopened record means the earlier attempt
 // settled FAILED, but its run may still be closing; a start with
 // USE_EXISTING would attach to it, and with Prefer: wait=0 answer 202 with
