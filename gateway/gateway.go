@@ -10,6 +10,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"mime"
 	"net/http"
 	"slices"
 	"strconv"
@@ -194,6 +195,15 @@ func (g *Gateway) readIntent(w http.ResponseWriter, r *http.Request, into any, a
 	if err != nil {
 		writeProblem(w, problem.New(problem.TypeInvalidKey, http.StatusBadRequest, err.Error()))
 		return intentRequest{}, false
+	}
+	if ct := r.Header.Get("Content-Type"); ct != "" {
+		// A form or text body is not JSON that happens to parse: refuse
+		// it, so that the contract's one media type is the only one.
+		if mt, _, err := mime.ParseMediaType(ct); err != nil || mt != "application/json" {
+			writeProblem(w, problem.New(problem.TypeUnsupportedMedia, http.StatusUnsupportedMediaType,
+				"send the body as Content-Type: application/json, not "+strconv.Quote(ct)))
+			return intentRequest{}, false
+		}
 	}
 	body, err := readBody(w, r)
 	switch {
@@ -425,7 +435,9 @@ func (g *Gateway) describeProblem(w http.ResponseWriter, r *http.Request) {
 	typ := "/problems/" + r.PathValue("slug")
 	desc, ok := problem.Descriptions[typ]
 	if !ok {
-		desc = "A business rule rejected the request; the problem's detail says which. Nothing was written, and a retry under the same key may execute again."
+		// A typo must not look like a real problem type.
+		writeNotFound(w, "no problem type "+typ)
+		return
 	}
 	w.Header().Set("Content-Type", "text/plain; charset=utf-8")
 	_, _ = fmt.Fprintf(w, "%s\n\n%s\n", typ, desc)

@@ -193,6 +193,10 @@ func TestBadInputIsRejectedAndWritesNothing(t *testing.T) {
 		{"duplicate field", testenv.Request{Path: "/v1/tickets", Token: tok, Key: "k", Body: `{"customer_id":"c","title":"t","title":"u"}`}, 400, "/problems/invalid-request"},
 		{"field in another case", testenv.Request{Path: "/v1/tickets", Token: tok, Key: "k", Body: `{"customer_id":"c","TITLE":"t"}`}, 400, "/problems/invalid-request"},
 		{"body over 1 MiB", testenv.Request{Path: "/v1/tickets", Token: tok, Key: "k", Body: big}, 413, "/problems/body-too-large"},
+		{"text body", testenv.Request{Path: "/v1/tickets", Token: tok, Key: "k", Body: ticketBody, Header: map[string]string{"Content-Type": "text/plain"}}, 415, "/problems/unsupported-media-type"},
+		{"curl's form type", testenv.Request{Path: "/v1/tickets", Token: tok, Key: "k", Body: ticketBody, Header: map[string]string{"Content-Type": "application/x-www-form-urlencoded"}}, 415, "/problems/unsupported-media-type"},
+		{"form type on an order", testenv.Request{Path: "/v1/orders", Token: tok, Key: "k", Body: `{"customer_id":"c","items":[{"sku":"SKU-MOUSE","quantity":1}]}`, Header: map[string]string{"Content-Type": "application/x-www-form-urlencoded"}}, 415, "/problems/unsupported-media-type"},
+		{"unparsable type", testenv.Request{Path: "/v1/tickets", Token: tok, Key: "k", Body: ticketBody, Header: map[string]string{"Content-Type": "json;;"}}, 415, "/problems/unsupported-media-type"},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -210,6 +214,33 @@ func TestBadInputIsRejectedAndWritesNothing(t *testing.T) {
 	if r := ticket(s, testenv.TenantA, "k", ticketBody); r.Status != 201 {
 		t.Fatalf("corrected retry: %d %s", r.Status, r.Body)
 	}
+	// A transition of an order that exists is held to the same type.
+	o := orderNo(t, order(s, testenv.TenantA, "o-media", basket))
+	r := s.Do(testenv.Request{Path: "/v1/orders/" + o + "/pay", Token: tok, Key: "pay-media", Body: `{"payment_ref":"p"}`, Header: map[string]string{"Content-Type": "text/plain"}})
+	assertProblem(t, r, "/problems/unsupported-media-type")
+	// A body without Content-Type is read as JSON, as the README says; one
+	// with a charset parameter is JSON too.
+	for key, ct := range map[string]string{"no-type": "", "charset": "application/json; charset=utf-8"} {
+		r := s.Do(testenv.Request{Path: "/v1/tickets", Token: tok, Key: key, Body: ticketBody, Header: map[string]string{"Content-Type": ct}})
+		if r.Status != 201 {
+			t.Fatalf("Content-Type %q: %d %s", ct, r.Status, r.Body)
+		}
+	}
+}
+
+func TestProblemTypesAreDescribedAndUnknownOnesAreNotFound(t *testing.T) {
+	s := testenv.NewStack(t, testenv.Options{})
+	for _, slug := range []string{"idempotency-key-reused", "out-of-stock", "unsupported-media-type"} {
+		r := s.Do(testenv.Request{Method: "GET", Path: "/problems/" + slug})
+		if r.Status != 200 || !strings.Contains(string(r.Body), "/problems/"+slug) {
+			t.Fatalf("/problems/%s: %d %s", slug, r.Status, r.Body)
+		}
+	}
+	r := s.Do(testenv.Request{Method: "GET", Path: "/problems/idempotency-key-reuse"})
+	if r.Status != 404 {
+		t.Fatalf("a misspelt problem type answered %d, want 404: %s", r.Status, r.Body)
+	}
+	assertProblem(t, r, "/problems/not-found")
 }
 
 func TestWrongTypeErrorNamesTheField(t *testing.T) {

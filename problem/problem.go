@@ -32,6 +32,8 @@ const (
 	TypeInternal          = "/problems/internal"
 	TypeMethodNotAllowed  = "/problems/method-not-allowed"
 	TypeCanceled          = "/problems/canceled-by-operator"
+	TypeUnsupportedMedia  = "/problems/unsupported-media-type"
+	TypeTooManySessions   = "/problems/too-many-sessions"
 	// TypeRejectedPrefix + RejectedError.Code, e.g. /problems/out-of-stock.
 	TypeRejectedPrefix = "/problems/"
 )
@@ -51,6 +53,18 @@ var Descriptions = map[string]string{
 	TypeInternal:          "An unexpected error. Retry with the same key: it cannot cause a duplicate.",
 	TypeMethodNotAllowed:  "The method is not allowed on this resource.",
 	TypeCanceled:          "An operator canceled or terminated this request's workflow before it wrote anything. Nothing was written. Retry with the same key to execute it again.",
+	TypeTooManySessions:   "MCP over HTTP: this tenant has as many open sessions as it may hold. Close one, or wait for an idle one to expire, then connect again.",
+	TypeUnsupportedMedia:  "The body is not sent as application/json. Nothing was recorded: send Content-Type: application/json (or none) and retry with the same key.",
+
+	// Business rejections (TypeRejectedPrefix + code): recorded FAILED,
+	// nothing written, and a retry under the same key may execute again.
+	TypeRejectedPrefix + "out-of-stock":     "A business rule rejected the order: an item is out of stock. Nothing was written; a retry under the same key may execute once stock is back.",
+	TypeRejectedPrefix + "unknown-sku":      "A business rule rejected the order: an item's SKU is not in the tenant's catalog. Nothing was written.",
+	TypeRejectedPrefix + "mixed-currency":   "A business rule rejected the order: its items are priced in different currencies. Nothing was written.",
+	TypeRejectedPrefix + "invalid-coupon":   "A business rule rejected the order: the coupon is unknown, used up, or already used by this customer. Nothing was written.",
+	TypeRejectedPrefix + "order-not-found":  "The order named in the path does not exist for this tenant. Nothing was written.",
+	TypeRejectedPrefix + "unknown-action":   "The path names no order action; the actions are pay, cancel, refund and fulfill. Nothing was written.",
+	TypeRejectedPrefix + "unstorable-input": "The request's parameters could not be stored with its record. Nothing was written: fix the body and retry with the same key.",
 }
 
 // Problem is an RFC 9457 problem details object with idemflow's extensions.

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"mime"
 	"net/http"
 	"sync"
 	"testing"
@@ -79,6 +80,9 @@ func CheckContract(t testing.TB, method, url string, header http.Header, body []
 		}
 		return
 	}
+	if !checkMediaType(t, route, req, body, resp) {
+		return
+	}
 	ctx := context.Background()
 	in := &openapi3filter.RequestValidationInput{Request: req, PathParams: params, Route: route,
 		Options: &openapi3filter.Options{AuthenticationFunc: openapi3filter.NoopAuthenticationFunc}}
@@ -90,4 +94,36 @@ func CheckContract(t testing.TB, method, url string, header http.Header, body []
 	if err := openapi3filter.ValidateResponse(ctx, out); err != nil {
 		t.Errorf("contract: the answer to %s %s does not match the OpenAPI document: %v\n%s", method, req.URL.Path, err, resp.Body)
 	}
+}
+
+// checkMediaType holds the gateway to the request media types the document
+// declares: a body in another type must be refused with 415, and one in a
+// declared type must not be. A request without Content-Type is read as
+// JSON, as the document says, so it is validated as application/json. It
+// reports whether the rest of the exchange is worth validating.
+func checkMediaType(t testing.TB, route *routers.Route, req *http.Request, body []byte, resp Response) bool {
+	t.Helper()
+	rb := route.Operation.RequestBody
+	if rb == nil || rb.Value == nil || len(body) == 0 {
+		return true
+	}
+	ct := req.Header.Get("Content-Type")
+	if ct == "" {
+		req.Header.Set("Content-Type", "application/json")
+		return true
+	}
+	mt, _, err := mime.ParseMediaType(ct)
+	declared := err == nil && rb.Value.Content.Get(mt) != nil
+	switch {
+	case !declared && resp.Status != http.StatusUnsupportedMediaType &&
+		resp.Status != http.StatusUnauthorized && resp.Status != http.StatusNotFound:
+		// A caller or a resource that does not exist is refused before
+		// the body is looked at; anything else must be the 415.
+		t.Errorf("contract: %s %s sent Content-Type %q, which the document does not declare, and answered %d, not 415", req.Method, req.URL.Path, ct, resp.Status)
+		return false
+	case declared && resp.Status == http.StatusUnsupportedMediaType:
+		t.Errorf("contract: %s %s sent a declared Content-Type %q and was refused with 415", req.Method, req.URL.Path, ct)
+		return false
+	}
+	return true
 }

@@ -1,0 +1,103 @@
+// Package apispec holds the gateway's HTTP contract, its OpenAPI 3.1
+// document, once: the gateway serves it, the tests check every exchange
+// against it, and the MCP tools take their input schemas from it, so that a
+// rule (a length, an enum, a required field) is written in one place.
+package apispec
+
+import (
+	_ "embed"
+	"encoding/json"
+	"fmt"
+	"strings"
+)
+
+//go:embed openapi.json
+var document []byte
+
+// Document returns the contract document (a copy).
+func Document() []byte { return append([]byte(nil), document...) }
+
+// RequestSchema returns the JSON Schema of the body of the operation named
+// operationID, with every local $ref replaced by what it names, so that it
+// stands alone (an MCP tool's input schema must).
+func RequestSchema(operationID string) (map[string]any, error) {
+	var doc map[string]any
+	if err := json.Unmarshal(document, &doc); err != nil {
+		return nil, fmt.Errorf("apispec: %w", err)
+	}
+	paths, _ := doc["paths"].(map[string]any)
+	for _, item := range paths {
+		ops, _ := item.(map[string]any)
+		for _, op := range ops {
+			o, _ := op.(map[string]any)
+			if o["operationId"] != operationID {
+				continue
+			}
+			schema, ok := dig(o, "requestBody", "content", "application/json", "schema").(map[string]any)
+			if !ok {
+				return nil, fmt.Errorf("apispec: operation %s takes no JSON body", operationID)
+			}
+			out, err := inline(doc, schema, 0)
+			if err != nil {
+				return nil, err
+			}
+			return out.(map[string]any), nil
+		}
+	}
+	return nil, fmt.Errorf("apispec: no operation %s", operationID)
+}
+
+// KeySchema is the rule for an Idempotency-Key as a JSON string: 1 to 255
+// visible ASCII characters other than the comma (idem.ParseKey's rule).
+func KeySchema(description string) map[string]any {
+	return map[string]any{"type": "string", "minLength": 1, "maxLength": 255,
+		"pattern": `^[!-+\--~]+$`, "description": description}
+}
+
+func dig(v any, path ...string) any {
+	for _, p := range path {
+		m, ok := v.(map[string]any)
+		if !ok {
+			return nil
+		}
+		v = m[p]
+	}
+	return v
+}
+
+// inline copies v with every "#/..." $ref replaced by its target.
+func inline(doc map[string]any, v any, depth int) (any, error) {
+	if depth > 32 {
+		return nil, fmt.Errorf("apispec: $ref nesting too deep")
+	}
+	switch t := v.(type) {
+	case map[string]any:
+		if ref, ok := t["$ref"].(string); ok {
+			target := dig(doc, strings.Split(strings.TrimPrefix(ref, "#/"), "/")...)
+			if target == nil {
+				return nil, fmt.Errorf("apispec: unresolved $ref %s", ref)
+			}
+			return inline(doc, target, depth+1)
+		}
+		out := make(map[string]any, len(t))
+		for k, e := range t {
+			c, err := inline(doc, e, depth+1)
+			if err != nil {
+				return nil, err
+			}
+			out[k] = c
+		}
+		return out, nil
+	case []any:
+		out := make([]any, len(t))
+		for i, e := range t {
+			c, err := inline(doc, e, depth+1)
+			if err != nil {
+				return nil, err
+			}
+			out[i] = c
+		}
+		return out, nil
+	}
+	return v, nil
+}
