@@ -16,9 +16,12 @@ import (
 	"sync"
 	"time"
 
+	"github.com/google/jsonschema-go/jsonschema"
 	"github.com/hashicorp/golang-lru/v2/expirable"
 	"github.com/idemflow/idemflow/agentclient"
+	"github.com/idemflow/idemflow/apispec"
 	"github.com/idemflow/idemflow/ijson"
+	"github.com/idemflow/idemflow/problem"
 	"github.com/modelcontextprotocol/go-sdk/auth"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 )
@@ -48,42 +51,46 @@ type Result struct {
 	Result map[string]any `json:"result" jsonschema:"the ticket, order or operation"`
 }
 
+// The argument types below decode a tool's arguments; their JSON Schemas
+// come from the contract (inputSchema), not from these types.
+
 // TicketArgs are create_ticket's arguments.
 type TicketArgs struct {
-	IdempotencyKey string `json:"idempotency_key" jsonschema:"the intent's key; see the tool description"`
-	CustomerID     string `json:"customer_id" jsonschema:"the customer the ticket is for"`
-	Title          string `json:"title" jsonschema:"1 to 200 characters"`
-	Description    string `json:"description,omitempty" jsonschema:"up to 10000 characters"`
-	Priority       string `json:"priority,omitempty" jsonschema:"low, normal (default), high or urgent"`
+	IdempotencyKey string `json:"idempotency_key"`
+	CustomerID     string `json:"customer_id"`
+	Title          string `json:"title"`
+	Description    string `json:"description,omitempty"`
+	Priority       string `json:"priority,omitempty"`
 }
 
 // OrderItem is one line of create_order.
 type OrderItem struct {
-	SKU      string `json:"sku" jsonschema:"product SKU"`
-	Quantity int    `json:"quantity" jsonschema:"1 to 1000"`
+	SKU      string `json:"sku"`
+	Quantity int    `json:"quantity"`
 }
 
 // OrderArgs are create_order's arguments. Prices are never sent: the
 // server computes them.
 type OrderArgs struct {
-	IdempotencyKey string      `json:"idempotency_key" jsonschema:"the intent's key; see the tool description"`
-	CustomerID     string      `json:"customer_id" jsonschema:"the customer ordering"`
-	Items          []OrderItem `json:"items" jsonschema:"1 to 50 lines, each SKU once"`
-	CouponCode     string      `json:"coupon_code,omitempty" jsonschema:"optional coupon"`
+	IdempotencyKey string      `json:"idempotency_key"`
+	CustomerID     string      `json:"customer_id"`
+	Items          []OrderItem `json:"items"`
+	CouponCode     string      `json:"coupon_code,omitempty"`
 }
 
 // PayArgs are pay_order's arguments.
 type PayArgs struct {
-	IdempotencyKey string `json:"idempotency_key" jsonschema:"the intent's key; see the tool description"`
-	OrderNo        string `json:"order_no" jsonschema:"the order to pay, as returned by create_order"`
-	PaymentRef     string `json:"payment_ref" jsonschema:"your reference for the payment"`
+	IdempotencyKey string `json:"idempotency_key"`
+	OrderNo        string `json:"order_no"`
+	PaymentRef     string `json:"payment_ref"`
 }
 
-// CancelArgs are cancel_order's arguments.
-type CancelArgs struct {
-	IdempotencyKey string `json:"idempotency_key" jsonschema:"the intent's key; see the tool description"`
-	OrderNo        string `json:"order_no" jsonschema:"the order to cancel"`
-	Reason         string `json:"reason,omitempty" jsonschema:"optional note"`
+// TransitionArgs are the arguments of cancel_order, refund_order and
+// fulfill_order.
+type TransitionArgs struct {
+	IdempotencyKey string `json:"idempotency_key"`
+	OrderNo        string `json:"order_no"`
+	Reason         string `json:"reason,omitempty"`
 }
 
 // OperationArgs are get_operation's arguments.
@@ -101,12 +108,62 @@ func New(cfg Config) *mcp.Server {
 			"takes an idempotency_key: create it once per intent and reuse it, unchanged, on every retry.",
 	})
 	t := tools{cfg: cfg}
-	mcp.AddTool(s, &mcp.Tool{Name: "create_ticket", Description: "Create a support ticket." + keyRule}, strict(t.createTicket))
-	mcp.AddTool(s, &mcp.Tool{Name: "create_order", Description: "Create a purchase order; the server prices it from its catalog." + keyRule}, strict(t.createOrder))
-	mcp.AddTool(s, &mcp.Tool{Name: "pay_order", Description: "Pay a CREATED order; the payment is charged at most once." + keyRule}, strict(t.payOrder))
-	mcp.AddTool(s, &mcp.Tool{Name: "cancel_order", Description: "Cancel a CREATED order and release its stock." + keyRule}, strict(t.cancelOrder))
+	mcp.AddTool(s, &mcp.Tool{Name: "create_ticket", Description: "Create a support ticket." + keyRule,
+		InputSchema: inputSchema("createTicket", false)}, strict(t.createTicket))
+	mcp.AddTool(s, &mcp.Tool{Name: "create_order", Description: "Create a purchase order; the server prices it from its catalog." + keyRule,
+		InputSchema: inputSchema("createOrder", false)}, strict(t.createOrder))
+	mcp.AddTool(s, &mcp.Tool{Name: "pay_order", Description: "Pay a CREATED order; the payment is charged at most once." + keyRule,
+		InputSchema: inputSchema("transitionOrder", true, "payment_ref")}, strict(t.payOrder))
+	for _, a := range []struct{ action, description string }{
+		{"cancel", "Cancel a CREATED order and release its stock."},
+		{"refund", "Refund a PAID order; the refund is made at most once."},
+		{"fulfill", "Mark a PAID order fulfilled (shipped)."},
+	} {
+		mcp.AddTool(s, &mcp.Tool{Name: a.action + "_order", Description: a.description + keyRule,
+			InputSchema: inputSchema("transitionOrder", true, "reason")}, strict(t.transition(a.action)))
+	}
 	mcp.AddTool(s, &mcp.Tool{Name: "get_operation", Description: "Report an operation's status (processing, succeeded, failed) and, when done, its result. Read-only."}, strict(t.getOperation))
 	return s
+}
+
+// inputSchema is a tool's input schema: the JSON Schema of the HTTP body
+// of operationID, taken from the contract (apispec) so that both agree on
+// every rule, beside idempotency_key and, for an order's transitions,
+// order_no. keep names the body's members the tool takes (all if none);
+// a kept member the tool needs (payment_ref for pay) is required.
+func inputSchema(operationID string, orderNo bool, keep ...string) *jsonschema.Schema {
+	body, err := apispec.RequestSchema(operationID)
+	if err != nil {
+		panic(err) // the embedded contract is checked by every gateway test
+	}
+	props, _ := body["properties"].(map[string]any)
+	required, _ := body["required"].([]any)
+	if len(keep) > 0 {
+		kept := map[string]any{}
+		for _, k := range keep {
+			kept[k] = props[k]
+		}
+		props = kept
+		if _, ok := props["payment_ref"]; ok {
+			required = append(required, "payment_ref")
+		}
+	}
+	props["idempotency_key"] = apispec.KeySchema("the intent's key; see the tool description")
+	required = append([]any{"idempotency_key"}, required...)
+	if orderNo {
+		props["order_no"] = map[string]any{"type": "string", "minLength": 1, "description": "the order, as returned by create_order"}
+		required = append(required, "order_no")
+	}
+	body["properties"], body["required"] = props, required
+	raw, err := json.Marshal(body)
+	if err != nil {
+		panic(err)
+	}
+	var schema jsonschema.Schema
+	if err := json.Unmarshal(raw, &schema); err != nil {
+		panic(fmt.Errorf("mcpserver: the contract's %s schema: %w", operationID, err))
+	}
+	return &schema
 }
 
 // strict decodes a tool's arguments again, from the raw JSON the client
@@ -196,12 +253,16 @@ func (t tools) payOrder(ctx context.Context, req *mcp.CallToolRequest, in PayArg
 	return t.call(ctx, req, in.IdempotencyKey, "/v1/orders/"+url.PathEscape(in.OrderNo)+"/pay", map[string]any{"payment_ref": in.PaymentRef})
 }
 
-func (t tools) cancelOrder(ctx context.Context, req *mcp.CallToolRequest, in CancelArgs) (*mcp.CallToolResult, Result, error) {
-	body := map[string]any{}
-	if in.Reason != "" {
-		body["reason"] = in.Reason
+// transition is the handler of an order action that takes an optional
+// reason: cancel, refund and fulfill.
+func (t tools) transition(action string) mcp.ToolHandlerFor[TransitionArgs, Result] {
+	return func(ctx context.Context, req *mcp.CallToolRequest, in TransitionArgs) (*mcp.CallToolResult, Result, error) {
+		body := map[string]any{}
+		if in.Reason != "" {
+			body["reason"] = in.Reason
+		}
+		return t.call(ctx, req, in.IdempotencyKey, "/v1/orders/"+url.PathEscape(in.OrderNo)+"/"+action, body)
 	}
-	return t.call(ctx, req, in.IdempotencyKey, "/v1/orders/"+url.PathEscape(in.OrderNo)+"/cancel", body)
 }
 
 func (t tools) getOperation(ctx context.Context, req *mcp.CallToolRequest, in OperationArgs) (*mcp.CallToolResult, Result, error) {
@@ -264,15 +325,43 @@ func HTTPHandler(cfg Config, opts HTTPOptions) http.Handler {
 		}
 		if n >= opts.MaxSessionsPerTenant {
 			w.Header().Set("Retry-After", "30")
-			w.Header().Set("Content-Type", "application/problem+json")
-			w.WriteHeader(http.StatusServiceUnavailable)
-			fmt.Fprintf(w, `{"type":"/problems/too-many-sessions","title":"Service Unavailable","status":503,"detail":"this tenant has %d open MCP sessions; close one or wait for an idle one to expire"}`, n)
+			deny(w, http.StatusServiceUnavailable, problem.TypeTooManySessions,
+				fmt.Sprintf("this tenant has %d open MCP sessions; close one or wait for an idle one to expire", n))
 			return
 		}
 		h.ServeHTTP(w, r)
 	})
 	v := &verifier{cfg: cfg, known: expirable.NewLRU[[32]byte, string](maxKnown, nil, opts.VerifyTTL)}
-	return auth.RequireBearerToken(v.verify, nil)(limited)
+	authed := auth.RequireBearerToken(v.verify, nil)(limited)
+	// The SDK answers a refused token in plain text; the token is checked
+	// here first so that the refusal is the same problem+json the gateway
+	// sends. The SDK's own check then finds it in the verifier's cache.
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		fields := strings.Fields(r.Header.Get("Authorization"))
+		if len(fields) != 2 || !strings.EqualFold(fields[0], "Bearer") {
+			deny(w, http.StatusUnauthorized, problem.TypeUnauthorized, "send Authorization: Bearer <token>, an idemflow API token")
+			return
+		}
+		if _, err := v.verify(r.Context(), fields[1], r); err != nil {
+			if errors.Is(err, auth.ErrInvalidToken) {
+				deny(w, http.StatusUnauthorized, problem.TypeUnauthorized, "the bearer token is unknown or revoked")
+			} else {
+				w.Header().Set("Retry-After", "2")
+				deny(w, http.StatusServiceUnavailable, problem.TypeUnavailable, "the gateway could not verify the token; retry")
+			}
+			return
+		}
+		authed.ServeHTTP(w, r)
+	})
+}
+
+func deny(w http.ResponseWriter, status int, typ, detail string) {
+	if status == http.StatusUnauthorized {
+		w.Header().Set("WWW-Authenticate", `Bearer realm="idemflow"`)
+	}
+	w.Header().Set("Content-Type", problem.ContentType)
+	w.WriteHeader(status)
+	_, _ = w.Write(problem.New(typ, status, detail).Body())
 }
 
 type tenants struct {

@@ -102,7 +102,7 @@ func exercise(t *testing.T, s *testenv.Stack, cs *mcp.ClientSession) {
 		}
 	}
 	sort.Strings(names)
-	if strings.Join(names, ",") != "cancel_order,create_order,create_ticket,get_operation,pay_order" {
+	if strings.Join(names, ",") != "cancel_order,create_order,create_ticket,fulfill_order,get_operation,pay_order,refund_order" {
 		t.Fatalf("tools %v", names)
 	}
 
@@ -142,6 +142,27 @@ func exercise(t *testing.T, s *testenv.Stack, cs *mcp.ClientSession) {
 	res, _ = call(t, cs, "cancel_order", map[string]any{"idempotency_key": "mcp-c1", "order_no": order.OrderNo})
 	if !res.IsError || !strings.Contains(text(res), "invalid-transition") || !strings.Contains(text(res), "PAID") {
 		t.Fatalf("cancel after pay: %q", text(res))
+	}
+	// Refund and fulfill: one paid order each, and a replay of the refund.
+	if res, _ = call(t, cs, "fulfill_order", map[string]any{"idempotency_key": "mcp-f1", "order_no": order.OrderNo}); res.IsError {
+		t.Fatal(text(res))
+	}
+	res, o = call(t, cs, "create_order", map[string]any{"idempotency_key": "mcp-o2", "customer_id": "c-1", "items": []map[string]any{{"sku": "SKU-MOUSE", "quantity": 1}}})
+	if res.IsError {
+		t.Fatal(text(res))
+	}
+	secondNo, _ := o.Result["order_no"].(string)
+	if res, _ = call(t, cs, "pay_order", map[string]any{"idempotency_key": "mcp-p2", "order_no": secondNo, "payment_ref": "psp-2"}); res.IsError {
+		t.Fatal(text(res))
+	}
+	refund := map[string]any{"idempotency_key": "mcp-r2", "order_no": secondNo, "reason": "changed mind"}
+	_, r1 := call(t, cs, "refund_order", refund)
+	_, r2 := call(t, cs, "refund_order", refund)
+	if r1.Result["to_status"] != "REFUNDED" || r1.Replayed || !r2.Replayed || !reflect.DeepEqual(r1.Result, r2.Result) {
+		t.Fatalf("refund twice: %+v / %+v", r1, r2)
+	}
+	if n := testenv.Count(t, s.Pool, "purchase_order", "status IN ('FULFILLED', 'REFUNDED')"); n != 2 {
+		t.Fatalf("%d orders fulfilled or refunded, want 2", n)
 	}
 	rec, err := s.Records.Get(context.Background(), testenv.TenantA, "mcp-k1")
 	if err != nil {
@@ -200,6 +221,21 @@ func TestMCPOverHTTPRefusesUnknownTokensAndBoundsSessionsPerTenant(t *testing.T)
 	for _, tok := range []string{"", "idf_unknown_token_unknown"} {
 		if code := initialize(t, hs.URL, tok); code != http.StatusUnauthorized {
 			t.Fatalf("initialize with token %q: %d, want 401", tok, code)
+		}
+		// The refusal is the problem+json the gateway sends, not text.
+		req, _ := http.NewRequest(http.MethodPost, hs.URL, strings.NewReader(`{}`))
+		if tok != "" {
+			req.Header.Set("Authorization", "Bearer "+tok)
+		}
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var p struct{ Type, Detail string }
+		err = json.NewDecoder(resp.Body).Decode(&p)
+		resp.Body.Close()
+		if resp.Header.Get("Content-Type") != "application/problem+json" || err != nil || p.Type != "/problems/unauthorized" || resp.Header.Get("WWW-Authenticate") == "" {
+			t.Fatalf("refusal of token %q: %s %v %+v", tok, resp.Header.Get("Content-Type"), err, p)
 		}
 	}
 	for i := range 2 {
