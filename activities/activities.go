@@ -43,10 +43,12 @@ func New(db *pgxpool.Pool, records *idem.Store, tc client.Client, logger *slog.L
 	return &Activities{DB: db, Records: records, Temporal: tc, Logger: logger}
 }
 
-// errKeyReused is the rejection of an intent whose key already wrote a
-// business row with other parameters.
-var errKeyReused = &apperr.RejectedError{Code: "idempotency-key-reused",
-	Reason: "this key was already used with different parameters"}
+// keyReused is the rejection of an intent whose key already wrote a
+// business row with other parameters, or for another operation.
+func keyReused(key, first, asked string) *apperr.RejectedError {
+	return &apperr.RejectedError{Code: "idempotency-key-reused",
+		Reason: (&idem.KeyReusedError{Key: key, BizType: first, Asked: asked}).Error()}
+}
 
 // execute runs one intent's business step in a transaction that holds the
 // record's row lock and finishes the record in the same commit.
@@ -118,7 +120,8 @@ func (a *Activities) executeLocked(ctx context.Context, in idem.Intent, req inte
 	case found && prior.Fingerprint == rec.Fingerprint:
 		step = func(pgx.Tx) (idem.Outcome, error) { return prior.Outcome, nil }
 	case found:
-		step = func(pgx.Tx) (idem.Outcome, error) { return idem.Outcome{}, errKeyReused }
+		rejection := keyReused(rec.Key, prior.BizType, rec.BizType)
+		step = func(pgx.Tx) (idem.Outcome, error) { return idem.Outcome{}, rejection }
 	}
 
 	// The step runs under a savepoint, so a business rejection undoes its

@@ -74,10 +74,16 @@ var (
 type KeyReusedError struct {
 	Key     string
 	BizType string // of the first request
+	Asked   string // of this request
 }
 
+// Error says plainly whether the key was used for another operation or for
+// this one with other parameters: the two mistakes have different fixes.
 func (e *KeyReusedError) Error() string {
-	return fmt.Sprintf("idempotency key %q was already used with different parameters (first use: %s)", e.Key, e.BizType)
+	if e.Asked != "" && e.Asked != e.BizType {
+		return fmt.Sprintf("idempotency key %q was already used for another operation (%s), not %s; use a new key for a new intent", e.Key, e.BizType, e.Asked)
+	}
+	return fmt.Sprintf("idempotency key %q was already used with different parameters (first use: %s); use a new key for a new intent", e.Key, e.BizType)
 }
 
 // Retention says how long a finished record is kept, per business type.
@@ -218,7 +224,7 @@ func (s *Store) Claim(ctx context.Context, p ClaimParams) (Claim, error) {
 				return Claim{}, fmt.Errorf("claim %s/%s: %w", p.TenantID, p.Key, err)
 			}
 			if rec.Fingerprint != p.Fingerprint {
-				return Claim{Record: rec}, &KeyReusedError{Key: p.Key, BizType: rec.BizType}
+				return Claim{Record: rec}, &KeyReusedError{Key: p.Key, BizType: rec.BizType, Asked: p.BizType}
 			}
 			return Claim{Record: rec, Owner: owner}, nil
 		}
@@ -226,7 +232,7 @@ func (s *Store) Claim(ctx context.Context, p ClaimParams) (Claim, error) {
 			return Claim{}, fmt.Errorf("claim %s/%s: %w", p.TenantID, p.Key, err)
 		}
 		if rec.Fingerprint != p.Fingerprint {
-			return Claim{Record: rec}, &KeyReusedError{Key: p.Key, BizType: rec.BizType}
+			return Claim{Record: rec}, &KeyReusedError{Key: p.Key, BizType: rec.BizType, Asked: p.BizType}
 		}
 		if rec.Status != StatusFailed {
 			return Claim{Record: rec}, nil

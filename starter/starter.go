@@ -183,7 +183,7 @@ type Reply struct {
 func (s *Starter) Submit(ctx context.Context, in Intent) (Reply, error) {
 	if rec, ok := s.Answers.get(in.TenantID, in.Key); ok {
 		if rec.Fingerprint != in.Fingerprint {
-			return Reply{OperationID: rec.ID}, &idem.KeyReusedError{Key: in.Key, BizType: rec.BizType}
+			return Reply{OperationID: rec.ID}, &idem.KeyReusedError{Key: in.Key, BizType: rec.BizType, Asked: in.BizType}
 		}
 		return Reply{OperationID: rec.ID, WorkflowID: rec.WorkflowID, Done: true, Outcome: rec.Response, Replayed: true}, nil
 	}
