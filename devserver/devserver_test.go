@@ -2,6 +2,7 @@ package devserver
 
 import (
 	"context"
+	"fmt"
 	"io"
 	"log/slog"
 	"net/http"
@@ -196,4 +197,42 @@ func testAdminURL() string {
 		return u
 	}
 	return "postgres://postgres@127.0.0.1:5432/postgres"
+}
+
+// Seen running 'idemflow chaos' and pressing Ctrl-C while its PostgreSQL
+// started: pg_ctl was stopped while it waited, and the server it had
+// forked (in a session of its own) kept running after chaos exited, on a
+// deleted directory. A start that fails, here by its context ending at
+// several points of the start, leaves no server behind.
+func TestAStartCutShortLeavesNoServerRunning(t *testing.T) {
+	if _, err := findPostgresBin(); err != nil {
+		t.Fatalf("PostgreSQL binaries are needed (scripts/test.sh installs them): %v", err)
+	}
+	logger := slog.New(slog.NewTextHandler(io.Discard, nil))
+	dir := t.TempDir()
+	port, _ := freePort("127.0.0.1")
+	pg, err := StartPrivatePostgres(context.Background(), dir, port, logger) // initdb, once
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := pg.Stop(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	cut := 0
+	for _, after := range []time.Duration{20 * time.Millisecond, 80 * time.Millisecond, 200 * time.Millisecond, 400 * time.Millisecond} {
+		ctx, cancel := context.WithTimeout(context.Background(), after)
+		pg, err := StartPrivatePostgres(ctx, dir, port, logger)
+		cancel()
+		if err == nil {
+			_ = pg.Stop(context.Background()) // started within the time: nothing to check
+			continue
+		}
+		cut++
+		if ping(context.Background(), fmt.Sprintf("postgres://postgres@127.0.0.1:%d/postgres?sslmode=disable&connect_timeout=2", port)) == nil {
+			t.Fatalf("a start cut short after %v (%v) left a server answering on port %d", after, err, port)
+		}
+	}
+	if cut == 0 {
+		t.Fatal("every start finished within 400ms: no start was cut short, so nothing was checked")
+	}
 }

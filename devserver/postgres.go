@@ -97,9 +97,25 @@ func StartPrivatePostgres(ctx context.Context, dataDir string, port int, logger 
 	}
 	logger.Info("starting private PostgreSQL", "dir", dir, "port", port)
 	if err := p.start(ctx); err != nil {
+		// pg_ctl puts the server in a session of its own, so a Ctrl-C
+		// (or a canceled ctx) that stops pg_ctl while it waits leaves
+		// the server running with nobody to stop it: stop it here.
+		p.stopOrphan(context.WithoutCancel(ctx))
 		return nil, err
 	}
 	return p, nil
+}
+
+// stopOrphan stops a server that a failed start may have left running:
+// its pid file appears within moments of the fork.
+func (p *Postgres) stopOrphan(ctx context.Context) {
+	for range 20 {
+		if _, err := os.Stat(filepath.Join(p.dir, "postmaster.pid")); err == nil {
+			_ = p.run(ctx, p.pgCtl, "-D", p.dir, "-m", "immediate", "-w", "-t", "30", "stop")
+			return
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
 }
 
 func (p *Postgres) start(ctx context.Context) error {
