@@ -11,13 +11,14 @@ import (
 
 func runAudit(ctx context.Context, env *Env, args []string) error {
 	fs := flags("audit", env)
-	dbURL := fs.String("database-url", "", "PostgreSQL URL (env DATABASE_URL)")
+	dbURL := fs.String("database-url", "", "PostgreSQL URL; default: a running dev stack's (env DATABASE_URL)")
 	horizon := fs.Duration("processing-timeout", 5*time.Minute, "PROCESSING older than this is reported as stuck (env IDEMFLOW_PROCESSING_TIMEOUT)")
-	if err := parseFlags(fs, args); err != nil {
+	dataDirFlag(fs)
+	if err := parseDevFlags(fs, args); err != nil {
 		return err
 	}
 	if *dbURL == "" {
-		return fmt.Errorf("%w: DATABASE_URL (or --database-url) is required", errUsage)
+		return fmt.Errorf("%w: DATABASE_URL (or --database-url, or a running 'idemflow dev') is required", errUsage)
 	}
 	conn, err := connect(ctx, *dbURL)
 	if err != nil {

@@ -33,6 +33,7 @@ var commands = map[string]command{
 	"inspect":     {"print everything known about one intent: record, business row, order events, workflow and its history, Web UI link", runInspect},
 	"chaos":       {"kill and restart every part while agents retry; check no intent is duplicated, lost or stuck", runChaos},
 	"healthcheck": {"exit 0 when a URL answers 200 (container health checks)", runHealthcheck},
+	"version":     {"print the module version and the VCS revision it was built from", runVersion},
 }
 
 // Env is what a subcommand talks to: its output streams and logger.
@@ -49,9 +50,17 @@ var errUsage = errors.New("usage")
 func Run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	env := &Env{Stdout: stdout, Stderr: stderr,
 		Logger: slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: logLevel()}))}
-	if len(args) == 0 || args[0] == "-h" || args[0] == "--help" || args[0] == "help" {
+	if len(args) == 0 {
 		usage(stderr)
 		return 2
+	}
+	switch args[0] {
+	case "-h", "-help", "--help", "help":
+		// Asked for: the answer goes to stdout, and it is not an error.
+		usage(stdout)
+		return 0
+	case "--version", "-version":
+		args = append([]string{"version"}, args[1:]...)
 	}
 	cmd, ok := commands[args[0]]
 	if !ok {
@@ -107,7 +116,7 @@ func usage(w io.Writer) {
 	for _, n := range names {
 		fmt.Fprintf(w, "  %-12s %s\n", n, all[n].summary)
 	}
-	fmt.Fprintln(w, "\nRun 'idemflow <command> -h' for its flags.")
+	fmt.Fprintln(w, "\nRun 'idemflow <command> -h' for its flags. Flags may come before or after a command's arguments.")
 }
 
 func logLevel() slog.Level {
@@ -134,8 +143,28 @@ var envPattern = regexp.MustCompile(`\(env ([A-Z][A-Z0-9_]*)\)`)
 // behaviour cannot disagree. A value that does not parse is a usage error
 // naming the variable; the value itself is never printed, since it may be
 // a secret.
+//
+// Flags may follow positional arguments ("inspect acme KEY --json"), as
+// the README writes them; everything after "--" is positional.
 func parseFlags(fs *flag.FlagSet, args []string) error {
-	if err := fs.Parse(args); err != nil {
+	var positional []string
+	for {
+		if err := fs.Parse(args); err != nil {
+			return err
+		}
+		rest := fs.Args()
+		if len(rest) == 0 {
+			break
+		}
+		if consumed := len(args) - len(rest); consumed > 0 && args[consumed-1] == "--" {
+			positional = append(positional, rest...)
+			break
+		}
+		positional = append(positional, rest[0])
+		args = rest[1:]
+	}
+	// Parse stops at "--" and leaves what follows as its Args.
+	if err := fs.Parse(append([]string{"--"}, positional...)); err != nil {
 		return err
 	}
 	given := map[string]bool{}
@@ -152,6 +181,44 @@ func parseFlags(fs *flag.FlagSet, args []string) error {
 		}
 		if err := f.Value.Set(v); err != nil {
 			errs = append(errs, fmt.Errorf("%w: %s does not hold a valid --%s (see '%s -h')", errUsage, m[1], f.Name, fs.Name()))
+		}
+	})
+	return errors.Join(errs...)
+}
+
+// dataDirFlag registers --data-dir: where 'idemflow dev' keeps its state,
+// and the dev.env that tells other commands how to reach it.
+func dataDirFlag(fs *flag.FlagSet) *string {
+	return fs.String("data-dir", "./.idemflow", "where 'idemflow dev' keeps its state and dev.env (env IDEMFLOW_DATA_DIR)")
+}
+
+// parseDevFlags is parseFlags for the commands an operator runs beside a
+// stack (token, audit, migrate, inspect, schedule): a flag that neither the
+// command line nor its variable set is then taken from the dev.env that a
+// running 'idemflow dev' leaves in --data-dir, under the same variable
+// name. Every such command thus finds a dev stack the same way, and an
+// explicit setting always wins.
+func parseDevFlags(fs *flag.FlagSet, args []string) error {
+	if err := parseFlags(fs, args); err != nil {
+		return err
+	}
+	dir := fs.Lookup("data-dir")
+	if dir == nil {
+		return nil
+	}
+	dev := readDevEnv(dir.Value.String())
+	given := map[string]bool{}
+	fs.Visit(func(f *flag.Flag) { given[f.Name] = true })
+	var errs []error
+	fs.VisitAll(func(f *flag.Flag) {
+		m := envPattern.FindStringSubmatch(f.Usage)
+		if m == nil || given[f.Name] || strings.TrimSpace(os.Getenv(m[1])) != "" {
+			return
+		}
+		if v := dev[m[1]]; v != "" {
+			if err := f.Value.Set(v); err != nil {
+				errs = append(errs, fmt.Errorf("%w: %s in %s/dev.env does not hold a valid --%s", errUsage, m[1], dir.Value.String(), f.Name))
+			}
 		}
 	})
 	return errors.Join(errs...)

@@ -3,6 +3,8 @@ package cli_test
 import (
 	"bytes"
 	"context"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 
@@ -142,5 +144,53 @@ func TestEveryScheduleCommandReadsItsEnvironment(t *testing.T) {
 	}
 	if code, out := run(t, "schedule", "frobnicate"); code != 2 || !strings.Contains(out, "unknown schedule command") {
 		t.Errorf("unknown schedule command: exit %d\n%s", code, out)
+	}
+}
+
+// Help is an answer, not a usage error: it exits 0 and goes to stdout.
+// version names the build.
+func TestHelpExitsZeroAndVersionNamesTheBuild(t *testing.T) {
+	for _, args := range [][]string{{"--help"}, {"help"}, {"-h"}} {
+		var out, errOut bytes.Buffer
+		if code := cli.Run(context.Background(), args, &out, &errOut); code != 0 || !strings.Contains(out.String(), "commands:") {
+			t.Errorf("%v: exit %d\n%s%s", args, code, out.String(), errOut.String())
+		}
+	}
+	if code, _ := run(t); code != 2 {
+		t.Errorf("no command: exit %d, want 2", code)
+	}
+	for _, args := range [][]string{{"version"}, {"--version"}} {
+		if code, out := run(t, args...); code != 0 || !strings.HasPrefix(out, "idemflow ") {
+			t.Errorf("%v: exit %d %q", args, code, out)
+		}
+	}
+}
+
+// token, audit and migrate find a running dev stack the way inspect, mcp,
+// demo and bench do: through the dev.env in the data directory, when
+// neither a flag nor a variable says otherwise. A flag still wins.
+func TestOperatorCommandsFindADevStackThroughDevEnv(t *testing.T) {
+	_, dbURL := testenv.Pool(t)
+	dir := t.TempDir()
+	if err := os.WriteFile(filepath.Join(dir, "dev.env"), []byte("DATABASE_URL="+dbURL+"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	t.Setenv("DATABASE_URL", "")
+	t.Setenv("IDEMFLOW_DATA_DIR", dir)
+	if code, out := run(t, "migrate"); code != 0 || !strings.Contains(out, "schema at version") {
+		t.Fatalf("migrate: exit %d\n%s", code, out)
+	}
+	if code, out := run(t, "token", "--tenant", "beta"); code != 0 || !strings.HasPrefix(out, "idf_") {
+		t.Fatalf("token --tenant beta: exit %d\n%s", code, out)
+	}
+	if code, out := run(t, "audit"); code != 0 || !strings.Contains(out, "healthy") {
+		t.Fatalf("audit: exit %d\n%s", code, out)
+	}
+	if code, out := run(t, "audit", "--database-url", "postgres://nobody@127.0.0.1:1/none?connect_timeout=1"); code != 1 {
+		t.Fatalf("an explicit --database-url must win over dev.env: exit %d\n%s", code, out)
+	}
+	t.Setenv("IDEMFLOW_DATA_DIR", t.TempDir()) // no dev stack there
+	if code, out := run(t, "token", "--tenant", "beta"); code != 2 || !strings.Contains(out, "idemflow dev") {
+		t.Fatalf("without a dev stack: exit %d\n%s", code, out)
 	}
 }

@@ -341,12 +341,13 @@ func serveHTTP(ctx context.Context, logger *slog.Logger, name, addr string, srv 
 
 func runMigrate(ctx context.Context, env *Env, args []string) error {
 	fs := flags("migrate", env)
-	dbURL := fs.String("database-url", "", "PostgreSQL URL (env DATABASE_URL)")
-	if err := parseFlags(fs, args); err != nil {
+	dbURL := fs.String("database-url", "", "PostgreSQL URL; default: a running dev stack's (env DATABASE_URL)")
+	dataDirFlag(fs)
+	if err := parseDevFlags(fs, args); err != nil {
 		return err
 	}
 	if *dbURL == "" {
-		return fmt.Errorf("%w: DATABASE_URL (or --database-url) is required", errUsage)
+		return fmt.Errorf("%w: DATABASE_URL (or --database-url, or a running 'idemflow dev') is required", errUsage)
 	}
 	from, to, err := migrations.MigrateURL(ctx, *dbURL)
 	if err != nil {
@@ -358,14 +359,18 @@ func runMigrate(ctx context.Context, env *Env, args []string) error {
 
 func runToken(ctx context.Context, env *Env, args []string) error {
 	fs := flags("token", env)
-	dbURL := fs.String("database-url", "", "PostgreSQL URL (env DATABASE_URL)")
+	dbURL := fs.String("database-url", "", "PostgreSQL URL; default: a running dev stack's (env DATABASE_URL)")
 	tenantID := fs.String("tenant", "", "tenant ID ([a-z0-9_-], created if missing)")
 	label := fs.String("label", "", "a note stored with the token")
-	if err := parseFlags(fs, args); err != nil {
+	dataDirFlag(fs)
+	if err := parseDevFlags(fs, args); err != nil {
 		return err
 	}
-	if *dbURL == "" || *tenantID == "" {
-		return fmt.Errorf("%w: --tenant and DATABASE_URL are required", errUsage)
+	if *tenantID == "" {
+		return fmt.Errorf("%w: --tenant is required", errUsage)
+	}
+	if *dbURL == "" {
+		return fmt.Errorf("%w: DATABASE_URL (or --database-url, or a running 'idemflow dev') is required", errUsage)
 	}
 	conn, err := connect(ctx, *dbURL)
 	if err != nil {

@@ -66,24 +66,19 @@ func runInspect(ctx context.Context, env *Env, args []string) error {
 	var c common
 	fs := flags("inspect", env)
 	c.registerTemporal(fs)
-	fs.StringVar(&c.databaseURL, "database-url", "", "PostgreSQL URL (env DATABASE_URL; default: from dev.env)")
+	fs.StringVar(&c.databaseURL, "database-url", "", "PostgreSQL URL; default: a running dev stack's (env DATABASE_URL)")
 	asJSON := fs.Bool("json", false, "print JSON instead of text")
-	uiURL := fs.String("ui-url", "", "the Temporal Web UI's base URL, for the link (env IDEMFLOW_UI_URL; default: from dev.env)")
-	dataDir := fs.String("data-dir", "./.idemflow", "where 'idemflow dev' keeps dev.env (env IDEMFLOW_DATA_DIR)")
-	if err := parseFlags(fs, args); err != nil {
+	uiURL := fs.String("ui-url", "", "the Temporal Web UI's base URL, for the link; default: a running dev stack's (env IDEMFLOW_UI_URL)")
+	dataDirFlag(fs)
+	if err := parseDevFlags(fs, args); err != nil {
 		return err
 	}
 	if fs.NArg() != 2 {
 		return fmt.Errorf("%w: idemflow inspect [flags] <tenant> <key>", errUsage)
 	}
 	tenantID, key := fs.Arg(0), fs.Arg(1)
-	dev := readDevEnv(*dataDir)
-	c.databaseURL = firstNonEmpty(c.databaseURL, dev["DATABASE_URL"])
-	if *uiURL == "" {
-		*uiURL = dev["IDEMFLOW_UI_URL"]
-	}
 	if c.databaseURL == "" {
-		return fmt.Errorf("%w: DATABASE_URL (or --database-url, or a dev.env) is required", errUsage)
+		return fmt.Errorf("%w: DATABASE_URL (or --database-url, or a running 'idemflow dev') is required", errUsage)
 	}
 	conn, err := connect(ctx, c.databaseURL)
 	if err != nil {
@@ -129,11 +124,22 @@ func runInspect(ctx context.Context, env *Env, args []string) error {
 	if *asJSON {
 		enc := json.NewEncoder(env.Stdout)
 		enc.SetIndent("", "  ")
-		return enc.Encode(in)
+		if err := enc.Encode(in); err != nil {
+			return err
+		}
+	} else {
+		printInspection(env, in)
 	}
-	printInspection(env, in)
+	if in.Record == nil && in.Row == nil && len(in.Events) == 0 {
+		// A probe or a script must tell found from missing.
+		return exitCodeError{code: ExitNotFound, err: fmt.Errorf("nothing is known of tenant %s key %q", tenantID, key)}
+	}
 	return nil
 }
+
+// ExitNotFound is inspect's exit code when nothing is known of the key: no
+// record, no business row, no order event.
+const ExitNotFound = 4
 
 func inspectWorkflow(ctx context.Context, env *Env, c common, run *inspectRun) error {
 	tc, err := dialTemporal(ctx, env.Logger, c.temporal, c.namespace, c.tls, nil)

@@ -5,6 +5,7 @@ import (
 	"context"
 	"flag"
 	"fmt"
+	"net"
 	"os"
 	"path/filepath"
 	"strings"
@@ -73,8 +74,13 @@ func runMCP(ctx context.Context, env *Env, args []string) error {
 	}
 	cfg := mcpserver.Config{BaseURL: g.url, Token: g.token}
 	if *httpAddr != "" {
-		env.Logger.Info("MCP over streamable HTTP", "addr", *httpAddr, "gateway", g.url)
-		return serveHTTP(ctx, env.Logger, "MCP server", *httpAddr, newHTTPServer(mcpserver.HTTPHandler(cfg, httpOpts), true), nil)
+		// The line a user copies into a client's configuration: the URL
+		// itself (any path serves MCP; "/" is the one to give).
+		ready := func(addr net.Addr) {
+			env.Logger.Info("MCP over streamable HTTP: point clients at this URL, with their own bearer token",
+				"url", "http://"+addr.String()+"/", "gateway", g.url)
+		}
+		return serveHTTP(ctx, env.Logger, "MCP server", *httpAddr, newHTTPServer(mcpserver.HTTPHandler(cfg, httpOpts), true), ready)
 	}
 	// stdout carries the protocol; logs go to stderr.
 	return mcpserver.New(cfg).Run(ctx, &mcp.StdioTransport{})

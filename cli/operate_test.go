@@ -320,7 +320,32 @@ func TestInspectShowsRecordRowEventsWorkflowAndLink(t *testing.T) {
 	if text := run("acme", "look-1"); !strings.Contains(text, "record      SUCCESS") || !strings.Contains(text, "web ui      http://127.0.0.1:8233/") {
 		t.Fatalf("inspect:\n%s", text)
 	}
-	if text := run("acme", "never-sent"); !strings.Contains(text, "no idempotency record") || !strings.Contains(text, "no business row") {
-		t.Fatalf("inspect of an unknown key:\n%s", text)
+	// A key nobody sent has its own exit code, with the text still printed.
+	var out4, err4 strings.Builder
+	code := cli.Run(t.Context(), []string{"inspect", "--database-url", dbURL, "--temporal-address", ts.GetFrontendHostPort(),
+		"--namespace", ts.GetDefaultNamespace(), "acme", "never-sent"}, &out4, &err4)
+	if text := out4.String(); code != cli.ExitNotFound || !strings.Contains(text, "no idempotency record") || !strings.Contains(text, "no business row") {
+		t.Fatalf("inspect of an unknown key: exit %d, want %d\n%s%s", code, cli.ExitNotFound, text, err4.String())
+	}
+	// Flags may follow the positionals, as the README writes them; a key
+	// too long for a readable workflow ID is inspected by the key itself.
+	long := strings.Repeat("k", 255)
+	if r := testenv.Do(t, "http://"+addr, testenv.Request{Path: "/v1/tickets", Token: tok, Key: long,
+		Body: `{"customer_id":"c-9","title":"A long key"}`}); r.Status != 201 {
+		t.Fatalf("%d %s", r.Status, r.Body)
+	}
+	var wf struct {
+		Workflow struct {
+			ID     string `json:"workflow_id"`
+			Status string `json:"status"`
+		} `json:"workflow"`
+	}
+	var outL, errL strings.Builder
+	if code := cli.Run(t.Context(), []string{"inspect", "acme", long, "--database-url", dbURL, "--temporal-address", ts.GetFrontendHostPort(),
+		"--namespace", ts.GetDefaultNamespace(), "--json"}, &outL, &errL); code != 0 {
+		t.Fatalf("inspect with flags after the key: exit %d: %s", code, errL.String())
+	}
+	if err := json.Unmarshal([]byte(outL.String()), &wf); err != nil || !strings.HasPrefix(wf.Workflow.ID, "ticket/acme/sha256,") || wf.Workflow.Status != "Completed" {
+		t.Fatalf("inspect of a 255-character key: %v\n%s", err, outL.String())
 	}
 }

@@ -139,8 +139,9 @@ func runSchedule(ctx context.Context, env *Env, args []string) error {
 		s.register(fs)
 	}
 	// Every verb reads its settings as every command does: flags, then
-	// the variables their help names.
-	if err := parseFlags(fs, args[1:]); err != nil {
+	// the variables their help names, then a running dev stack's.
+	dataDirFlag(fs)
+	if err := parseDevFlags(fs, args[1:]); err != nil {
 		return err
 	}
 	tc, err := dialTemporal(ctx, env.Logger, c.temporal, c.namespace, c.tls, nil)
