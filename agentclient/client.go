@@ -124,8 +124,12 @@ func (c *Client) NewIntent(ctx context.Context, id, kind, method, path string, b
 		return Intent{}, fmt.Errorf("intent %s: encode body: %w", id, err)
 	}
 	if in, err := c.Store.Load(ctx, id); err == nil {
-		if in.Method != method || in.Path != path || !sameJSON(in.Body, raw) {
-			return Intent{}, fmt.Errorf("intent %s: stored %s %s, asked %s %s: %w", id, in.Method, in.Path, method, path, ErrIntentMismatch)
+		if d := difference(in, method, path, raw); d != "" {
+			hint := ""
+			if in.Refused != nil {
+				hint = " (its last answer refused the request before anything was recorded: ReviseIntent sends the corrected one under the same key)"
+			}
+			return Intent{}, fmt.Errorf("intent %s: %s%s: %w", id, d, hint, ErrIntentMismatch)
 		}
 		return in, nil
 	} else if !errors.Is(err, ErrNoIntent) {
@@ -136,6 +140,58 @@ func (c *Client) NewIntent(ctx context.Context, id, kind, method, path string, b
 		return Intent{}, err
 	}
 	return in, nil
+}
+
+// ReviseIntent replaces the request of the intent stored under id, keeping
+// its key, when the server refused the request before recording anything
+// (a 400 for the body, 413 or 415): the README's "fix the body, same key".
+// Any other intent may have been recorded under its key, so changing its
+// request would be a reused key: that is ErrNotRevisable.
+func (c *Client) ReviseIntent(ctx context.Context, id, method, path string, body any) (Intent, error) {
+	c.defaults()
+	if c.Store == nil {
+		return Intent{}, errors.New("client: ReviseIntent needs a Store")
+	}
+	raw, err := json.Marshal(body)
+	if err != nil {
+		return Intent{}, fmt.Errorf("intent %s: encode body: %w", id, err)
+	}
+	in, err := c.Store.Load(ctx, id)
+	if err != nil {
+		return Intent{}, fmt.Errorf("intent %s: %w", id, err)
+	}
+	switch {
+	case in.Result != nil:
+		return Intent{}, fmt.Errorf("intent %s has its final answer (HTTP %d): %w", id, in.Result.Status, ErrNotRevisable)
+	case in.Refused == nil:
+		return Intent{}, fmt.Errorf("intent %s was not refused as sent, so the server may have recorded it: %w", id, ErrNotRevisable)
+	}
+	in.Method, in.Path, in.Body, in.Refused = method, path, raw, nil
+	if err := c.Store.Save(ctx, in); err != nil {
+		return Intent{}, err
+	}
+	return in, nil
+}
+
+// difference says how a stored intent differs from a request, or "".
+func difference(in Intent, method, path string, raw []byte) string {
+	switch {
+	case in.Method != method || in.Path != path:
+		return fmt.Sprintf("stored %s %s, asked %s %s", in.Method, in.Path, method, path)
+	case !sameJSON(in.Body, raw):
+		return fmt.Sprintf("%s %s: stored body %s, asked body %s", method, path, clip(in.Body), clip(raw))
+	}
+	return ""
+}
+
+func clip(b []byte) string {
+	if c, err := jcs.Transform(b); err == nil {
+		b = c
+	}
+	if len(b) > 200 {
+		return string(b[:200]) + "…"
+	}
+	return string(b)
 }
 
 // sameJSON compares two JSON texts by value, as RFC 8785 canonical forms:
@@ -157,7 +213,11 @@ func sameJSON(a, b []byte) bool {
 func (c *Client) Do(ctx context.Context, in Intent) (Result, error) {
 	c.defaults()
 	if in.Result != nil {
-		return *in.Result, nil
+		// The first answer, from the agent's own store: a replay, as the
+		// server would mark it.
+		res := *in.Result
+		res.Replayed = true
+		return res, nil
 	}
 	var res Result
 	var err error
@@ -190,6 +250,12 @@ func (c *Client) Do(ctx context.Context, in Intent) (Result, error) {
 		if isRetryable(err) {
 			return Result{}, fmt.Errorf("intent %s: %w before a final answer (last: %v)", in.ID, context.DeadlineExceeded, err)
 		}
+		if refusedUnrecorded(res) && c.Store != nil && in.ID != "" {
+			in.Refused = &res
+			if serr := c.Store.Save(ctx, in); serr != nil {
+				return Result{}, errors.Join(err, serr)
+			}
+		}
 		return Result{}, err
 	}
 	if c.Store != nil && in.ID != "" {
@@ -199,6 +265,19 @@ func (c *Client) Do(ctx context.Context, in Intent) (Result, error) {
 		}
 	}
 	return res, nil
+}
+
+// refusedUnrecorded reports an answer given before the server recorded
+// anything: a 400 for the body or key (not a stored unstorable-input), a
+// 413 or a 415.
+func refusedUnrecorded(res Result) bool {
+	switch res.Status {
+	case http.StatusBadRequest:
+		return problemType(res.Body) != "/problems/unstorable-input"
+	case http.StatusRequestEntityTooLarge, http.StatusUnsupportedMediaType:
+		return true
+	}
+	return false
 }
 
 // backoff is capped exponential backoff with full jitter: a random pause

@@ -1,6 +1,7 @@
 package agentclient
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -371,5 +372,51 @@ func TestNewIntentRefusesADifferentRequestUnderAStoredID(t *testing.T) {
 		if _, err := c.NewIntent(ctx, "i", "ticket", tc.method, tc.path, tc.body); !errors.Is(err, ErrIntentMismatch) {
 			t.Fatalf("%s %s %v: %v", tc.method, tc.path, tc.body, err)
 		}
+	}
+}
+
+// After a 400 nothing was recorded, so the README's advice holds: the same
+// key may carry a corrected body. NewIntent refuses the change and names
+// it; ReviseIntent makes it, only for an intent refused that way. A replay
+// from the agent's own store says it is one.
+func TestAfterA400TheSameKeyCarriesACorrectedBody(t *testing.T) {
+	s := testenv.NewStack(t, testenv.Options{})
+	ctx := context.Background()
+	c := &Client{BaseURL: s.URL, Token: s.Tokens[testenv.TenantA], Store: &MemoryStore{}}
+	bad := map[string]any{"customer_id": "c-1", "title": strings.Repeat("t", 201)}
+	good := map[string]any{"customer_id": "c-1", "title": "Printer on fire"}
+	in, err := c.NewIntent(ctx, "step-1", "ticket:create", "POST", "/v1/tickets", bad)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.ReviseIntent(ctx, "step-1", "POST", "/v1/tickets", good); !errors.Is(err, ErrNotRevisable) {
+		t.Fatalf("revising an intent never sent: %v", err)
+	}
+	if _, err := c.Do(ctx, in); !errors.Is(err, ErrInvalidRequest) {
+		t.Fatalf("a 201-character title: %v", err)
+	}
+	_, err = c.NewIntent(ctx, "step-1", "ticket:create", "POST", "/v1/tickets", good)
+	if !errors.Is(err, ErrIntentMismatch) || !strings.Contains(err.Error(), `asked body {"customer_id":"c-1","title":"Printer on fire"}`) ||
+		!strings.Contains(err.Error(), "ReviseIntent") {
+		t.Fatalf("NewIntent with the corrected body: %v", err)
+	}
+	revised, err := c.ReviseIntent(ctx, "step-1", "POST", "/v1/tickets", good)
+	if err != nil || revised.Key != in.Key {
+		t.Fatalf("revise: %+v %v", revised, err)
+	}
+	first, err := c.Do(ctx, revised)
+	if err != nil || first.Status != 201 || first.Replayed {
+		t.Fatalf("the corrected intent: %+v %v", first, err)
+	}
+	stored, _ := c.Store.Load(ctx, "step-1")
+	again, err := c.Do(ctx, stored)
+	if err != nil || !again.Replayed || !bytes.Equal(again.Body, first.Body) {
+		t.Fatalf("the answer from the store: %+v %v", again, err)
+	}
+	if _, err := c.ReviseIntent(ctx, "step-1", "POST", "/v1/tickets", bad); !errors.Is(err, ErrNotRevisable) {
+		t.Fatalf("revising an intent with its final answer: %v", err)
+	}
+	if n := testenv.Count(t, s.Pool, "ticket", ""); n != 1 {
+		t.Fatalf("%d tickets", n)
 	}
 }

@@ -11,7 +11,10 @@ import (
 var (
 	// ErrKeyReused: the key was used before with other parameters (422).
 	ErrKeyReused = errors.New("idempotency key reused with different parameters")
-	// ErrInvalidRequest: the request can never succeed as sent (400).
+	// ErrInvalidRequest: the request can never succeed as sent (400, or
+	// 415 for a body not sent as JSON). Unless the answer was a stored
+	// one (/problems/unstorable-input), nothing was recorded: fix the body
+	// with ReviseIntent and send it again under the same key.
 	ErrInvalidRequest = errors.New("invalid request")
 	// ErrUnauthorized: the token is missing, unknown or revoked (401).
 	ErrUnauthorized = errors.New("unauthorized")
@@ -79,7 +82,7 @@ func problemError(status int, body []byte) error {
 	_ = json.Unmarshal(body, &p)
 	pe := ProblemError{Status: status, Problem: p, Body: body}
 	switch {
-	case status == 400:
+	case status == 400, status == 415:
 		pe.kind = ErrInvalidRequest
 	case status == 401:
 		pe.kind = ErrUnauthorized

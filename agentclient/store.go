@@ -29,7 +29,11 @@ type Intent struct {
 	Path   string          `json:"path"`
 	Body   json.RawMessage `json:"body,omitempty"`
 	// Result is set once the intent has its final answer.
-	Result    *Result   `json:"result,omitempty"`
+	Result *Result `json:"result,omitempty"`
+	// Refused is set when the last answer refused the request before the
+	// server recorded anything (a 400 for the body, 413, 415): the same
+	// key may then carry a corrected request (ReviseIntent).
+	Refused   *Result   `json:"refused,omitempty"`
 	CreatedAt time.Time `json:"created_at"`
 }
 
@@ -41,6 +45,11 @@ var ErrNoIntent = errors.New("no such intent")
 // request would be refused as a reused key, and sending the stored request
 // would not be what the caller asked for: the caller must choose.
 var ErrIntentMismatch = errors.New("a different intent is stored under this ID")
+
+// ErrNotRevisable: ReviseIntent was asked to change an intent the server
+// may have recorded (it has a final answer, or was never refused as
+// sent), so the same key with another request would be a reused key.
+var ErrNotRevisable = errors.New("the intent cannot be revised")
 
 // IntentStore keeps intents across agent restarts. Save must be durable
 // when it returns: the key is only safe to send once it cannot be lost.

@@ -13,11 +13,17 @@ errors, 409 request-in-progress, 429 and 5xx; never retry 400, 401, 404,
         ticket --id step-1 --customer c-1 --title "Printer on fire"
 
 Run it again with the same --id (after a crash, say): it resumes the same
-intent with the same key, and prints the first answer.
+intent with the same key, and prints the first answer. The intents are kept
+in .idemflow/intents.db under the working directory (--db to choose).
+
+After a 400 (or 413, 415) nothing was recorded, so running it again with the
+same --id and corrected arguments sends them under the same key. Any other
+change under a used --id is refused: use a new --id for a new intent.
 """
 
 import argparse
 import json
+import os
 import random
 import sqlite3
 import sys
@@ -35,6 +41,24 @@ class Rejected(Exception):
     def __init__(self, status, problem):
         super().__init__(f"HTTP {status}: {problem.get('type')}: {problem.get('detail')}")
         self.status, self.problem = status, problem
+
+
+class IntentMismatch(Exception):
+    """Another request is stored under this intent ID, and the server may
+    have recorded it: its key cannot carry the new one."""
+
+
+def refused_unrecorded(status, answer):
+    """An answer given before the server recorded anything: a 400 for the
+    body (not a stored unstorable-input), a 413 or a 415."""
+    if status in (413, 415):
+        return True
+    if status == 400:
+        try:
+            return json.loads(answer or "{}").get("type") != "/problems/unstorable-input"
+        except ValueError:
+            return True
+    return False
 
 
 class IntentStore:
@@ -57,10 +81,23 @@ class IntentStore:
         row = self.db.execute("SELECT key, method, path, body, status, answer FROM intent WHERE id = ?",
                               (intent_id,)).fetchone()
         if row:
-            if (row[1], row[2], row[3]) != (method, path, canon):
-                raise ValueError(f"intent {intent_id} is stored with another request; use a new id")
+            if (row[1], row[2], row[3]) == (method, path, canon):
+                return {"id": intent_id, "key": row[0], "method": method, "path": path, "body": canon,
+                        "status": row[4], "answer": row[5], "resumed": True}
+            if (row[1], row[2]) != (method, path):
+                diff = f"stored {row[1]} {row[2]}, asked {method} {path}"
+            else:
+                diff = f"stored body {row[3]}, asked body {canon}"
+            if not refused_unrecorded(row[4], row[5]):
+                raise IntentMismatch(f"intent {intent_id}: {diff}; its key may already be recorded with the "
+                                     "stored request, so use a new --id for a new intent")
+            # Refused before anything was recorded: the same key may carry
+            # the corrected request.
+            with self.db:
+                self.db.execute("UPDATE intent SET method = ?, path = ?, body = ?, status = NULL, answer = NULL WHERE id = ?",
+                                (method, path, canon, intent_id))
             return {"id": intent_id, "key": row[0], "method": method, "path": path, "body": canon,
-                    "status": row[4], "answer": row[5], "resumed": True}
+                    "status": None, "answer": None, "resumed": True, "revised": diff}
         key = f"{kind}:{uuid.uuid4()}"
         with self.db:
             self.db.execute("INSERT INTO intent (id, key, method, path, body) VALUES (?, ?, ?, ?, ?)",
@@ -102,6 +139,8 @@ class Agent:
         """Send the intent until it has a final answer. Every attempt
         carries the intent's key."""
         if intent["status"] is not None:
+            if intent["status"] >= 400:
+                raise Rejected(intent["status"], json.loads(intent["answer"] or "{}"))
             return intent["status"], json.loads(intent["answer"])
         end = time.monotonic() + deadline
         for n in range(1, 10_000):
@@ -147,7 +186,8 @@ def main(argv=None):
     p = argparse.ArgumentParser(description="An idemflow agent that cannot lose its key.")
     p.add_argument("--url", required=True)
     p.add_argument("--token", required=True)
-    p.add_argument("--db", default="intents.db", help="the SQLite file that keeps the intents")
+    p.add_argument("--db", default=os.path.join(".idemflow", "intents.db"),
+                   help="the SQLite file that keeps the intents (default: .idemflow/intents.db)")
     p.add_argument("--attempt-timeout", type=float, default=10.0)
     sub = p.add_subparsers(dest="kind", required=True)
     t = sub.add_parser("ticket", help="create a support ticket")
@@ -157,10 +197,20 @@ def main(argv=None):
     t.add_argument("--priority", default="normal")
     args = p.parse_args(argv)
 
+    if os.path.dirname(args.db):
+        os.makedirs(os.path.dirname(args.db), exist_ok=True)
     store = IntentStore(args.db)
     body = {"customer_id": args.customer, "title": args.title, "priority": args.priority}
-    intent = store.open(args.id, "ticket:create", "POST", "/v1/tickets", body)
-    print(f"{'resuming' if intent['resumed'] else 'new'} intent {intent['id']} key={intent['key']}", flush=True)
+    try:
+        intent = store.open(args.id, "ticket:create", "POST", "/v1/tickets", body)
+    except IntentMismatch as e:
+        print(f"refused: {e}", flush=True)
+        return 2
+    if intent.get("revised"):
+        print(f"revising intent {intent['id']} key={intent['key']}: its last answer recorded nothing "
+              f"({intent['revised']})", flush=True)
+    else:
+        print(f"{'resuming' if intent['resumed'] else 'new'} intent {intent['id']} key={intent['key']}", flush=True)
     agent = Agent(args.url, args.token, store, attempt_timeout=args.attempt_timeout)
     try:
         status, answer = agent.do(intent)

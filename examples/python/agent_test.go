@@ -6,6 +6,7 @@ import (
 	"bufio"
 	"context"
 	"errors"
+	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
@@ -108,5 +109,53 @@ func TestPythonAgentDoesNotRetryAnAnswer(t *testing.T) {
 				t.Fatalf("%v\n%s", err, out)
 			}
 		})
+	}
+}
+
+// After a 400 nothing was recorded: the same --id with corrected arguments
+// is sent under the same key. A change after the intent succeeded is
+// refused with a message, not a traceback. Without --db the intents go to
+// .idemflow/ under the working directory, never into the repository.
+func TestPythonAgentRevisesWhatWasRefusedBeforeAnythingWasRecorded(t *testing.T) {
+	py, err := exec.LookPath("python3")
+	if err != nil {
+		t.Fatalf("python3 is needed for the Python agent example: %v", err)
+	}
+	s := testenv.NewStack(t, testenv.Options{})
+	agent, err := filepath.Abs("agent.py")
+	if err != nil {
+		t.Fatal(err)
+	}
+	cwd := t.TempDir()
+	run := func(title string) (int, string) {
+		cmd := exec.Command(py, agent, "--url", s.URL, "--token", s.Tokens[testenv.TenantA],
+			"ticket", "--id", "step-1", "--customer", "c-1", "--title", title)
+		cmd.Dir = cwd
+		out, err := cmd.CombinedOutput()
+		var exit *exec.ExitError
+		if errors.As(err, &exit) {
+			return exit.ExitCode(), string(out)
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		return 0, string(out)
+	}
+	if code, out := run(strings.Repeat("t", 201)); code != 2 || !strings.Contains(out, "rejected: HTTP 400") {
+		t.Fatalf("a 201-character title: exit %d\n%s", code, out)
+	}
+	code, out := run("Printer on fire")
+	if code != 0 || !strings.Contains(out, "revising intent step-1 key=") || !strings.Contains(out, "done 201 ") {
+		t.Fatalf("the corrected title under the same id: exit %d\n%s", code, out)
+	}
+	code, out = run("Another title")
+	if code != 2 || !strings.Contains(out, "refused: intent step-1: stored body") || strings.Contains(out, "Traceback") {
+		t.Fatalf("a change after the intent succeeded: exit %d\n%s", code, out)
+	}
+	if _, err := os.Stat(filepath.Join(cwd, ".idemflow", "intents.db")); err != nil {
+		t.Fatalf("the default store: %v", err)
+	}
+	if n := testenv.Count(t, s.Pool, "ticket", ""); n != 1 {
+		t.Fatalf("%d tickets", n)
 	}
 }
