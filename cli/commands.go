@@ -164,6 +164,8 @@ type gatewayConfig struct {
 	addr, metricsAddr, pprofAddr string
 	maxWaiting                   int
 	shutdownGrace                time.Duration
+	// requestLogLevel is not a flag: dev sets it (see devConsole).
+	requestLogLevel slog.Level
 }
 
 func (g *gatewayConfig) register(fs *flag.FlagSet) {
@@ -195,6 +197,7 @@ func (g *gatewayConfig) check() error {
 func serveGateway(ctx context.Context, logger *slog.Logger, d *deps, cfg gatewayConfig, ready func(net.Addr)) error {
 	g := d.gateway()
 	g.SetMaxWaiting(cfg.maxWaiting)
+	g.RequestLogLevel = cfg.requestLogLevel
 	side := map[string]http.Handler{}
 	if cfg.metricsAddr != "" {
 		g.ServeMetrics = false

@@ -65,6 +65,12 @@ func runDev(ctx context.Context, env *Env, args []string) error {
 	if err := os.MkdirAll(*dataDir, 0o755); err != nil {
 		return fmt.Errorf("data dir: %w", err)
 	}
+	log, progress, requestLevel, closeLog, err := devConsole(env.Stderr, *dataDir)
+	if err != nil {
+		return err
+	}
+	defer closeLog()
+	gw.requestLogLevel = requestLevel
 
 	// PostgreSQL: DATABASE_URL, else a reachable local server, else a
 	// private one from the installed binaries.
@@ -147,7 +153,7 @@ then find it: idemflow inspect %s demo-1, or IdempotencyKey="demo-1" in the Web 
 			cfg.BaseURL, cfg.Token, cfg.Tenant, cfg.DatabaseURL = gw, token, tenantID, c.databaseURL
 			cfg.UIURL, cfg.Namespace = ui.URL, c.namespace
 			cfg.StoreDir = filepath.Join(*dataDir, "demo-intents")
-			cfg.Out, cfg.Progress = env.Stdout, env.Stderr
+			cfg.Out, cfg.Progress = env.Stdout, progress
 			go func() {
 				fmt.Fprintln(env.Stdout, "\nrunning the demo agent...")
 				if _, _, err := demo.Run(ctx, cfg); err != nil && ctx.Err() == nil {

@@ -51,6 +51,10 @@ type Gateway struct {
 	// off to serve Metrics.Handler on another address.
 	ServeMetrics bool
 	Logger       *slog.Logger
+	// RequestLogLevel is the level of the one line per request (INFO by
+	// default); dev on a terminal lowers it to DEBUG, to keep its console
+	// for people.
+	RequestLogLevel slog.Level
 
 	// waiting holds one token per request waiting for its intent: each
 	// holds a goroutine and a Temporal long poll. When it is full, a
@@ -535,7 +539,7 @@ func (g *Gateway) logRequests(next http.Handler) http.Handler {
 		if info.workflowID != "" {
 			attrs = append(attrs, slog.String("workflow_id", info.workflowID))
 		}
-		g.logger().LogAttrs(r.Context(), slog.LevelInfo, "http", attrs...)
+		g.logger().LogAttrs(r.Context(), g.RequestLogLevel, "http", attrs...)
 	})
 }
 

@@ -60,5 +60,14 @@ ensure_chromium() { ensure_package chromium chromium "the Web UI browser test"; 
 # cores) take seconds: never clean it.
 build_idemflow() {
   mkdir -p bin
+  # Say "several minutes" only when it is true: when the build cache does
+  # not hold the Temporal server yet.
+  if [ "$(go list -f '{{.Stale}}' go.temporal.io/server/temporal 2>/dev/null)" = true ]; then
+    echo "building idemflow: the first build compiles the Temporal server, several minutes (later builds take seconds)..." >&2
+  else
+    echo "building idemflow..." >&2
+  fi
+  local start=$SECONDS
   go build -o bin/idemflow ./cmd/idemflow
+  echo "built bin/idemflow in $((SECONDS - start)) s" >&2
 }

@@ -12,7 +12,6 @@ need_go
 if [ -z "${DATABASE_URL:-}" ]; then
   ensure_postgres_installed
 fi
-echo "building idemflow (the first build compiles the Temporal server: several minutes)..." >&2
 build_idemflow
 demo=--demo
 [ "${IDEMFLOW_DEMO:-1}" = 0 ] && demo=
