@@ -132,9 +132,11 @@ type Config struct {
 	// jobs done, not by the clock, so a run means the same on a slow
 	// machine as on a fast one.
 	Jobs, NaiveJobs int
-	// Duration bounds the load in time: alone, both clients run for that
-	// long; with Jobs, it is the time bound and Report.CutShort says
-	// whether it ended the load before the jobs were done.
+	// Duration budgets the whole run: start-up, load and checks. The load
+	// gets what start-up left, less CheckTime; alone, both clients run
+	// that long; with Jobs, it is the time bound and Report.CutShort says
+	// whether it ended the load before the jobs were done. A budget that
+	// leaves under MinLoad of load is an error before anything starts.
 	Duration time.Duration
 	// Topology of the local stack: TopologyServe (default) or TopologySplit.
 	Topology string
@@ -273,8 +275,43 @@ func (r *run) intN(n int) int {
 // Run runs the agents under faults, checks, prints the report to cfg.Out
 // and returns it. An error is returned only when the run could not be made;
 // violations are in the report (Report.OK).
+// MinLoad is the least load a Duration budget must leave.
+const MinLoad = 5 * time.Second
+
+// CheckTime is what a run keeps of its Duration budget for after the load:
+// the reconcile horizon waited out, two reconcile rounds, and the checks.
+func (c Config) CheckTime() time.Duration {
+	c.defaults()
+	return c.ProcessingTimeout + 2*c.ReconcileInterval + 10*time.Second
+}
+
+// startupGuess is what a local stack's start-up is budgeted at, to refuse
+// a Duration that cannot hold a run at all before starting it.
+const startupGuess = 15 * time.Second
+
+// CheckBudget refuses a Duration that cannot hold a start-up, MinLoad of
+// load and the checks.
+func (c Config) CheckBudget() error {
+	if c.Duration <= 0 {
+		return nil
+	}
+	need := c.CheckTime() + MinLoad
+	if c.local() {
+		need += startupGuess
+	}
+	if c.Duration < need {
+		return fmt.Errorf("chaos: a --duration of %v cannot hold a run: start-up, at least %v of load, and %v of checks "+
+			"(the %v reconcile horizon waited out): give at least %v, or a shorter --processing-timeout",
+			c.Duration, MinLoad, c.CheckTime(), c.ProcessingTimeout, need.Round(time.Second))
+	}
+	return nil
+}
+
 func Run(ctx context.Context, cfg Config) (*Report, error) {
 	cfg.defaults()
+	if err := cfg.CheckBudget(); err != nil {
+		return nil, err
+	}
 	if cfg.Topology != TopologyServe && cfg.Topology != TopologySplit {
 		return nil, fmt.Errorf("chaos: topology %q: want %s or %s", cfg.Topology, TopologyServe, TopologySplit)
 	}
@@ -342,16 +379,23 @@ func (r *run) run(ctx context.Context) (*Report, error) {
 	}
 	fmt.Fprintf(cfg.Out, "chaos: %d+%d agents, seed %d, %s; faults: %s\n", cfg.Agents, cfg.Agents, cfg.Seed, target, strings.Join(on, ", "))
 
+	var until time.Time
+	var loadFor time.Duration
+	if cfg.Duration > 0 {
+		// The budget is the whole run's: the load ends in time for the
+		// checks.
+		until = r.startedAt.Add(cfg.Duration - cfg.CheckTime())
+		if loadFor = time.Until(until); loadFor < MinLoad {
+			return nil, fmt.Errorf("chaos: start-up took %v of the %v budget, leaving %v of load (at least %v needed) before %v of checks",
+				time.Since(r.startedAt).Round(time.Second), cfg.Duration, max(loadFor, 0).Round(time.Second), MinLoad, cfg.CheckTime())
+		}
+	}
 	// Faults run while the agents do; both stop when the agents are done.
 	r.setWireFaults(true)
 	faultCtx, stopFaults := context.WithCancel(ctx)
 	faultsDone := make(chan struct{})
 	go func() { defer close(faultsDone); r.injectFaults(faultCtx) }()
-	bar := newBar(cfg.Progress, cfg.Jobs+cfg.NaiveJobs, cfg.Duration)
-	var until time.Time
-	if cfg.Duration > 0 {
-		until = time.Now().Add(cfg.Duration)
-	}
+	bar := newBar(cfg.Progress, cfg.Jobs+cfg.NaiveJobs, loadFor)
 	var wg sync.WaitGroup
 	wg.Add(2)
 	go func() { defer wg.Done(); r.runAgents(ctx, rep.Client.stats, false, cfg.Jobs, until, bar) }()

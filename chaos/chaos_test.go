@@ -164,3 +164,22 @@ func TestChaosFailsWhenAReusedKeyExecutesOrABurstIsAnsweredTwoWays(t *testing.T)
 		})
 	}
 }
+
+// --duration budgets the whole run. A budget that cannot hold a start-up,
+// some load and the checks after the reconcile horizon is refused at once:
+// a 10 s budget once ran for 1m03s.
+func TestADurationThatCannotHoldARunIsRefused(t *testing.T) {
+	for _, tc := range []struct {
+		cfg chaos.Config
+		ok  bool
+	}{
+		{chaos.Config{Duration: 10 * time.Second, Exe: "idemflow"}, false},
+		{chaos.Config{Duration: 90 * time.Second, Exe: "idemflow"}, true},
+		{chaos.Config{Duration: 40 * time.Second, ProcessingTimeout: 5 * time.Second, Exe: "idemflow"}, true},
+		{chaos.Config{Jobs: 60}, true},
+	} {
+		if err := tc.cfg.CheckBudget(); (err == nil) != tc.ok {
+			t.Errorf("%+v: %v", tc.cfg.Duration, err)
+		}
+	}
+}

@@ -190,14 +190,22 @@ func (b *bar) step() {
 	b.n++
 	if time.Since(b.last) > 200*time.Millisecond || b.n == b.of {
 		b.last = time.Now()
+		el := min(time.Since(b.start), b.dur).Round(time.Second)
 		if b.of == 0 {
-			el := min(time.Since(b.start), b.dur).Round(time.Second)
-			fmt.Fprintf(b.w, "\r  %v of %v, %d jobs done", el, b.dur, b.n)
+			fmt.Fprintf(b.w, "\r  %v of %v load, %d jobs done", el, b.dur.Round(time.Second), b.n)
 			return
 		}
+		// With both bounds, the bar fills by whichever is nearer its end,
+		// and shows both.
 		width := 40
 		fill := width * min(b.n, b.of) / b.of
+		if b.dur > 0 {
+			fill = max(fill, int(float64(width)*min(1, float64(time.Since(b.start))/float64(b.dur))))
+		}
 		fmt.Fprintf(b.w, "\r  [%s%s] %d/%d jobs", strings.Repeat("#", fill), strings.Repeat(".", width-fill), b.n, b.of)
+		if b.dur > 0 {
+			fmt.Fprintf(b.w, ", %v of %v load", el, b.dur.Round(time.Second))
+		}
 	}
 }
 

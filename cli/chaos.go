@@ -2,6 +2,7 @@ package cli
 
 import (
 	"context"
+	"flag"
 	"fmt"
 	"os"
 	"strings"
@@ -17,7 +18,7 @@ func runChaos(ctx context.Context, env *Env, args []string) error {
 	var cfg chaos.Config
 	fs := flags("chaos", env)
 	fs.IntVar(&cfg.Jobs, "jobs", 200, "agent tasks for the idemflow client (a ticket, or an order and its payment, cancel, refund or fulfilment)")
-	fs.DurationVar(&cfg.Duration, "duration", 0, "run both clients this long instead of a number of jobs (with --jobs, whichever ends first)")
+	fs.DurationVar(&cfg.Duration, "duration", 0, "the whole run's budget (start-up, load, and the checks after the reconcile horizon): the clients run while it allows, instead of a number of jobs (with --jobs, whichever ends first)")
 	fs.StringVar(&cfg.Topology, "topology", chaos.TopologyServe, "the local stack: serve (gateway and worker in each process, the default deployment) or split (separate gateway and worker processes)")
 	fs.IntVar(&cfg.NaiveJobs, "naive-jobs", 0, "tasks for the naive control client (default jobs/4, at least 20)")
 	fs.IntVar(&cfg.Agents, "agents", 16, "concurrent agents per client")
@@ -37,6 +38,14 @@ func runChaos(ctx context.Context, env *Env, args []string) error {
 	fs.StringVar(&cfg.Namespace, "namespace", "default", "Temporal namespace (env TEMPORAL_NAMESPACE)")
 	if err := parseFlags(fs, args); err != nil {
 		return err
+	}
+	given := map[string]bool{}
+	fs.Visit(func(f *flag.Flag) { given[f.Name] = true })
+	if cfg.Duration > 0 && !given["jobs"] {
+		cfg.Jobs = 0 // the budget alone bounds the run, as asked
+	}
+	if err := cfg.CheckBudget(); err != nil {
+		return fmt.Errorf("%w: %w", errUsage, err)
 	}
 	var err error
 	if cfg.Faults, err = chaos.ParseFaults(*faults); err != nil {

@@ -73,6 +73,12 @@ func TestUsageErrorsExit2(t *testing.T) {
 	if code, out := run(t, "audit", "--database-url", ""); code != 2 {
 		t.Fatalf("missing database: exit %d\n%s", code, out)
 	}
+	// --duration budgets the whole run; one that cannot hold the checks
+	// after the reconcile horizon is refused before anything starts (a
+	// 10 s budget once ran for 1m03s).
+	if code, out := run(t, "chaos", "--duration", "10s"); code != 2 || !strings.Contains(out, "give at least") {
+		t.Errorf("chaos --duration 10s: exit %d\n%s", code, out)
+	}
 	// The profiler has no authentication: loopback only, refused before
 	// anything connects.
 	for _, cmd := range []string{"serve", "gateway", "dev"} {
