@@ -144,6 +144,20 @@ func testDevRestart(t *testing.T, store string) {
 	if r, err := testenv.Send(base, testenv.Request{Method: "GET", Path: "/metrics"}); err != nil || !strings.Contains(string(r.Body), "idemflow_processing_records ") {
 		t.Fatalf("dev's /metrics lacks idemflow_processing_records: %v", err)
 	}
+	// dev's page holds what the README's table says, once it served an
+	// intent.
+	if r := testenv.Do(t, base, testenv.Request{Path: "/v1/tickets", Token: token, Key: "metrics-table",
+		Body: `{"customer_id":"c","title":"t"}`}); r.Status != 201 {
+		t.Fatalf("%d %s", r.Status, r.Body)
+	}
+	// The answer comes when the record settles; the workflow's own
+	// metrics when its run completes, a moment later.
+	page := scrape(t, base)
+	for deadline := time.Now().Add(10 * time.Second); !strings.Contains(page, "temporal_workflow_endtoend_latency_seconds") && time.Now().Before(deadline); {
+		time.Sleep(200 * time.Millisecond)
+		page = scrape(t, base)
+	}
+	checkMetricsTable(t, "dev", page)
 
 	// Agents create tickets while the stack is killed under them.
 	const agents, perAgent = 8, 6
@@ -191,8 +205,8 @@ func testDevRestart(t *testing.T, store string) {
 			}
 		}
 	}
-	if n := testenv.Count(t, pool, "ticket", ""); n != agents*perAgent {
-		t.Fatalf("%d tickets for %d intents", n, agents*perAgent)
+	if n := testenv.Count(t, pool, "ticket", ""); n != agents*perAgent+1 { // and the metrics-table one
+		t.Fatalf("%d tickets for %d intents", n, agents*perAgent+1)
 	}
 	if n := testenv.Count(t, pool, "idempotency_record", "status = 'PROCESSING'"); n != 0 {
 		t.Fatalf("%d intents still PROCESSING", n)

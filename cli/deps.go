@@ -142,6 +142,11 @@ func openDeps(ctx context.Context, logger *slog.Logger, c common) (*deps, error)
 	acts := activities.New(pool, records, tc, logger)
 	acts.Metrics = reg.Worker
 	activities.ExportVerdicts(reg.Worker)
+	for bizType, codes := range registry.Rejections() {
+		for _, code := range codes {
+			reg.Worker.ExportRejection(bizType, code)
+		}
+	}
 	return &deps{
 		Pool:       pool,
 		Temporal:   tc,

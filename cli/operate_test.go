@@ -47,6 +47,11 @@ func TestMetricsMoveWithRequestsAndCoverTheDeployRulesAndDashboard(t *testing.T)
 	if strings.Contains(before, `outcome="executed"`) {
 		t.Fatalf("counters before any request:\n%s", before)
 	}
+	// A rejection's series is there, at 0, before any rejection: an alert
+	// on its rate has a series from the start.
+	if !strings.Contains(before, `idemflow_business_rejections_total{biz_type="order.create",code="out-of-stock"} 0`) {
+		t.Errorf("business rejections are not exported at 0 before the first one")
+	}
 	tok := "tok-metrics-test-0123456789"
 	req := testenv.Request{Path: "/v1/tickets", Token: tok, Key: "m-1", Body: `{"customer_id":"c","title":"t"}`}
 	testenv.Do(t, base, req)
@@ -58,6 +63,11 @@ func TestMetricsMoveWithRequestsAndCoverTheDeployRulesAndDashboard(t *testing.T)
 		t.Fatalf("unknown sku: %d %s", r.Status, r.Body)
 	}
 	after := scrape(t, base)
+	for deadline := time.Now().Add(10 * time.Second); !strings.Contains(after, "temporal_workflow_endtoend_latency_seconds") && time.Now().Before(deadline); {
+		time.Sleep(200 * time.Millisecond) // the run completes a moment after the answer
+		after = scrape(t, base)
+	}
+	checkMetricsTable(t, "serve", after)
 	for _, want := range []string{
 		`idemflow_intents_total{biz_type="ticket.create",outcome="executed"} 1`,
 		`idemflow_intents_total{biz_type="ticket.create",outcome="replayed"} 1`,
@@ -348,4 +358,55 @@ func TestInspectShowsRecordRowEventsWorkflowAndLink(t *testing.T) {
 	if err := json.Unmarshal([]byte(outL.String()), &wf); err != nil || !strings.HasPrefix(wf.Workflow.ID, "ticket/acme/sha256,") || wf.Workflow.Status != "Completed" {
 		t.Fatalf("inspect of a 255-character key: %v\n%s", err, outL.String())
 	}
+}
+
+// checkMetricsTable holds the README's metrics table to a scrape of a role
+// that has served an intent: every metric the table names is exported,
+// with the labels it names, and every idemflow_ metric exported is in the
+// table.
+func checkMetricsTable(t *testing.T, role, scraped string) {
+	t.Helper()
+	readme, err := os.ReadFile("../README.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, table, _ := strings.Cut(string(readme), "| metric | what it counts |")
+	table, _, _ = strings.Cut(table, "\n\n")
+	named := regexp.MustCompile("`((?:idemflow|temporal)_[a-z_*]+)(?:\\{([a-z_,]+)\\})?`")
+	inTable := map[string]bool{}
+	for _, m := range named.FindAllStringSubmatch(table, -1) {
+		name, labels := m[1], m[2]
+		inTable[name] = true
+		if prefix, ok := strings.CutSuffix(name, "*"); ok {
+			if !regexp.MustCompile(`(?m)^` + prefix).MatchString(scraped) {
+				t.Errorf("%s: the README names %s, and no such metric is exported", role, name)
+			}
+			continue
+		}
+		sample := regexp.MustCompile(`(?m)^` + name + `(?:_bucket|_count)?(?:\{([^}]*)\})? `).FindStringSubmatch(scraped)
+		if sample == nil {
+			t.Errorf("%s: the README names %s, and it is not exported", role, name)
+			continue
+		}
+		var got []string
+		for _, kv := range strings.Split(sample[1], ",") {
+			if k, _, ok := strings.Cut(kv, "="); ok && k != "le" {
+				got = append(got, k)
+			}
+		}
+		if want := strings.Split(labels, ","); labels != "" && strings.Join(got, ",") != strings.Join(sortedCopy(want), ",") {
+			t.Errorf("%s: the README gives %s the labels %v, the scrape %v", role, name, want, got)
+		}
+	}
+	for _, m := range regexp.MustCompile(`(?m)^# TYPE (idemflow_[a-z_]+) `).FindAllStringSubmatch(scraped, -1) {
+		if !inTable[m[1]] {
+			t.Errorf("%s exports %s, which the README's metrics table does not name", role, m[1])
+		}
+	}
+}
+
+func sortedCopy(s []string) []string {
+	out := append([]string(nil), s...)
+	sort.Strings(out)
+	return out
 }

@@ -116,6 +116,15 @@ func (w *Worker) Executed(bizType, result string, took time.Duration) {
 	}
 }
 
+// ExportRejection exports a business rejection's series at 0 before it
+// first happens, as ExportVerdict does for reconcile's verdicts: an alert on
+// a rate of rejections has a series from the start.
+func (w *Worker) ExportRejection(bizType, code string) {
+	if w != nil {
+		w.rejected.WithLabelValues(bizType, code)
+	}
+}
+
 // Rejected counts a business rejection.
 func (w *Worker) Rejected(bizType, code string) {
 	if w != nil {

@@ -50,3 +50,14 @@ type TransitionInput struct {
 	Action  Action            `json:"action"`
 	Request TransitionRequest `json:"request"`
 }
+
+// Rejections lists, per business type of an order, the codes of the
+// business rejections its step can answer (registry.Rejections adds the
+// ones every type can).
+func Rejections() map[string][]string {
+	out := map[string][]string{BizCreate: {"out-of-stock", "unknown-sku", "mixed-currency", "invalid-coupon"}}
+	for _, a := range []Action{ActionPay, ActionCancel, ActionRefund, ActionFulfill} {
+		out[a.BizType()] = []string{"invalid-transition", "order-not-found", "unknown-action"}
+	}
+	return out
+}

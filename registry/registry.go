@@ -57,3 +57,23 @@ func Guards() []idem.Guard {
 	}
 	return guards
 }
+
+// CommonRejections are the business rejections any type's step can answer:
+// a key whose row was written with other parameters, and parameters that
+// cannot be stored with the record.
+var CommonRejections = []string{"idempotency-key-reused", "unstorable-input"}
+
+// Rejections lists every business type with the rejection codes its step
+// can answer, for what must know them before they happen (the metrics
+// export each at 0). TestEveryRejectionCodeIsListedAndDescribed fails on a
+// code in the source that is left out.
+func Rejections() map[string][]string {
+	out := map[string][]string{tickets.BizType: nil}
+	for bt, codes := range orders.Rejections() {
+		out[bt] = codes
+	}
+	for bt, codes := range out {
+		out[bt] = append(append([]string(nil), CommonRejections...), codes...)
+	}
+	return out
+}
