@@ -35,6 +35,8 @@ func runVersion(_ context.Context, env *Env, args []string) error {
 		if t := settings["vcs.time"]; t != "" {
 			line += " (" + t + ")"
 		}
+	} else {
+		line += " (no VCS revision: built outside a checkout, or with -buildvcs=false)"
 	}
 	fmt.Fprintln(env.Stdout, line, info.GoVersion)
 	return nil

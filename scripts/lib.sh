@@ -68,6 +68,8 @@ build_idemflow() {
     echo "building idemflow..." >&2
   fi
   local start=$SECONDS
-  go build -o bin/idemflow ./cmd/idemflow
+  # -buildvcs=auto overrides a GOFLAGS=-buildvcs=false in the environment,
+  # so that 'idemflow version' names the revision of a checkout.
+  go build -buildvcs=auto -o bin/idemflow ./cmd/idemflow
   echo "built bin/idemflow in $((SECONDS - start)) s" >&2
 }
