@@ -55,6 +55,15 @@ func TestIntentsAreSearchableByKeyAndStatusAndTheirResultReadsAsJSON(t *testing.
 	if ids := find(q); len(ids) != 1 || !strings.HasSuffix(ids[0], "/find-me-2") {
 		t.Fatalf("%s: %v", q, ids)
 	}
+	// A key too long for a readable workflow ID (hashed there) is found
+	// by the key itself: the search attribute holds the original.
+	long := strings.Repeat("k", 250) + "-long"
+	if r := s.Do(testenv.Request{Path: "/v1/tickets", Token: s.Tokens[testenv.TenantA], Key: long, Body: ticketBody}); r.Status != 201 {
+		t.Fatalf("long key: %d %s", r.Status, r.Body)
+	}
+	if ids := find(fmt.Sprintf(`IdempotencyKey = %q`, long)); len(ids) != 1 || !strings.Contains(ids[0], "/sha256,") {
+		t.Fatalf("by a 255-character key: %v", ids)
+	}
 	// Tenant B has none (asked once: the others are visible by now).
 	if resp, err := s.Temporal.ListWorkflow(ctx, &workflowservice.ListWorkflowExecutionsRequest{
 		Query: fmt.Sprintf(`TenantId = %q`, testenv.TenantB)}); err != nil || len(resp.Executions) != 0 {
