@@ -5,6 +5,7 @@ package cli_test
 import (
 	"encoding/json"
 	"fmt"
+	"net/http"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -409,4 +410,23 @@ func sortedCopy(s []string) []string {
 	out := append([]string(nil), s...)
 	sort.Strings(out)
 	return out
+}
+
+// 'mcp --http' says, at start-up, the URL to give MCP clients; a client
+// without a token is refused with the gateway's problem+json.
+func TestMCPOverHTTPLogsTheURLToConnectTo(t *testing.T) {
+	addr := fmt.Sprintf("127.0.0.1:%d", freePort(t))
+	mcp := startChild(t, "", "point clients at this URL", "mcp", "--http", addr, "--url", "http://127.0.0.1:9")
+	mcp.waitUp(t, 30*time.Second)
+	if !strings.Contains(mcp.output(), "url=http://"+addr+"/") {
+		t.Fatalf("start-up log:\n%s", mcp.output())
+	}
+	resp, err := http.Post("http://"+addr+"/", "application/json", strings.NewReader(`{}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusUnauthorized || resp.Header.Get("Content-Type") != "application/problem+json" {
+		t.Fatalf("no token: %d %s", resp.StatusCode, resp.Header.Get("Content-Type"))
+	}
 }
