@@ -329,7 +329,9 @@ func TestCommandsAcceptPoolParametersInTheDatabaseURL(t *testing.T) {
 		{"inspect", "--database-url", dbURL, "--temporal-address", ts.GetFrontendHostPort(), "--namespace", ts.GetDefaultNamespace(), "acme", "k-1"},
 	} {
 		var out, errOut strings.Builder
-		if code := cli.Run(t.Context(), args, &out, &errOut); code != 0 {
+		// inspect of a key never sent answers "nothing known" (exit 4)
+		// once it has read the database: the URL was accepted.
+		if code := cli.Run(t.Context(), args, &out, &errOut); code != 0 && (args[0] != "inspect" || code != cli.ExitNotFound) {
 			t.Errorf("%s: exit %d: %s", args[0], code, errOut.String())
 		}
 	}

@@ -130,9 +130,11 @@ func TestEveryReadmeCommandLineRuns(t *testing.T) {
 		t.Fatalf("%d %s", r.Status, r.Body)
 	}
 
+	// Values go into shell lines quoted: a URL's "&" would end a command.
+	quote := func(s string) string { return "'" + strings.ReplaceAll(s, "'", `'\''`) + "'" }
 	replacer := strings.NewReplacer(
 		"https://idemflow.example", devEnv["IDEMFLOW_URL"],
-		"postgres://…", devEnv["DATABASE_URL"],
+		"postgres://…", quote(devEnv["DATABASE_URL"]),
 		"--token …", "--token "+devEnv["IDEMFLOW_TOKEN"],
 		"temporal:7233", devEnv["TEMPORAL_ADDRESS"],
 		"acme.a1b2c.tmprl.cloud:7233", devEnv["TEMPORAL_ADDRESS"],
