@@ -81,18 +81,18 @@ func TestEveryReadmeCommandLineRuns(t *testing.T) {
 		"--temporal-port", fmt.Sprint(temporalPort), "--ui-port", fmt.Sprint(freePort(t)))
 	dev.waitUp(t, 3*time.Minute)
 	devEnv := readEnvFile(t, filepath.Join(data, "dev.env"))
-	self, err := os.Executable()
-	if err != nil {
-		t.Fatal(err)
-	}
 	wd, _ := os.Getwd()
 	repo := filepath.Dir(wd)
 	if err := os.MkdirAll(filepath.Join(root, "bin"), 0o755); err != nil {
 		t.Fatal(err)
 	}
-	wrapper := "#!/bin/sh\nIDEMFLOW_TEST_CHILD=1 exec " + self + " \"$@\"\n"
-	if err := os.WriteFile(filepath.Join(root, "bin", "idemflow"), []byte(wrapper), 0o755); err != nil {
-		t.Fatal(err)
+	// bin/idemflow is the real binary, built as scripts/run.sh builds it:
+	// chaos starts its stack from its own executable, which must be
+	// idemflow and not this test binary.
+	build := exec.Command("go", "build", "-o", filepath.Join(root, "bin", "idemflow"), "./cmd/idemflow")
+	build.Dir = repo
+	if out, err := build.CombinedOutput(); err != nil {
+		t.Fatalf("go build: %v\n%s", err, out)
 	}
 	if err := os.Symlink(filepath.Join(repo, "examples"), filepath.Join(root, "examples")); err != nil {
 		t.Fatal(err)
