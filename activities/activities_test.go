@@ -46,6 +46,7 @@ func (f fixture) claim(t *testing.T, key string) tickets.CreateInput {
 	if err != nil || !c.Owner {
 		t.Fatalf("claim: %+v %v", c, err)
 	}
+	it.Attempt = c.Record.Attempts // as the starter sets it
 	return tickets.CreateInput{Intent: it, Request: req}
 }
 
@@ -190,5 +191,18 @@ func TestUniqueConstraintIsTheLastLine(t *testing.T) {
 	}
 	if _, err := tickets.Insert(context.Background(), f.pool, tickets.New(in)); err == nil {
 		t.Fatal("a second ticket under the same (tenant, key) was accepted")
+	}
+}
+
+// An intent without an attempt (0) settles nothing: the attempt check under
+// the record's lock has no wildcard, so that only the execution of the
+// record's current attempt can settle it.
+func TestResolveOfAnIntentWithoutAnAttemptSettlesNothing(t *testing.T) {
+	f := setup(t)
+	in := f.claim(t, "no-attempt")
+	in.Intent.Attempt = 0
+	res, err := f.acts.ResolveIntent(context.Background(), activities.ResolveInput{Intent: in.Intent, Reason: "test"})
+	if err != nil || res.Status != idem.StatusProcessing || res.Action != "none" {
+		t.Fatalf("resolve with attempt 0: %+v %v", res, err)
 	}
 }

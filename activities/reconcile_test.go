@@ -36,9 +36,11 @@ func claimOnly(t *testing.T, s *testenv.Stack, key string) tickets.CreateInput {
 	req := tickets.Request{CustomerID: "c-1", Title: "Stuck", Priority: "low"}
 	fp, _ := req.Fingerprint()
 	it := idem.Intent{TenantID: testenv.TenantA, Key: key, BizType: tickets.BizType, Fingerprint: fp, WorkflowID: tickets.WorkflowID(testenv.TenantA, key)}
-	if _, err := s.Records.Claim(context.Background(), idem.ClaimParams{TenantID: it.TenantID, Key: key, BizType: it.BizType, Fingerprint: fp, WorkflowID: it.WorkflowID}); err != nil {
+	c, err := s.Records.Claim(context.Background(), idem.ClaimParams{TenantID: it.TenantID, Key: key, BizType: it.BizType, Fingerprint: fp, WorkflowID: it.WorkflowID})
+	if err != nil {
 		t.Fatal(err)
 	}
+	it.Attempt = c.Record.Attempts // as the starter sets it
 	return tickets.CreateInput{Intent: it, Request: req}
 }
 

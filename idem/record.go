@@ -386,14 +386,9 @@ type Intent struct {
 	Fingerprint string `json:"fingerprint"`
 	WorkflowID  string `json:"workflow_id"`
 	// Attempt is the record's attempts count when this execution was
-	// started. Settling checks it under the record's lock, so that a late
-	// settle of an earlier attempt never fails a reopened one. Zero (in
-	// histories from before it existed) matches any attempt.
+	// started (1 or more). Settling checks it under the record's lock, so
+	// that a late settle of an earlier attempt never fails a reopened one.
 	Attempt int `json:"attempt,omitempty"`
-	// LocalFirst: the workflow runs the business step as a local activity
-	// first. It is part of the input, and so of the history, so a run
-	// started before it existed replays on the path it took.
-	LocalFirst bool `json:"local_first,omitempty"`
 }
 
 // Intent returns the record's intent.
@@ -461,8 +456,7 @@ func (s *Store) Resolve(ctx context.Context, p ResolveParams) (Resolution, error
 		if err != nil {
 			return fmt.Errorf("lock record: %w", err)
 		}
-		if rec.Status != StatusProcessing || rec.Fingerprint != p.Intent.Fingerprint ||
-			(p.Intent.Attempt != 0 && rec.Attempts != p.Intent.Attempt) {
+		if rec.Status != StatusProcessing || rec.Fingerprint != p.Intent.Fingerprint || rec.Attempts != p.Intent.Attempt {
 			res = Resolution{Status: rec.Status, Outcome: rec.Response, Action: ResolvedNone}
 			return nil
 		}

@@ -205,7 +205,7 @@ func (s *Starter) Submit(ctx context.Context, in Intent) (Reply, error) {
 		reply.Done, reply.Outcome = true, rec.Response
 		return reply, nil
 	}
-	in.Attempt, in.LocalFirst = rec.Attempts, true
+	in.Attempt = rec.Attempts
 	if claim.Owner && rec.Attempts > 1 {
 		s.awaitEarlierRun(ctx, in)
 	}

@@ -85,16 +85,15 @@ func runIntent(ctx workflow.Context, intent idem.Intent, activity, input any) (i
 	var out idem.Outcome
 	var err error
 	what := intent.BizType + " for " + intent.TenantID + ", key " + intent.Key
-	if intent.LocalFirst {
-		lo := localOptions
-		lo.Summary = "run " + what + " in one PostgreSQL transaction (local activity)"
-		err = workflow.ExecuteLocalActivity(workflow.WithLocalActivityOptions(ctx, lo), activity, input).Get(ctx, &out)
-		if err != nil && !isFinalErr(err) && !temporal.IsCanceledError(err) {
-			workflow.GetLogger(ctx).Warn("local attempts failed; retrying durably", "error", err)
-			err = workflow.ExecuteActivity(durable(ctx, "retry "+what+" durably, after the local attempts failed"), activity, input).Get(ctx, &out)
-		}
-	} else {
-		err = workflow.ExecuteActivity(durable(ctx, "run "+what+" in one PostgreSQL transaction"), activity, input).Get(ctx, &out)
+	// The step runs as a local activity first (no round trip to the
+	// server for a step that takes milliseconds); a failure that may pass
+	// falls back to a regular activity, whose retries are durable.
+	lo := localOptions
+	lo.Summary = "run " + what + " in one PostgreSQL transaction (local activity)"
+	err = workflow.ExecuteLocalActivity(workflow.WithLocalActivityOptions(ctx, lo), activity, input).Get(ctx, &out)
+	if err != nil && !isFinalErr(err) && !temporal.IsCanceledError(err) {
+		workflow.GetLogger(ctx).Warn("local attempts failed; retrying durably", "error", err)
+		err = workflow.ExecuteActivity(durable(ctx, "retry "+what+" durably, after the local attempts failed"), activity, input).Get(ctx, &out)
 	}
 	if err == nil {
 		markStatus(ctx, idem.StatusSuccess)

@@ -107,21 +107,12 @@ func TestGivingUpSettlesTheRecord(t *testing.T) {
 	}
 }
 
-// histories maps each recorded history to the workflow it replays: runs
-// started before LocalFirst (the business step as a regular activity),
-// local-first runs from before search attributes and JSON answers (the
-// answer in base64, no IntentStatus update), and today's runs. -record
-// re-records only the last.
+// histories maps each workflow's recorded history (one each, from a real
+// run) to the workflow it replays; -record re-records them.
 var histories = map[string]any{
-	"testdata/create_ticket_activity_history.json":                    workflows.CreateTicket,
-	"testdata/create_order_activity_history.json":                     workflows.CreateOrder,
-	"testdata/transition_order_activity_history.json":                 workflows.TransitionOrder,
-	"testdata/create_ticket_before_search_attributes_history.json":    workflows.CreateTicket,
-	"testdata/create_order_before_search_attributes_history.json":     workflows.CreateOrder,
-	"testdata/transition_order_before_search_attributes_history.json": workflows.TransitionOrder,
-	"testdata/create_ticket_history.json":                             workflows.CreateTicket,
-	"testdata/create_order_history.json":                              workflows.CreateOrder,
-	"testdata/transition_order_history.json":                          workflows.TransitionOrder,
+	"testdata/create_ticket_history.json":    workflows.CreateTicket,
+	"testdata/create_order_history.json":     workflows.CreateOrder,
+	"testdata/transition_order_history.json": workflows.TransitionOrder,
 }
 
 // TestReplayRecordedHistory replays histories recorded from real runs
@@ -215,7 +206,6 @@ func TestLocalFirstRunsLocallyAndFallsBackToADurableActivity(t *testing.T) {
 					return activities.Resolution{Status: idem.StatusFailed}, nil
 				}).Maybe()
 			in := ticketInput()
-			in.Intent.LocalFirst = true
 			env.ExecuteWorkflow(workflows.CreateTicket, in)
 			err := env.GetWorkflowError()
 			var appErr *temporal.ApplicationError
