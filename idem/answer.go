@@ -12,9 +12,8 @@ import (
 // operator reads what the agent was told rather than base64. It is written
 // so only when encoding/json would give back the very same bytes (compact,
 // HTML-escaped, as every answer idemflow makes is); anything else is
-// written as base64, as a []byte always was. Decoding takes both, so
-// histories recorded before keep replaying and reconcile rebuilds the same
-// bytes from either.
+// written as base64, as a []byte is. Decoding takes both, so that
+// reconcile rebuilds the same bytes from either.
 type Answer []byte
 
 // MarshalJSON implements json.Marshaler.

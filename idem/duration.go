@@ -7,8 +7,7 @@ import (
 )
 
 // Duration is a time.Duration that an operator can read in the Web UI
-// ("5m0s", not 300000000000). It still decodes the nanosecond numbers that
-// earlier histories hold, so replaying them keeps working.
+// ("5m0s", not 300000000000).
 type Duration time.Duration
 
 // D returns d as a time.Duration.
@@ -17,13 +16,8 @@ func (d Duration) D() time.Duration { return time.Duration(d) }
 // MarshalJSON encodes d as a Go duration string.
 func (d Duration) MarshalJSON() ([]byte, error) { return json.Marshal(time.Duration(d).String()) }
 
-// UnmarshalJSON accepts a duration string or a number of nanoseconds.
+// UnmarshalJSON accepts a duration string.
 func (d *Duration) UnmarshalJSON(b []byte) error {
-	var n int64
-	if err := json.Unmarshal(b, &n); err == nil {
-		*d = Duration(n)
-		return nil
-	}
 	var s string
 	if err := json.Unmarshal(b, &s); err != nil {
 		return fmt.Errorf("duration: %w", err)
