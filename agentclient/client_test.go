@@ -336,18 +336,6 @@ func TestFileStoreSyncsTheDirectoryAfterTheRename(t *testing.T) {
 	}
 }
 
-// Intents saved under the old escaped names are still found.
-func TestFileStoreReadsLegacyNames(t *testing.T) {
-	s := FileStore{Dir: t.TempDir()}
-	if err := os.WriteFile(s.legacyPath("step 7"), []byte(`{"id":"step 7","key":"k-old"}`), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	in, err := s.Load(context.Background(), "step 7")
-	if err != nil || in.Key != "k-old" {
-		t.Fatalf("%+v %v", in, err)
-	}
-}
-
 // Resuming an ID with another request is the caller's mistake to see,
 // not a silent return of the stored one.
 func TestNewIntentRefusesADifferentRequestUnderAStoredID(t *testing.T) {

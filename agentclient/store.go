@@ -7,7 +7,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"net/url"
 	"os"
 	"path/filepath"
 	"sync"
@@ -116,17 +115,9 @@ func (s FileStore) path(id string) string {
 	return filepath.Join(s.Dir, hex.EncodeToString(sum[:])+".json")
 }
 
-// legacyPath is where stores written before the hashed names kept id.
-func (s FileStore) legacyPath(id string) string {
-	return filepath.Join(s.Dir, url.PathEscape(id)+".json")
-}
-
 // Load implements IntentStore.
 func (s FileStore) Load(_ context.Context, id string) (Intent, error) {
 	b, err := os.ReadFile(s.path(id))
-	if errors.Is(err, os.ErrNotExist) {
-		b, err = os.ReadFile(s.legacyPath(id))
-	}
 	if errors.Is(err, os.ErrNotExist) {
 		return Intent{}, ErrNoIntent
 	}
@@ -138,9 +129,7 @@ func (s FileStore) Load(_ context.Context, id string) (Intent, error) {
 		return Intent{}, fmt.Errorf("load intent %s: %w", id, err)
 	}
 	if in.ID != id {
-		// A legacy file of an ID differing only in case, on a
-		// case-insensitive file system: not this intent.
-		return Intent{}, ErrNoIntent
+		return Intent{}, fmt.Errorf("load intent %s: the file holds intent %q", id, in.ID)
 	}
 	return in, nil
 }
@@ -180,9 +169,6 @@ func (s FileStore) Save(_ context.Context, in Intent) error {
 	if err := syncDir(s.Dir); err != nil {
 		return fmt.Errorf("save intent: %w", err)
 	}
-	if legacy := s.legacyPath(in.ID); legacy != s.path(in.ID) {
-		_ = os.Remove(legacy) // moved to the hashed name
-	}
 	return nil
 }
 
@@ -198,10 +184,8 @@ func fsyncDir(dir string) error {
 
 // Delete implements IntentStore.
 func (s FileStore) Delete(_ context.Context, id string) error {
-	for _, p := range []string{s.path(id), s.legacyPath(id)} {
-		if err := os.Remove(p); err != nil && !errors.Is(err, os.ErrNotExist) {
-			return fmt.Errorf("delete intent %s: %w", id, err)
-		}
+	if err := os.Remove(s.path(id)); err != nil && !errors.Is(err, os.ErrNotExist) {
+		return fmt.Errorf("delete intent %s: %w", id, err)
 	}
 	return nil
 }
