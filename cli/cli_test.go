@@ -200,3 +200,24 @@ func TestOperatorCommandsFindADevStackThroughDevEnv(t *testing.T) {
 		t.Fatalf("without a dev stack: exit %d\n%s", code, out)
 	}
 }
+
+// A Temporal CLI profile alone (TEMPORAL_CONFIG_FILE, TEMPORAL_PROFILE)
+// points idemflow's commands at the server and namespace it names.
+func TestAScheduleCommandReachesTemporalThroughATemporalCLIProfile(t *testing.T) {
+	ts := temporaltest.NewServer(temporaltest.WithT(t))
+	file := filepath.Join(t.TempDir(), "temporal.toml")
+	toml := "[profile.test]\naddress = \"" + ts.GetFrontendHostPort() + "\"\nnamespace = \"" + ts.GetDefaultNamespace() + "\"\n"
+	if err := os.WriteFile(file, []byte(toml), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	t.Setenv("TEMPORAL_ADDRESS", "")
+	t.Setenv("TEMPORAL_NAMESPACE", "")
+	t.Setenv("TEMPORAL_CONFIG_FILE", file)
+	t.Setenv("TEMPORAL_PROFILE", "test")
+	t.Setenv("IDEMFLOW_DATA_DIR", t.TempDir()) // no dev stack to find
+	for _, verb := range []string{"apply", "describe"} {
+		if code, out := run(t, "schedule", verb); code != 0 {
+			t.Fatalf("schedule %s: exit %d\n%s", verb, code, out)
+		}
+	}
+}

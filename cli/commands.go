@@ -61,6 +61,9 @@ func runRoles(ctx context.Context, env *Env, name string, r roles, args []string
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
+	if err := c.resolveTemporal(); err != nil {
+		return err
+	}
 	if r.gateway {
 		if err := gw.check(); err != nil {
 			return err

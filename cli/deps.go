@@ -4,7 +4,9 @@ import (
 	"context"
 	"flag"
 	"fmt"
+	"go.temporal.io/sdk/contrib/envconfig"
 	"log/slog"
+	"os"
 	"strconv"
 	"strings"
 	"time"
@@ -40,14 +42,37 @@ func (c *common) register(fs *flag.FlagSet) {
 }
 
 // registerTemporal registers the settings that reach a Temporal server.
+// What they leave unset comes from Temporal's own client configuration
+// (resolveTemporal): the variables and TOML profiles the Temporal CLI and
+// its samples read.
 func (c *common) registerTemporal(fs *flag.FlagSet) {
-	fs.StringVar(&c.temporal, "temporal-address", "127.0.0.1:7233", "Temporal frontend host:port (env TEMPORAL_ADDRESS)")
+	fs.StringVar(&c.temporal, "temporal-address", "", "Temporal frontend host:port; default: the Temporal CLI profile's, else 127.0.0.1:7233 (env TEMPORAL_ADDRESS)")
 	c.tls.register(fs)
-	c.registerNamespace(fs)
+	fs.StringVar(&c.namespace, "namespace", "", "Temporal namespace; default: the Temporal CLI profile's, else default (env TEMPORAL_NAMESPACE)")
 }
 
 func (c *common) registerNamespace(fs *flag.FlagSet) {
 	fs.StringVar(&c.namespace, "namespace", "default", "Temporal namespace (env TEMPORAL_NAMESPACE)")
+}
+
+// resolveTemporal fills the Temporal settings the flags (and their
+// variables, and a dev stack's dev.env) left unset from Temporal's client
+// configuration, as the Temporal CLI does: the TOML profile
+// (TEMPORAL_CONFIG_FILE, TEMPORAL_PROFILE) and the TEMPORAL_* variables
+// (TEMPORAL_API_KEY, TEMPORAL_TLS_CLIENT_CERT_PATH, …). A flag always wins;
+// TLS comes from the profile only when no --temporal-tls* flag or API key
+// is given.
+func (c *common) resolveTemporal() error {
+	profile, err := envconfig.LoadClientConfigProfile(envconfig.LoadClientConfigProfileOptions{EnvLookup: nonEmptyEnv{}})
+	if err != nil {
+		return fmt.Errorf("%w: Temporal client configuration: %w", errUsage, err)
+	}
+	c.temporal = firstNonEmpty(c.temporal, profile.Address, "127.0.0.1:7233")
+	c.namespace = firstNonEmpty(c.namespace, profile.Namespace, "default")
+	if !c.tls.given() {
+		c.tls.profile = &profile
+	}
+	return nil
 }
 
 func (c *common) registerRetention(fs *flag.FlagSet) {
@@ -242,3 +267,26 @@ func connect(ctx context.Context, dbURL string) (*pgx.Conn, error) {
 // idemStore is a record store over q with default retention, for commands
 // that only read.
 func idemStore(q idem.Querier) *idem.Store { return idem.NewStore(q, idem.Retention{}, nil) }
+
+// nonEmptyEnv is the process environment with empty variables left out: an
+// empty TEMPORAL_ADDRESS is unset here, as it is for every flag's variable
+// (parseFlags), not an address that overrides the profile's.
+type nonEmptyEnv struct{}
+
+func (nonEmptyEnv) Environ() []string {
+	var out []string
+	for _, kv := range os.Environ() {
+		if _, v, _ := strings.Cut(kv, "="); strings.TrimSpace(v) != "" {
+			out = append(out, kv)
+		}
+	}
+	return out
+}
+
+func (nonEmptyEnv) LookupEnv(key string) (string, bool) {
+	v, ok := os.LookupEnv(key)
+	if !ok || strings.TrimSpace(v) == "" {
+		return "", false
+	}
+	return v, true
+}

@@ -73,6 +73,9 @@ func runInspect(ctx context.Context, env *Env, args []string) error {
 	if err := parseDevFlags(fs, args); err != nil {
 		return err
 	}
+	if err := c.resolveTemporal(); err != nil {
+		return err
+	}
 	if fs.NArg() != 2 {
 		return fmt.Errorf("%w: idemflow inspect [flags] <tenant> <key>", errUsage)
 	}

@@ -144,6 +144,9 @@ func runSchedule(ctx context.Context, env *Env, args []string) error {
 	if err := parseDevFlags(fs, args[1:]); err != nil {
 		return err
 	}
+	if err := c.resolveTemporal(); err != nil {
+		return err
+	}
 	tc, err := dialTemporal(ctx, env.Logger, c.temporal, c.namespace, c.tls, nil)
 	if err != nil {
 		return err

@@ -9,6 +9,7 @@ import (
 	"os"
 
 	"go.temporal.io/sdk/client"
+	"go.temporal.io/sdk/contrib/envconfig"
 )
 
 // temporalTLS is how a process reaches a Temporal server that is not on
@@ -20,6 +21,14 @@ type temporalTLS struct {
 	enabled                   bool
 	ca, cert, key, serverName string
 	apiKey                    string
+	// profile is Temporal's client configuration (resolveTemporal), used
+	// when none of the above is given.
+	profile *envconfig.ClientConfigProfile
+}
+
+// given reports whether any TLS setting or the API key was given.
+func (t temporalTLS) given() bool {
+	return t.enabled || t.ca != "" || t.cert != "" || t.key != "" || t.serverName != "" || t.apiKey != ""
 }
 
 func (t *temporalTLS) register(fs *flag.FlagSet) {
@@ -36,7 +45,19 @@ func (t temporalTLS) apply(opts *client.Options) error {
 	if (t.cert == "") != (t.key == "") {
 		return fmt.Errorf("%w: --temporal-tls-cert and --temporal-tls-key go together", errUsage)
 	}
-	if !t.enabled && t.ca == "" && t.cert == "" && t.apiKey == "" && t.serverName == "" {
+	if !t.given() {
+		if t.profile == nil {
+			return nil
+		}
+		// TLS, credentials and headers as the Temporal CLI would set them.
+		p := *t.profile
+		p.Address, p.Namespace = opts.HostPort, opts.Namespace
+		from, err := p.ToClientOptions(envconfig.ToClientOptionsRequest{})
+		if err != nil {
+			return fmt.Errorf("%w: Temporal client configuration: %w", errUsage, err)
+		}
+		opts.ConnectionOptions.TLS, opts.Credentials, opts.HeadersProvider = from.ConnectionOptions.TLS, from.Credentials, from.HeadersProvider
+		opts.ConnectionOptions.Authority = from.ConnectionOptions.Authority
 		return nil
 	}
 	cfg := &tls.Config{MinVersion: tls.VersionTLS12, ServerName: t.serverName}
