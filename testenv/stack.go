@@ -18,6 +18,7 @@ import (
 	"github.com/idemflow/idemflow/tenant"
 	"github.com/idemflow/idemflow/worker"
 	"github.com/idemflow/idemflow/workflows"
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"go.temporal.io/sdk/client"
 	sdkworker "go.temporal.io/sdk/worker"
@@ -53,12 +54,18 @@ type Options struct {
 	// NoWorker leaves the worker stopped (StartWorker starts it), so that
 	// intents stay running.
 	NoWorker bool
+	// Tracer, if set, sees every statement the stack's pool sends (the
+	// gateway's and the worker's): see Statements.
+	Tracer pgx.QueryTracer
 }
 
 // NewStack starts a Stack; everything stops when the test ends.
 func NewStack(t testing.TB, opts Options) *Stack {
 	t.Helper()
 	pool, dbURL := Pool(t)
+	if opts.Tracer != nil {
+		pool = PoolOn(t, dbURL, func(c *pgxpool.Config) { c.ConnConfig.Tracer = opts.Tracer })
+	}
 	var ts *temporaltest.TestServer
 	if tt, ok := t.(*testing.T); ok {
 		ts = temporaltest.NewServer(temporaltest.WithT(tt))

@@ -8,6 +8,8 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"os"
+	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -89,6 +91,50 @@ func Pool(t testing.TB) (*pgxpool.Pool, string) {
 	}
 	t.Cleanup(pool.Close)
 	return pool, u
+}
+
+// PoolOn opens another pool on the database at u, configured by configure.
+func PoolOn(t testing.TB, u string, configure func(*pgxpool.Config)) *pgxpool.Pool {
+	t.Helper()
+	cfg, err := pgxpool.ParseConfig(u)
+	if err != nil {
+		t.Fatalf("testenv: pool: %v", err)
+	}
+	configure(cfg)
+	pool, err := pgxpool.NewWithConfig(context.Background(), cfg)
+	if err != nil {
+		t.Fatalf("testenv: pool: %v", err)
+	}
+	t.Cleanup(pool.Close)
+	return pool
+}
+
+// Statements is a pgx QueryTracer that keeps the statements a pool sends,
+// to count what one request costs (a cost is measured in statements, not
+// in time: these machines are shared).
+type Statements struct {
+	mu   sync.Mutex
+	sqls []string
+}
+
+// TraceQueryStart implements pgx.QueryTracer.
+func (s *Statements) TraceQueryStart(ctx context.Context, _ *pgx.Conn, data pgx.TraceQueryStartData) context.Context {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.sqls = append(s.sqls, strings.Join(strings.Fields(data.SQL), " "))
+	return ctx
+}
+
+// TraceQueryEnd implements pgx.QueryTracer.
+func (s *Statements) TraceQueryEnd(context.Context, *pgx.Conn, pgx.TraceQueryEndData) {}
+
+// Take returns the statements sent since the last Take, and forgets them.
+func (s *Statements) Take() []string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	out := s.sqls
+	s.sqls = nil
+	return out
 }
 
 // Count returns SELECT count(*) FROM table [WHERE ...].

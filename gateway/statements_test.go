@@ -1,0 +1,48 @@
+package gateway_test
+
+import (
+	"strings"
+	"testing"
+
+	"github.com/idemflow/idemflow/testenv"
+)
+
+// What one intent costs PostgreSQL, counted in statements with a pgx
+// QueryTracer on the pool the gateway and the worker share: a new ticket,
+// its replay, and a reused key with changed parameters (422). The counts
+// are asserted, so that a change that adds a round trip to every intent is
+// seen here first (#18 asks that they not grow with the operations
+// declared; #22 that they shrink).
+func TestStatementsPerIntent(t *testing.T) {
+	sql := &testenv.Statements{}
+	s := testenv.NewStack(t, testenv.Options{Tracer: sql})
+	tok := s.Tokens[testenv.TenantA]
+	// The token lookup is cached after the first request: warm it, so that
+	// each count is the intent's own.
+	s.Do(testenv.Request{Method: "GET", Path: "/v1/tenant", Token: tok})
+	sql.Take()
+
+	count := func(name string, req testenv.Request, status int, want int) {
+		t.Helper()
+		if r := s.Do(req); r.Status != status {
+			t.Fatalf("%s: %d %s", name, r.Status, r.Body)
+		}
+		got := sql.Take()
+		t.Logf("%s: %d statements", name, len(got))
+		if len(got) != want {
+			t.Errorf("%s: %d statements, want %d:\n  %s", name, len(got), want, strings.Join(got, "\n  "))
+		}
+	}
+	ticket := testenv.Request{Path: "/v1/tickets", Token: tok, Key: "cost-1", Body: ticketBody}
+	// 14 today: the claim (read, 2 recall probes, insert), the step's
+	// transaction (begin, lock, 2 recall probes, savepoint, insert, release,
+	// settle, commit) and the gateway's read of the settled record. The
+	// recall probes are one per business table and grow with every type.
+	count("a new ticket", ticket, 201, 14)
+	count("its replay", ticket, 201, 0) // from the gateway's memory
+	s.Gateway.Starter.Answers = nil     // a replica without it in memory
+	count("its replay from PostgreSQL", ticket, 201, 1)
+	changed := ticket
+	changed.Body = `{"customer_id":"c-42","title":"Another ticket"}`
+	count("the key reused with changed parameters", changed, 422, 1)
+}
