@@ -116,8 +116,10 @@ func (a *Activities) executeLocked(ctx context.Context, in idem.Intent, req inte
 	if err != nil {
 		return idem.Outcome{}, err
 	}
+	recalled := false
 	switch {
 	case found && prior.Fingerprint == rec.Fingerprint:
+		recalled = true
 		step = func(pgx.Tx) (idem.Outcome, error) { return prior.Outcome, nil }
 	case found:
 		rejection := keyReused(rec.Key, prior.BizType, rec.BizType)
@@ -154,6 +156,13 @@ func (a *Activities) executeLocked(ctx context.Context, in idem.Intent, req inte
 	default:
 		if err := sp.Commit(ctx); err != nil {
 			return idem.Outcome{}, fmt.Errorf("release savepoint: %w", err)
+		}
+		if !recalled {
+			// In the step's transaction: the key is remembered if and
+			// only if its effect was written.
+			if err := idem.RememberKey(ctx, tx, rec.Intent()); err != nil {
+				return idem.Outcome{}, err
+			}
 		}
 		if err := a.Records.Finish(ctx, tx, rec, idem.StatusSuccess, out, ""); err != nil {
 			return idem.Outcome{}, err

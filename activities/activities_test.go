@@ -136,6 +136,10 @@ func TestResolveWithRowBackfillsTheSameBody(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	// The step writes its key's row in the same transaction as its row.
+	if err := idem.RememberKey(context.Background(), f.pool, in.Intent); err != nil {
+		t.Fatal(err)
+	}
 	res, err := f.acts.ResolveIntent(context.Background(), activities.ResolveInput{Intent: in.Intent, Reason: "test"})
 	if err != nil || res.Status != idem.StatusSuccess || res.Action != "backfilled" {
 		t.Fatalf("resolve: %+v %v", res, err)

@@ -101,6 +101,10 @@ func TestReconcileBackfillsFromTheBusinessRow(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	// The step writes its key's row in the same transaction as its row.
+	if err := idem.RememberKey(context.Background(), s.Pool, in.Intent); err != nil {
+		t.Fatal(err)
+	}
 	rec := backdate(t, s, "row")
 	got, err := s.Activities.ReconcileIntent(context.Background(), rec.Intent())
 	if err != nil || got != activities.VerdictFromRow {

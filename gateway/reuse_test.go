@@ -207,7 +207,7 @@ func TestRememberedAnswersKeepTheContract(t *testing.T) {
 	s := testenv.NewStack(t, testenv.Options{})
 	first := ticket(s, testenv.TenantA, "mem", ticketBody)
 	purgeRecords(t, s)
-	if _, err := s.Pool.Exec(context.Background(), `DELETE FROM ticket`); err != nil {
+	if _, err := s.Pool.Exec(context.Background(), `DELETE FROM ticket; DELETE FROM idempotency_key`); err != nil {
 		t.Fatal(err)
 	}
 	again := ticket(s, testenv.TenantA, "mem", ticketBody)

@@ -8,6 +8,7 @@ package registry
 
 import (
 	"context"
+	"strings"
 
 	"github.com/idemflow/idemflow/idem"
 	"github.com/idemflow/idemflow/orders"
@@ -36,22 +37,28 @@ func Types() []Type {
 	}
 }
 
-// Recall is an idem.Recall over every type's business rows. A key has rows
-// of at most one type: its record's fingerprint names the biz type, so a
-// key reused for another type is refused before anything runs.
+// Recall is an idem.Recall over every type's business rows, at the cost of
+// one lookup (idem.KeyRecall): the key's row in idempotency_key names the
+// business type that wrote it, whose Recall then reads its row. A type's
+// name is its business types' prefix ("order" for order.create, order.pay).
 func Recall(ctx context.Context, q idem.Querier, tenantID, key string) (idem.Prior, bool, error) {
+	return idem.KeyRecall(recallOf)(ctx, q, tenantID, key)
+}
+
+func recallOf(bizType string) idem.Recall {
+	name, _, _ := strings.Cut(bizType, ".")
 	for _, t := range Types() {
-		if p, found, err := t.Recall(ctx, q, tenantID, key); found || err != nil {
-			return p, found, err
+		if t.Name == name {
+			return t.Recall
 		}
 	}
-	return idem.Prior{}, false, nil
+	return nil
 }
 
 // Guards lists every constraint the exactly-once guarantee rests on: the
 // record's own and each type's.
 func Guards() []idem.Guard {
-	guards := []idem.Guard{idem.RecordGuard}
+	guards := []idem.Guard{idem.RecordGuard, idem.KeyGuard}
 	for _, t := range Types() {
 		guards = append(guards, t.Guards...)
 	}
