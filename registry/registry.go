@@ -1,9 +1,10 @@
 // Package registry declares idemflow's business types in one place: for
 // each, how a key's business row is recalled, the unique constraints that
-// guard its rows, and the workflows that run its intents. The record store,
-// the worker and audit read it, so adding a type is a domain package, one
-// file in each layer (starter, workflows, activities, gateway), a
-// migration, and one entry here (DEVELOPERS.md lists them).
+// guard its rows, the workflows that run its intents, and the rejections
+// its steps can answer. The record store, the worker, audit and the metrics
+// read it, so adding a type is a domain package, one file in each layer
+// (starter, workflows, activities, gateway), a migration, and one entry
+// here (DEVELOPERS.md lists them).
 package registry
 
 import (
