@@ -160,7 +160,7 @@ func recordHistories(t *testing.T) {
 	testenv.SaveHistory(t, s.Temporal, orders.TransitionWorkflowID(orders.ActionPay, "acme", "replay-3"), "", "testdata/transition_order_history.json")
 }
 
-// The local-first path every gateway start takes (LocalFirst): the step
+// The local-first path every run takes: the step
 // runs as a local activity; a failure that may pass falls back to the
 // regular activity, whose retries are durable; a rejection does not.
 func TestLocalFirstRunsLocallyAndFallsBackToADurableActivity(t *testing.T) {
