@@ -17,6 +17,7 @@ import (
 
 	"github.com/google/uuid"
 	"github.com/idemflow/idemflow/agentclient"
+	"github.com/idemflow/idemflow/devserver"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"go.temporal.io/sdk/client"
 )
@@ -453,7 +454,7 @@ func dialTemporal(ctx context.Context, addr, namespace string) (client.Client, e
 	ctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
 	defer cancel()
 	for {
-		c, err := client.DialContext(ctx, client.Options{HostPort: addr, Namespace: namespace, Logger: quiet{}})
+		c, err := client.DialContext(ctx, client.Options{HostPort: addr, Namespace: namespace, Logger: devserver.SilentSDKLogger()})
 		if err == nil {
 			return c, nil
 		}
@@ -477,11 +478,3 @@ func openAdmin(ctx context.Context, dbURL string) (*pgxpool.Pool, error) {
 	u.RawQuery = q.Encode()
 	return pgxpool.New(ctx, u.String())
 }
-
-// quiet drops the SDK's log lines: the run reports its own.
-type quiet struct{}
-
-func (quiet) Debug(string, ...any) {}
-func (quiet) Info(string, ...any)  {}
-func (quiet) Warn(string, ...any)  {}
-func (quiet) Error(string, ...any) {}

@@ -471,7 +471,7 @@ func (r *run) up(ctx context.Context) error {
 		}
 		r.dbName = r.admin.Config().ConnConfig.Database
 		if cfg.TemporalAddress != "" {
-			if r.tc, err = client.DialContext(ctx, client.Options{HostPort: cfg.TemporalAddress, Namespace: cfg.Namespace, Logger: quiet{}}); err != nil {
+			if r.tc, err = client.DialContext(ctx, client.Options{HostPort: cfg.TemporalAddress, Namespace: cfg.Namespace, Logger: devserver.SilentSDKLogger()}); err != nil {
 				return fmt.Errorf("temporal: %w", err)
 			}
 		}

@@ -24,7 +24,7 @@ func hello(ctx workflow.Context, name string) (string, error) { return "hello " 
 
 func dial(t *testing.T, hostPort string) client.Client {
 	t.Helper()
-	c, err := client.Dial(client.Options{HostPort: hostPort, Logger: quietLogger{}})
+	c, err := client.Dial(client.Options{HostPort: hostPort, Logger: SilentSDKLogger()})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -8,6 +8,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"math/rand/v2"
 	"net"
 	"os"
@@ -22,6 +23,7 @@ import (
 	"go.temporal.io/api/serviceerror"
 	"go.temporal.io/api/workflowservice/v1"
 	"go.temporal.io/sdk/client"
+	sdklog "go.temporal.io/sdk/log"
 	"go.temporal.io/server/common/cluster"
 	"go.temporal.io/server/common/config"
 	"go.temporal.io/server/common/dynamicconfig"
@@ -247,7 +249,7 @@ func forgetMembers(ctx context.Context, sqlCfg *config.SQL) error {
 // changed setting reaches an existing store. The server may take a moment
 // to answer: it is retried for up to 30 s.
 func (t *Temporal) ensureNamespace(ctx context.Context) error {
-	nc, err := client.NewNamespaceClient(client.Options{HostPort: t.HostPort, Logger: quietLogger{}})
+	nc, err := client.NewNamespaceClient(client.Options{HostPort: t.HostPort, Logger: SilentSDKLogger()})
 	if err != nil {
 		return fmt.Errorf("temporal: namespace client: %w", err)
 	}
@@ -371,10 +373,9 @@ func portFree(ip string, port int) error {
 	return l.Close()
 }
 
-// quietLogger drops the SDK client's own logs during start-up polling.
-type quietLogger struct{}
-
-func (quietLogger) Debug(string, ...any) {}
-func (quietLogger) Info(string, ...any)  {}
-func (quietLogger) Warn(string, ...any)  {}
-func (quietLogger) Error(string, ...any) {}
+// SilentSDKLogger is a Temporal SDK logger that drops every line: for the
+// clients of the dev and test harness (start-up polling, chaos's checks),
+// which report what matters themselves. One, for every such client.
+func SilentSDKLogger() sdklog.Logger {
+	return sdklog.NewStructuredLogger(slog.New(slog.DiscardHandler))
+}
