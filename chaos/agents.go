@@ -17,9 +17,7 @@ import (
 
 	"github.com/google/uuid"
 	"github.com/idemflow/idemflow/agentclient"
-	"github.com/idemflow/idemflow/devserver"
 	"github.com/jackc/pgx/v5/pgxpool"
-	"go.temporal.io/sdk/client"
 )
 
 // outcome is how an intent ended for its agent.
@@ -446,22 +444,6 @@ func waitReady(ctx context.Context, u string) error {
 		case <-ctx.Done():
 			return ctx.Err()
 		case <-time.After(200 * time.Millisecond):
-		}
-	}
-}
-
-func dialTemporal(ctx context.Context, addr, namespace string) (client.Client, error) {
-	ctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
-	defer cancel()
-	for {
-		c, err := client.DialContext(ctx, client.Options{HostPort: addr, Namespace: namespace, Logger: devserver.SilentSDKLogger()})
-		if err == nil {
-			return c, nil
-		}
-		select {
-		case <-ctx.Done():
-			return nil, fmt.Errorf("temporal at %s: %w", addr, err)
-		case <-time.After(500 * time.Millisecond):
 		}
 	}
 }

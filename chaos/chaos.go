@@ -471,8 +471,8 @@ func (r *run) up(ctx context.Context) error {
 		}
 		r.dbName = r.admin.Config().ConnConfig.Database
 		if cfg.TemporalAddress != "" {
-			if r.tc, err = client.DialContext(ctx, client.Options{HostPort: cfg.TemporalAddress, Namespace: cfg.Namespace, Logger: devserver.SilentSDKLogger()}); err != nil {
-				return fmt.Errorf("temporal: %w", err)
+			if r.tc, err = devserver.DialTemporal(ctx, cfg.TemporalAddress, cfg.Namespace, 10*time.Second); err != nil {
+				return err
 			}
 		}
 		return nil
@@ -526,7 +526,7 @@ func (r *run) up(ctx context.Context) error {
 		return err
 	}
 	r.linkProxies = append(r.linkProxies, tProxy)
-	if r.tc, err = dialTemporal(ctx, tAddr, cfg.Namespace); err != nil {
+	if r.tc, err = devserver.DialTemporal(ctx, tAddr, cfg.Namespace, 2*time.Minute); err != nil {
 		return fmt.Errorf("%w\n%s", err, r.temporal.tail())
 	}
 

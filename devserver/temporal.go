@@ -373,6 +373,26 @@ func portFree(ip string, port int) error {
 	return l.Close()
 }
 
+// DialTemporal is the harness's one Temporal client dial (chaos's checks,
+// against its own stack or a deployment): plain gRPC, the SDK's logs
+// dropped, retried until the server answers or within passes, since a
+// server starting alongside may need a moment.
+func DialTemporal(ctx context.Context, hostPort, namespace string, within time.Duration) (client.Client, error) {
+	ctx, cancel := context.WithTimeout(ctx, within)
+	defer cancel()
+	for {
+		c, err := client.DialContext(ctx, client.Options{HostPort: hostPort, Namespace: namespace, Logger: SilentSDKLogger()})
+		if err == nil {
+			return c, nil
+		}
+		select {
+		case <-ctx.Done():
+			return nil, fmt.Errorf("temporal at %s: %w", hostPort, err)
+		case <-time.After(500 * time.Millisecond):
+		}
+	}
+}
+
 // SilentSDKLogger is a Temporal SDK logger that drops every line: for the
 // clients of the dev and test harness (start-up polling, chaos's checks),
 // which report what matters themselves. One, for every such client.
