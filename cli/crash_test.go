@@ -63,8 +63,12 @@ type child struct {
 	cmd  *exec.Cmd
 	up   chan struct{}
 	done chan error
-	out  *strings.Builder
-	mu   sync.Mutex
+	// drained closes once every line the child wrote has been read: a
+	// child that exits is reported with its last lines, its error among
+	// them.
+	drained chan struct{}
+	out     *strings.Builder
+	mu      sync.Mutex
 }
 
 func startDev(t *testing.T, dbURL string, args ...string) *child {
@@ -79,11 +83,12 @@ func startChild(t *testing.T, dbURL, ready string, args ...string) *child {
 	cmd.Env = append(os.Environ(), "IDEMFLOW_TEST_CHILD=1", "DATABASE_URL="+dbURL)
 	pr, pw := io.Pipe()
 	cmd.Stdout, cmd.Stderr = pw, pw
-	c := &child{cmd: cmd, up: make(chan struct{}), done: make(chan error, 1), out: &strings.Builder{}}
+	c := &child{cmd: cmd, up: make(chan struct{}), done: make(chan error, 1), drained: make(chan struct{}), out: &strings.Builder{}}
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
 	go func() {
+		defer close(c.drained)
 		sc := bufio.NewScanner(pr)
 		once := sync.Once{}
 		for sc.Scan() {
@@ -111,6 +116,10 @@ func (c *child) waitUp(t *testing.T, within time.Duration) {
 	select {
 	case <-c.up:
 	case err := <-c.done:
+		select {
+		case <-c.drained:
+		case <-time.After(5 * time.Second):
+		}
 		t.Fatalf("exited before it was up (%v):\n%s", err, c.output())
 	case <-time.After(within):
 		t.Fatalf("not up after %v:\n%s", within, c.output())
