@@ -167,6 +167,14 @@ func parseFlags(fs *flag.FlagSet, args []string) error {
 	if err := fs.Parse(append([]string{"--"}, positional...)); err != nil {
 		return err
 	}
+	return fillUnset(fs, lookupEnv, func(name string) string { return name })
+}
+
+// fillUnset sets each flag that the command line did not give from
+// lookup(NAME), NAME being the variable its usage names. A value that does
+// not parse is a usage error naming where it came from (from(NAME)), never
+// the value, which may be a secret.
+func fillUnset(fs *flag.FlagSet, lookup func(string) (string, bool), from func(string) string) error {
 	given := map[string]bool{}
 	fs.Visit(func(f *flag.Flag) { given[f.Name] = true })
 	var errs []error
@@ -175,15 +183,25 @@ func parseFlags(fs *flag.FlagSet, args []string) error {
 		if m == nil || given[f.Name] {
 			return
 		}
-		v, ok := os.LookupEnv(m[1])
-		if !ok || strings.TrimSpace(v) == "" {
+		v, ok := lookup(m[1])
+		if !ok {
 			return
 		}
 		if err := f.Value.Set(v); err != nil {
-			errs = append(errs, fmt.Errorf("%w: %s does not hold a valid --%s (see '%s -h')", errUsage, m[1], f.Name, fs.Name()))
+			errs = append(errs, fmt.Errorf("%w: %s does not hold a valid --%s (see '%s -h')", errUsage, from(m[1]), f.Name, fs.Name()))
 		}
 	})
 	return errors.Join(errs...)
+}
+
+// lookupEnv is os.LookupEnv where an empty (or blank) variable is unset:
+// the one rule for every variable idemflow reads.
+func lookupEnv(key string) (string, bool) {
+	v, ok := os.LookupEnv(key)
+	if !ok || strings.TrimSpace(v) == "" {
+		return "", false
+	}
+	return v, true
 }
 
 // dataDirFlag registers --data-dir: where 'idemflow dev' keeps its state,
@@ -207,25 +225,19 @@ func parseDevFlags(fs *flag.FlagSet, args []string) error {
 		return nil
 	}
 	dev := readDevEnv(dir.Value.String())
-	given := map[string]bool{}
-	fs.Visit(func(f *flag.Flag) { given[f.Name] = true })
-	var errs []error
-	fs.VisitAll(func(f *flag.Flag) {
-		m := envPattern.FindStringSubmatch(f.Usage)
-		if m == nil || given[f.Name] || strings.TrimSpace(os.Getenv(m[1])) != "" {
-			return
+	// Only what neither the command line nor a variable set.
+	fromDev := func(name string) (string, bool) {
+		if _, set := lookupEnv(name); set {
+			return "", false
 		}
-		if v := dev[m[1]]; v != "" {
-			if err := f.Value.Set(v); err != nil {
-				errs = append(errs, fmt.Errorf("%w: %s in %s/dev.env does not hold a valid --%s", errUsage, m[1], dir.Value.String(), f.Name))
-			}
-		}
-	})
-	return errors.Join(errs...)
+		v := dev[name]
+		return v, v != ""
+	}
+	return fillUnset(fs, fromDev, func(name string) string { return name + " in " + dir.Value.String() + "/dev.env" })
 }
 
 func envOr(key, def string) string {
-	if v, ok := os.LookupEnv(key); ok && strings.TrimSpace(v) != "" {
+	if v, ok := lookupEnv(key); ok {
 		return v
 	}
 	return def

@@ -4,7 +4,6 @@ import (
 	"context"
 	"flag"
 	"fmt"
-	"go.temporal.io/sdk/contrib/envconfig"
 	"log/slog"
 	"os"
 	"strconv"
@@ -23,6 +22,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"go.temporal.io/api/workflowservice/v1"
 	"go.temporal.io/sdk/client"
+	"go.temporal.io/sdk/contrib/envconfig"
 	sdklog "go.temporal.io/sdk/log"
 )
 
@@ -268,9 +268,9 @@ func connect(ctx context.Context, dbURL string) (*pgx.Conn, error) {
 // that only read.
 func idemStore(q idem.Querier) *idem.Store { return idem.NewStore(q, idem.Retention{}, nil) }
 
-// nonEmptyEnv is the process environment with empty variables left out: an
-// empty TEMPORAL_ADDRESS is unset here, as it is for every flag's variable
-// (parseFlags), not an address that overrides the profile's.
+// nonEmptyEnv is the process environment as envconfig reads it, with
+// empty variables left out (lookupEnv's rule): an empty TEMPORAL_ADDRESS is
+// unset here too, not an address that overrides the profile's.
 type nonEmptyEnv struct{}
 
 func (nonEmptyEnv) Environ() []string {
@@ -283,10 +283,4 @@ func (nonEmptyEnv) Environ() []string {
 	return out
 }
 
-func (nonEmptyEnv) LookupEnv(key string) (string, bool) {
-	v, ok := os.LookupEnv(key)
-	if !ok || strings.TrimSpace(v) == "" {
-		return "", false
-	}
-	return v, true
-}
+func (nonEmptyEnv) LookupEnv(key string) (string, bool) { return lookupEnv(key) }
