@@ -62,10 +62,8 @@ type Options struct {
 // NewStack starts a Stack; everything stops when the test ends.
 func NewStack(t testing.TB, opts Options) *Stack {
 	t.Helper()
-	pool, dbURL := Pool(t)
-	if opts.Tracer != nil {
-		pool = PoolOn(t, dbURL, func(c *pgxpool.Config) { c.ConnConfig.Tracer = opts.Tracer })
-	}
+	dbURL := Database(t)
+	pool := PoolOn(t, dbURL, func(c *pgxpool.Config) { c.ConnConfig.Tracer = opts.Tracer })
 	var ts *temporaltest.TestServer
 	if tt, ok := t.(*testing.T); ok {
 		ts = temporaltest.NewServer(temporaltest.WithT(tt))

@@ -85,15 +85,10 @@ func EmptyDatabase(t testing.TB) string {
 func Pool(t testing.TB) (*pgxpool.Pool, string) {
 	t.Helper()
 	u := Database(t)
-	pool, err := pgxpool.New(context.Background(), u)
-	if err != nil {
-		t.Fatalf("testenv: pool: %v", err)
-	}
-	t.Cleanup(pool.Close)
-	return pool, u
+	return PoolOn(t, u, func(*pgxpool.Config) {}), u
 }
 
-// PoolOn opens another pool on the database at u, configured by configure.
+// PoolOn opens a pool on the database at u, configured by configure.
 func PoolOn(t testing.TB, u string, configure func(*pgxpool.Config)) *pgxpool.Pool {
 	t.Helper()
 	cfg, err := pgxpool.ParseConfig(u)
