@@ -31,9 +31,9 @@ func RememberKey(ctx context.Context, q Querier, in Intent) error {
 // answer. A key never used costs one statement, however many types exist.
 func KeyRecall(of func(bizType string) Recall) Recall {
 	return func(ctx context.Context, q Querier, tenantID, key string) (Prior, bool, error) {
-		var bizType, fingerprint string
-		err := q.QueryRow(ctx, `SELECT biz_type, fingerprint FROM idempotency_key WHERE tenant_id = $1 AND idem_key = $2`,
-			tenantID, key).Scan(&bizType, &fingerprint)
+		var bizType string
+		err := q.QueryRow(ctx, `SELECT biz_type FROM idempotency_key WHERE tenant_id = $1 AND idem_key = $2`,
+			tenantID, key).Scan(&bizType)
 		if errors.Is(err, pgx.ErrNoRows) {
 			return Prior{}, false, nil
 		}
