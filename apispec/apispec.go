@@ -9,6 +9,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"strings"
+	"sync"
 )
 
 //go:embed openapi.json
@@ -17,13 +18,24 @@ var document []byte
 // Document returns the contract document (a copy).
 func Document() []byte { return append([]byte(nil), document...) }
 
-// RequestSchema returns the JSON Schema of the body of the operation named
-// operationID, with every local $ref replaced by what it names, so that it
-// stands alone (an MCP tool's input schema must).
-func RequestSchema(operationID string) (map[string]any, error) {
+// parsed is the document decoded, once: every MCP server (one per tenant
+// over HTTP) asks it for its tools' schemas. inline copies what it returns,
+// so no caller can change it.
+var parsed = sync.OnceValues(func() (map[string]any, error) {
 	var doc map[string]any
 	if err := json.Unmarshal(document, &doc); err != nil {
 		return nil, fmt.Errorf("apispec: %w", err)
+	}
+	return doc, nil
+})
+
+// RequestSchema returns the JSON Schema of the body of the operation named
+// operationID, with every local $ref replaced by what it names, so that it
+// stands alone (an MCP tool's input schema must). It is a copy.
+func RequestSchema(operationID string) (map[string]any, error) {
+	doc, err := parsed()
+	if err != nil {
+		return nil, err
 	}
 	paths, _ := doc["paths"].(map[string]any)
 	for _, item := range paths {
