@@ -109,18 +109,18 @@ func New(cfg Config) *mcp.Server {
 	})
 	t := tools{cfg: cfg}
 	mcp.AddTool(s, &mcp.Tool{Name: "create_ticket", Description: "Create a support ticket." + keyRule,
-		InputSchema: inputSchema("createTicket", false)}, strict(t.createTicket))
+		InputSchema: inputSchema("createTicket", false, nil)}, strict(t.createTicket))
 	mcp.AddTool(s, &mcp.Tool{Name: "create_order", Description: "Create a purchase order; the server prices it from its catalog." + keyRule,
-		InputSchema: inputSchema("createOrder", false)}, strict(t.createOrder))
+		InputSchema: inputSchema("createOrder", false, nil)}, strict(t.createOrder))
 	mcp.AddTool(s, &mcp.Tool{Name: "pay_order", Description: "Pay a CREATED order; the payment is charged at most once." + keyRule,
-		InputSchema: inputSchema("transitionOrder", true, "payment_ref")}, strict(t.payOrder))
+		InputSchema: inputSchema("transitionOrder", true, map[string]bool{"payment_ref": true})}, strict(t.payOrder))
 	for _, a := range []struct{ action, description string }{
 		{"cancel", "Cancel a CREATED order and release its stock."},
 		{"refund", "Refund a PAID order; the refund is made at most once."},
 		{"fulfill", "Mark a PAID order fulfilled (shipped)."},
 	} {
 		mcp.AddTool(s, &mcp.Tool{Name: a.action + "_order", Description: a.description + keyRule,
-			InputSchema: inputSchema("transitionOrder", true, "reason")}, strict(t.transition(a.action)))
+			InputSchema: inputSchema("transitionOrder", true, map[string]bool{"reason": false})}, strict(t.transition(a.action)))
 	}
 	mcp.AddTool(s, &mcp.Tool{Name: "get_operation", Description: "Report an operation's status (processing, succeeded, failed) and, when done, its result. Read-only."}, strict(t.getOperation))
 	return s
@@ -129,24 +129,29 @@ func New(cfg Config) *mcp.Server {
 // inputSchema is a tool's input schema: the JSON Schema of the HTTP body
 // of operationID, taken from the contract (apispec) so that both agree on
 // every rule, beside idempotency_key and, for an order's transitions,
-// order_no. keep names the body's members the tool takes (all if none);
-// a kept member the tool needs (payment_ref for pay) is required.
-func inputSchema(operationID string, orderNo bool, keep ...string) *jsonschema.Schema {
+// order_no. keep names the body's members the tool takes (all if nil),
+// each with whether the tool requires it where the shared body does not
+// (pay requires payment_ref, which the other transitions refuse).
+func inputSchema(operationID string, orderNo bool, keep map[string]bool) *jsonschema.Schema {
 	body, err := apispec.RequestSchema(operationID)
 	if err != nil {
 		panic(err) // the embedded contract is checked by every gateway test
 	}
 	props, _ := body["properties"].(map[string]any)
 	required, _ := body["required"].([]any)
-	if len(keep) > 0 {
+	if keep != nil {
 		kept := map[string]any{}
-		for _, k := range keep {
-			kept[k] = props[k]
+		for name, req := range keep {
+			prop, ok := props[name]
+			if !ok {
+				panic(fmt.Sprintf("mcpserver: the contract's %s body has no member %s", operationID, name))
+			}
+			kept[name] = prop
+			if req {
+				required = append(required, name)
+			}
 		}
 		props = kept
-		if _, ok := props["payment_ref"]; ok {
-			required = append(required, "payment_ref")
-		}
 	}
 	props["idempotency_key"] = apispec.KeySchema("the intent's key; see the tool description")
 	required = append([]any{"idempotency_key"}, required...)
