@@ -199,13 +199,13 @@ func (b *bar) step() {
 		// and shows both.
 		width := 40
 		fill := width * min(b.n, b.of) / b.of
+		load := ""
 		if b.dur > 0 {
 			fill = max(fill, int(float64(width)*min(1, float64(time.Since(b.start))/float64(b.dur))))
+			load = fmt.Sprintf(", %v of %v load", el, b.dur.Round(time.Second))
 		}
-		fmt.Fprintf(b.w, "\r  [%s%s] %d/%d jobs", strings.Repeat("#", fill), strings.Repeat(".", width-fill), b.n, b.of)
-		if b.dur > 0 {
-			fmt.Fprintf(b.w, ", %v of %v load", el, b.dur.Round(time.Second))
-		}
+		// One write, so that the line is drawn whole.
+		fmt.Fprintf(b.w, "\r  [%s%s] %d/%d jobs%s", strings.Repeat("#", fill), strings.Repeat(".", width-fill), b.n, b.of, load)
 	}
 }
 
