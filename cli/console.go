@@ -8,6 +8,8 @@ import (
 	"os"
 	"path/filepath"
 	"sync"
+
+	"golang.org/x/term"
 )
 
 // console is a terminal shared by log lines and one progress bar. A bar
@@ -51,15 +53,11 @@ func (b barWriter) Write(p []byte) (int, error) {
 	return n, err
 }
 
-// isTerminal reports whether w is a character device (a person's
-// terminal), not a pipe or a file.
+// isTerminal reports whether w is a person's terminal, not a pipe, a file
+// or /dev/null (a character device too, which a mode check would take).
 func isTerminal(w io.Writer) bool {
 	f, ok := w.(*os.File)
-	if !ok {
-		return false
-	}
-	fi, err := f.Stat()
-	return err == nil && fi.Mode()&os.ModeCharDevice != 0
+	return ok && term.IsTerminal(int(f.Fd()))
 }
 
 // devConsole sets up dev's logging. On a terminal, a person reads the

@@ -76,3 +76,16 @@ func TestDevOnATerminalLogsRequestsToItsFile(t *testing.T) {
 		t.Fatalf("dev.log:\n%s", file)
 	}
 }
+
+// dev with stderr sent to /dev/null is not on a terminal: /dev/null is a
+// character device, which a file-mode check took for one.
+func TestDevNullIsNotATerminal(t *testing.T) {
+	f, err := os.OpenFile(os.DevNull, os.O_WRONLY, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	if isTerminal(f) {
+		t.Fatal("/dev/null was taken for a terminal")
+	}
+}
