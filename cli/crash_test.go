@@ -159,14 +159,7 @@ func testDevRestart(t *testing.T, store string) {
 		Body: `{"customer_id":"c","title":"t"}`}); r.Status != 201 {
 		t.Fatalf("%d %s", r.Status, r.Body)
 	}
-	// The answer comes when the record settles; the workflow's own
-	// metrics when its run completes, a moment later.
-	page := scrape(t, base)
-	for deadline := time.Now().Add(10 * time.Second); !strings.Contains(page, "temporal_workflow_endtoend_latency_seconds") && time.Now().Before(deadline); {
-		time.Sleep(200 * time.Millisecond)
-		page = scrape(t, base)
-	}
-	checkMetricsTable(t, "dev", page)
+	checkMetricsTable(t, "dev", scrapeAfterRuns(t, base))
 
 	// Agents create tickets while the stack is killed under them.
 	const agents, perAgent = 8, 6

@@ -33,6 +33,20 @@ func scrape(t *testing.T, base string) string {
 	return string(r.Body)
 }
 
+// scrapeAfterRuns scrapes base once the workflows of the intents it has
+// answered have completed: an answer comes when the record settles, the
+// run's own metrics (temporal_workflow_endtoend_latency_seconds) a moment
+// later. It waits up to 10 s.
+func scrapeAfterRuns(t *testing.T, base string) string {
+	t.Helper()
+	page := scrape(t, base)
+	for deadline := time.Now().Add(10 * time.Second); !strings.Contains(page, "temporal_workflow_endtoend_latency_seconds") && time.Now().Before(deadline); {
+		time.Sleep(200 * time.Millisecond)
+		page = scrape(t, base)
+	}
+	return page
+}
+
 // A serve process exports its gateway's counters and latency, its worker's
 // and the Temporal SDK's metrics on one /metrics; the counters move with
 // the requests; and every metric the shipped alert rules and dashboard
@@ -64,11 +78,7 @@ func TestMetricsMoveWithRequestsAndCoverTheDeployRulesAndDashboard(t *testing.T)
 		Body: `{"customer_id":"c","items":[{"sku":"SKU-NOPE","quantity":1}]}`}); r.Status != 422 {
 		t.Fatalf("unknown sku: %d %s", r.Status, r.Body)
 	}
-	after := scrape(t, base)
-	for deadline := time.Now().Add(10 * time.Second); !strings.Contains(after, "temporal_workflow_endtoend_latency_seconds") && time.Now().Before(deadline); {
-		time.Sleep(200 * time.Millisecond) // the run completes a moment after the answer
-		after = scrape(t, base)
-	}
+	after := scrapeAfterRuns(t, base)
 	checkMetricsTable(t, "serve", after)
 	for _, want := range []string{
 		`idemflow_intents_total{biz_type="ticket.create",outcome="executed"} 1`,
