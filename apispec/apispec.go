@@ -7,9 +7,12 @@ package apispec
 import (
 	_ "embed"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"strings"
 	"sync"
+
+	"github.com/idemflow/idemflow/op"
 )
 
 //go:embed openapi.json
@@ -112,4 +115,54 @@ func inline(doc map[string]any, v any, depth int) (any, error) {
 		return out, nil
 	}
 	return v, nil
+}
+
+// WithOperations returns the contract with a path for each declared
+// operation: POST at its route, its request schema as the body, and the
+// answers every intent can get (the built-in ticket's, which carry no
+// business shape but the 201's).
+func WithOperations(ops []*op.Operation) ([]byte, error) {
+	var doc map[string]any
+	if err := json.Unmarshal(document, &doc); err != nil {
+		return nil, fmt.Errorf("apispec: %w", err)
+	}
+	paths, _ := doc["paths"].(map[string]any)
+	template, ok := dig(doc, "paths", "/v1/tickets", "post").(map[string]any)
+	if !ok {
+		return nil, errors.New("apispec: the contract has no POST /v1/tickets to derive operations from")
+	}
+	for _, o := range ops {
+		if _, taken := paths[o.Route]; taken {
+			return nil, fmt.Errorf("apispec: operation %s: the contract already has %s", o.Name, o.Route)
+		}
+		item, err := deepCopy(template)
+		if err != nil {
+			return nil, err
+		}
+		item["operationId"] = o.Name
+		item["summary"] = o.Name + ", exactly once"
+		item["description"] = o.Description + "\n\n" + keyRule
+		item["requestBody"] = map[string]any{"required": true, "content": map[string]any{
+			"application/json": map[string]any{"schema": o.RequestSchema()}}}
+		responses := item["responses"].(map[string]any)
+		delete(responses, "404")
+		created := responses["201"].(map[string]any)
+		created["content"] = map[string]any{"application/json": map[string]any{"schema": map[string]any{
+			"type": "object", "description": "the operation's answer"}}}
+		item["tags"] = []any{"declared operations"}
+		paths[o.Route] = map[string]any{"post": item}
+	}
+	return json.Marshal(doc)
+}
+
+const keyRule = "Make the key ONCE per intent and send the SAME key with the SAME body on every retry: the first answer is then returned again, " +
+	"marked Idempotent-Replayed: true, and the effect happens at most once. The same key with other parameters is refused with 422 /problems/idempotency-key-reused."
+
+func deepCopy(v map[string]any) (map[string]any, error) {
+	raw, err := json.Marshal(v)
+	if err != nil {
+		return nil, err
+	}
+	var out map[string]any
+	return out, json.Unmarshal(raw, &out)
 }

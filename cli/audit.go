@@ -6,7 +6,6 @@ import (
 	"time"
 
 	"github.com/idemflow/idemflow/audit"
-	"github.com/idemflow/idemflow/registry"
 )
 
 func runAudit(ctx context.Context, env *Env, args []string) error {
@@ -25,7 +24,7 @@ func runAudit(ctx context.Context, env *Env, args []string) error {
 		return err
 	}
 	defer conn.Close(context.Background())
-	rep, err := audit.Run(ctx, conn, idemStore(conn), registry.Guards(), *horizon)
+	rep, err := audit.Run(ctx, conn, idemStore(conn), env.Set.Guards(), *horizon)
 	if err != nil {
 		return err
 	}

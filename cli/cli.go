@@ -12,6 +12,9 @@ import (
 	"regexp"
 	"sort"
 	"strings"
+
+	"github.com/idemflow/idemflow/op"
+	"github.com/idemflow/idemflow/registry"
 )
 
 type command struct {
@@ -36,19 +39,28 @@ var commands = map[string]command{
 	"version":     {"print the module version and the VCS revision it was built from", runVersion},
 }
 
-// Env is what a subcommand talks to: its output streams and logger.
+// Env is what a subcommand talks to: its output streams and logger, and
+// the operations it serves.
 type Env struct {
 	Stdout io.Writer
 	Stderr io.Writer
 	Logger *slog.Logger
+	// Set is the built-in business types and the declared operations.
+	Set *registry.Set
 }
 
 // errUsage marks a usage error: exit code 2.
 var errUsage = errors.New("usage")
 
-// Run runs the subcommand named by args[0] and returns the exit code.
-func Run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
-	env := &Env{Stdout: stdout, Stderr: stderr,
+// Run runs the subcommand named by args[0] with the built-in operations
+// and ops, and returns the exit code.
+func Run(ctx context.Context, args []string, stdout, stderr io.Writer, ops ...*op.Operation) int {
+	set, err := registry.New(ops...)
+	if err != nil {
+		fmt.Fprintf(stderr, "idemflow: %v\n", err)
+		return 2
+	}
+	env := &Env{Stdout: stdout, Stderr: stderr, Set: set,
 		Logger: slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: logLevel()}))}
 	if len(args) == 0 {
 		usage(stderr)
@@ -71,7 +83,7 @@ func Run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		usage(stderr)
 		return 2
 	}
-	err := cmd.run(ctx, env, args[1:])
+	err = cmd.run(ctx, env, args[1:])
 	switch {
 	case err == nil:
 		return 0

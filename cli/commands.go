@@ -74,7 +74,7 @@ func runRoles(ctx context.Context, env *Env, name string, r roles, args []string
 			return err
 		}
 	}
-	d, err := openDeps(ctx, env.Logger, c)
+	d, err := openDeps(ctx, env.Logger, env.Set, c)
 	if err != nil {
 		return err
 	}
@@ -117,7 +117,7 @@ func runParts(ctx context.Context, logger *slog.Logger, d *deps, r roles, p part
 	if err := installSchedule(ctx, logger, d.Temporal, d.namespace, p.sched); err != nil {
 		return err
 	}
-	w := worker.New(d.Temporal, d.Activities)
+	w := worker.New(d.Temporal, d.Activities, d.Set)
 	logger.Info("worker running", "temporal", p.temporal, "namespace", d.namespace)
 	if !r.gateway {
 		if p.workerMetrics != "" {
@@ -355,7 +355,7 @@ func runMigrate(ctx context.Context, env *Env, args []string) error {
 	if *dbURL == "" {
 		return fmt.Errorf("%w: DATABASE_URL (or --database-url, or a running 'idemflow dev') is required", errUsage)
 	}
-	from, to, err := migrations.MigrateURL(ctx, *dbURL)
+	from, to, err := migrations.MigrateURL(ctx, *dbURL, env.Set.Schemas()...)
 	if err != nil {
 		return err
 	}

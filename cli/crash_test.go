@@ -3,14 +3,11 @@
 package cli_test
 
 import (
-	"bufio"
 	"context"
 	"fmt"
 	"io"
 	"net"
 	"os"
-	"os/exec"
-	"os/signal"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -29,12 +26,9 @@ import (
 // TestMain lets the test binary run as an idemflow process of its own
 // (IDEMFLOW_TEST_CHILD=1), so that a test can kill it like a real one.
 func TestMain(m *testing.M) {
-	if os.Getenv("IDEMFLOW_TEST_CHILD") == "1" {
-		ctx, stop := signalContext()
-		defer stop()
-		os.Exit(cli.Run(ctx, os.Args[1:], os.Stdout, os.Stderr))
-	}
-	os.Exit(m.Run())
+	testenv.Main(m, func(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+		return cli.Run(ctx, args, stdout, stderr)
+	})
 }
 
 // givenPorts are the ports freePort handed out: a port is free when asked
@@ -59,71 +53,17 @@ func freePort(t *testing.T) int {
 }
 
 // child is a running idemflow command in its own process.
-type child struct {
-	cmd  *exec.Cmd
-	up   chan struct{}
-	done chan error
-	// drained closes once every line the child wrote has been read: a
-	// child that exits is reported with its last lines, its error among
-	// them.
-	drained chan struct{}
-	out     *strings.Builder
-	mu      sync.Mutex
-}
+type child = testenv.Child
 
 func startDev(t *testing.T, dbURL string, args ...string) *child {
 	t.Helper()
 	return startChild(t, dbURL, "idemflow dev is up", append([]string{"dev"}, args...)...)
 }
 
-// startChild runs an idemflow command; up closes when it prints ready.
+// startChild runs an idemflow command; Up closes when it prints ready.
 func startChild(t *testing.T, dbURL, ready string, args ...string) *child {
 	t.Helper()
-	cmd := exec.Command(os.Args[0], args...)
-	cmd.Env = append(os.Environ(), "IDEMFLOW_TEST_CHILD=1", "DATABASE_URL="+dbURL)
-	pr, pw := io.Pipe()
-	cmd.Stdout, cmd.Stderr = pw, pw
-	c := &child{cmd: cmd, up: make(chan struct{}), done: make(chan error, 1), drained: make(chan struct{}), out: &strings.Builder{}}
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	go func() {
-		defer close(c.drained)
-		sc := bufio.NewScanner(pr)
-		once := sync.Once{}
-		for sc.Scan() {
-			c.mu.Lock()
-			c.out.WriteString(sc.Text() + "\n")
-			c.mu.Unlock()
-			if strings.Contains(sc.Text(), ready) {
-				once.Do(func() { close(c.up) })
-			}
-		}
-	}()
-	go func() { c.done <- cmd.Wait(); pw.Close() }()
-	t.Cleanup(func() { _ = cmd.Process.Kill() })
-	return c
-}
-
-func (c *child) output() string {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.out.String()
-}
-
-func (c *child) waitUp(t *testing.T, within time.Duration) {
-	t.Helper()
-	select {
-	case <-c.up:
-	case err := <-c.done:
-		select {
-		case <-c.drained:
-		case <-time.After(5 * time.Second):
-		}
-		t.Fatalf("exited before it was up (%v):\n%s", err, c.output())
-	case <-time.After(within):
-		t.Fatalf("not up after %v:\n%s", within, c.output())
-	}
+	return testenv.StartChild(t, []string{"DATABASE_URL=" + dbURL}, ready, args...)
 }
 
 // SIGKILL 'idemflow dev' while agents create tickets, start it again at
@@ -145,7 +85,7 @@ func testDevRestart(t *testing.T, store string) {
 	args := []string{"--data-dir", dir, "--http-addr", fmt.Sprintf("127.0.0.1:%d", freePort(t)), "--temporal-store", store,
 		"--temporal-port", fmt.Sprint(freePort(t)), "--ui-port", fmt.Sprint(freePort(t)), "--reconcile-interval", "1m"}
 	first := startDev(t, dbURL, args...)
-	first.waitUp(t, 2*time.Minute)
+	first.WaitUp(t, 2*time.Minute)
 	env := readEnvFile(t, filepath.Join(dir, "dev.env"))
 	base, token := env["IDEMFLOW_URL"], env["IDEMFLOW_TOKEN"]
 	// dev runs the roles serve runs, wired in the same place: its worker's
@@ -179,15 +119,15 @@ func testDevRestart(t *testing.T, store string) {
 		}()
 	}
 	time.Sleep(300 * time.Millisecond)
-	if err := first.cmd.Process.Signal(syscall.SIGKILL); err != nil {
+	if err := first.Cmd.Process.Signal(syscall.SIGKILL); err != nil {
 		t.Fatal(err)
 	}
-	<-first.done
+	<-first.Done
 	stopLoad()
 	wg.Wait()
 
 	second := startDev(t, dbURL, args...)
-	second.waitUp(t, 90*time.Second)
+	second.WaitUp(t, 90*time.Second)
 
 	// Every agent retries every intent with its key until it is answered.
 	for a := range agents {
@@ -213,9 +153,9 @@ func testDevRestart(t *testing.T, store string) {
 	if n := testenv.Count(t, pool, "idempotency_record", "status = 'PROCESSING'"); n != 0 {
 		t.Fatalf("%d intents still PROCESSING", n)
 	}
-	_ = second.cmd.Process.Signal(syscall.SIGTERM)
+	_ = second.Cmd.Process.Signal(syscall.SIGTERM)
 	select {
-	case <-second.done:
+	case <-second.Done:
 	case <-time.After(30 * time.Second):
 		t.Fatal("dev did not stop on SIGTERM")
 	}
@@ -236,10 +176,6 @@ func readEnvFile(t *testing.T, path string) map[string]string {
 	return out
 }
 
-func signalContext() (context.Context, context.CancelFunc) {
-	return signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-}
-
 // serve is gateway and worker in one process against an existing Temporal
 // and PostgreSQL: it answers a ticket, a replay and a conflict.
 func TestServeRunsGatewayAndWorkerInOneProcess(t *testing.T) {
@@ -252,7 +188,7 @@ func TestServeRunsGatewayAndWorkerInOneProcess(t *testing.T) {
 	srv := startChild(t, dbURL, "gateway listening", "serve", "--temporal-address", ts.GetFrontendHostPort(),
 		"--namespace", ts.GetDefaultNamespace(), "--http-addr", addr, "--bootstrap-tokens", "acme:tok-serve-test-0123456789",
 		"--metrics-addr", metricsAddr, "--pprof-addr", pprofAddr)
-	srv.waitUp(t, time.Minute)
+	srv.WaitUp(t, time.Minute)
 	base := "http://" + addr
 	req := testenv.Request{Path: "/v1/tickets", Token: "tok-serve-test-0123456789", Key: "serve-1", Body: `{"customer_id":"c","title":"t"}`}
 	first := testenv.Do(t, base, req)
@@ -284,10 +220,10 @@ func TestServeRunsGatewayAndWorkerInOneProcess(t *testing.T) {
 	}
 	// Its LISTEN connection (cross-process wake-ups) took the same URL.
 	time.Sleep(1500 * time.Millisecond)
-	if out := srv.output(); strings.Contains(out, "unrecognized configuration parameter") || strings.Contains(out, "listen") && strings.Contains(out, "level=WARN") {
+	if out := srv.Output(); strings.Contains(out, "unrecognized configuration parameter") || strings.Contains(out, "listen") && strings.Contains(out, "level=WARN") {
 		t.Fatalf("serve with pool parameters in its URL:\n%s", out)
 	}
-	_ = srv.cmd.Process.Signal(syscall.SIGTERM)
+	_ = srv.Cmd.Process.Signal(syscall.SIGTERM)
 	// While the gateway drains (--shutdown-grace, 2s by default), /metrics
 	// on its own address still answers: the drain is what it shows.
 	time.Sleep(500 * time.Millisecond)
@@ -298,15 +234,15 @@ func TestServeRunsGatewayAndWorkerInOneProcess(t *testing.T) {
 		t.Fatalf("the metrics address stopped before the gateway drained: %v", err)
 	}
 	select {
-	case err := <-srv.done:
+	case err := <-srv.Done:
 		if err != nil {
-			t.Fatalf("serve did not stop cleanly: %v\n%s", err, srv.output())
+			t.Fatalf("serve did not stop cleanly: %v\n%s", err, srv.Output())
 		}
 	case <-time.After(45 * time.Second):
 		t.Fatal("serve did not stop on SIGTERM")
 	}
-	if !strings.Contains(srv.output(), "gateway stopped") {
-		t.Errorf("no final line says the gateway stopped:\n%s", srv.output())
+	if !strings.Contains(srv.Output(), "gateway stopped") {
+		t.Errorf("no final line says the gateway stopped:\n%s", srv.Output())
 	}
 }
 
@@ -372,20 +308,20 @@ func TestServeWaitsForItsNamespace(t *testing.T) {
 		"--namespace", "later", "--http-addr", addr, "--bootstrap-tokens", "acme:tok-later-test-0123456789")
 	time.Sleep(3 * time.Second)
 	select {
-	case err := <-srv.done:
-		t.Fatalf("serve exited before its namespace existed: %v\n%s", err, srv.output())
+	case err := <-srv.Done:
+		t.Fatalf("serve exited before its namespace existed: %v\n%s", err, srv.Output())
 	default:
 	}
 	if _, err := ts.GetDefaultClient().WorkflowService().RegisterNamespace(t.Context(), &workflowservice.RegisterNamespaceRequest{
 		Namespace: "later", WorkflowExecutionRetentionPeriod: durationpb.New(24 * time.Hour)}); err != nil {
 		t.Fatal(err)
 	}
-	srv.waitUp(t, time.Minute)
+	srv.WaitUp(t, time.Minute)
 	r := testenv.Do(t, "http://"+addr, testenv.Request{Path: "/v1/tickets", Token: "tok-later-test-0123456789", Key: "later-1", Body: `{"customer_id":"c","title":"t"}`})
 	if r.Status != 201 {
 		t.Fatalf("%d %s", r.Status, r.Body)
 	}
-	if !strings.Contains(srv.output(), "namespace not ready yet") {
-		t.Errorf("no line said what it waited for:\n%s", srv.output())
+	if !strings.Contains(srv.Output(), "namespace not ready yet") {
+		t.Errorf("no line said what it waited for:\n%s", srv.Output())
 	}
 }

@@ -121,12 +121,14 @@ type deps struct {
 	Activities *activities.Activities
 	Logger     *slog.Logger
 	Metrics    *metrics.Registry
-	namespace  string
+	// Set is the business types this process serves and runs.
+	Set       *registry.Set
+	namespace string
 	// searchable: the namespace has the intents' search attributes.
 	searchable bool
 }
 
-func openDeps(ctx context.Context, logger *slog.Logger, c common) (*deps, error) {
+func openDeps(ctx context.Context, logger *slog.Logger, set *registry.Set, c common) (*deps, error) {
 	if c.databaseURL == "" {
 		return nil, fmt.Errorf("%w: DATABASE_URL (or --database-url) is required", errUsage)
 	}
@@ -161,13 +163,13 @@ func openDeps(ctx context.Context, logger *slog.Logger, c common) (*deps, error)
 		logger.Warn("search attributes not registered: intents start without them and the Web UI cannot filter them by key; "+
 			"register them on the namespace (README, Operations)", "error", err)
 	}
-	records := idem.NewStore(pool, idem.Retention{Default: time.Duration(c.retention)}, registry.Recall)
+	records := idem.NewStore(pool, idem.Retention{Default: time.Duration(c.retention)}, set.Recall)
 	// The gateway and worker of one process (serve, dev) share it.
 	records.Waiters = &idem.Waiters{}
 	acts := activities.New(pool, records, tc, logger)
 	acts.Metrics = reg.Worker
 	activities.ExportVerdicts(reg.Worker)
-	for bizType, codes := range registry.Rejections() {
+	for bizType, codes := range set.Rejections() {
 		for _, code := range codes {
 			reg.Worker.ExportRejection(bizType, code)
 		}
@@ -180,6 +182,7 @@ func openDeps(ctx context.Context, logger *slog.Logger, c common) (*deps, error)
 		Activities: acts,
 		Logger:     logger,
 		Metrics:    reg,
+		Set:        set,
 		namespace:  c.namespace,
 		searchable: searchable,
 	}, nil
@@ -236,6 +239,7 @@ func (d *deps) Close() {
 func (d *deps) gateway() *gateway.Gateway {
 	g := gateway.New(d.Pool, d.Temporal, d.Records, d.Logger)
 	g.Starter.SearchAttributes = d.searchable
+	g.Set = d.Set
 	g.Metrics = gateway.NewMetricsOn(d.Metrics.Registry)
 	return g
 }

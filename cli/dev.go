@@ -90,7 +90,7 @@ func runDev(ctx context.Context, env *Env, args []string) error {
 			return err
 		}
 	}
-	from, to, err := migrations.MigrateURL(ctx, c.databaseURL)
+	from, to, err := migrations.MigrateURL(ctx, c.databaseURL, env.Set.Schemas()...)
 	if err != nil {
 		return err
 	}
@@ -120,7 +120,7 @@ func runDev(ctx context.Context, env *Env, args []string) error {
 	}
 	defer ui.Stop()
 
-	d, err := openDeps(ctx, log, c)
+	d, err := openDeps(ctx, log, env.Set, c)
 	if err != nil {
 		return err
 	}

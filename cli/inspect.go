@@ -12,7 +12,6 @@ import (
 	"github.com/idemflow/idemflow/apperr"
 	"github.com/idemflow/idemflow/idem"
 	"github.com/idemflow/idemflow/orders"
-	"github.com/idemflow/idemflow/registry"
 	commonpb "go.temporal.io/api/common/v1"
 	"go.temporal.io/api/enums/v1"
 	"go.temporal.io/api/history/v1"
@@ -102,7 +101,7 @@ func runInspect(ctx context.Context, env *Env, args []string) error {
 			CreatedAt: rec.CreatedAt, UpdatedAt: rec.UpdatedAt, ExpireAt: rec.ExpireAt}
 		workflowID = rec.WorkflowID
 	}
-	prior, found, err := registry.Recall(ctx, conn, tenantID, key)
+	prior, found, err := env.Set.Recall(ctx, conn, tenantID, key)
 	if err != nil {
 		return err
 	}

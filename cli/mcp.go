@@ -72,7 +72,7 @@ func runMCP(ctx context.Context, env *Env, args []string) error {
 	if _, err := g.resolve(); err != nil && (*httpAddr == "" || g.url == "") {
 		return err
 	}
-	cfg := mcpserver.Config{BaseURL: g.url, Token: g.token}
+	cfg := mcpserver.Config{BaseURL: g.url, Token: g.token, Operations: env.Set.Operations()}
 	if *httpAddr != "" {
 		// The line a user copies into a client's configuration: the URL
 		// itself (any path serves MCP; "/" is the one to give).

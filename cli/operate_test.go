@@ -57,7 +57,7 @@ func TestMetricsMoveWithRequestsAndCoverTheDeployRulesAndDashboard(t *testing.T)
 	addr := fmt.Sprintf("127.0.0.1:%d", freePort(t))
 	srv := startChild(t, dbURL, "gateway listening", "serve", "--temporal-address", ts.GetFrontendHostPort(),
 		"--namespace", ts.GetDefaultNamespace(), "--http-addr", addr, "--bootstrap-tokens", "acme:tok-metrics-test-0123456789")
-	srv.waitUp(t, time.Minute)
+	srv.WaitUp(t, time.Minute)
 	base := "http://" + addr
 	before := scrape(t, base)
 	if strings.Contains(before, `outcome="executed"`) {
@@ -159,7 +159,7 @@ func TestSIGTERMDrainsUnderLoadAndLosesNothing(t *testing.T) {
 	args := []string{"serve", "--temporal-address", ts.GetFrontendHostPort(), "--namespace", ts.GetDefaultNamespace(),
 		"--http-addr", addr, "--bootstrap-tokens", "acme:" + tok, "--shutdown-grace", "1s"}
 	srv := startChild(t, dbURL, "gateway listening", args...)
-	srv.waitUp(t, time.Minute)
+	srv.WaitUp(t, time.Minute)
 	base := "http://" + addr
 
 	const agents, each = 8, 25
@@ -209,19 +209,19 @@ func TestSIGTERMDrainsUnderLoadAndLosesNothing(t *testing.T) {
 		}()
 	}
 	time.Sleep(700 * time.Millisecond)
-	if err := srv.cmd.Process.Signal(syscall.SIGTERM); err != nil {
+	if err := srv.Cmd.Process.Signal(syscall.SIGTERM); err != nil {
 		t.Fatal(err)
 	}
 	select {
-	case err := <-srv.done:
+	case err := <-srv.Done:
 		if err != nil {
-			t.Fatalf("serve did not exit cleanly on SIGTERM: %v\n%s", err, srv.output())
+			t.Fatalf("serve did not exit cleanly on SIGTERM: %v\n%s", err, srv.Output())
 		}
 	case <-time.After(90 * time.Second):
 		t.Fatal("serve did not stop on SIGTERM")
 	}
 	again := startChild(t, dbURL, "gateway listening", args...)
-	again.waitUp(t, time.Minute)
+	again.WaitUp(t, time.Minute)
 	close(restarted)
 	wg.Wait()
 
@@ -287,8 +287,8 @@ func TestSIGTERMDrainsUnderLoadAndLosesNothing(t *testing.T) {
 	if retryAfter == 0 {
 		t.Fatalf("no request was answered 503 + Retry-After while draining: %v", statuses)
 	}
-	if !strings.Contains(srv.output(), "gateway draining") {
-		t.Fatalf("no drain logged:\n%s", srv.output())
+	if !strings.Contains(srv.Output(), "gateway draining") {
+		t.Fatalf("no drain logged:\n%s", srv.Output())
 	}
 }
 
@@ -302,7 +302,7 @@ func TestInspectShowsRecordRowEventsWorkflowAndLink(t *testing.T) {
 	tok := "tok-inspect-test-0123456789"
 	srv := startChild(t, dbURL, "gateway listening", "serve", "--temporal-address", ts.GetFrontendHostPort(),
 		"--namespace", ts.GetDefaultNamespace(), "--http-addr", addr, "--bootstrap-tokens", "acme:"+tok)
-	srv.waitUp(t, time.Minute)
+	srv.WaitUp(t, time.Minute)
 	if r := testenv.Do(t, "http://"+addr, testenv.Request{Path: "/v1/tickets", Token: tok, Key: "look-1",
 		Body: `{"customer_id":"c-9","title":"Where is it"}`}); r.Status != 201 {
 		t.Fatalf("%d %s", r.Status, r.Body)
@@ -422,9 +422,9 @@ func checkMetricsTable(t *testing.T, role, scraped string) {
 func TestMCPOverHTTPLogsTheURLToConnectTo(t *testing.T) {
 	addr := fmt.Sprintf("127.0.0.1:%d", freePort(t))
 	mcp := startChild(t, "", "point clients at this URL", "mcp", "--http", addr, "--url", "http://127.0.0.1:9")
-	mcp.waitUp(t, 30*time.Second)
-	if !strings.Contains(mcp.output(), "url=http://"+addr+"/") {
-		t.Fatalf("start-up log:\n%s", mcp.output())
+	mcp.WaitUp(t, 30*time.Second)
+	if !strings.Contains(mcp.Output(), "url=http://"+addr+"/") {
+		t.Fatalf("start-up log:\n%s", mcp.Output())
 	}
 	resp, err := http.Post("http://"+addr+"/", "application/json", strings.NewReader(`{}`))
 	if err != nil {

@@ -79,7 +79,7 @@ func TestEveryReadmeCommandLineRuns(t *testing.T) {
 	temporalPort := freePort(t)
 	dev := startDev(t, dbURL, "--data-dir", data, "--http-addr", fmt.Sprintf("127.0.0.1:%d", freePort(t)),
 		"--temporal-port", fmt.Sprint(temporalPort), "--ui-port", fmt.Sprint(freePort(t)))
-	dev.waitUp(t, 3*time.Minute)
+	dev.WaitUp(t, 3*time.Minute)
 	devEnv := readEnvFile(t, filepath.Join(data, "dev.env"))
 	wd, _ := os.Getwd()
 	repo := filepath.Dir(wd)

@@ -131,11 +131,11 @@ func TestServeReachesTemporalOverMutualTLS(t *testing.T) {
 	srv := startChild(t, dbURL, "gateway listening", "serve", "--temporal-address", ln.Addr().String(),
 		"--namespace", ts.GetDefaultNamespace(), "--http-addr", addr, "--bootstrap-tokens", "acme:tok-tls-test-0123456789",
 		"--temporal-tls-ca", filepath.Join(p.dir, "ca.pem"), "--temporal-tls-cert", clientCert, "--temporal-tls-key", clientKey)
-	srv.waitUp(t, time.Minute)
+	srv.WaitUp(t, time.Minute)
 	req := testenv.Request{Path: "/v1/tickets", Token: "tok-tls-test-0123456789", Key: "tls-1", Body: `{"customer_id":"c","title":"over TLS"}`}
 	first, again := testenv.Do(t, "http://"+addr, req), testenv.Do(t, "http://"+addr, req)
 	if first.Status != 201 || again.Status != 201 || string(first.Body) != string(again.Body) {
-		t.Fatalf("over TLS: %d %s / %d %s\n%s", first.Status, first.Body, again.Status, again.Body, srv.output())
+		t.Fatalf("over TLS: %d %s / %d %s\n%s", first.Status, first.Body, again.Status, again.Body, srv.Output())
 	}
 	mu.Lock()
 	defer mu.Unlock()

@@ -49,7 +49,7 @@ func TestWebUIFindsAnIntentByItsKey(t *testing.T) {
 	uiPort := freePort(t)
 	dev := startDev(t, dbURL, "--data-dir", dir, "--http-addr", fmt.Sprintf("127.0.0.1:%d", freePort(t)),
 		"--temporal-port", fmt.Sprint(freePort(t)), "--ui-port", fmt.Sprint(uiPort), "--reconcile-interval", "1m")
-	dev.waitUp(t, 2*time.Minute)
+	dev.WaitUp(t, 2*time.Minute)
 	env := readEnvFile(t, filepath.Join(dir, "dev.env"))
 	key := fmt.Sprintf("ui-test-%d", time.Now().UnixNano())
 	if r := testenv.Do(t, env["IDEMFLOW_URL"], testenv.Request{Path: "/v1/tickets", Token: env["IDEMFLOW_TOKEN"], Key: key,

@@ -22,7 +22,9 @@ import (
 	"github.com/idemflow/idemflow/apperr"
 	"github.com/idemflow/idemflow/idem"
 	"github.com/idemflow/idemflow/ijson"
+	"github.com/idemflow/idemflow/op"
 	"github.com/idemflow/idemflow/problem"
+	"github.com/idemflow/idemflow/registry"
 	"github.com/idemflow/idemflow/starter"
 	"github.com/idemflow/idemflow/tenant"
 	"github.com/idemflow/idemflow/tickets"
@@ -44,6 +46,9 @@ type Gateway struct {
 	Records *idem.Store
 	// DB serves reads of orders.
 	DB idem.Querier
+	// Set holds the declared operations, each served at its route (nil:
+	// the built-ins alone).
+	Set *registry.Set
 	// Health reports whether PostgreSQL and Temporal both answer.
 	Health  func(ctx context.Context) error
 	Metrics *Metrics
@@ -123,7 +128,10 @@ func (g *Gateway) Handler() http.Handler {
 		{"GET", "/healthz", g.healthz},
 		{"GET", "/readyz", g.readyz},
 		{"GET", "/problems/{slug}", g.describeProblem},
-		{"GET", "/openapi.json", g.serveOpenAPI},
+		{"GET", "/openapi.json", g.serveOpenAPI(g.Set)},
+	}
+	for _, o := range g.operations() {
+		routes = append(routes, route{"POST", o.Route, g.authed(g.serveOperation(o))})
 	}
 	if g.Metrics != nil && g.ServeMetrics {
 		routes = append(routes, route{"GET", "/metrics", g.Metrics.Handler().ServeHTTP})
@@ -149,6 +157,13 @@ func (g *Gateway) Handler() http.Handler {
 		writeNotFound(w, "no route for "+r.Method+" "+r.URL.Path)
 	})
 	return g.logRequests(mux)
+}
+
+func (g *Gateway) operations() []*op.Operation {
+	if g.Set == nil {
+		return nil
+	}
+	return g.Set.Operations()
 }
 
 type tenantHandler func(w http.ResponseWriter, r *http.Request, tenantID string)
@@ -438,6 +453,9 @@ func (g *Gateway) readyz(w http.ResponseWriter, r *http.Request) {
 func (g *Gateway) describeProblem(w http.ResponseWriter, r *http.Request) {
 	typ := "/problems/" + r.PathValue("slug")
 	desc, ok := problem.Descriptions[typ]
+	if !ok && g.Set != nil {
+		desc, ok = g.Set.Description(r.PathValue("slug"))
+	}
 	if !ok {
 		// A typo must not look like a real problem type.
 		writeNotFound(w, "no problem type "+typ)

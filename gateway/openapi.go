@@ -4,6 +4,7 @@ import (
 	"net/http"
 
 	"github.com/idemflow/idemflow/apispec"
+	"github.com/idemflow/idemflow/registry"
 )
 
 // openAPI is the gateway's contract (apispec): every route, header, body
@@ -15,7 +16,18 @@ var openAPI = apispec.Document()
 // OpenAPI returns the contract document (a copy).
 func OpenAPI() []byte { return apispec.Document() }
 
-func (g *Gateway) serveOpenAPI(w http.ResponseWriter, _ *http.Request) {
-	w.Header().Set("Content-Type", "application/json")
-	_, _ = w.Write(openAPI)
+// serveOpenAPI serves the contract with a path for each declared
+// operation of set, built once.
+func (g *Gateway) serveOpenAPI(set *registry.Set) http.HandlerFunc {
+	doc := openAPI
+	if set != nil && len(set.Operations()) > 0 {
+		var err error
+		if doc, err = apispec.WithOperations(set.Operations()); err != nil {
+			panic(err) // the embedded contract and Define's schemas are checked by the tests
+		}
+	}
+	return func(w http.ResponseWriter, _ *http.Request) {
+		w.Header().Set("Content-Type", "application/json")
+		_, _ = w.Write(doc)
+	}
 }

@@ -29,11 +29,13 @@ func RememberKey(ctx context.Context, q Querier, in Intent) error {
 // looks the key up in idempotency_key, and only for a key found there asks
 // the Recall of the business type that wrote it (of) for the row and its
 // answer. A key never used costs one statement, however many types exist.
+// A row that keeps no fingerprint of its own (a declared operation's) gets
+// the key row's, written in the same transaction as the row.
 func KeyRecall(of func(bizType string) Recall) Recall {
 	return func(ctx context.Context, q Querier, tenantID, key string) (Prior, bool, error) {
-		var bizType string
-		err := q.QueryRow(ctx, `SELECT biz_type FROM idempotency_key WHERE tenant_id = $1 AND idem_key = $2`,
-			tenantID, key).Scan(&bizType)
+		var bizType, fingerprint string
+		err := q.QueryRow(ctx, `SELECT biz_type, fingerprint FROM idempotency_key WHERE tenant_id = $1 AND idem_key = $2`,
+			tenantID, key).Scan(&bizType, &fingerprint)
 		if errors.Is(err, pgx.ErrNoRows) {
 			return Prior{}, false, nil
 		}
@@ -50,6 +52,9 @@ func KeyRecall(of func(bizType string) Recall) Recall {
 		}
 		if !found {
 			return Prior{}, false, fmt.Errorf("recall key %s/%s: written by %s, and its row is gone", tenantID, key, bizType)
+		}
+		if p.Fingerprint == "" {
+			p.Fingerprint = fingerprint
 		}
 		return p, true, nil
 	}

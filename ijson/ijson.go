@@ -8,6 +8,7 @@ import (
 	"bytes"
 	"errors"
 	"io"
+	"slices"
 	"strconv"
 	"strings"
 	"unicode/utf8"
@@ -86,9 +87,14 @@ func findNUL(body []byte) (string, bool) {
 
 // fieldName turns a JSON pointer (/items/0/sku) into the field names the
 // validation errors use (items[0].sku).
-func fieldName(p jsontext.Pointer) string {
+func fieldName(p jsontext.Pointer) string { return FieldOf(slices.Collect(p.Tokens())) }
+
+// FieldOf names a location in a JSON value, given as its reference tokens
+// (items, 0, sku), the way every field error names it: items[0].sku, or
+// body for the value itself.
+func FieldOf(tokens []string) string {
 	var b strings.Builder
-	for tok := range p.Tokens() {
+	for _, tok := range tokens {
 		if _, err := strconv.Atoi(tok); err == nil && b.Len() > 0 {
 			b.WriteString("[" + tok + "]")
 			continue

@@ -21,6 +21,7 @@ import (
 	"github.com/idemflow/idemflow/agentclient"
 	"github.com/idemflow/idemflow/apispec"
 	"github.com/idemflow/idemflow/ijson"
+	"github.com/idemflow/idemflow/op"
 	"github.com/idemflow/idemflow/problem"
 	"github.com/modelcontextprotocol/go-sdk/auth"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
@@ -41,6 +42,8 @@ type Config struct {
 	// CallTimeout bounds one tool call, retries included.
 	CallTimeout time.Duration
 	HTTP        *http.Client
+	// Operations are the declared operations, each a tool of its own.
+	Operations []*op.Operation
 }
 
 // Result is what a tool returns.
@@ -122,6 +125,9 @@ func New(cfg Config) *mcp.Server {
 		mcp.AddTool(s, &mcp.Tool{Name: a.action + "_order", Description: a.description + keyRule,
 			InputSchema: inputSchema("transitionOrder", true, map[string]bool{"reason": false})}, strict(t.transition(a.action)))
 	}
+	for _, o := range cfg.Operations {
+		mcp.AddTool(s, &mcp.Tool{Name: o.Tool, Description: o.Description + keyRule, InputSchema: operationSchema(o)}, strict(t.operation(o)))
+	}
 	mcp.AddTool(s, &mcp.Tool{Name: "get_operation", Description: "Report an operation's status (processing, succeeded, failed) and, when done, its result. Read-only."}, strict(t.getOperation))
 	return s
 }
@@ -160,13 +166,31 @@ func inputSchema(operationID string, orderNo bool, keep map[string]bool) *jsonsc
 		required = append(required, "order_no")
 	}
 	body["properties"], body["required"] = props, required
+	return toSchema("contract's "+operationID, body)
+}
+
+// operationSchema is a declared operation's input schema: its request's,
+// beside idempotency_key.
+func operationSchema(o *op.Operation) *jsonschema.Schema {
+	body := o.RequestSchema()
+	props, _ := body["properties"].(map[string]any)
+	if props == nil {
+		props = map[string]any{}
+	}
+	required, _ := body["required"].([]any)
+	props["idempotency_key"] = apispec.KeySchema("the intent's key; see the tool description")
+	body["properties"], body["required"] = props, append([]any{"idempotency_key"}, required...)
+	return toSchema(o.Name, body)
+}
+
+func toSchema(name string, body map[string]any) *jsonschema.Schema {
 	raw, err := json.Marshal(body)
 	if err != nil {
 		panic(err)
 	}
 	var schema jsonschema.Schema
 	if err := json.Unmarshal(raw, &schema); err != nil {
-		panic(fmt.Errorf("mcpserver: the contract's %s schema: %w", operationID, err))
+		panic(fmt.Errorf("mcpserver: the %s schema: %w", name, err))
 	}
 	return &schema
 }
@@ -256,6 +280,19 @@ func (t tools) createOrder(ctx context.Context, req *mcp.CallToolRequest, in Ord
 
 func (t tools) payOrder(ctx context.Context, req *mcp.CallToolRequest, in PayArgs) (*mcp.CallToolResult, Result, error) {
 	return t.call(ctx, req, in.IdempotencyKey, "/v1/orders/"+url.PathEscape(in.OrderNo)+"/pay", map[string]any{"payment_ref": in.PaymentRef})
+}
+
+// operation is a declared operation's handler: the arguments but the key
+// are the body of its POST.
+func (t tools) operation(o *op.Operation) mcp.ToolHandlerFor[map[string]json.RawMessage, Result] {
+	return func(ctx context.Context, req *mcp.CallToolRequest, in map[string]json.RawMessage) (*mcp.CallToolResult, Result, error) {
+		var key string
+		if err := json.Unmarshal(in["idempotency_key"], &key); err != nil {
+			return nil, Result{}, fmt.Errorf("INVALID ARGUMENTS, nothing was recorded: idempotency_key must be a string")
+		}
+		delete(in, "idempotency_key")
+		return t.call(ctx, req, key, o.Route, in)
+	}
 }
 
 // transition is the handler of an order action that takes an optional

@@ -22,10 +22,35 @@ func Files() fs.FS { return files }
 // VersionTable records which migrations a database has applied.
 const VersionTable = "idemflow_schema_version"
 
-// Migrate applies every pending migration. tern holds an advisory lock while
-// it runs, so workers and gateways starting together apply each migration once.
-func Migrate(ctx context.Context, conn *pgx.Conn) (from, to int32, err error) {
-	m, err := migrate.NewMigrator(ctx, conn, VersionTable)
+// Schema is a declared operation's own migrations, versioned apart from
+// idemflow's, in its own version table.
+type Schema struct {
+	Name  string
+	Files fs.FS
+}
+
+// VersionTableOf is the version table of a declared operation's schema.
+func VersionTableOf(name string) string { return "idemflow_op_" + name + "_schema_version" }
+
+// Migrate applies every pending migration: idemflow's, then each schema's.
+// tern holds an advisory lock while it runs, so workers and gateways
+// starting together apply each migration once. from and to are idemflow's
+// own versions.
+func Migrate(ctx context.Context, conn *pgx.Conn, schemas ...Schema) (from, to int32, err error) {
+	from, to, err = apply(ctx, conn, VersionTable, files)
+	if err != nil {
+		return from, to, err
+	}
+	for _, s := range schemas {
+		if _, _, err := apply(ctx, conn, VersionTableOf(s.Name), s.Files); err != nil {
+			return from, to, fmt.Errorf("operation %s: %w", s.Name, err)
+		}
+	}
+	return from, to, nil
+}
+
+func apply(ctx context.Context, conn *pgx.Conn, versionTable string, files fs.FS) (from, to int32, err error) {
+	m, err := migrate.NewMigrator(ctx, conn, versionTable)
 	if err != nil {
 		return 0, 0, fmt.Errorf("migrations: new migrator: %w", err)
 	}
@@ -47,11 +72,11 @@ func Migrate(ctx context.Context, conn *pgx.Conn) (from, to int32, err error) {
 }
 
 // MigrateURL connects to databaseURL and applies pending migrations.
-func MigrateURL(ctx context.Context, databaseURL string) (from, to int32, err error) {
+func MigrateURL(ctx context.Context, databaseURL string, schemas ...Schema) (from, to int32, err error) {
 	conn, err := pgurl.Connect(ctx, databaseURL)
 	if err != nil {
 		return 0, 0, fmt.Errorf("migrations: connect: %w", err)
 	}
 	defer conn.Close(context.Background())
-	return Migrate(ctx, conn)
+	return Migrate(ctx, conn, schemas...)
 }

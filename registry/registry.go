@@ -1,23 +1,27 @@
-// Package registry declares idemflow's business types in one place: for
-// each, how a key's business row is recalled, the unique constraints that
-// guard its rows, the workflows that run its intents, and the rejections
-// its steps can answer. The record store, the worker, audit and the metrics
-// read it, so adding a type is a domain package, one file in each layer
-// (starter, workflows, activities, gateway), a migration, and one entry
-// here (DEVELOPERS.md lists them).
+// Package registry is the list of business types one process knows: the
+// built-in ones (tickets, orders) and the operations a team declared (op).
+// For each it holds how a key's business row is recalled, the unique
+// constraints that guard its rows, the workflows that run its intents and
+// the rejections its steps can answer. The record store, the worker, the
+// gateway, MCP, audit, inspect and the metrics read it.
 package registry
 
 import (
 	"context"
+	"fmt"
+	"maps"
+	"slices"
 	"strings"
 
 	"github.com/idemflow/idemflow/idem"
+	"github.com/idemflow/idemflow/migrations"
+	"github.com/idemflow/idemflow/op"
 	"github.com/idemflow/idemflow/orders"
 	"github.com/idemflow/idemflow/tickets"
 	"github.com/idemflow/idemflow/workflows"
 )
 
-// Type is one business type's declaration.
+// Type is one built-in business type's declaration.
 type Type struct {
 	Name string
 	// Recall finds the row a key wrote, for records purged or lost.
@@ -28,7 +32,7 @@ type Type struct {
 	Workflows []any
 }
 
-// Types lists every business type.
+// Types lists every built-in business type.
 func Types() []Type {
 	return []Type{
 		{Name: "ticket", Recall: tickets.Recall, Guards: []idem.Guard{tickets.Guard},
@@ -38,15 +42,92 @@ func Types() []Type {
 	}
 }
 
-// Recall is an idem.Recall over every type's business rows, at the cost of
-// one lookup (idem.KeyRecall): the key's row in idempotency_key names the
-// business type that wrote it, whose Recall then reads its row. A type's
-// name is its business types' prefix ("order" for order.create, order.pay).
-func Recall(ctx context.Context, q idem.Querier, tenantID, key string) (idem.Prior, bool, error) {
-	return idem.KeyRecall(recallOf)(ctx, q, tenantID, key)
+// Set is the business types of one process: the built-ins and the
+// declared operations.
+type Set struct {
+	ops   []*op.Operation
+	byBiz map[string]*op.Operation
 }
 
-func recallOf(bizType string) idem.Recall {
+// reserved are the names the built-ins hold, which no declared operation
+// may take: routes, MCP tools, workflow-ID scopes and business types.
+var reserved = struct{ routes, tools, scopes []string }{
+	routes: []string{"/v1/tickets", "/v1/orders", "/v1/operations", "/v1/tenant", "/v1/tools"},
+	tools:  []string{"create_ticket", "create_order", "pay_order", "cancel_order", "refund_order", "fulfill_order", "get_operation"},
+	scopes: []string{tickets.Scope, orders.ScopeCreate},
+}
+
+// New returns the set of the built-ins and ops. A name that two of them
+// share (a route, a tool, a business type, a scope, a workflow) is an
+// error: every one of them must lead to one operation.
+func New(ops ...*op.Operation) (*Set, error) {
+	s := &Set{byBiz: map[string]*op.Operation{}}
+	seen := map[string]string{}
+	claim := func(kind, name, who string) error {
+		if prev, ok := seen[kind+" "+name]; ok {
+			return fmt.Errorf("registry: %s and %s both declare the %s %q", prev, who, kind, name)
+		}
+		seen[kind+" "+name] = who
+		return nil
+	}
+	for _, r := range reserved.routes {
+		_ = claim("route", r, "idemflow")
+	}
+	for _, t := range reserved.tools {
+		_ = claim("tool", t, "idemflow")
+	}
+	for _, sc := range reserved.scopes {
+		_ = claim("scope", sc, "idemflow")
+	}
+	for _, o := range ops {
+		who := "operation " + o.Name
+		if strings.HasPrefix(o.Scope, orders.ScopeCreate+"-") || strings.HasPrefix(o.BizType, "order.") || strings.HasPrefix(o.BizType, "ticket.") {
+			return nil, fmt.Errorf("registry: %s takes a name of idemflow's orders or tickets", who)
+		}
+		for _, c := range [][2]string{{"route", o.Route}, {"tool", o.Tool}, {"business type", o.BizType}, {"scope", o.Scope}, {"workflow", o.Workflow}} {
+			if err := claim(c[0], c[1], who); err != nil {
+				return nil, err
+			}
+		}
+		s.ops = append(s.ops, o)
+		s.byBiz[o.BizType] = o
+	}
+	return s, nil
+}
+
+// Builtin is the set of the built-ins alone.
+func Builtin() *Set {
+	s, _ := New()
+	return s
+}
+
+// Schemas are the declared operations' own migrations.
+func (s *Set) Schemas() []migrations.Schema {
+	var out []migrations.Schema
+	for _, o := range s.ops {
+		if o.Migrations != nil {
+			out = append(out, migrations.Schema{Name: o.Name, Files: o.Migrations})
+		}
+	}
+	return out
+}
+
+// Operations lists the declared operations, in the order given.
+func (s *Set) Operations() []*op.Operation { return s.ops }
+
+// Recall is an idem.Recall over every type's business rows, at the cost of
+// one lookup (idem.KeyRecall): the key's row in idempotency_key names the
+// business type that wrote it, whose Recall then reads its row. A built-in
+// type's name is its business types' prefix ("order" for order.create,
+// order.pay); a declared operation is found by its business type.
+func (s *Set) Recall(ctx context.Context, q idem.Querier, tenantID, key string) (idem.Prior, bool, error) {
+	return idem.KeyRecall(s.recallOf)(ctx, q, tenantID, key)
+}
+
+func (s *Set) recallOf(bizType string) idem.Recall {
+	if o, ok := s.byBiz[bizType]; ok {
+		return o.Recall
+	}
 	name, _, _ := strings.Cut(bizType, ".")
 	for _, t := range Types() {
 		if t.Name == name {
@@ -58,10 +139,13 @@ func recallOf(bizType string) idem.Recall {
 
 // Guards lists every constraint the exactly-once guarantee rests on: the
 // record's own and each type's.
-func Guards() []idem.Guard {
+func (s *Set) Guards() []idem.Guard {
 	guards := []idem.Guard{idem.RecordGuard, idem.KeyGuard}
 	for _, t := range Types() {
 		guards = append(guards, t.Guards...)
+	}
+	for _, o := range s.ops {
+		guards = append(guards, o.Guard())
 	}
 	return guards
 }
@@ -75,13 +159,38 @@ var CommonRejections = []string{"idempotency-key-reused", "unstorable-input"}
 // can answer, for what must know them before they happen (the metrics
 // export each at 0). TestEveryRejectionCodeIsListedAndDescribed fails on a
 // code in the source that is left out.
-func Rejections() map[string][]string {
+func (s *Set) Rejections() map[string][]string {
 	out := map[string][]string{tickets.BizType: nil}
 	for bt, codes := range orders.Rejections() {
 		out[bt] = codes
+	}
+	for _, o := range s.ops {
+		out[o.BizType] = slices.Sorted(maps.Keys(o.Rejections))
 	}
 	for bt, codes := range out {
 		out[bt] = append(append([]string(nil), CommonRejections...), codes...)
 	}
 	return out
 }
+
+// Description is the text of a declared operation's rejection code, for
+// GET /problems/{code}.
+func (s *Set) Description(code string) (string, bool) {
+	for _, o := range s.ops {
+		if d, ok := o.Rejections[code]; ok {
+			return d, true
+		}
+	}
+	return "", false
+}
+
+// Recall is the built-ins' Set.Recall.
+func Recall(ctx context.Context, q idem.Querier, tenantID, key string) (idem.Prior, bool, error) {
+	return Builtin().Recall(ctx, q, tenantID, key)
+}
+
+// Guards is the built-ins' Set.Guards.
+func Guards() []idem.Guard { return Builtin().Guards() }
+
+// Rejections is the built-ins' Set.Rejections.
+func Rejections() map[string][]string { return Builtin().Rejections() }

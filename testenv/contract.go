@@ -18,21 +18,31 @@ import (
 	"github.com/idemflow/idemflow/gateway"
 )
 
-// contractRouter loads the gateway's OpenAPI document once per test binary:
-// it never changes while the tests run.
-var contractRouter = sync.OnceValues(func() (routers.Router, error) {
-	doc, err := LoadContract()
-	if err != nil {
-		return nil, err
-	}
-	doc.Servers = nil // match any host: tests run on random ports
-	return gorillamux.NewRouter(doc)
-})
+// routers holds a router per OpenAPI document, loaded once per test
+// binary: the built-in contract, and the contract with a stack's declared
+// operations (apispec.WithOperations). A document never changes while the
+// tests run.
+var contractRouters sync.Map // string(document) -> func() (routers.Router, error)
+
+func contractRouter(document []byte) (routers.Router, error) {
+	load, _ := contractRouters.LoadOrStore(string(document), sync.OnceValues(func() (routers.Router, error) {
+		doc, err := LoadContractFrom(document)
+		if err != nil {
+			return nil, err
+		}
+		doc.Servers = nil // match any host: tests run on random ports
+		return gorillamux.NewRouter(doc)
+	}))
+	return load.(func() (routers.Router, error))()
+}
 
 // LoadContract loads and validates the gateway's OpenAPI document.
-func LoadContract() (*openapi3.T, error) {
+func LoadContract() (*openapi3.T, error) { return LoadContractFrom(gateway.OpenAPI()) }
+
+// LoadContractFrom loads and validates an OpenAPI document.
+func LoadContractFrom(document []byte) (*openapi3.T, error) {
 	loader := openapi3.NewLoader()
-	doc, err := loader.LoadFromData(gateway.OpenAPI())
+	doc, err := loader.LoadFromData(document)
 	if err != nil {
 		return nil, fmt.Errorf("load the OpenAPI document: %w", err)
 	}
@@ -49,7 +59,14 @@ func LoadContract() (*openapi3.T, error) {
 // sent, by tests of bad input; its answer is checked all the same.
 func CheckContract(t testing.TB, method, url string, header http.Header, body []byte, resp Response) {
 	t.Helper()
-	router, err := contractRouter()
+	CheckContractOf(t, gateway.OpenAPI(), method, url, header, body, resp)
+}
+
+// CheckContractOf is CheckContract against document: the contract a
+// gateway with declared operations serves.
+func CheckContractOf(t testing.TB, document []byte, method, url string, header http.Header, body []byte, resp Response) {
+	t.Helper()
+	router, err := contractRouter(document)
 	if err != nil {
 		t.Fatal(err)
 	}

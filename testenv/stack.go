@@ -10,8 +10,10 @@ import (
 	"testing"
 
 	"github.com/idemflow/idemflow/activities"
+	"github.com/idemflow/idemflow/apispec"
 	"github.com/idemflow/idemflow/gateway"
 	"github.com/idemflow/idemflow/idem"
+	"github.com/idemflow/idemflow/op"
 	"github.com/idemflow/idemflow/orders"
 	"github.com/idemflow/idemflow/registry"
 	"github.com/idemflow/idemflow/schedule"
@@ -44,6 +46,9 @@ type Stack struct {
 	Gateway     *gateway.Gateway
 	Tokens      map[string]string
 	Logger      *slog.Logger
+	Set         *registry.Set
+	// Contract is the OpenAPI document the gateway serves.
+	Contract []byte
 
 	t      testing.TB
 	worker sdkworker.Worker
@@ -51,6 +56,9 @@ type Stack struct {
 
 // Options tune a Stack.
 type Options struct {
+	// Operations are declared operations the stack serves and runs
+	// beside the built-ins; their own migrations are applied.
+	Operations []*op.Operation
 	// NoWorker leaves the worker stopped (StartWorker starts it), so that
 	// intents stay running.
 	NoWorker bool
@@ -62,7 +70,11 @@ type Options struct {
 // NewStack starts a Stack; everything stops when the test ends.
 func NewStack(t testing.TB, opts Options) *Stack {
 	t.Helper()
-	dbURL := Database(t)
+	set, err := registry.New(opts.Operations...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	dbURL := Database(t, set.Schemas()...)
 	pool := PoolOn(t, dbURL, func(c *pgxpool.Config) { c.ConnConfig.Tracer = opts.Tracer })
 	var ts *temporaltest.TestServer
 	if tt, ok := t.(*testing.T); ok {
@@ -75,7 +87,7 @@ func NewStack(t testing.TB, opts Options) *Stack {
 	if testing.Verbose() {
 		logger = slog.New(slog.NewTextHandler(testWriter{t}, &slog.HandlerOptions{Level: slog.LevelWarn}))
 	}
-	records := idem.NewStore(pool, idem.Retention{}, registry.Recall)
+	records := idem.NewStore(pool, idem.Retention{}, set.Recall)
 	records.Waiters = &idem.Waiters{}
 	s := &Stack{
 		DatabaseURL: dbURL,
@@ -86,6 +98,7 @@ func NewStack(t testing.TB, opts Options) *Stack {
 		Activities:  activities.New(pool, records, ts.GetDefaultClient(), logger),
 		Tokens:      map[string]string{},
 		Logger:      logger,
+		Set:         set,
 		t:           t,
 	}
 	tenants := tenant.NewStore(pool)
@@ -107,6 +120,13 @@ func NewStack(t testing.TB, opts Options) *Stack {
 	}
 	s.Gateway = gateway.New(pool, s.Temporal, records, logger)
 	s.Gateway.Starter.SearchAttributes = true
+	s.Gateway.Set = set
+	s.Contract = gateway.OpenAPI()
+	if len(opts.Operations) > 0 {
+		if s.Contract, err = apispec.WithOperations(opts.Operations); err != nil {
+			t.Fatal(err)
+		}
+	}
 	srv := httptest.NewServer(s.Gateway.Handler())
 	t.Cleanup(srv.Close)
 	s.URL = srv.URL
@@ -122,7 +142,7 @@ func (s *Stack) StartWorker() {
 		return
 	}
 	s.worker = s.Server.NewWorker(workflows.TaskQueue, func(r sdkworker.Registry) {
-		worker.Register(r, s.Activities)
+		worker.Register(r, s.Activities, s.Set)
 	})
 }
 
@@ -143,16 +163,22 @@ type Request struct {
 	Header map[string]string
 }
 
-// Do sends req to the stack's gateway.
+// Do sends req to the stack's gateway and checks the exchange against the
+// contract it serves (its declared operations' paths included).
 func (s *Stack) Do(req Request) Response {
 	s.t.Helper()
-	return Do(s.t, s.URL, req)
+	return doWith(s.t, s.Contract, s.URL, req)
 }
 
 // Do sends req to the gateway at base and checks the exchange against the
 // gateway's OpenAPI document (CheckContract); a transport error fails the
 // test. Call it only from the test's goroutine: from others, use Send.
 func Do(t testing.TB, base string, req Request) Response {
+	t.Helper()
+	return doWith(t, gateway.OpenAPI(), base, req)
+}
+
+func doWith(t testing.TB, contract []byte, base string, req Request) Response {
 	t.Helper()
 	if req.Method == "" {
 		req.Method = http.MethodPost
@@ -161,7 +187,7 @@ func Do(t testing.TB, base string, req Request) Response {
 	if err != nil {
 		t.Fatalf("%s %s: %v", req.Method, req.Path, err)
 	}
-	CheckContract(t, req.Method, base+req.Path, req.header(), []byte(req.Body), resp)
+	CheckContractOf(t, contract, req.Method, base+req.Path, req.header(), []byte(req.Body), resp)
 	return resp
 }
 

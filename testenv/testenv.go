@@ -31,14 +31,14 @@ func AdminURL() string {
 	return DefaultAdminURL
 }
 
-// Database creates an empty, migrated database and drops it when the test
-// ends. It returns the database's URL.
-func Database(t testing.TB) string {
+// Database creates an empty, migrated database (idemflow's schema and
+// schemas) and drops it when the test ends. It returns the database's URL.
+func Database(t testing.TB, schemas ...migrations.Schema) string {
 	t.Helper()
 	u := EmptyDatabase(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	if _, _, err := migrations.MigrateURL(ctx, u); err != nil {
+	if _, _, err := migrations.MigrateURL(ctx, u, schemas...); err != nil {
 		t.Fatalf("testenv: migrate: %v", err)
 	}
 	return u

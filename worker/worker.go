@@ -9,19 +9,21 @@ import (
 	"github.com/idemflow/idemflow/activities"
 	"github.com/idemflow/idemflow/registry"
 	"github.com/idemflow/idemflow/workflows"
+	"go.temporal.io/sdk/activity"
 	"go.temporal.io/sdk/client"
 	sdkworker "go.temporal.io/sdk/worker"
+	"go.temporal.io/sdk/workflow"
 )
 
 // New returns a worker on workflows.TaskQueue with every workflow and
 // activity registered. Start it with Start and stop it with Stop: Stop waits
 // for running activities up to the WorkerStopTimeout, so a deploy does not
 // cut a transaction in half (it would roll back anyway, and be retried).
-func New(c client.Client, acts *activities.Activities) sdkworker.Worker {
+func New(c client.Client, acts *activities.Activities, set *registry.Set) sdkworker.Worker {
 	w := sdkworker.New(c, workflows.TaskQueue, sdkworker.Options{
 		WorkerStopTimeout: 30 * time.Second,
 	})
-	Register(w, acts)
+	Register(w, acts, set)
 	return w
 }
 
@@ -37,8 +39,10 @@ func Run(ctx context.Context, w sdkworker.Worker) error {
 	return nil
 }
 
-// Register registers idemflow's workflows and activities on r.
-func Register(r sdkworker.Registry, acts *activities.Activities) {
+// Register registers idemflow's workflows and activities on r: the
+// built-ins' under their function names, and each declared operation's
+// under the names it declares (set may be nil: the built-ins alone).
+func Register(r sdkworker.Registry, acts *activities.Activities, set *registry.Set) {
 	for _, t := range registry.Types() {
 		for _, wf := range t.Workflows {
 			r.RegisterWorkflow(wf)
@@ -46,4 +50,11 @@ func Register(r sdkworker.Registry, acts *activities.Activities) {
 	}
 	r.RegisterWorkflow(workflows.Reconcile)
 	r.RegisterActivity(acts)
+	if set == nil {
+		return
+	}
+	for _, o := range set.Operations() {
+		r.RegisterWorkflowWithOptions(workflows.Operation, workflow.RegisterOptions{Name: o.Workflow})
+		r.RegisterActivityWithOptions(activities.Operation{Activities: acts, Op: o}.Run, activity.RegisterOptions{Name: o.BizType})
+	}
 }

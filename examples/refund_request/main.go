@@ -1,0 +1,130 @@
+// Command refund_request is idemflow with one more operation, declared by a
+// team in its own code: a refund request, written to the team's own table.
+// Every role runs with it (serve, worker, gateway, migrate, dev, mcp, audit,
+// inspect), so a request to POST /v1/refund_request, or a call of the MCP
+// tool refund_request, is exactly-once as a ticket is.
+//
+//	go run ./examples/refund_request dev
+package main
+
+import (
+	"context"
+	"embed"
+	"errors"
+	"fmt"
+	"io/fs"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/idemflow/idemflow"
+	"github.com/idemflow/idemflow/op"
+	"github.com/jackc/pgx/v5"
+)
+
+// Request is what an agent sends.
+type Request struct {
+	PaymentID   string `json:"payment_id" jsonschema:"the captured payment to refund part of"`
+	AmountCents int64  `json:"amount_cents" jsonschema:"how much to refund, in cents"`
+	Reason      string `json:"reason,omitempty" jsonschema:"why, for the finance team"`
+}
+
+// RefundRequest is a row of the refund_request table.
+type RefundRequest struct {
+	ID          uuid.UUID
+	TenantID    string
+	Key         string
+	PaymentID   string
+	AmountCents int64
+	Reason      string
+	Status      string
+	CreatedAt   time.Time
+}
+
+// View is the answer's body.
+type View struct {
+	RefundRequestID string `json:"refund_request_id"`
+	PaymentID       string `json:"payment_id"`
+	AmountCents     int64  `json:"amount_cents"`
+	Reason          string `json:"reason"`
+	Status          string `json:"status"`
+	CreatedAt       string `json:"created_at"`
+}
+
+// maxRefundedCents bounds what one payment's refund requests may add up to.
+const maxRefundedCents = 1_000_000
+
+//go:embed migrations/*.sql
+var migrationFiles embed.FS
+
+// Operation is the declaration: everything idemflow needs to know of it.
+var Operation = op.Define(op.Spec[Request, RefundRequest]{
+	Name:        "refund_request",
+	Description: "Ask finance to refund part of a captured payment; the request is recorded at most once.",
+	Rules: func(s *op.Schema) {
+		s.Properties["payment_id"].MinLength = op.Ptr(1)
+		s.Properties["payment_id"].MaxLength = op.Ptr(64)
+		s.Properties["payment_id"].Pattern = `^[A-Za-z0-9_-]+$`
+		s.Properties["amount_cents"].Minimum = op.Ptr(1.0)
+		s.Properties["amount_cents"].Maximum = op.Ptr(float64(maxRefundedCents))
+		s.Properties["reason"].MaxLength = op.Ptr(500)
+	},
+	Summary: func(r Request) string { return fmt.Sprintf("refund %d cents of %s", r.AmountCents, r.PaymentID) },
+	Step:    insert,
+	Lookup:  lookup,
+	View:    view,
+	Table:   "refund_request",
+	Rejections: map[string]string{
+		"refund-limit-exceeded": "The refund requests of this payment would add up to more than the limit; nothing was recorded. " +
+			"A retry with the same key may run again, once the limit allows it.",
+	},
+	Migrations: mustSub(migrationFiles, "migrations"),
+})
+
+func main() { idemflow.Main(Operation) }
+
+// insert writes the refund request, in the transaction that finishes the
+// intent's record: it commits with it, or not at all.
+func insert(ctx context.Context, tx pgx.Tx, in op.In[Request]) (RefundRequest, error) {
+	var refunded int64
+	if err := tx.QueryRow(ctx, `SELECT coalesce(sum(amount_cents), 0) FROM refund_request WHERE tenant_id = $1 AND payment_id = $2`,
+		in.TenantID, in.Request.PaymentID).Scan(&refunded); err != nil {
+		return RefundRequest{}, err
+	}
+	if refunded+in.Request.AmountCents > maxRefundedCents {
+		return RefundRequest{}, &op.Rejection{Code: "refund-limit-exceeded",
+			Reason: fmt.Sprintf("payment %s has %d cents requested already; %d more exceeds %d", in.Request.PaymentID, refunded, in.Request.AmountCents, maxRefundedCents)}
+	}
+	r := RefundRequest{ID: uuid.New(), TenantID: in.TenantID, Key: in.Key, PaymentID: in.Request.PaymentID,
+		AmountCents: in.Request.AmountCents, Reason: in.Request.Reason, Status: "requested",
+		// PostgreSQL keeps microseconds: the answer rebuilt from the row
+		// after a purge is then the same bytes.
+		CreatedAt: time.Now().UTC().Truncate(time.Microsecond)}
+	_, err := tx.Exec(ctx, `INSERT INTO refund_request (id, tenant_id, idem_key, payment_id, amount_cents, reason, status, created_at)
+		VALUES ($1, $2, $3, $4, $5, $6, $7, $8)`, r.ID, r.TenantID, r.Key, r.PaymentID, r.AmountCents, r.Reason, r.Status, r.CreatedAt)
+	return r, err
+}
+
+// lookup reads the refund request a key wrote.
+func lookup(ctx context.Context, q op.Querier, tenantID, key string) (RefundRequest, bool, error) {
+	var r RefundRequest
+	err := q.QueryRow(ctx, `SELECT id, tenant_id, idem_key, payment_id, amount_cents, reason, status, created_at
+		FROM refund_request WHERE tenant_id = $1 AND idem_key = $2`, tenantID, key).
+		Scan(&r.ID, &r.TenantID, &r.Key, &r.PaymentID, &r.AmountCents, &r.Reason, &r.Status, &r.CreatedAt)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return r, false, nil
+	}
+	return r, err == nil, err
+}
+
+func view(r RefundRequest) op.Answer {
+	return op.Answer{Status: 201, Body: View{RefundRequestID: r.ID.String(), PaymentID: r.PaymentID, AmountCents: r.AmountCents,
+		Reason: r.Reason, Status: r.Status, CreatedAt: r.CreatedAt.UTC().Format(time.RFC3339Nano)}}
+}
+
+func mustSub(f fs.FS, dir string) fs.FS {
+	sub, err := fs.Sub(f, dir)
+	if err != nil {
+		panic(err)
+	}
+	return sub
+}

@@ -1,0 +1,392 @@
+// Package op declares an idempotent operation once: its name, its request
+// and the rules on it, the step that writes its effect in the record's
+// PostgreSQL transaction, how a key's effect is read back after its record
+// was purged, and the answer's view. Everything else idemflow needs of an
+// operation (its HTTP route, its OpenAPI path, its MCP tool, its workflow
+// and activity, reconcile's recall, audit's guard, the metrics' rejection
+// codes) is derived from the declaration.
+//
+// A team declares its own side effect with Define and runs idemflow's roles
+// with it through the idemflow package (examples/refund_request).
+package op
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io/fs"
+	"reflect"
+	"regexp"
+
+	"github.com/google/jsonschema-go/jsonschema"
+	"github.com/idemflow/idemflow/apperr"
+	"github.com/idemflow/idemflow/idem"
+	"github.com/idemflow/idemflow/ijson"
+	"github.com/jackc/pgx/v5"
+	validator "github.com/santhosh-tekuri/jsonschema/v6"
+	"golang.org/x/text/language"
+	"golang.org/x/text/message"
+)
+
+// Schema is a JSON Schema (2020-12). A declaration's request schema is
+// derived from its request type; Spec.Rules adds the constraints.
+type Schema = jsonschema.Schema
+
+// Querier is what a pool, a connection and a transaction offer.
+type Querier = idem.Querier
+
+// Invalid accumulates field errors for Spec.Normalize: a request that can
+// never succeed as sent (400, nothing recorded).
+type Invalid = apperr.Invalid
+
+// Rejection is a business rejection of a step: the intent ends FAILED with
+// this answer (422 unless Status says otherwise) and the step's writes are
+// rolled back. Its Code must be listed in Spec.Rejections.
+type Rejection = apperr.RejectedError
+
+// ErrNotFound is what a Lookup may return (wrapped or not) for "no row".
+var ErrNotFound = apperr.ErrNotFound
+
+// Answer is an operation's answer: the HTTP status, the body (marshaled as
+// JSON) and an optional Location.
+type Answer struct {
+	Status   int
+	Body     any
+	Location string
+}
+
+// In is what a step receives: the intent's identity and its request, as
+// validated and normalized.
+type In[R any] struct {
+	TenantID   string
+	Key        string
+	WorkflowID string
+	Request    R
+}
+
+// Spec is one operation's declaration. R is its request (the HTTP body, the
+// MCP tool's arguments); Row is what its step writes and Lookup reads.
+type Spec[R, Row any] struct {
+	// Name names the operation: ^[a-z][a-z0-9_]{0,62}$. The route
+	// (POST /v1/{name}), the MCP tool, the business type and the
+	// workflow-ID scope follow from it.
+	Name string
+	// Description is shown to models (MCP) and in OpenAPI.
+	Description string
+	// Rules adds constraints (lengths, enums, bounds, patterns) to the
+	// schema derived from R: its properties are R's JSON fields, a field
+	// without omitempty is required, and no other member is accepted. The
+	// schema is both published and enforced, so each rule is written here
+	// once.
+	Rules func(s *Schema)
+	// Normalize, if set, applies defaults and checks what a schema cannot
+	// say (rules across fields). It runs after the schema's check and
+	// before the fingerprint, so that two spellings of one intent are one.
+	Normalize func(r *R) error
+	// Summary is the run's title in the Temporal Web UI.
+	Summary func(r R) string
+	// Step writes the effect within tx, the transaction that holds the
+	// intent's record locked and finishes it in the same commit. It runs
+	// at most once per key to a commit; a Rejection rolls its writes back.
+	Step func(ctx context.Context, tx pgx.Tx, in In[R]) (Row, error)
+	// Lookup reads the row a key's step wrote, within q (found false, or
+	// ErrNotFound, when there is none). It is how a key whose record was
+	// purged is still a replay, never a second effect.
+	Lookup func(ctx context.Context, q Querier, tenantID, key string) (row Row, found bool, err error)
+	// View renders a row as the answer. It must depend on the row alone:
+	// the answer rebuilt after a purge is then byte-identical to the first.
+	View func(row Row) Answer
+	// Table is the step's table. It must hold UNIQUE (tenant_id, idem_key):
+	// the constraint the guarantee rests on, which audit checks.
+	Table string
+	// Rejections maps each business rejection code the step can answer to
+	// its description (served at GET /problems/{code}).
+	Rejections map[string]string
+	// Migrations, if set, is the table's schema: tern migrations
+	// (001_name.sql, …) applied by 'migrate' and 'dev' after idemflow's
+	// own, with a version table of the operation's own.
+	Migrations fs.FS
+	// Route, Tool, BizType, Scope and Workflow override the names derived
+	// from Name. Built-in operations keep their historical names this way,
+	// so that recorded histories, workflow IDs and stored answers hold.
+	Route, Tool, BizType, Scope, Workflow string
+}
+
+// Operation is a declared operation, as the rest of idemflow uses it.
+type Operation struct {
+	Name        string
+	Description string
+	// Route is the path of POST; Tool the MCP tool's name; BizType the
+	// record's business type; Scope the workflow ID's first segment;
+	// Workflow the workflow type, and BizType also the activity type.
+	Route, Tool, BizType, Scope, Workflow string
+	Table                                 string
+	Rejections                            map[string]string
+	Migrations                            fs.FS
+
+	schema    map[string]any
+	validator *validator.Schema
+	prepare   func(body []byte) (req any, summary string, err error)
+	decode    func(raw json.RawMessage) (any, error)
+	step      func(ctx context.Context, tx pgx.Tx, in Input, req any) (idem.Outcome, error)
+	recall    func(ctx context.Context, q Querier, tenantID, key string) (idem.Outcome, bool, error)
+}
+
+// Input is an operation's workflow and activity input: the intent and its
+// normalized request, as JSON.
+type Input struct {
+	Intent  idem.Intent     `json:"intent"`
+	Request json.RawMessage `json:"request"`
+}
+
+var namePattern = regexp.MustCompile(`^[a-z][a-z0-9_]{0,62}$`)
+
+// Define checks a declaration and returns its operation. A declaration
+// that cannot work (a bad name, a missing step, a rule naming no field) is
+// a programming error: Define panics, at start-up, before anything runs.
+func Define[R, Row any](s Spec[R, Row]) *Operation {
+	o, err := define(s)
+	if err != nil {
+		panic(fmt.Sprintf("op.Define %q: %v", s.Name, err))
+	}
+	return o
+}
+
+func define[R, Row any](s Spec[R, Row]) (*Operation, error) {
+	if !namePattern.MatchString(s.Name) {
+		return nil, fmt.Errorf("the name must match %s", namePattern)
+	}
+	if s.Step == nil || s.Lookup == nil || s.View == nil {
+		return nil, errors.New("the Step, Lookup and View functions are required")
+	}
+	if s.Table == "" {
+		return nil, errors.New("a Table is required: audit checks its UNIQUE (tenant_id, idem_key)")
+	}
+	if reflect.TypeFor[R]().Kind() != reflect.Struct {
+		return nil, errors.New("the request must be a struct (a JSON object)")
+	}
+	o := &Operation{
+		Name: s.Name, Description: s.Description, Table: s.Table, Rejections: s.Rejections, Migrations: s.Migrations,
+		Route: or(s.Route, "/v1/"+s.Name), Tool: or(s.Tool, s.Name), BizType: or(s.BizType, s.Name),
+		Scope: or(s.Scope, s.Name), Workflow: or(s.Workflow, s.Name),
+	}
+	sch, err := jsonschema.For[R](nil)
+	if err != nil {
+		return nil, err
+	}
+	if s.Rules != nil {
+		if err := applyRules(sch, s.Rules); err != nil {
+			return nil, err
+		}
+	}
+	if sch.Description == "" {
+		sch.Description = s.Description
+	}
+	raw, err := json.Marshal(sch)
+	if err != nil {
+		return nil, err
+	}
+	if err := json.Unmarshal(raw, &o.schema); err != nil {
+		return nil, err
+	}
+	if o.validator, err = compile(raw); err != nil {
+		return nil, fmt.Errorf("the request schema: %w", err)
+	}
+	o.prepare = func(body []byte) (any, string, error) {
+		var req R
+		if err := o.check(body, &req); err != nil {
+			return nil, "", err
+		}
+		if s.Normalize != nil {
+			if err := s.Normalize(&req); err != nil {
+				return nil, "", err
+			}
+		}
+		summary := s.Name
+		if s.Summary != nil {
+			summary = s.Summary(req)
+		}
+		return req, summary, nil
+	}
+	o.decode = func(raw json.RawMessage) (any, error) {
+		var req R
+		if err := json.Unmarshal(raw, &req); err != nil {
+			return nil, err
+		}
+		return req, nil
+	}
+	o.step = func(ctx context.Context, tx pgx.Tx, in Input, req any) (idem.Outcome, error) {
+		row, err := s.Step(ctx, tx, In[R]{TenantID: in.Intent.TenantID, Key: in.Intent.Key,
+			WorkflowID: in.Intent.WorkflowID, Request: req.(R)})
+		if err != nil {
+			return idem.Outcome{}, err
+		}
+		return outcome(s.View(row))
+	}
+	o.recall = func(ctx context.Context, q Querier, tenantID, key string) (idem.Outcome, bool, error) {
+		row, found, err := s.Lookup(ctx, q, tenantID, key)
+		if errors.Is(err, ErrNotFound) {
+			return idem.Outcome{}, false, nil
+		}
+		if err != nil || !found {
+			return idem.Outcome{}, false, err
+		}
+		out, err := outcome(s.View(row))
+		return out, err == nil, err
+	}
+	return o, nil
+}
+
+func or(s, def string) string {
+	if s != "" {
+		return s
+	}
+	return def
+}
+
+// applyRules runs rules on the derived schema, turning a rule that names a
+// property R lacks (a nil schema) into an error rather than a panic deep
+// inside the caller's function.
+func applyRules(sch *Schema, rules func(*Schema)) (err error) {
+	defer func() {
+		if r := recover(); r != nil {
+			err = fmt.Errorf("the Rules: %v (does every property they name exist in the request type?)", r)
+		}
+	}()
+	rules(sch)
+	return nil
+}
+
+func compile(raw []byte) (*validator.Schema, error) {
+	doc, err := validator.UnmarshalJSON(bytes.NewReader(raw))
+	if err != nil {
+		return nil, err
+	}
+	c := validator.NewCompiler()
+	c.DefaultDraft(validator.Draft2020)
+	c.AssertFormat()
+	if err := c.AddResource("request.json", doc); err != nil {
+		return nil, err
+	}
+	return c.Compile("request.json")
+}
+
+func outcome(a Answer) (idem.Outcome, error) {
+	body, err := json.Marshal(a.Body)
+	if err != nil {
+		return idem.Outcome{}, fmt.Errorf("op: marshal the answer: %w", err)
+	}
+	return idem.Outcome{Status: cmp(a.Status, 201), Body: body, Location: a.Location}, nil
+}
+
+func cmp(v, def int) int {
+	if v == 0 {
+		return def
+	}
+	return v
+}
+
+// check decodes body into req by the rules every agent-sent JSON follows
+// (ijson), then holds it to the schema, every failing rule as a field
+// error.
+func (o *Operation) check(body []byte, req any) error {
+	if err := ijson.Decode(body, req); err != nil {
+		return err
+	}
+	inst, err := validator.UnmarshalJSON(bytes.NewReader(body))
+	if err != nil {
+		return err
+	}
+	var verr *validator.ValidationError
+	if err := o.validator.Validate(inst); errors.As(err, &verr) {
+		var inv apperr.Invalid
+		addLeaves(&inv, verr)
+		return inv.Err()
+	} else if err != nil {
+		return err
+	}
+	return nil
+}
+
+var printer = message.NewPrinter(language.English)
+
+func addLeaves(inv *apperr.Invalid, e *validator.ValidationError) {
+	if len(e.Causes) == 0 {
+		inv.Add(ijson.FieldOf(e.InstanceLocation), "%s", e.ErrorKind.LocalizedString(printer))
+		return
+	}
+	for _, c := range e.Causes {
+		addLeaves(inv, c)
+	}
+}
+
+// RequestSchema is the JSON Schema of the request (a copy).
+func (o *Operation) RequestSchema() map[string]any {
+	var out map[string]any
+	raw, _ := json.Marshal(o.schema)
+	_ = json.Unmarshal(raw, &out)
+	return out
+}
+
+// Prepare validates and normalizes an agent's body and returns the
+// submission's parts: the normalized request as JSON, its fingerprint and
+// its summary. A request that can never succeed is an *apperr.InvalidError.
+func (o *Operation) Prepare(body []byte) (request json.RawMessage, fingerprint, summary string, err error) {
+	req, summary, err := o.prepare(body)
+	if err != nil {
+		return nil, "", "", err
+	}
+	fingerprint, err = idem.Fingerprint(o.BizType, req)
+	if err != nil {
+		return nil, "", "", err
+	}
+	request, err = json.Marshal(req)
+	return request, fingerprint, summary, err
+}
+
+// Fingerprint recomputes the fingerprint of an input's request: the
+// activity trusts the request, never the fingerprint it was handed.
+func (o *Operation) Fingerprint(in Input) (string, error) {
+	req, err := o.decode(in.Request)
+	if err != nil {
+		return "", err
+	}
+	return idem.Fingerprint(o.BizType, req)
+}
+
+// Run is the step over an input, within tx.
+func (o *Operation) Run(ctx context.Context, tx pgx.Tx, in Input) (idem.Outcome, error) {
+	req, err := o.decode(in.Request)
+	if err != nil {
+		return idem.Outcome{}, err
+	}
+	return o.step(ctx, tx, in, req)
+}
+
+// Recall is idem.Recall for the operation's rows. The row carries no
+// fingerprint: the key's idempotency_key row, written in the same
+// transaction, does (idem.KeyRecall fills it in).
+func (o *Operation) Recall(ctx context.Context, q Querier, tenantID, key string) (idem.Prior, bool, error) {
+	out, found, err := o.recall(ctx, q, tenantID, key)
+	if err != nil {
+		return idem.Prior{}, false, fmt.Errorf("recall %s %s/%s: %w", o.Name, tenantID, key, err)
+	}
+	if !found {
+		return idem.Prior{}, false, nil
+	}
+	return idem.Prior{BizType: o.BizType, WorkflowID: o.WorkflowID(tenantID, key), Outcome: out}, true, nil
+}
+
+// WorkflowID is the workflow ID of the operation's intent under key.
+func (o *Operation) WorkflowID(tenantID, key string) string {
+	return idem.WorkflowID(o.Scope, tenantID, key)
+}
+
+// Guard is the operation's one-row-per-(tenant, key) constraint.
+func (o *Operation) Guard() idem.Guard { return idem.Guard{Table: o.Table} }
+
+// Ptr returns a pointer to v, for the schema's optional numbers in Rules:
+// s.Properties["title"].MaxLength = op.Ptr(200).
+func Ptr[T any](v T) *T { return &v }
