@@ -1,10 +1,14 @@
 package gateway_test
 
 import (
+	"context"
+	"fmt"
 	"strings"
 	"testing"
 
+	"github.com/idemflow/idemflow/op"
 	"github.com/idemflow/idemflow/testenv"
+	"github.com/jackc/pgx/v5"
 )
 
 // What one intent costs PostgreSQL, counted in statements with a pgx
@@ -13,9 +17,33 @@ import (
 // are asserted, so that a change that adds a round trip to every intent is
 // seen here first (#18 asks that they not grow with the operations
 // declared; #22 that they shrink).
+//
+// The same counts hold with 20 more operations declared: what a new
+// intent costs does not grow with the operations a process knows.
 func TestStatementsPerIntent(t *testing.T) {
+	t.Run("built-ins alone", func(t *testing.T) { countStatements(t, nil) })
+	var extra []*op.Operation
+	for i := range 20 {
+		extra = append(extra, op.Define(op.Spec[extraRequest, struct{}]{
+			Name: fmt.Sprintf("extra_%d", i),
+			Step: func(context.Context, pgx.Tx, op.In[extraRequest]) (struct{}, error) { return struct{}{}, nil },
+			Lookup: func(context.Context, op.Querier, string, string) (struct{}, bool, error) {
+				return struct{}{}, false, nil
+			},
+			View:  func(struct{}) op.Answer { return op.Answer{Body: map[string]string{}} },
+			Table: fmt.Sprintf("extra_%d", i),
+		}))
+	}
+	t.Run("with 20 operations declared", func(t *testing.T) { countStatements(t, extra) })
+}
+
+type extraRequest struct {
+	Name string `json:"name"`
+}
+
+func countStatements(t *testing.T, ops []*op.Operation) {
 	sql := &testenv.Statements{}
-	s := testenv.NewStack(t, testenv.Options{Tracer: sql})
+	s := testenv.NewStack(t, testenv.Options{Tracer: sql, Operations: ops})
 	tok := s.Tokens[testenv.TenantA]
 	// The token lookup is cached after the first request: warm it, so that
 	// each count is the intent's own.
