@@ -34,10 +34,10 @@ func setup(t *testing.T) fixture {
 }
 
 // claim records a PROCESSING intent as the gateway would.
-func (f fixture) claim(t *testing.T, key string) tickets.CreateInput {
+func (f fixture) claim(t *testing.T, key string) ticketIntent {
 	t.Helper()
 	req := tickets.Request{CustomerID: "c", Title: "t", Priority: "normal"}
-	fp, err := req.Fingerprint()
+	fp, err := fingerprint(req)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -47,17 +47,17 @@ func (f fixture) claim(t *testing.T, key string) tickets.CreateInput {
 		t.Fatalf("claim: %+v %v", c, err)
 	}
 	it.Attempt = c.Record.Attempts // as the starter sets it
-	return tickets.CreateInput{Intent: it, Request: req}
+	return ticketIntent{Intent: it, Request: req}
 }
 
 func TestRetriedActivityReturnsTheFirstTicket(t *testing.T) {
 	f := setup(t)
 	in := f.claim(t, "k")
-	first, err := f.acts.CreateTicket(context.Background(), in)
+	first, err := createTicket(f.acts, context.Background(), in)
 	if err != nil {
 		t.Fatal(err)
 	}
-	again, err := f.acts.CreateTicket(context.Background(), in)
+	again, err := createTicket(f.acts, context.Background(), in)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -82,7 +82,7 @@ func TestConcurrentExecutionsWriteOneTicket(t *testing.T) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			out, err := f.acts.CreateTicket(context.Background(), in)
+			out, err := createTicket(f.acts, context.Background(), in)
 			if err != nil {
 				t.Error(err)
 			}
@@ -109,7 +109,7 @@ func TestResolveWithoutRowFailsTheIntentAndBlocksLateExecution(t *testing.T) {
 	}
 	// A zombie attempt that arrives after the record was failed must not
 	// write: FAILED means no row.
-	_, err = f.acts.CreateTicket(context.Background(), in)
+	_, err = createTicket(f.acts, context.Background(), in)
 	var appErr *temporal.ApplicationError
 	if !errors.As(err, &appErr) || appErr.Type() != idem.ErrTypeClosed {
 		t.Fatalf("late execution: %v", err)
@@ -122,7 +122,7 @@ func TestResolveWithoutRowFailsTheIntentAndBlocksLateExecution(t *testing.T) {
 	if err != nil || !c.Owner || c.Record.Attempts != 2 {
 		t.Fatalf("reopen: %+v %v", c, err)
 	}
-	if _, err := f.acts.CreateTicket(context.Background(), in); err != nil {
+	if _, err := createTicket(f.acts, context.Background(), in); err != nil {
 		t.Fatal(err)
 	}
 }
@@ -132,7 +132,7 @@ func TestResolveWithRowBackfillsTheSameBody(t *testing.T) {
 	in := f.claim(t, "orphan")
 	// The state a crash can leave on a database where the record was
 	// re-created: a ticket row and a PROCESSING record.
-	tk, err := tickets.Insert(context.Background(), f.pool, tickets.New(in))
+	tk, err := tickets.Insert(context.Background(), f.pool, newTicket(in))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -190,10 +190,10 @@ func TestConcurrentClaimsHaveOneOwner(t *testing.T) {
 func TestUniqueConstraintIsTheLastLine(t *testing.T) {
 	f := setup(t)
 	in := f.claim(t, "u")
-	if _, err := tickets.Insert(context.Background(), f.pool, tickets.New(in)); err != nil {
+	if _, err := tickets.Insert(context.Background(), f.pool, newTicket(in)); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := tickets.Insert(context.Background(), f.pool, tickets.New(in)); err == nil {
+	if _, err := tickets.Insert(context.Background(), f.pool, newTicket(in)); err == nil {
 		t.Fatal("a second ticket under the same (tenant, key) was accepted")
 	}
 }

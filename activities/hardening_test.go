@@ -39,7 +39,7 @@ func TestLateSettleOfAnEarlierAttemptDoesNotFailAReopenedOne(t *testing.T) {
 	}
 	// The reopened attempt's own execution still runs.
 	in.Intent.Attempt = 2
-	if _, err := f.acts.CreateTicket(ctx, in); err != nil {
+	if _, err := createTicket(f.acts, ctx, in); err != nil {
 		t.Fatal(err)
 	}
 }
@@ -50,7 +50,7 @@ func TestActivityRefusesARequestThatDoesNotMatchItsFingerprint(t *testing.T) {
 	f := setup(t)
 	in := f.claim(t, "forged")
 	in.Request.Title = "written by someone else"
-	_, err := f.acts.CreateTicket(context.Background(), in)
+	_, err := createTicket(f.acts, context.Background(), in)
 	var appErr *temporal.ApplicationError
 	if !errors.As(err, &appErr) || appErr.Type() != idem.ErrTypeForged || !appErr.NonRetryable() {
 		t.Fatalf("forged input: %v", err)
@@ -66,7 +66,7 @@ func TestUnstorableInputFailsAtOnceWithAStableProblem(t *testing.T) {
 	f := setup(t)
 	in := f.claim(t, "nul")
 	in.Request.Title = "bad\x00title"
-	fp, err := in.Request.Fingerprint()
+	fp, err := fingerprint(in.Request)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -74,7 +74,7 @@ func TestUnstorableInputFailsAtOnceWithAStableProblem(t *testing.T) {
 	if _, err := f.pool.Exec(context.Background(), `UPDATE idempotency_record SET fingerprint = $1 WHERE idem_key = 'nul'`, fp); err != nil {
 		t.Fatal(err)
 	}
-	_, err = f.acts.CreateTicket(context.Background(), in)
+	_, err = createTicket(f.acts, context.Background(), in)
 	var appErr *temporal.ApplicationError
 	if !errors.As(err, &appErr) || !appErr.NonRetryable() {
 		t.Fatalf("unstorable input: %v", err)

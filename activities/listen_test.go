@@ -50,7 +50,7 @@ func TestSettledRecordsReachListenersInOtherProcesses(t *testing.T) {
 	defer stop()
 	workerSide := idem.NewStore(f.pool, idem.Retention{}, registry.Recall)
 	workerSide.NotifyChannel = idem.SettledChannel
-	if _, err := activities.New(f.pool, workerSide, nil, nil).CreateTicket(ctx, in); err != nil {
+	if _, err := createTicket(activities.New(f.pool, workerSide, nil, nil), ctx, in); err != nil {
 		t.Fatal(err)
 	}
 	select {
@@ -82,7 +82,7 @@ func TestAFailingNotifyCannotFailABusinessCommit(t *testing.T) {
 	if _, err := f.pool.Exec(context.Background(), `SELECT pg_notify($1, 'x')`, store.NotifyChannel); err == nil {
 		t.Fatal("the stand-in for a full queue does not fail")
 	}
-	if _, err := activities.New(f.pool, store, nil, nil).CreateTicket(context.Background(), in); err != nil {
+	if _, err := createTicket(activities.New(f.pool, store, nil, nil), context.Background(), in); err != nil {
 		t.Fatalf("the business step failed with its notification: %v", err)
 	}
 	if rec, err := store.Get(context.Background(), "acme", "notify-fails"); err != nil || rec.Status != idem.StatusSuccess {

@@ -31,17 +31,17 @@ func backdate(t *testing.T, s *testenv.Stack, key string) idem.Record {
 
 // claimOnly writes the state a gateway leaves when it dies right after
 // recording the intent: a PROCESSING record and no workflow.
-func claimOnly(t *testing.T, s *testenv.Stack, key string) tickets.CreateInput {
+func claimOnly(t *testing.T, s *testenv.Stack, key string) ticketIntent {
 	t.Helper()
 	req := tickets.Request{CustomerID: "c-1", Title: "Stuck", Priority: "low"}
-	fp, _ := req.Fingerprint()
+	fp, _ := fingerprint(req)
 	it := idem.Intent{TenantID: testenv.TenantA, Key: key, BizType: tickets.BizType, Fingerprint: fp, WorkflowID: tickets.WorkflowID(testenv.TenantA, key)}
 	c, err := s.Records.Claim(context.Background(), idem.ClaimParams{TenantID: it.TenantID, Key: key, BizType: it.BizType, Fingerprint: fp, WorkflowID: it.WorkflowID})
 	if err != nil {
 		t.Fatal(err)
 	}
 	it.Attempt = c.Record.Attempts // as the starter sets it
-	return tickets.CreateInput{Intent: it, Request: req}
+	return ticketIntent{Intent: it, Request: req}
 }
 
 func TestReconcileLeavesARunningWorkflowAlone(t *testing.T) {
@@ -97,7 +97,7 @@ func TestReconcileBackfillsFromACompletedWorkflow(t *testing.T) {
 func TestReconcileBackfillsFromTheBusinessRow(t *testing.T) {
 	s := testenv.NewStack(t, testenv.Options{})
 	in := claimOnly(t, s, "row")
-	tk, err := tickets.Insert(context.Background(), s.Pool, tickets.New(in))
+	tk, err := tickets.Insert(context.Background(), s.Pool, newTicket(in))
 	if err != nil {
 		t.Fatal(err)
 	}

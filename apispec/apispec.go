@@ -117,10 +117,11 @@ func inline(doc map[string]any, v any, depth int) (any, error) {
 	return v, nil
 }
 
-// WithOperations returns the contract with a path for each declared
-// operation: POST at its route, its request schema as the body, and the
-// answers every intent can get (the built-in ticket's, which carry no
-// business shape but the 201's).
+// WithOperations returns the contract with each declared operation's
+// request schema: in its path where the document describes it (a built-in
+// operation's answers), else in a new path, POST at its route, with the
+// answers every intent can get (the ticket's, whose only business shape is
+// the 201's, which becomes any object).
 func WithOperations(ops []*op.Operation) ([]byte, error) {
 	var doc map[string]any
 	if err := json.Unmarshal(document, &doc); err != nil {
@@ -132,8 +133,16 @@ func WithOperations(ops []*op.Operation) ([]byte, error) {
 		return nil, errors.New("apispec: the contract has no POST /v1/tickets to derive operations from")
 	}
 	for _, o := range ops {
-		if _, taken := paths[o.Route]; taken {
-			return nil, fmt.Errorf("apispec: operation %s: the contract already has %s", o.Name, o.Route)
+		body := map[string]any{"required": true, "content": map[string]any{
+			"application/json": map[string]any{"schema": o.RequestSchema()}}}
+		if item, ok := dig(paths, o.Route, "post").(map[string]any); ok {
+			// A built-in operation's path is written in the document, but
+			// for its request's schema: that is the declaration's.
+			if _, written := item["requestBody"]; written {
+				return nil, fmt.Errorf("apispec: operation %s: the document writes the body of %s itself; its schema is the declaration's", o.Name, o.Route)
+			}
+			item["requestBody"] = body
+			continue
 		}
 		item, err := deepCopy(template)
 		if err != nil {
@@ -142,8 +151,7 @@ func WithOperations(ops []*op.Operation) ([]byte, error) {
 		item["operationId"] = o.Name
 		item["summary"] = o.Name + ", exactly once"
 		item["description"] = o.Description + "\n\n" + keyRule
-		item["requestBody"] = map[string]any{"required": true, "content": map[string]any{
-			"application/json": map[string]any{"schema": o.RequestSchema()}}}
+		item["requestBody"] = body
 		responses := item["responses"].(map[string]any)
 		delete(responses, "404")
 		created := responses["201"].(map[string]any)

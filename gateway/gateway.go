@@ -47,7 +47,7 @@ type Gateway struct {
 	// DB serves reads of orders.
 	DB idem.Querier
 	// Set holds the declared operations, each served at its route (nil:
-	// the built-ins alone).
+	// idemflow's own alone).
 	Set *registry.Set
 	// Health reports whether PostgreSQL and Temporal both answer.
 	Health  func(ctx context.Context) error
@@ -118,7 +118,6 @@ func (g *Gateway) Handler() http.Handler {
 	}
 	mux := http.NewServeMux()
 	routes := []route{
-		{"POST", "/v1/tickets", g.authed(g.createTicket)},
 		{"GET", "/v1/tickets/{id}", g.authed(g.getTicket)},
 		{"POST", "/v1/orders", g.authed(g.createOrder)},
 		{"GET", "/v1/orders/{order_no}", g.authed(g.getOrder)},
@@ -128,7 +127,7 @@ func (g *Gateway) Handler() http.Handler {
 		{"GET", "/healthz", g.healthz},
 		{"GET", "/readyz", g.readyz},
 		{"GET", "/problems/{slug}", g.describeProblem},
-		{"GET", "/openapi.json", g.serveOpenAPI(g.Set)},
+		{"GET", "/openapi.json", g.serveOpenAPI(g.set())},
 	}
 	for _, o := range g.operations() {
 		routes = append(routes, route{"POST", o.Route, g.authed(g.serveOperation(o))})
@@ -159,11 +158,13 @@ func (g *Gateway) Handler() http.Handler {
 	return g.logRequests(mux)
 }
 
-func (g *Gateway) operations() []*op.Operation {
+func (g *Gateway) operations() []*op.Operation { return g.set().Operations() }
+
+func (g *Gateway) set() *registry.Set {
 	if g.Set == nil {
-		return nil
+		return registry.Builtin()
 	}
-	return g.Set.Operations()
+	return g.Set
 }
 
 type tenantHandler func(w http.ResponseWriter, r *http.Request, tenantID string)
@@ -453,8 +454,8 @@ func (g *Gateway) readyz(w http.ResponseWriter, r *http.Request) {
 func (g *Gateway) describeProblem(w http.ResponseWriter, r *http.Request) {
 	typ := "/problems/" + r.PathValue("slug")
 	desc, ok := problem.Descriptions[typ]
-	if !ok && g.Set != nil {
-		desc, ok = g.Set.Description(r.PathValue("slug"))
+	if !ok {
+		desc, ok = g.set().Description(r.PathValue("slug"))
 	}
 	if !ok {
 		// A typo must not look like a real problem type.

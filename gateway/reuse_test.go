@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/idemflow/idemflow/idem"
+	"github.com/idemflow/idemflow/op"
 	"github.com/idemflow/idemflow/testenv"
 	"github.com/idemflow/idemflow/tickets"
 	"go.temporal.io/sdk/client"
@@ -239,7 +240,7 @@ func TestRememberedAnswersKeepTheContract(t *testing.T) {
 func TestAReopenedAttemptGetsARunOfItsOwnWhileTheOldRunCloses(t *testing.T) {
 	s := testenv.NewStack(t, testenv.Options{})
 	const key = "reopen-closing"
-	req := failedAttemptOneWithItsRunOpen(t, s, key, func(ctx workflow.Context, _ tickets.CreateInput) error {
+	req := failedAttemptOneWithItsRunOpen(t, s, key, func(ctx workflow.Context, _ op.Input) error {
 		_ = workflow.Sleep(ctx, 3*time.Second)
 		return temporal.NewApplicationError("attempt 1 gave up", "closing")
 	})
@@ -265,7 +266,7 @@ func TestTerminatingAnEarlierAttemptsRunDoesNotFailAReopenedOne(t *testing.T) {
 	s := testenv.NewStack(t, testenv.Options{})
 	s.Gateway.Starter.ClosingWait = 300 * time.Millisecond
 	const key = "terminate-earlier"
-	req := failedAttemptOneWithItsRunOpen(t, s, key, func(ctx workflow.Context, _ tickets.CreateInput) error {
+	req := failedAttemptOneWithItsRunOpen(t, s, key, func(ctx workflow.Context, _ op.Input) error {
 		return workflow.Sleep(ctx, time.Hour)
 	})
 	req.Header = map[string]string{"Prefer": "wait=30"}
@@ -293,13 +294,13 @@ func TestTerminatingAnEarlierAttemptsRunDoesNotFailAReopenedOne(t *testing.T) {
 // run is stood in for by run, under the intent's workflow ID with attempt
 // 1's input. It returns the request, with Prefer: wait=0, that a retry
 // sends.
-func failedAttemptOneWithItsRunOpen(t *testing.T, s *testenv.Stack, key string, run func(workflow.Context, tickets.CreateInput) error) testenv.Request {
+func failedAttemptOneWithItsRunOpen(t *testing.T, s *testenv.Stack, key string, run func(workflow.Context, op.Input) error) testenv.Request {
 	t.Helper()
 	s.Server.NewWorker("attempt-1", func(r worker.Registry) {
 		r.RegisterWorkflowWithOptions(run, workflow.RegisterOptions{Name: "AttemptOne"})
 	})
 	if _, err := s.Temporal.ExecuteWorkflow(context.Background(), client.StartWorkflowOptions{ID: tickets.WorkflowID(testenv.TenantA, key),
-		TaskQueue: "attempt-1"}, "AttemptOne", tickets.CreateInput{Intent: idem.Intent{TenantID: testenv.TenantA, Key: key, Attempt: 1}}); err != nil {
+		TaskQueue: "attempt-1"}, "AttemptOne", op.Input{Intent: idem.Intent{TenantID: testenv.TenantA, Key: key, Attempt: 1}}); err != nil {
 		t.Fatal(err)
 	}
 	req := testenv.Request{Path: "/v1/tickets", Token: s.Tokens[testenv.TenantA], Key: key, Body: ticketBody,

@@ -4,14 +4,7 @@ import (
 	"net/http"
 
 	"github.com/google/uuid"
-	"github.com/idemflow/idemflow/starter"
-	"github.com/idemflow/idemflow/tickets"
 )
-
-func (g *Gateway) createTicket(w http.ResponseWriter, r *http.Request, tenantID string) {
-	var req tickets.Request
-	g.serveIntent(w, r, tickets.BizType, &req, false, func(key string) (starter.Intent, error) { return starter.TicketIntent(tenantID, key, req) })
-}
 
 func (g *Gateway) getTicket(w http.ResponseWriter, r *http.Request, tenantID string) {
 	id, err := uuid.Parse(r.PathValue("id"))

@@ -23,6 +23,7 @@ import (
 	"github.com/idemflow/idemflow/ijson"
 	"github.com/idemflow/idemflow/op"
 	"github.com/idemflow/idemflow/problem"
+	"github.com/idemflow/idemflow/registry"
 	"github.com/modelcontextprotocol/go-sdk/auth"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 )
@@ -42,7 +43,8 @@ type Config struct {
 	// CallTimeout bounds one tool call, retries included.
 	CallTimeout time.Duration
 	HTTP        *http.Client
-	// Operations are the declared operations, each a tool of its own.
+	// Operations are the declared operations, each a tool of its own
+	// (nil: idemflow's own, create_ticket).
 	Operations []*op.Operation
 }
 
@@ -56,15 +58,6 @@ type Result struct {
 
 // The argument types below decode a tool's arguments; their JSON Schemas
 // come from the contract (inputSchema), not from these types.
-
-// TicketArgs are create_ticket's arguments.
-type TicketArgs struct {
-	IdempotencyKey string `json:"idempotency_key"`
-	CustomerID     string `json:"customer_id"`
-	Title          string `json:"title"`
-	Description    string `json:"description,omitempty"`
-	Priority       string `json:"priority,omitempty"`
-}
 
 // OrderItem is one line of create_order.
 type OrderItem struct {
@@ -111,8 +104,6 @@ func New(cfg Config) *mcp.Server {
 			"takes an idempotency_key: create it once per intent and reuse it, unchanged, on every retry.",
 	})
 	t := tools{cfg: cfg}
-	mcp.AddTool(s, &mcp.Tool{Name: "create_ticket", Description: "Create a support ticket." + keyRule,
-		InputSchema: inputSchema("createTicket", false, nil)}, strict(t.createTicket))
 	mcp.AddTool(s, &mcp.Tool{Name: "create_order", Description: "Create a purchase order; the server prices it from its catalog." + keyRule,
 		InputSchema: inputSchema("createOrder", false, nil)}, strict(t.createOrder))
 	mcp.AddTool(s, &mcp.Tool{Name: "pay_order", Description: "Pay a CREATED order; the payment is charged at most once." + keyRule,
@@ -125,7 +116,11 @@ func New(cfg Config) *mcp.Server {
 		mcp.AddTool(s, &mcp.Tool{Name: a.action + "_order", Description: a.description + keyRule,
 			InputSchema: inputSchema("transitionOrder", true, map[string]bool{"reason": false})}, strict(t.transition(a.action)))
 	}
-	for _, o := range cfg.Operations {
+	ops := cfg.Operations
+	if ops == nil {
+		ops = registry.Builtin().Operations()
+	}
+	for _, o := range ops {
 		mcp.AddTool(s, &mcp.Tool{Name: o.Tool, Description: o.Description + keyRule, InputSchema: operationSchema(o)}, strict(t.operation(o)))
 	}
 	mcp.AddTool(s, &mcp.Tool{Name: "get_operation", Description: "Report an operation's status (processing, succeeded, failed) and, when done, its result. Read-only."}, strict(t.getOperation))
@@ -262,12 +257,6 @@ func explain(key string, err error) error {
 		return fmt.Errorf("NO ANSWER YET: the request may still complete. Call again with the SAME idempotency_key %q and the same arguments; it cannot run twice: %w", key, err)
 	}
 	return err
-}
-
-func (t tools) createTicket(ctx context.Context, req *mcp.CallToolRequest, in TicketArgs) (*mcp.CallToolResult, Result, error) {
-	return t.call(ctx, req, in.IdempotencyKey, "/v1/tickets", map[string]any{
-		"customer_id": in.CustomerID, "title": in.Title, "description": in.Description, "priority": in.Priority,
-	})
 }
 
 func (t tools) createOrder(ctx context.Context, req *mcp.CallToolRequest, in OrderArgs) (*mcp.CallToolResult, Result, error) {

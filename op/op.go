@@ -63,7 +63,9 @@ type In[R any] struct {
 	TenantID   string
 	Key        string
 	WorkflowID string
-	Request    R
+	// Fingerprint is the intent's, recomputed from Request and checked.
+	Fingerprint string
+	Request     R
 }
 
 // Spec is one operation's declaration. R is its request (the HTTP body, the
@@ -108,10 +110,11 @@ type Spec[R, Row any] struct {
 	// (001_name.sql, …) applied by 'migrate' and 'dev' after idemflow's
 	// own, with a version table of the operation's own.
 	Migrations fs.FS
-	// Route, Tool, BizType, Scope and Workflow override the names derived
-	// from Name. Built-in operations keep their historical names this way,
-	// so that recorded histories, workflow IDs and stored answers hold.
-	Route, Tool, BizType, Scope, Workflow string
+	// Route, Tool, BizType, Scope, Workflow and Activity override the
+	// names derived from Name. Built-in operations keep their historical
+	// names this way, so that recorded histories, workflow IDs and stored
+	// answers hold.
+	Route, Tool, BizType, Scope, Workflow, Activity string
 }
 
 // Operation is a declared operation, as the rest of idemflow uses it.
@@ -120,11 +123,12 @@ type Operation struct {
 	Description string
 	// Route is the path of POST; Tool the MCP tool's name; BizType the
 	// record's business type; Scope the workflow ID's first segment;
-	// Workflow the workflow type, and BizType also the activity type.
-	Route, Tool, BizType, Scope, Workflow string
-	Table                                 string
-	Rejections                            map[string]string
-	Migrations                            fs.FS
+	// Workflow the workflow type; Activity the activity type (the business
+	// type unless overridden).
+	Route, Tool, BizType, Scope, Workflow, Activity string
+	Table                                           string
+	Rejections                                      map[string]string
+	Migrations                                      fs.FS
 
 	schema    map[string]any
 	validator *validator.Schema
@@ -172,6 +176,7 @@ func define[R, Row any](s Spec[R, Row]) (*Operation, error) {
 		Route: or(s.Route, "/v1/"+s.Name), Tool: or(s.Tool, s.Name), BizType: or(s.BizType, s.Name),
 		Scope: or(s.Scope, s.Name), Workflow: or(s.Workflow, s.Name),
 	}
+	o.Activity = or(s.Activity, o.BizType)
 	sch, err := jsonschema.For[R](nil)
 	if err != nil {
 		return nil, err
@@ -219,7 +224,7 @@ func define[R, Row any](s Spec[R, Row]) (*Operation, error) {
 	}
 	o.step = func(ctx context.Context, tx pgx.Tx, in Input, req any) (idem.Outcome, error) {
 		row, err := s.Step(ctx, tx, In[R]{TenantID: in.Intent.TenantID, Key: in.Intent.Key,
-			WorkflowID: in.Intent.WorkflowID, Request: req.(R)})
+			WorkflowID: in.Intent.WorkflowID, Fingerprint: in.Intent.Fingerprint, Request: req.(R)})
 		if err != nil {
 			return idem.Outcome{}, err
 		}

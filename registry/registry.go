@@ -32,15 +32,17 @@ type Type struct {
 	Workflows []any
 }
 
-// Types lists every built-in business type.
+// Types lists the built-in business types that are not declarations (op)
+// yet: their workflows are registered by function.
 func Types() []Type {
 	return []Type{
-		{Name: "ticket", Recall: tickets.Recall, Guards: []idem.Guard{tickets.Guard},
-			Workflows: []any{workflows.CreateTicket}},
 		{Name: "order", Recall: orders.Recall, Guards: orders.Guards,
 			Workflows: []any{workflows.CreateOrder, workflows.TransitionOrder}},
 	}
 }
+
+// Builtins are idemflow's own declared operations.
+func Builtins() []*op.Operation { return []*op.Operation{tickets.Create} }
 
 // Set is the business types of one process: the built-ins and the
 // declared operations.
@@ -49,17 +51,17 @@ type Set struct {
 	byBiz map[string]*op.Operation
 }
 
-// reserved are the names the built-ins hold, which no declared operation
-// may take: routes, MCP tools, workflow-ID scopes and business types.
+// reserved are the names that idemflow's routes, tools and types which
+// are not declarations hold, and which no declared operation may take.
 var reserved = struct{ routes, tools, scopes []string }{
-	routes: []string{"/v1/tickets", "/v1/orders", "/v1/operations", "/v1/tenant", "/v1/tools"},
-	tools:  []string{"create_ticket", "create_order", "pay_order", "cancel_order", "refund_order", "fulfill_order", "get_operation"},
-	scopes: []string{tickets.Scope, orders.ScopeCreate},
+	routes: []string{"/v1/orders", "/v1/operations", "/v1/tenant", "/v1/tools"},
+	tools:  []string{"create_order", "pay_order", "cancel_order", "refund_order", "fulfill_order", "get_operation"},
+	scopes: []string{orders.ScopeCreate},
 }
 
 // New returns the set of the built-ins and ops. A name that two of them
-// share (a route, a tool, a business type, a scope, a workflow) is an
-// error: every one of them must lead to one operation.
+// share (a route, a tool, a business type, a scope, a workflow, an
+// activity) is an error: every one of them must lead to one operation.
 func New(ops ...*op.Operation) (*Set, error) {
 	s := &Set{byBiz: map[string]*op.Operation{}}
 	seen := map[string]string{}
@@ -79,12 +81,16 @@ func New(ops ...*op.Operation) (*Set, error) {
 	for _, sc := range reserved.scopes {
 		_ = claim("scope", sc, "idemflow")
 	}
-	for _, o := range ops {
+	for i, o := range append(Builtins(), ops...) {
 		who := "operation " + o.Name
-		if strings.HasPrefix(o.Scope, orders.ScopeCreate+"-") || strings.HasPrefix(o.BizType, "order.") || strings.HasPrefix(o.BizType, "ticket.") {
-			return nil, fmt.Errorf("registry: %s takes a name of idemflow's orders or tickets", who)
+		if i < len(Builtins()) {
+			who = "idemflow's " + who
 		}
-		for _, c := range [][2]string{{"route", o.Route}, {"tool", o.Tool}, {"business type", o.BizType}, {"scope", o.Scope}, {"workflow", o.Workflow}} {
+		if strings.HasPrefix(o.Scope, orders.ScopeCreate+"-") || strings.HasPrefix(o.BizType, "order.") {
+			return nil, fmt.Errorf("registry: %s takes a name of idemflow's orders", who)
+		}
+		for _, c := range [][2]string{{"route", o.Route}, {"tool", o.Tool}, {"business type", o.BizType}, {"scope", o.Scope},
+			{"workflow", o.Workflow}, {"activity", o.Activity}} {
 			if err := claim(c[0], c[1], who); err != nil {
 				return nil, err
 			}
@@ -95,7 +101,7 @@ func New(ops ...*op.Operation) (*Set, error) {
 	return s, nil
 }
 
-// Builtin is the set of the built-ins alone.
+// Builtin is the set of the built-ins alone: idemflow's own operations.
 func Builtin() *Set {
 	s, _ := New()
 	return s
@@ -112,7 +118,8 @@ func (s *Set) Schemas() []migrations.Schema {
 	return out
 }
 
-// Operations lists the declared operations, in the order given.
+// Operations lists the declared operations: the built-in ones, then the
+// ones given to New, in their order.
 func (s *Set) Operations() []*op.Operation { return s.ops }
 
 // Recall is an idem.Recall over every type's business rows, at the cost of
@@ -160,7 +167,7 @@ var CommonRejections = []string{"idempotency-key-reused", "unstorable-input"}
 // export each at 0). TestEveryRejectionCodeIsListedAndDescribed fails on a
 // code in the source that is left out.
 func (s *Set) Rejections() map[string][]string {
-	out := map[string][]string{tickets.BizType: nil}
+	out := map[string][]string{}
 	for bt, codes := range orders.Rejections() {
 		out[bt] = codes
 	}

@@ -27,12 +27,6 @@ type Request struct {
 	Priority    string `json:"priority,omitempty"`
 }
 
-// CreateInput is the CreateTicket workflow's and activity's input.
-type CreateInput struct {
-	Intent  idem.Intent `json:"intent"`
-	Request Request     `json:"request"`
-}
-
 // View is the JSON representation of a ticket, the body of 201 replies,
 // replays and GET /v1/tickets/{id}.
 type View struct {

@@ -8,69 +8,64 @@ import (
 	"errors"
 	"fmt"
 	"time"
-	"unicode/utf8"
 
 	"github.com/google/uuid"
 	"github.com/idemflow/idemflow/apperr"
 	"github.com/idemflow/idemflow/idem"
+	"github.com/idemflow/idemflow/op"
 	"github.com/jackc/pgx/v5"
 )
 
-// Limits of a ticket request.
-const (
-	maxTitle       = 200
-	maxDescription = 10000
-	maxCustomerID  = 128
-)
+// Create is the declaration of ticket creation: POST /v1/tickets, the MCP
+// tool create_ticket, workflow and activity CreateTicket (the names it had
+// before declarations, so that recorded histories and workflow IDs hold).
+var Create = op.Define(op.Spec[Request, Ticket]{
+	Name:        "create_ticket",
+	Description: "Create a support ticket.",
+	Route:       "/v1/tickets",
+	BizType:     BizType,
+	Scope:       Scope,
+	Workflow:    "CreateTicket",
+	Activity:    "CreateTicket",
+	Rules: func(s *op.Schema) {
+		s.Properties["customer_id"].MinLength, s.Properties["customer_id"].MaxLength = op.Ptr(1), op.Ptr(128)
+		s.Properties["title"].MinLength, s.Properties["title"].MaxLength = op.Ptr(1), op.Ptr(200)
+		s.Properties["description"].MaxLength = op.Ptr(10000)
+		s.Properties["priority"].Enum = []any{"low", "normal", "high", "urgent"}
+		s.Properties["priority"].Default = json.RawMessage(`"normal"`)
+		s.Examples = []any{map[string]any{"customer_id": "c-1", "title": "Printer on fire", "priority": "high"}}
+	},
+	Normalize: (*Request).Normalize,
+	Summary: func(r Request) string {
+		return fmt.Sprintf("ticket for %s: %s", r.CustomerID, truncate(r.Title, 80))
+	},
+	Step: func(ctx context.Context, tx pgx.Tx, in op.In[Request]) (Ticket, error) {
+		return Insert(ctx, tx, New(in))
+	},
+	Lookup: func(ctx context.Context, q op.Querier, tenantID, key string) (Ticket, bool, error) {
+		t, err := GetByKey(ctx, q, tenantID, key)
+		return t, err == nil, err
+	},
+	View:  Ticket.answer,
+	Table: "ticket",
+})
 
-// Priorities a ticket may have.
-var Priorities = []string{"low", "normal", "high", "urgent"}
-
-// Normalize applies defaults and validates. The defaults are applied before
-// fingerprinting, so an omitted priority and "normal" are the same intent.
+// Normalize applies the default priority before the fingerprint, so that
+// an omitted priority and "normal" are the same intent. Every other rule is
+// the declaration's schema.
 func (r *Request) Normalize() error {
 	if r.Priority == "" {
 		r.Priority = "normal"
 	}
-	var v apperr.Invalid
-	switch n := utf8.RuneCountInString(r.CustomerID); {
-	case n == 0:
-		v.Add("customer_id", "is required")
-	case n > maxCustomerID:
-		v.Add("customer_id", "is %d characters long, at most %d are allowed", n, maxCustomerID)
-	}
-	switch n := utf8.RuneCountInString(r.Title); {
-	case n == 0:
-		v.Add("title", "is required")
-	case n > maxTitle:
-		v.Add("title", "is %d characters long, at most %d are allowed", n, maxTitle)
-	}
-	if n := utf8.RuneCountInString(r.Description); n > maxDescription {
-		v.Add("description", "is %d characters long, at most %d are allowed", n, maxDescription)
-	}
-	if !validPriority(r.Priority) {
-		v.Add("priority", "must be one of low, normal, high, urgent; got %q", r.Priority)
-	}
-	for _, f := range []struct{ name, val string }{{"customer_id", r.CustomerID}, {"title", r.Title}, {"description", r.Description}} {
-		if !utf8.ValidString(f.val) {
-			v.Add(f.name, "is not valid UTF-8")
-		}
-	}
-	return v.Err()
+	return nil
 }
 
-func validPriority(p string) bool {
-	for _, q := range Priorities {
-		if p == q {
-			return true
-		}
+func truncate(s string, n int) string {
+	r := []rune(s)
+	if len(r) <= n {
+		return s
 	}
-	return false
-}
-
-// Fingerprint is the request's idempotency fingerprint; call after Normalize.
-func (r Request) Fingerprint() (string, error) {
-	return idem.Fingerprint(BizType, r)
+	return string(r[:n]) + "…"
 }
 
 // Ticket is a row of the ticket table.
@@ -91,7 +86,20 @@ type Ticket struct {
 // Body renders t. It depends on the row alone, so a snapshot rebuilt from
 // the row (by reconcile) is byte-identical to the one stored at creation.
 func (t Ticket) Body() []byte {
-	b, err := json.Marshal(View{
+	b, err := json.Marshal(t.view())
+	if err != nil {
+		panic(fmt.Sprintf("tickets: marshal view: %v", err)) // only strings: cannot fail
+	}
+	return b
+}
+
+// answer is the stored answer of a created ticket.
+func (t Ticket) answer() op.Answer {
+	return op.Answer{Status: 201, Body: t.view(), Location: t.Location()}
+}
+
+func (t Ticket) view() View {
+	return View{
 		TicketID:       t.ID.String(),
 		Status:         t.Status,
 		CustomerID:     t.CustomerID,
@@ -101,20 +109,11 @@ func (t Ticket) Body() []byte {
 		CreatedAt:      t.CreatedAt.UTC().Format(time.RFC3339Nano),
 		IdempotencyKey: t.IdempotencyKey,
 		WorkflowID:     t.WorkflowID,
-	})
-	if err != nil {
-		panic(fmt.Sprintf("tickets: marshal view: %v", err)) // only strings: cannot fail
 	}
-	return b
 }
 
 // Location is the ticket's URL path.
 func (t Ticket) Location() string { return "/v1/tickets/" + t.ID.String() }
-
-// Outcome is the stored answer for a created ticket.
-func (t Ticket) Outcome() idem.Outcome {
-	return idem.Outcome{Status: 201, Body: t.Body(), Location: t.Location()}
-}
 
 // Store owns the ticket table.
 type Store struct {
@@ -166,13 +165,13 @@ func Insert(ctx context.Context, q idem.Querier, t Ticket) (Ticket, error) {
 
 // New builds the row for a create intent. The ID and time are made here, in
 // an activity, never in workflow code.
-func New(in CreateInput) Ticket {
+func New(in op.In[Request]) Ticket {
 	return Ticket{
 		ID:             uuid.New(),
-		TenantID:       in.Intent.TenantID,
-		IdempotencyKey: in.Intent.Key,
-		Fingerprint:    in.Intent.Fingerprint,
-		WorkflowID:     in.Intent.WorkflowID,
+		TenantID:       in.TenantID,
+		IdempotencyKey: in.Key,
+		Fingerprint:    in.Fingerprint,
+		WorkflowID:     in.WorkflowID,
 		CustomerID:     in.Request.CustomerID,
 		Title:          in.Request.Title,
 		Description:    in.Request.Description,
@@ -180,20 +179,4 @@ func New(in CreateInput) Ticket {
 		Status:         StatusOpen,
 		CreatedAt:      time.Now(),
 	}
-}
-
-// Guard is the ticket table's one-ticket-per-key constraint.
-var Guard = idem.Guard{Table: "ticket"}
-
-// Recall is idem.Recall for the ticket table: the ticket written under
-// (tenantID, key), as the record it came from would say.
-func Recall(ctx context.Context, q idem.Querier, tenantID, key string) (idem.Prior, bool, error) {
-	t, err := GetByKey(ctx, q, tenantID, key)
-	if errors.Is(err, apperr.ErrNotFound) {
-		return idem.Prior{}, false, nil
-	}
-	if err != nil {
-		return idem.Prior{}, false, fmt.Errorf("recall ticket %s/%s: %w", tenantID, key, err)
-	}
-	return idem.Prior{BizType: BizType, Fingerprint: t.Fingerprint, WorkflowID: t.WorkflowID, Outcome: t.Outcome()}, true, nil
 }

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/idemflow/idemflow/activities"
+	"github.com/idemflow/idemflow/op"
 	"github.com/idemflow/idemflow/registry"
 	"github.com/idemflow/idemflow/workflows"
 	"go.temporal.io/sdk/activity"
@@ -40,8 +41,9 @@ func Run(ctx context.Context, w sdkworker.Worker) error {
 }
 
 // Register registers idemflow's workflows and activities on r: the
-// built-ins' under their function names, and each declared operation's
-// under the names it declares (set may be nil: the built-ins alone).
+// orders' under their function names, and each declared operation's (the
+// ticket's among them) under the names it declares (set may be nil: the
+// built-ins alone).
 func Register(r sdkworker.Registry, acts *activities.Activities, set *registry.Set) {
 	for _, t := range registry.Types() {
 		for _, wf := range t.Workflows {
@@ -51,10 +53,16 @@ func Register(r sdkworker.Registry, acts *activities.Activities, set *registry.S
 	r.RegisterWorkflow(workflows.Reconcile)
 	r.RegisterActivity(acts)
 	if set == nil {
-		return
+		set = registry.Builtin()
 	}
 	for _, o := range set.Operations() {
-		r.RegisterWorkflowWithOptions(workflows.Operation, workflow.RegisterOptions{Name: o.Workflow})
-		r.RegisterActivityWithOptions(activities.Operation{Activities: acts, Op: o}.Run, activity.RegisterOptions{Name: o.BizType})
+		RegisterOperation(r, acts, o)
 	}
+}
+
+// RegisterOperation registers a declared operation's workflow and
+// activity on r, under the names it declares.
+func RegisterOperation(r sdkworker.Registry, acts *activities.Activities, o *op.Operation) {
+	r.RegisterWorkflowWithOptions(workflows.Operation(o.Activity), workflow.RegisterOptions{Name: o.Workflow})
+	r.RegisterActivityWithOptions(activities.Operation{Activities: acts, Op: o}.Run, activity.RegisterOptions{Name: o.Activity})
 }

@@ -6,9 +6,11 @@ import (
 	"go.temporal.io/sdk/workflow"
 )
 
-// Operation runs one intent of a declared operation. The worker registers
-// it under each operation's workflow name, and the operation's activity
-// under its business type, which the intent names.
-func Operation(ctx workflow.Context, in op.Input) (idem.Outcome, error) {
-	return runIntent(ctx, in.Intent, in.Intent.BizType, in)
+// Operation is the workflow of a declared operation whose step is the
+// activity registered as activity. The worker registers it under the
+// operation's workflow name.
+func Operation(activity string) func(ctx workflow.Context, in op.Input) (idem.Outcome, error) {
+	return func(ctx workflow.Context, in op.Input) (idem.Outcome, error) {
+		return runIntent(ctx, in.Intent, activity, in)
+	}
 }

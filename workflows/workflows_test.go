@@ -10,6 +10,7 @@ import (
 
 	"github.com/idemflow/idemflow/activities"
 	"github.com/idemflow/idemflow/idem"
+	"github.com/idemflow/idemflow/op"
 	"github.com/idemflow/idemflow/orders"
 	"github.com/idemflow/idemflow/starter"
 	"github.com/idemflow/idemflow/testenv"
@@ -20,21 +21,27 @@ import (
 	"go.temporal.io/sdk/temporal"
 	"go.temporal.io/sdk/testsuite"
 	"go.temporal.io/sdk/worker"
+	"go.temporal.io/sdk/workflow"
 )
 
 var record = flag.Bool("record", false, "re-record testdata histories from a real run")
 
 var a *activities.Activities
 
-func ticketInput() tickets.CreateInput {
+func ticketInput() op.Input {
 	it := idem.Intent{TenantID: "acme", Key: "k", BizType: tickets.BizType, Fingerprint: "fp", WorkflowID: tickets.WorkflowID("acme", "k")}
-	return tickets.CreateInput{Intent: it, Request: tickets.Request{CustomerID: "c", Title: "t", Priority: "normal"}}
+	return op.Input{Intent: it, Request: json.RawMessage(`{"customer_id":"c","title":"t","priority":"normal"}`)}
 }
+
+// createTicket is the ticket's workflow and activity type: a declared
+// operation's, registered by name as the worker does.
+var createTicket = tickets.Create.Workflow
 
 func newEnv(t *testing.T) *testsuite.TestWorkflowEnvironment {
 	var s testsuite.WorkflowTestSuite
 	env := s.NewTestWorkflowEnvironment()
-	env.RegisterWorkflow(workflows.CreateTicket)
+	env.RegisterWorkflowWithOptions(workflows.Operation(tickets.Create.Activity), workflow.RegisterOptions{Name: tickets.Create.Workflow})
+	env.RegisterActivityWithOptions(activities.Operation{Activities: a, Op: tickets.Create}.Run, activity.RegisterOptions{Name: tickets.Create.Activity})
 	env.RegisterActivity(a)
 	return env
 }
@@ -42,8 +49,8 @@ func newEnv(t *testing.T) *testsuite.TestWorkflowEnvironment {
 func TestCreateTicketReturnsTheActivityAnswer(t *testing.T) {
 	env := newEnv(t)
 	want := idem.Outcome{Status: 201, Body: []byte(`{"ticket_id":"x"}`), Location: "/v1/tickets/x"}
-	env.OnActivity(a.CreateTicket, mock.Anything, mock.Anything).Return(want, nil).Once()
-	env.ExecuteWorkflow(workflows.CreateTicket, ticketInput())
+	env.OnActivity(tickets.Create.Activity, mock.Anything, mock.Anything).Return(want, nil).Once()
+	env.ExecuteWorkflow(createTicket, ticketInput())
 	var got idem.Outcome
 	if err := env.GetWorkflowResult(&got); err != nil {
 		t.Fatal(err)
@@ -57,7 +64,7 @@ func TestCreateTicketReturnsTheActivityAnswer(t *testing.T) {
 func TestBusinessRejectionFailsTheRunWithoutSettling(t *testing.T) {
 	env := newEnv(t)
 	out := idem.Outcome{Status: 422, Body: []byte(`{"type":"/problems/out-of-stock"}`)}
-	env.OnActivity(a.CreateTicket, mock.Anything, mock.Anything).
+	env.OnActivity(tickets.Create.Activity, mock.Anything, mock.Anything).
 		Return(idem.Outcome{}, temporal.NewNonRetryableApplicationError("no", idem.ErrTypeRejected, nil, out)).Once()
 	// AssertNotCalled sees only mocked activities: ResolveIntent is mocked
 	// so that a call to it is recorded, and fails the test.
@@ -67,7 +74,7 @@ func TestBusinessRejectionFailsTheRunWithoutSettling(t *testing.T) {
 			settled = true
 			return activities.Resolution{}, nil
 		}).Maybe()
-	env.ExecuteWorkflow(workflows.CreateTicket, ticketInput())
+	env.ExecuteWorkflow(createTicket, ticketInput())
 	err := env.GetWorkflowError()
 	var appErr *temporal.ApplicationError
 	if !errors.As(err, &appErr) || appErr.Type() != idem.ErrTypeRejected {
@@ -89,14 +96,14 @@ func TestGivingUpSettlesTheRecord(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			env := newEnv(t)
-			env.OnActivity(a.CreateTicket, mock.Anything, mock.Anything).Return(idem.Outcome{}, errors.New("db down"))
+			env.OnActivity(tickets.Create.Activity, mock.Anything, mock.Anything).Return(idem.Outcome{}, errors.New("db down"))
 			var settledWith activities.ResolveInput
 			env.OnActivity(a.ResolveIntent, mock.Anything, mock.Anything).Return(
 				func(_ context.Context, in activities.ResolveInput) (activities.Resolution, error) {
 					settledWith = in
 					return tc.settled, nil
 				}).Once()
-			env.ExecuteWorkflow(workflows.CreateTicket, ticketInput())
+			env.ExecuteWorkflow(createTicket, ticketInput())
 			if err := env.GetWorkflowError(); (err != nil) != tc.wantErr {
 				t.Fatalf("workflow error %v, want error: %v", err, tc.wantErr)
 			}
@@ -108,11 +115,15 @@ func TestGivingUpSettlesTheRecord(t *testing.T) {
 }
 
 // histories maps each workflow's recorded history (one each, from a real
-// run) to the workflow it replays; -record re-records them.
-var histories = map[string]any{
-	"testdata/create_ticket_history.json":    workflows.CreateTicket,
-	"testdata/create_order_history.json":     workflows.CreateOrder,
-	"testdata/transition_order_history.json": workflows.TransitionOrder,
+// run) to the workflow it replays, registered as the worker registers it;
+// -record re-records them. The ticket's was recorded when CreateTicket was
+// a function of its own: it replays on the declared operation's workflow.
+var histories = map[string]func(worker.WorkflowRegistry){
+	"testdata/create_ticket_history.json": func(r worker.WorkflowRegistry) {
+		r.RegisterWorkflowWithOptions(workflows.Operation(tickets.Create.Activity), workflow.RegisterOptions{Name: tickets.Create.Workflow})
+	},
+	"testdata/create_order_history.json":     func(r worker.WorkflowRegistry) { r.RegisterWorkflow(workflows.CreateOrder) },
+	"testdata/transition_order_history.json": func(r worker.WorkflowRegistry) { r.RegisterWorkflow(workflows.TransitionOrder) },
 }
 
 // TestReplayRecordedHistory replays histories recorded from real runs
@@ -122,9 +133,9 @@ func TestReplayRecordedHistory(t *testing.T) {
 	if *record {
 		recordHistories(t)
 	}
-	for file, wf := range histories {
+	for file, register := range histories {
 		r := worker.NewWorkflowReplayer()
-		r.RegisterWorkflow(wf)
+		register(r)
 		if err := r.ReplayWorkflowHistoryFromJSONFile(nil, file); err != nil {
 			t.Fatalf("replay %s: %v", file, err)
 		}
@@ -148,7 +159,7 @@ func recordHistories(t *testing.T) {
 		}
 		return reply
 	}
-	submit(starter.TicketIntent("acme", "replay-1", tickets.Request{CustomerID: "c-1", Title: "Recorded", Priority: "low"}))
+	submit(starter.OperationIntent(tickets.Create, "acme", "replay-1", []byte(`{"customer_id":"c-1","title":"Recorded","priority":"low"}`)))
 	testenv.SaveHistory(t, s.Temporal, tickets.WorkflowID("acme", "replay-1"), "", "testdata/create_ticket_history.json")
 	created := submit(starter.OrderIntent("acme", "replay-2", orders.CreateRequest{CustomerID: "c-1", Items: []orders.Item{{SKU: "SKU-MOUSE", Quantity: 1}}}))
 	testenv.SaveHistory(t, s.Temporal, orders.WorkflowID("acme", "replay-2"), "", "testdata/create_order_history.json")
@@ -187,8 +198,8 @@ func TestLocalFirstRunsLocallyAndFallsBackToADurableActivity(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			env := newEnv(t)
 			var locals, regulars, settles int
-			env.OnActivity(a.CreateTicket, mock.Anything, mock.Anything).Return(
-				func(ctx context.Context, _ tickets.CreateInput) (idem.Outcome, error) {
+			env.OnActivity(tickets.Create.Activity, mock.Anything, mock.Anything).Return(
+				func(ctx context.Context, _ op.Input) (idem.Outcome, error) {
 					if activity.GetInfo(ctx).IsLocalActivity {
 						locals++
 						return tc.local(locals)
@@ -206,7 +217,7 @@ func TestLocalFirstRunsLocallyAndFallsBackToADurableActivity(t *testing.T) {
 					return activities.Resolution{Status: idem.StatusFailed}, nil
 				}).Maybe()
 			in := ticketInput()
-			env.ExecuteWorkflow(workflows.CreateTicket, in)
+			env.ExecuteWorkflow(createTicket, in)
 			err := env.GetWorkflowError()
 			var appErr *temporal.ApplicationError
 			switch {
