@@ -119,7 +119,6 @@ func (g *Gateway) Handler() http.Handler {
 	mux := http.NewServeMux()
 	routes := []route{
 		{"GET", "/v1/tickets/{id}", g.authed(g.getTicket)},
-		{"POST", "/v1/orders", g.authed(g.createOrder)},
 		{"GET", "/v1/orders/{order_no}", g.authed(g.getOrder)},
 		{"POST", "/v1/orders/{order_no}/{action}", g.authed(g.transitionOrder)},
 		{"GET", "/v1/operations/{id}", g.authed(g.getOperation)},

@@ -7,11 +7,6 @@ import (
 	"github.com/idemflow/idemflow/starter"
 )
 
-func (g *Gateway) createOrder(w http.ResponseWriter, r *http.Request, tenantID string) {
-	var req orders.CreateRequest
-	g.serveIntent(w, r, orders.BizCreate, &req, false, func(key string) (starter.Intent, error) { return starter.OrderIntent(tenantID, key, req) })
-}
-
 func (g *Gateway) transitionOrder(w http.ResponseWriter, r *http.Request, tenantID string) {
 	action := orders.Action(r.PathValue("action"))
 	if _, ok := action.Target(); !ok {

@@ -44,7 +44,7 @@ type Config struct {
 	CallTimeout time.Duration
 	HTTP        *http.Client
 	// Operations are the declared operations, each a tool of its own
-	// (nil: idemflow's own, create_ticket).
+	// (nil: idemflow's own, create_ticket and create_order).
 	Operations []*op.Operation
 }
 
@@ -58,21 +58,6 @@ type Result struct {
 
 // The argument types below decode a tool's arguments; their JSON Schemas
 // come from the contract (inputSchema), not from these types.
-
-// OrderItem is one line of create_order.
-type OrderItem struct {
-	SKU      string `json:"sku"`
-	Quantity int    `json:"quantity"`
-}
-
-// OrderArgs are create_order's arguments. Prices are never sent: the
-// server computes them.
-type OrderArgs struct {
-	IdempotencyKey string      `json:"idempotency_key"`
-	CustomerID     string      `json:"customer_id"`
-	Items          []OrderItem `json:"items"`
-	CouponCode     string      `json:"coupon_code,omitempty"`
-}
 
 // PayArgs are pay_order's arguments.
 type PayArgs struct {
@@ -104,8 +89,6 @@ func New(cfg Config) *mcp.Server {
 			"takes an idempotency_key: create it once per intent and reuse it, unchanged, on every retry.",
 	})
 	t := tools{cfg: cfg}
-	mcp.AddTool(s, &mcp.Tool{Name: "create_order", Description: "Create a purchase order; the server prices it from its catalog." + keyRule,
-		InputSchema: inputSchema("createOrder", false, nil)}, strict(t.createOrder))
 	mcp.AddTool(s, &mcp.Tool{Name: "pay_order", Description: "Pay a CREATED order; the payment is charged at most once." + keyRule,
 		InputSchema: inputSchema("transitionOrder", true, map[string]bool{"payment_ref": true})}, strict(t.payOrder))
 	for _, a := range []struct{ action, description string }{
@@ -257,14 +240,6 @@ func explain(key string, err error) error {
 		return fmt.Errorf("NO ANSWER YET: the request may still complete. Call again with the SAME idempotency_key %q and the same arguments; it cannot run twice: %w", key, err)
 	}
 	return err
-}
-
-func (t tools) createOrder(ctx context.Context, req *mcp.CallToolRequest, in OrderArgs) (*mcp.CallToolResult, Result, error) {
-	body := map[string]any{"customer_id": in.CustomerID, "items": in.Items}
-	if in.CouponCode != "" {
-		body["coupon_code"] = in.CouponCode
-	}
-	return t.call(ctx, req, in.IdempotencyKey, "/v1/orders", body)
 }
 
 func (t tools) payOrder(ctx context.Context, req *mcp.CallToolRequest, in PayArgs) (*mcp.CallToolResult, Result, error) {

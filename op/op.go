@@ -49,8 +49,9 @@ type Rejection = apperr.RejectedError
 // ErrNotFound is what a Lookup may return (wrapped or not) for "no row".
 var ErrNotFound = apperr.ErrNotFound
 
-// Answer is an operation's answer: the HTTP status, the body (marshaled as
-// JSON) and an optional Location.
+// Answer is an operation's answer: the HTTP status (201 when zero), the
+// body (marshaled as JSON; a json.RawMessage is kept as it is, such as an
+// answer the row stored) and an optional Location.
 type Answer struct {
 	Status   int
 	Body     any
@@ -279,11 +280,14 @@ func compile(raw []byte) (*validator.Schema, error) {
 }
 
 func outcome(a Answer) (idem.Outcome, error) {
-	body, err := json.Marshal(a.Body)
-	if err != nil {
-		return idem.Outcome{}, fmt.Errorf("op: marshal the answer: %w", err)
+	body, ok := a.Body.(json.RawMessage)
+	if !ok {
+		var err error
+		if body, err = json.Marshal(a.Body); err != nil {
+			return idem.Outcome{}, fmt.Errorf("op: marshal the answer: %w", err)
+		}
 	}
-	return idem.Outcome{Status: cmp(a.Status, 201), Body: body, Location: a.Location}, nil
+	return idem.Outcome{Status: cmp(a.Status, 201), Body: idem.Answer(body), Location: a.Location}, nil
 }
 
 func cmp(v, def int) int {

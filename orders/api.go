@@ -4,7 +4,10 @@ package orders
 // intents, how its workflows are identified, what they take. The states and
 // actions are in machine.go, the answers' views in store.go.
 
-import "github.com/idemflow/idemflow/idem"
+import (
+	"github.com/idemflow/idemflow/idem"
+	"github.com/idemflow/idemflow/problem"
+)
 
 const (
 	// BizCreate names order creation in idempotency records.
@@ -37,12 +40,6 @@ func (t ActionRequest) Fingerprint() (string, error) {
 	return TransitionFingerprint(t.OrderNo, t.Action, t.Request)
 }
 
-// CreateInput is the CreateOrder workflow's and activity's input.
-type CreateInput struct {
-	Intent  idem.Intent   `json:"intent"`
-	Request CreateRequest `json:"request"`
-}
-
 // TransitionInput is the TransitionOrder workflow's and activity's input.
 type TransitionInput struct {
 	Intent  idem.Intent       `json:"intent"`
@@ -51,11 +48,21 @@ type TransitionInput struct {
 	Request TransitionRequest `json:"request"`
 }
 
-// Rejections lists, per business type of an order, the codes of the
-// business rejections its step can answer (registry.Rejections adds the
-// ones every type can).
+// described maps codes to their descriptions (problem.Descriptions), for
+// a declaration's Rejections.
+func described(codes ...string) map[string]string {
+	out := map[string]string{}
+	for _, c := range codes {
+		out[c] = problem.Descriptions[problem.TypeRejectedPrefix+c]
+	}
+	return out
+}
+
+// Rejections lists, per business type of an order's transitions, the codes
+// of the business rejections its step can answer (registry.Rejections adds
+// the ones every type can; the creation's are in its declaration).
 func Rejections() map[string][]string {
-	out := map[string][]string{BizCreate: {"out-of-stock", "unknown-sku", "mixed-currency", "invalid-coupon"}}
+	out := map[string][]string{}
 	for _, a := range []Action{ActionPay, ActionCancel, ActionRefund, ActionFulfill} {
 		out[a.BizType()] = []string{"invalid-transition", "order-not-found", "unknown-action"}
 	}

@@ -5,6 +5,7 @@ package orders
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"strings"
@@ -12,19 +13,65 @@ import (
 
 	"github.com/idemflow/idemflow/apperr"
 	"github.com/idemflow/idemflow/idem"
+	"github.com/idemflow/idemflow/op"
 	"github.com/jackc/pgx/v5"
 )
 
-// Create is called once per intent (the activity checks Answer first).
-// It prices and writes a new order within tx, reserving its stock and
-// redeeming its coupon, and moves it INIT -> CREATED. A business rejection
-// is an *apperr.RejectedError; the caller rolls back. It returns the
-// answer to store.
-func Create(ctx context.Context, tx idem.Querier, in CreateInput, now time.Time) (Order, []byte, error) {
+// Create is the declaration of order creation: POST /v1/orders, the MCP
+// tool create_order, workflow and activity CreateOrder (the names it had
+// before declarations, so that recorded histories and workflow IDs hold).
+// Its row is the order's first event, which holds the answer.
+var Create = op.Define(op.Spec[CreateRequest, createdEvent]{
+	Name:        "create_order",
+	Description: "Create a purchase order; the server prices it from its catalog.",
+	Route:       "/v1/orders",
+	BizType:     BizCreate,
+	Scope:       ScopeCreate,
+	Workflow:    "CreateOrder",
+	Activity:    "CreateOrder",
+	Rules:       createRules,
+	Normalize:   (*CreateRequest).Normalize,
+	Summary: func(r CreateRequest) string {
+		return fmt.Sprintf("order for %s: %d item(s)", r.CustomerID, len(r.Items))
+	},
+	Step: func(ctx context.Context, tx pgx.Tx, in op.In[CreateRequest]) (createdEvent, error) {
+		o, body, err := create(ctx, tx, in, time.Now())
+		return createdEvent{OrderNo: o.OrderNo, Body: body}, err
+	},
+	Lookup: func(ctx context.Context, q op.Querier, tenantID, key string) (createdEvent, bool, error) {
+		var e createdEvent
+		err := q.QueryRow(ctx, `SELECT order_no, response_body FROM order_event
+			WHERE tenant_id = $1 AND idem_key = $2 AND from_status = 'INIT'`, tenantID, key).Scan(&e.OrderNo, &e.Body)
+		if errors.Is(err, pgx.ErrNoRows) {
+			return e, false, nil
+		}
+		return e, err == nil, err
+	},
+	View: func(e createdEvent) op.Answer {
+		return op.Answer{Status: 201, Body: json.RawMessage(e.Body), Location: "/v1/orders/" + e.OrderNo}
+	},
+	Table:      "purchase_order",
+	Rejections: described("out-of-stock", "unknown-sku", "mixed-currency", "invalid-coupon"),
+})
+
+// createdEvent is what an order's creation leaves to answer from: its
+// first event's order and stored answer.
+type createdEvent struct {
+	OrderNo string
+	Body    []byte
+}
+
+// create is called once per intent (the activity checks the record
+// first). It prices and writes a new order within tx, reserving its stock
+// and redeeming its coupon, and moves it INIT -> CREATED. A business
+// rejection is an *apperr.RejectedError; the caller rolls back. It returns
+// the answer to store.
+func create(ctx context.Context, tx idem.Querier, in op.In[CreateRequest], now time.Time) (Order, []byte, error) {
 	req := in.Request
+	it := idem.Intent{TenantID: in.TenantID, Key: in.Key, BizType: BizCreate, Fingerprint: in.Fingerprint, WorkflowID: in.WorkflowID}
 	o := Order{
-		OrderNo: newOrderNo(), TenantID: in.Intent.TenantID, IdempotencyKey: in.Intent.Key,
-		Fingerprint: in.Intent.Fingerprint, WorkflowID: in.Intent.WorkflowID, CustomerID: req.CustomerID,
+		OrderNo: newOrderNo(), TenantID: in.TenantID, IdempotencyKey: in.Key,
+		Fingerprint: in.Fingerprint, WorkflowID: in.WorkflowID, CustomerID: req.CustomerID,
 		Status: StatusInit, CouponCode: req.CouponCode, CreatedAt: now.UTC().Truncate(time.Microsecond),
 	}
 	if err := price(ctx, tx, &o, req.Items); err != nil {
@@ -66,7 +113,7 @@ func Create(ctx context.Context, tx idem.Querier, in CreateInput, now time.Time)
 	}
 	o.Status = StatusCreated
 	body := o.Body()
-	if err := addEvent(ctx, tx, o.OrderNo, in.Intent, StatusInit, StatusCreated, body); err != nil {
+	if err := addEvent(ctx, tx, o.OrderNo, it, StatusInit, StatusCreated, body); err != nil {
 		return Order{}, nil, err
 	}
 	return o, body, nil

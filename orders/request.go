@@ -1,13 +1,13 @@
 package orders
 
 import (
-	"regexp"
 	"sort"
 	"strconv"
 	"unicode/utf8"
 
 	"github.com/idemflow/idemflow/apperr"
 	"github.com/idemflow/idemflow/idem"
+	"github.com/idemflow/idemflow/op"
 )
 
 // Limits of a create request.
@@ -16,9 +16,9 @@ const (
 	maxQuantity = 1000
 )
 
-var (
-	skuPattern    = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$`)
-	couponPattern = regexp.MustCompile(`^[A-Za-z0-9_-]{1,64}$`)
+const (
+	skuPattern    = `^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$`
+	couponPattern = `^[A-Za-z0-9_-]{1,64}$`
 )
 
 // Item is one line of a create request.
@@ -36,31 +36,33 @@ type CreateRequest struct {
 	CouponCode string `json:"coupon_code,omitempty"`
 }
 
-// Normalize validates the request and sorts its items by SKU, so that the
-// same basket in another order is the same intent.
+// createRules are the rules of a create request, on the schema derived
+// from CreateRequest: the one place they are written (Create enforces and
+// publishes them).
+func createRules(s *op.Schema) {
+	s.Description = "No prices: the server computes them."
+	s.Properties["customer_id"].MinLength, s.Properties["customer_id"].MaxLength = op.Ptr(1), op.Ptr(128)
+	items := s.Properties["items"]
+	items.Type, items.Types = "array", nil // never null
+	items.MinItems, items.MaxItems = op.Ptr(1), op.Ptr(maxItems)
+	items.Items.Properties["sku"].Pattern = skuPattern
+	items.Items.Properties["quantity"].Minimum = op.Ptr(1.0)
+	items.Items.Properties["quantity"].Maximum = op.Ptr(float64(maxQuantity))
+	s.Properties["coupon_code"].Pattern = couponPattern
+	s.Examples = []any{map[string]any{"customer_id": "c-7", "items": []any{map[string]any{"sku": "SKU-MOUSE", "quantity": 2}}, "coupon_code": "FIVEOFF"}}
+}
+
+// Normalize refuses a SKU sent twice (a rule across items, which the
+// schema cannot say) and sorts the items by SKU, so that the same basket in
+// another order is the same intent.
 func (r *CreateRequest) Normalize() error {
 	var v apperr.Invalid
-	if n := utf8.RuneCountInString(r.CustomerID); n == 0 || n > 128 {
-		v.Add("customer_id", "is required, at most 128 characters")
-	}
-	if len(r.Items) == 0 || len(r.Items) > maxItems {
-		v.Add("items", "must hold 1 to %d items, got %d", maxItems, len(r.Items))
-	}
 	seen := map[string]bool{}
 	for i, it := range r.Items {
-		switch {
-		case !skuPattern.MatchString(it.SKU):
-			v.Add(itemField(i, "sku"), "must be 1-64 of [A-Za-z0-9_.-]")
-		case seen[it.SKU]:
+		if seen[it.SKU] {
 			v.Add(itemField(i, "sku"), "%s appears twice; send one line with the total quantity", it.SKU)
 		}
 		seen[it.SKU] = true
-		if it.Quantity < 1 || it.Quantity > maxQuantity {
-			v.Add(itemField(i, "quantity"), "must be 1 to %d, got %d", maxQuantity, it.Quantity)
-		}
-	}
-	if r.CouponCode != "" && !couponPattern.MatchString(r.CouponCode) {
-		v.Add("coupon_code", "must be 1-64 of [A-Za-z0-9_-]")
 	}
 	if err := v.Err(); err != nil {
 		return err
@@ -71,12 +73,6 @@ func (r *CreateRequest) Normalize() error {
 
 func itemField(i int, f string) string {
 	return "items[" + strconv.Itoa(i) + "]." + f
-}
-
-// Fingerprint covers customer, items (SKU and quantity, sorted) and coupon:
-// exactly what changes the outcome. Call after Normalize.
-func (r CreateRequest) Fingerprint() (string, error) {
-	return idem.Fingerprint(BizCreate, r)
 }
 
 // TransitionRequest is the body of POST /v1/orders/{order_no}/{action}.

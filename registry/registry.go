@@ -10,9 +10,11 @@ import (
 	"context"
 	"fmt"
 	"maps"
+	"reflect"
 	"slices"
 	"strings"
 
+	"github.com/idemflow/idemflow/activities"
 	"github.com/idemflow/idemflow/idem"
 	"github.com/idemflow/idemflow/migrations"
 	"github.com/idemflow/idemflow/op"
@@ -37,12 +39,12 @@ type Type struct {
 func Types() []Type {
 	return []Type{
 		{Name: "order", Recall: orders.Recall, Guards: orders.Guards,
-			Workflows: []any{workflows.CreateOrder, workflows.TransitionOrder}},
+			Workflows: []any{workflows.TransitionOrder}},
 	}
 }
 
 // Builtins are idemflow's own declared operations.
-func Builtins() []*op.Operation { return []*op.Operation{tickets.Create} }
+func Builtins() []*op.Operation { return []*op.Operation{tickets.Create, orders.Create} }
 
 // Set is the business types of one process: the built-ins and the
 // declared operations.
@@ -53,10 +55,9 @@ type Set struct {
 
 // reserved are the names that idemflow's routes, tools and types which
 // are not declarations hold, and which no declared operation may take.
-var reserved = struct{ routes, tools, scopes []string }{
-	routes: []string{"/v1/orders", "/v1/operations", "/v1/tenant", "/v1/tools"},
-	tools:  []string{"create_order", "pay_order", "cancel_order", "refund_order", "fulfill_order", "get_operation"},
-	scopes: []string{orders.ScopeCreate},
+var reserved = struct{ routes, tools []string }{
+	routes: []string{"/v1/operations", "/v1/tenant", "/v1/tools"},
+	tools:  []string{"pay_order", "cancel_order", "refund_order", "fulfill_order", "get_operation"},
 }
 
 // New returns the set of the built-ins and ops. A name that two of them
@@ -78,16 +79,22 @@ func New(ops ...*op.Operation) (*Set, error) {
 	for _, t := range reserved.tools {
 		_ = claim("tool", t, "idemflow")
 	}
-	for _, sc := range reserved.scopes {
-		_ = claim("scope", sc, "idemflow")
+	for _, wf := range []string{"TransitionOrder", "Reconcile"} {
+		_ = claim("workflow", wf, "idemflow")
+	}
+	// The worker registers every method of Activities under its name.
+	acts := reflect.TypeFor[*activities.Activities]()
+	for i := range acts.NumMethod() {
+		_ = claim("activity", acts.Method(i).Name, "idemflow")
 	}
 	for i, o := range append(Builtins(), ops...) {
 		who := "operation " + o.Name
 		if i < len(Builtins()) {
 			who = "idemflow's " + who
-		}
-		if strings.HasPrefix(o.Scope, orders.ScopeCreate+"-") || strings.HasPrefix(o.BizType, "order.") {
-			return nil, fmt.Errorf("registry: %s takes a name of idemflow's orders", who)
+		} else if strings.HasPrefix(o.Scope, orders.ScopeCreate+"-") || strings.HasPrefix(o.BizType, "order.") {
+			// An order's transitions are not declarations yet: their
+			// scopes and business types are this family of names.
+			return nil, fmt.Errorf("registry: %s takes a name of idemflow's order transitions", who)
 		}
 		for _, c := range [][2]string{{"route", o.Route}, {"tool", o.Tool}, {"business type", o.BizType}, {"scope", o.Scope},
 			{"workflow", o.Workflow}, {"activity", o.Activity}} {

@@ -8,19 +8,6 @@ import (
 	"github.com/idemflow/idemflow/workflows"
 )
 
-// Order is how a create-order request becomes a submission.
-var Order = Kind[*orders.CreateRequest]{
-	BizType:    func(*orders.CreateRequest) string { return orders.BizCreate },
-	WorkflowID: func(tenantID, key string, _ *orders.CreateRequest) string { return orders.WorkflowID(tenantID, key) },
-	Workflow:   workflows.CreateOrder,
-	Input: func(it idem.Intent, req *orders.CreateRequest) any {
-		return orders.CreateInput{Intent: it, Request: *req}
-	},
-	Summary: func(req *orders.CreateRequest) string {
-		return fmt.Sprintf("order for %s: %d item(s)", req.CustomerID, len(req.Items))
-	},
-}
-
 // Transition is how a pay, cancel, refund or fulfill request becomes a
 // submission.
 var Transition = Kind[*orders.ActionRequest]{
@@ -33,11 +20,6 @@ var Transition = Kind[*orders.ActionRequest]{
 		return orders.TransitionInput{Intent: it, OrderNo: t.OrderNo, Action: t.Action, Request: t.Request}
 	},
 	Summary: func(t *orders.ActionRequest) string { return fmt.Sprintf("%s order %s", t.Action, t.OrderNo) },
-}
-
-// OrderIntent validates a create-order request and builds its submission.
-func OrderIntent(tenantID, key string, req orders.CreateRequest) (Intent, error) {
-	return Build(Order, tenantID, key, &req)
 }
 
 // TransitionIntent validates an order transition and builds its submission.

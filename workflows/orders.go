@@ -6,11 +6,6 @@ import (
 	"go.temporal.io/sdk/workflow"
 )
 
-// CreateOrder creates the order of one intent.
-func CreateOrder(ctx workflow.Context, in orders.CreateInput) (idem.Outcome, error) {
-	return runIntent(ctx, in.Intent, a.CreateOrder, in)
-}
-
 // TransitionOrder applies one pay, cancel, refund or fulfill intent.
 //
 // Each transition is its own short workflow under its own key, not an

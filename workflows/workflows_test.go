@@ -40,7 +40,7 @@ var createTicket = tickets.Create.Workflow
 func newEnv(t *testing.T) *testsuite.TestWorkflowEnvironment {
 	var s testsuite.WorkflowTestSuite
 	env := s.NewTestWorkflowEnvironment()
-	env.RegisterWorkflowWithOptions(workflows.Operation(tickets.Create.Activity), workflow.RegisterOptions{Name: tickets.Create.Workflow})
+	registerOperation(env, tickets.Create)
 	env.RegisterActivityWithOptions(activities.Operation{Activities: a, Op: tickets.Create}.Run, activity.RegisterOptions{Name: tickets.Create.Activity})
 	env.RegisterActivity(a)
 	return env
@@ -116,14 +116,17 @@ func TestGivingUpSettlesTheRecord(t *testing.T) {
 
 // histories maps each workflow's recorded history (one each, from a real
 // run) to the workflow it replays, registered as the worker registers it;
-// -record re-records them. The ticket's was recorded when CreateTicket was
-// a function of its own: it replays on the declared operation's workflow.
+// -record re-records them. The ticket's and the order's were recorded when
+// CreateTicket and CreateOrder were functions of their own: they replay on
+// the declared operations' workflow.
 var histories = map[string]func(worker.WorkflowRegistry){
-	"testdata/create_ticket_history.json": func(r worker.WorkflowRegistry) {
-		r.RegisterWorkflowWithOptions(workflows.Operation(tickets.Create.Activity), workflow.RegisterOptions{Name: tickets.Create.Workflow})
-	},
-	"testdata/create_order_history.json":     func(r worker.WorkflowRegistry) { r.RegisterWorkflow(workflows.CreateOrder) },
+	"testdata/create_ticket_history.json":    func(r worker.WorkflowRegistry) { registerOperation(r, tickets.Create) },
+	"testdata/create_order_history.json":     func(r worker.WorkflowRegistry) { registerOperation(r, orders.Create) },
 	"testdata/transition_order_history.json": func(r worker.WorkflowRegistry) { r.RegisterWorkflow(workflows.TransitionOrder) },
+}
+
+func registerOperation(r worker.WorkflowRegistry, o *op.Operation) {
+	r.RegisterWorkflowWithOptions(workflows.Operation(o.Activity), workflow.RegisterOptions{Name: o.Workflow})
 }
 
 // TestReplayRecordedHistory replays histories recorded from real runs
@@ -161,7 +164,7 @@ func recordHistories(t *testing.T) {
 	}
 	submit(starter.OperationIntent(tickets.Create, "acme", "replay-1", []byte(`{"customer_id":"c-1","title":"Recorded","priority":"low"}`)))
 	testenv.SaveHistory(t, s.Temporal, tickets.WorkflowID("acme", "replay-1"), "", "testdata/create_ticket_history.json")
-	created := submit(starter.OrderIntent("acme", "replay-2", orders.CreateRequest{CustomerID: "c-1", Items: []orders.Item{{SKU: "SKU-MOUSE", Quantity: 1}}}))
+	created := submit(starter.OperationIntent(orders.Create, "acme", "replay-2", []byte(`{"customer_id":"c-1","items":[{"sku":"SKU-MOUSE","quantity":1}]}`)))
 	testenv.SaveHistory(t, s.Temporal, orders.WorkflowID("acme", "replay-2"), "", "testdata/create_order_history.json")
 	var v orders.View
 	if err := json.Unmarshal(created.Outcome.Body, &v); err != nil {
