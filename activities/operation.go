@@ -2,6 +2,7 @@ package activities
 
 import (
 	"context"
+	"slices"
 
 	"github.com/idemflow/idemflow/idem"
 	"github.com/idemflow/idemflow/op"
@@ -9,24 +10,27 @@ import (
 	"go.temporal.io/sdk/temporal"
 )
 
-// Operation is the activity of one declared operation: its step, in the
-// transaction that holds the record locked and finishes it, as every
-// built-in step runs. The worker registers Run under the operation's
-// business type.
+// Operation is the activity of declared operations: the step of each
+// intent's, in the transaction that holds the record locked and finishes
+// it. Ops are the operations that share the activity (one, or an order's
+// transitions); the intent's business type names its own. The worker
+// registers Run under their activity name.
 type Operation struct {
 	*Activities
-	Op *op.Operation
+	Ops []*op.Operation
 }
 
-// Run runs the operation's step for one intent, or returns the answer an
+// Run runs the step of the intent's operation, or returns the answer an
 // earlier execution stored.
 func (a Operation) Run(ctx context.Context, in op.Input) (idem.Outcome, error) {
-	if in.Intent.BizType != a.Op.BizType {
+	i := slices.IndexFunc(a.Ops, func(o *op.Operation) bool { return o.BizType == in.Intent.BizType })
+	if i < 0 {
 		return idem.Outcome{}, temporal.NewNonRetryableApplicationError(
-			"the intent is a "+in.Intent.BizType+", not a "+a.Op.BizType, idem.ErrTypeForged, nil)
+			"no operation of this activity is a "+in.Intent.BizType, idem.ErrTypeForged, nil)
 	}
-	return a.execute(ctx, in.Intent, operationRequest{a.Op, in}, func(tx pgx.Tx) (idem.Outcome, error) {
-		return a.Op.Run(ctx, tx, in)
+	o := a.Ops[i]
+	return a.execute(ctx, in.Intent, operationRequest{o, in}, func(tx pgx.Tx) (idem.Outcome, error) {
+		return o.Run(ctx, tx, in)
 	})
 }
 

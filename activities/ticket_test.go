@@ -27,7 +27,7 @@ func (in ticketIntent) input() op.Input {
 
 // createTicket runs the ticket's activity, as the worker registers it.
 func createTicket(a *activities.Activities, ctx context.Context, in ticketIntent) (idem.Outcome, error) {
-	return activities.Operation{Activities: a, Op: tickets.Create}.Run(ctx, in.input())
+	return activities.Operation{Activities: a, Ops: []*op.Operation{tickets.Create}}.Run(ctx, in.input())
 }
 
 // newTicket is the row the ticket's step would write for in.

@@ -1,7 +1,10 @@
 // Package apispec holds the gateway's HTTP contract, its OpenAPI 3.1
-// document, once: the gateway serves it, the tests check every exchange
-// against it, and the MCP tools take their input schemas from it, so that a
-// rule (a length, an enum, a required field) is written in one place.
+// document: what is not derived from the operations' declarations (the
+// answers, headers, problem types and reads), written once, and
+// WithOperations, which writes each declaration's request schema in. The
+// gateway serves the result and the tests check every exchange against
+// it; a rule of a request (a length, an enum, a required field) is written
+// in its declaration alone.
 package apispec
 
 import (
@@ -9,8 +12,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"strings"
-	"sync"
 
 	"github.com/idemflow/idemflow/op"
 )
@@ -20,47 +21,6 @@ var document []byte
 
 // Document returns the contract document (a copy).
 func Document() []byte { return append([]byte(nil), document...) }
-
-// parsed is the document decoded, once: every MCP server (one per tenant
-// over HTTP) asks it for its tools' schemas. inline copies what it returns,
-// so no caller can change it.
-var parsed = sync.OnceValues(func() (map[string]any, error) {
-	var doc map[string]any
-	if err := json.Unmarshal(document, &doc); err != nil {
-		return nil, fmt.Errorf("apispec: %w", err)
-	}
-	return doc, nil
-})
-
-// RequestSchema returns the JSON Schema of the body of the operation named
-// operationID, with every local $ref replaced by what it names, so that it
-// stands alone (an MCP tool's input schema must). It is a copy.
-func RequestSchema(operationID string) (map[string]any, error) {
-	doc, err := parsed()
-	if err != nil {
-		return nil, err
-	}
-	paths, _ := doc["paths"].(map[string]any)
-	for _, item := range paths {
-		ops, _ := item.(map[string]any)
-		for _, op := range ops {
-			o, _ := op.(map[string]any)
-			if o["operationId"] != operationID {
-				continue
-			}
-			schema, ok := dig(o, "requestBody", "content", "application/json", "schema").(map[string]any)
-			if !ok {
-				return nil, fmt.Errorf("apispec: operation %s takes no JSON body", operationID)
-			}
-			out, err := inline(doc, schema, 0)
-			if err != nil {
-				return nil, err
-			}
-			return out.(map[string]any), nil
-		}
-	}
-	return nil, fmt.Errorf("apispec: no operation %s", operationID)
-}
 
 // KeySchema is the rule for an Idempotency-Key as a JSON string: 1 to 255
 // visible ASCII characters other than the comma (idem.ParseKey's rule).
@@ -80,43 +40,6 @@ func dig(v any, path ...string) any {
 	return v
 }
 
-// inline copies v with every "#/..." $ref replaced by its target.
-func inline(doc map[string]any, v any, depth int) (any, error) {
-	if depth > 32 {
-		return nil, fmt.Errorf("apispec: $ref nesting too deep")
-	}
-	switch t := v.(type) {
-	case map[string]any:
-		if ref, ok := t["$ref"].(string); ok {
-			target := dig(doc, strings.Split(strings.TrimPrefix(ref, "#/"), "/")...)
-			if target == nil {
-				return nil, fmt.Errorf("apispec: unresolved $ref %s", ref)
-			}
-			return inline(doc, target, depth+1)
-		}
-		out := make(map[string]any, len(t))
-		for k, e := range t {
-			c, err := inline(doc, e, depth+1)
-			if err != nil {
-				return nil, err
-			}
-			out[k] = c
-		}
-		return out, nil
-	case []any:
-		out := make([]any, len(t))
-		for i, e := range t {
-			c, err := inline(doc, e, depth+1)
-			if err != nil {
-				return nil, err
-			}
-			out[i] = c
-		}
-		return out, nil
-	}
-	return v, nil
-}
-
 // WithOperations returns the contract with each declared operation's
 // request schema: in its path where the document describes it (a built-in
 // operation's answers), else in a new path, POST at its route, with the
@@ -133,8 +56,8 @@ func WithOperations(ops []*op.Operation) ([]byte, error) {
 		return nil, errors.New("apispec: the contract has no POST /v1/tickets to derive operations from")
 	}
 	for _, o := range ops {
-		body := map[string]any{"required": true, "content": map[string]any{
-			"application/json": map[string]any{"schema": o.RequestSchema()}}}
+		body := map[string]any{"required": !o.EmptyBodyAllowed(), "content": map[string]any{
+			"application/json": map[string]any{"schema": o.BodySchema()}}}
 		if item, ok := dig(paths, o.Route, "post").(map[string]any); ok {
 			// A built-in operation's path is written in the document, but
 			// for its request's schema: that is the declaration's.
@@ -152,6 +75,11 @@ func WithOperations(ops []*op.Operation) ([]byte, error) {
 		item["summary"] = o.Name + ", exactly once"
 		item["description"] = o.Description + "\n\n" + keyRule
 		item["requestBody"] = body
+		params, _ := item["parameters"].([]any)
+		for _, p := range o.PathParams {
+			params = append(params, map[string]any{"name": p, "in": "path", "required": true, "schema": map[string]any{"type": "string"}})
+		}
+		item["parameters"] = params
 		responses := item["responses"].(map[string]any)
 		delete(responses, "404")
 		created := responses["201"].(map[string]any)

@@ -56,9 +56,9 @@ func FuzzDecodeTicket(f *testing.F) {
 		f.Add([]byte(s))
 	}
 	f.Fuzz(func(t *testing.T, body []byte) {
-		_, fp, _, err := tickets.Create.Prepare(body)
+		p, err := tickets.Create.Prepare(body, nil)
 		if err == nil {
-			if fp == "" {
+			if p.Fingerprint == "" {
 				t.Fatalf("accepted body %q has no fingerprint", body)
 			}
 			return

@@ -120,7 +120,6 @@ func (g *Gateway) Handler() http.Handler {
 	routes := []route{
 		{"GET", "/v1/tickets/{id}", g.authed(g.getTicket)},
 		{"GET", "/v1/orders/{order_no}", g.authed(g.getOrder)},
-		{"POST", "/v1/orders/{order_no}/{action}", g.authed(g.transitionOrder)},
 		{"GET", "/v1/operations/{id}", g.authed(g.getOperation)},
 		{"GET", "/v1/tenant", g.authed(g.getTenant)},
 		{"GET", "/healthz", g.healthz},
@@ -151,6 +150,8 @@ func (g *Gateway) Handler() http.Handler {
 			writeProblem(w, problem.New(problem.TypeMethodNotAllowed, http.StatusMethodNotAllowed, r.Method+" is not allowed here; use "+allow))
 		})
 	}
+	// Each order action has its own route; any other is named.
+	mux.HandleFunc("/v1/orders/{order_no}/{action}", g.unknownAction)
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
 		writeNotFound(w, "no route for "+r.Method+" "+r.URL.Path)
 	})
@@ -245,7 +246,8 @@ func (g *Gateway) readIntent(w http.ResponseWriter, r *http.Request, into any, a
 }
 
 // serveIntent reads an intent request into req, then builds and submits
-// it; build's *apperr.InvalidError is a 400.
+// it; build's *apperr.InvalidError is a 400, an apperr.ErrNotFound a 404
+// and a starter.ErrUnavailable a 503.
 func (g *Gateway) serveIntent(w http.ResponseWriter, r *http.Request, bizType string, req any, allowEmpty bool, build func(key string) (starter.Intent, error)) {
 	ir, ok := g.readIntent(w, r, req, allowEmpty)
 	if !ok {
@@ -254,12 +256,19 @@ func (g *Gateway) serveIntent(w http.ResponseWriter, r *http.Request, bizType st
 	}
 	intent, err := build(ir.key)
 	var inv *apperr.InvalidError
-	if errors.As(err, &inv) {
+	switch {
+	case errors.As(err, &inv):
 		g.Metrics.count(bizType, LabelInvalid)
 		writeInvalid(w, err)
 		return
-	}
-	if err != nil {
+	case errors.Is(err, apperr.ErrNotFound):
+		// What the request names is not this tenant's: nothing recorded.
+		writeNotFound(w, err.Error())
+		return
+	case errors.Is(err, starter.ErrUnavailable):
+		g.unavailable(w, r, err)
+		return
+	case err != nil:
 		g.internal(w, r, err)
 		return
 	}

@@ -3,31 +3,24 @@ package gateway
 import (
 	"net/http"
 
+	"github.com/idemflow/idemflow/problem"
+
 	"github.com/idemflow/idemflow/orders"
-	"github.com/idemflow/idemflow/starter"
 )
 
-func (g *Gateway) transitionOrder(w http.ResponseWriter, r *http.Request, tenantID string) {
-	action := orders.Action(r.PathValue("action"))
-	if _, ok := action.Target(); !ok {
-		writeNotFound(w, "no order action "+string(action)+"; use pay, cancel, refund or fulfill")
+// unknownAction answers an order path whose action no declaration serves
+// (each action has its own route): a POST is a 404 that names the actions,
+// any other method a 405, as on the actions' own paths. Nothing is read
+// or recorded.
+func (g *Gateway) unknownAction(w http.ResponseWriter, r *http.Request) {
+	if r.Method != http.MethodPost {
+		w.Header().Set("Allow", "POST")
+		writeProblem(w, problem.New(problem.TypeMethodNotAllowed, http.StatusMethodNotAllowed, r.Method+" is not allowed here; use POST"))
 		return
 	}
-	orderNo := r.PathValue("order_no")
-	// Another tenant's order, or none, is a 404 before anything is recorded.
-	exists, err := orders.Exists(r.Context(), g.DB, tenantID, orderNo)
-	if err != nil {
-		g.unavailable(w, r, err)
-		return
-	}
-	if !exists {
-		writeNotFound(w, "no order "+orderNo)
-		return
-	}
-	var req orders.TransitionRequest
-	g.serveIntent(w, r, action.BizType(), &req, true, func(key string) (starter.Intent, error) {
-		return starter.TransitionIntent(tenantID, key, orderNo, action, req)
-	})
+	g.authed(func(w http.ResponseWriter, r *http.Request, _ string) {
+		writeNotFound(w, "no order action "+r.PathValue("action")+"; use pay, cancel, refund or fulfill")
+	})(w, r)
 }
 
 func (g *Gateway) getOrder(w http.ResponseWriter, r *http.Request, tenantID string) {

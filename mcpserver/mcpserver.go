@@ -44,7 +44,8 @@ type Config struct {
 	CallTimeout time.Duration
 	HTTP        *http.Client
 	// Operations are the declared operations, each a tool of its own
-	// (nil: idemflow's own, create_ticket and create_order).
+	// (nil: idemflow's own: create_ticket, create_order, pay_order,
+	// cancel_order, refund_order and fulfill_order).
 	Operations []*op.Operation
 }
 
@@ -56,25 +57,8 @@ type Result struct {
 	Result map[string]any `json:"result" jsonschema:"the ticket, order or operation"`
 }
 
-// The argument types below decode a tool's arguments; their JSON Schemas
-// come from the contract (inputSchema), not from these types.
-
-// PayArgs are pay_order's arguments.
-type PayArgs struct {
-	IdempotencyKey string `json:"idempotency_key"`
-	OrderNo        string `json:"order_no"`
-	PaymentRef     string `json:"payment_ref"`
-}
-
-// TransitionArgs are the arguments of cancel_order, refund_order and
-// fulfill_order.
-type TransitionArgs struct {
-	IdempotencyKey string `json:"idempotency_key"`
-	OrderNo        string `json:"order_no"`
-	Reason         string `json:"reason,omitempty"`
-}
-
-// OperationArgs are get_operation's arguments.
+// OperationArgs are get_operation's arguments (every other tool's are a
+// declaration's request, decoded as JSON members).
 type OperationArgs struct {
 	OperationID string `json:"operation_id" jsonschema:"the operation ID from a 202 or 409 answer"`
 }
@@ -89,16 +73,6 @@ func New(cfg Config) *mcp.Server {
 			"takes an idempotency_key: create it once per intent and reuse it, unchanged, on every retry.",
 	})
 	t := tools{cfg: cfg}
-	mcp.AddTool(s, &mcp.Tool{Name: "pay_order", Description: "Pay a CREATED order; the payment is charged at most once." + keyRule,
-		InputSchema: inputSchema("transitionOrder", true, map[string]bool{"payment_ref": true})}, strict(t.payOrder))
-	for _, a := range []struct{ action, description string }{
-		{"cancel", "Cancel a CREATED order and release its stock."},
-		{"refund", "Refund a PAID order; the refund is made at most once."},
-		{"fulfill", "Mark a PAID order fulfilled (shipped)."},
-	} {
-		mcp.AddTool(s, &mcp.Tool{Name: a.action + "_order", Description: a.description + keyRule,
-			InputSchema: inputSchema("transitionOrder", true, map[string]bool{"reason": false})}, strict(t.transition(a.action)))
-	}
 	ops := cfg.Operations
 	if ops == nil {
 		ops = registry.Builtin().Operations()
@@ -110,45 +84,8 @@ func New(cfg Config) *mcp.Server {
 	return s
 }
 
-// inputSchema is a tool's input schema: the JSON Schema of the HTTP body
-// of operationID, taken from the contract (apispec) so that both agree on
-// every rule, beside idempotency_key and, for an order's transitions,
-// order_no. keep names the body's members the tool takes (all if nil),
-// each with whether the tool requires it where the shared body does not
-// (pay requires payment_ref, which the other transitions refuse).
-func inputSchema(operationID string, orderNo bool, keep map[string]bool) *jsonschema.Schema {
-	body, err := apispec.RequestSchema(operationID)
-	if err != nil {
-		panic(err) // the embedded contract is checked by every gateway test
-	}
-	props, _ := body["properties"].(map[string]any)
-	required, _ := body["required"].([]any)
-	if keep != nil {
-		kept := map[string]any{}
-		for name, req := range keep {
-			prop, ok := props[name]
-			if !ok {
-				panic(fmt.Sprintf("mcpserver: the contract's %s body has no member %s", operationID, name))
-			}
-			kept[name] = prop
-			if req {
-				required = append(required, name)
-			}
-		}
-		props = kept
-	}
-	props["idempotency_key"] = apispec.KeySchema("the intent's key; see the tool description")
-	required = append([]any{"idempotency_key"}, required...)
-	if orderNo {
-		props["order_no"] = map[string]any{"type": "string", "minLength": 1, "description": "the order, as returned by create_order"}
-		required = append(required, "order_no")
-	}
-	body["properties"], body["required"] = props, required
-	return toSchema("contract's "+operationID, body)
-}
-
-// operationSchema is a declared operation's input schema: its request's,
-// beside idempotency_key.
+// operationSchema is a declared operation's input schema: its request's
+// (its path parameters included), beside idempotency_key.
 func operationSchema(o *op.Operation) *jsonschema.Schema {
 	body := o.RequestSchema()
 	props, _ := body["properties"].(map[string]any)
@@ -242,32 +179,25 @@ func explain(key string, err error) error {
 	return err
 }
 
-func (t tools) payOrder(ctx context.Context, req *mcp.CallToolRequest, in PayArgs) (*mcp.CallToolResult, Result, error) {
-	return t.call(ctx, req, in.IdempotencyKey, "/v1/orders/"+url.PathEscape(in.OrderNo)+"/pay", map[string]any{"payment_ref": in.PaymentRef})
-}
-
-// operation is a declared operation's handler: the arguments but the key
-// are the body of its POST.
+// operation is a declared operation's handler: its path parameters go
+// into the route, and the arguments but those and the key are the body of
+// its POST.
 func (t tools) operation(o *op.Operation) mcp.ToolHandlerFor[map[string]json.RawMessage, Result] {
 	return func(ctx context.Context, req *mcp.CallToolRequest, in map[string]json.RawMessage) (*mcp.CallToolResult, Result, error) {
-		var key string
-		if err := json.Unmarshal(in["idempotency_key"], &key); err != nil {
-			return nil, Result{}, fmt.Errorf("INVALID ARGUMENTS, nothing was recorded: idempotency_key must be a string")
+		key, path := "", o.Route
+		for _, name := range append([]string{"idempotency_key"}, o.PathParams...) {
+			var v string
+			if err := json.Unmarshal(in[name], &v); err != nil || v == "" {
+				return nil, Result{}, fmt.Errorf("INVALID ARGUMENTS, nothing was recorded: %s must be a non-empty string", name)
+			}
+			if name == "idempotency_key" {
+				key = v
+			} else {
+				path = strings.ReplaceAll(path, "{"+name+"}", url.PathEscape(v))
+			}
+			delete(in, name)
 		}
-		delete(in, "idempotency_key")
-		return t.call(ctx, req, key, o.Route, in)
-	}
-}
-
-// transition is the handler of an order action that takes an optional
-// reason: cancel, refund and fulfill.
-func (t tools) transition(action string) mcp.ToolHandlerFor[TransitionArgs, Result] {
-	return func(ctx context.Context, req *mcp.CallToolRequest, in TransitionArgs) (*mcp.CallToolResult, Result, error) {
-		body := map[string]any{}
-		if in.Reason != "" {
-			body["reason"] = in.Reason
-		}
-		return t.call(ctx, req, in.IdempotencyKey, "/v1/orders/"+url.PathEscape(in.OrderNo)+"/"+action, body)
+		return t.call(ctx, req, key, path, in)
 	}
 }
 

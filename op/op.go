@@ -19,6 +19,7 @@ import (
 	"io/fs"
 	"reflect"
 	"regexp"
+	"slices"
 
 	"github.com/google/jsonschema-go/jsonschema"
 	"github.com/idemflow/idemflow/apperr"
@@ -76,6 +77,9 @@ type Spec[R, Row any] struct {
 	// (POST /v1/{name}), the MCP tool, the business type and the
 	// workflow-ID scope follow from it.
 	Name string
+	// A Route's {name} segments are path parameters: each is a string
+	// member of R, taken from the path over HTTP (never from the body) and
+	// an argument of the MCP tool.
 	// Description is shown to models (MCP) and in OpenAPI.
 	Description string
 	// Rules adds constraints (lengths, enums, bounds, patterns) to the
@@ -90,6 +94,14 @@ type Spec[R, Row any] struct {
 	Normalize func(r *R) error
 	// Summary is the run's title in the Temporal Web UI.
 	Summary func(r R) string
+	// Fingerprint, if set, is what the fingerprint covers (by default the
+	// normalized request): an operation whose fingerprints were stored in
+	// another shape keeps them.
+	Fingerprint func(r R) any
+	// Check, if set, runs before the intent is recorded: an error wrapping
+	// ErrNotFound is a 404 with its text (another tenant's resource, or
+	// none), nothing recorded; any other error is a 503.
+	Check func(ctx context.Context, q Querier, tenantID string, r R) error
 	// Step writes the effect within tx, the transaction that holds the
 	// intent's record locked and finishes it in the same commit. It runs
 	// at most once per key to a commit; a Rejection rolls its writes back.
@@ -130,11 +142,15 @@ type Operation struct {
 	Table                                           string
 	Rejections                                      map[string]string
 	Migrations                                      fs.FS
+	// PathParams are the Route's {name} segments, in order.
+	PathParams []string
 
 	schema    map[string]any
 	validator *validator.Schema
 	prepare   func(body []byte) (req any, summary string, err error)
 	decode    func(raw json.RawMessage) (any, error)
+	covered   func(req any) any
+	check     func(ctx context.Context, q Querier, tenantID string, req any) error
 	step      func(ctx context.Context, tx pgx.Tx, in Input, req any) (idem.Outcome, error)
 	recall    func(ctx context.Context, q Querier, tenantID, key string) (idem.Outcome, bool, error)
 }
@@ -146,7 +162,10 @@ type Input struct {
 	Request json.RawMessage `json:"request"`
 }
 
-var namePattern = regexp.MustCompile(`^[a-z][a-z0-9_]{0,62}$`)
+var (
+	namePattern = regexp.MustCompile(`^[a-z][a-z0-9_]{0,62}$`)
+	pathParam   = regexp.MustCompile(`\{([a-z_]+)\}`)
+)
 
 // Define checks a declaration and returns its operation. A declaration
 // that cannot work (a bad name, a missing step, a rule naming no field) is
@@ -178,6 +197,9 @@ func define[R, Row any](s Spec[R, Row]) (*Operation, error) {
 		Scope: or(s.Scope, s.Name), Workflow: or(s.Workflow, s.Name),
 	}
 	o.Activity = or(s.Activity, o.BizType)
+	for _, m := range pathParam.FindAllStringSubmatch(o.Route, -1) {
+		o.PathParams = append(o.PathParams, m[1])
+	}
 	sch, err := jsonschema.For[R](nil)
 	if err != nil {
 		return nil, err
@@ -185,6 +207,11 @@ func define[R, Row any](s Spec[R, Row]) (*Operation, error) {
 	if s.Rules != nil {
 		if err := applyRules(sch, s.Rules); err != nil {
 			return nil, err
+		}
+	}
+	for _, p := range o.PathParams {
+		if prop, ok := sch.Properties[p]; !ok || prop.Type != "string" || !slices.Contains(sch.Required, p) {
+			return nil, fmt.Errorf("the route's {%s} must be a required string member of the request", p)
 		}
 	}
 	if sch.Description == "" {
@@ -202,7 +229,7 @@ func define[R, Row any](s Spec[R, Row]) (*Operation, error) {
 	}
 	o.prepare = func(body []byte) (any, string, error) {
 		var req R
-		if err := o.check(body, &req); err != nil {
+		if err := o.validate(body, &req); err != nil {
 			return nil, "", err
 		}
 		if s.Normalize != nil {
@@ -222,6 +249,15 @@ func define[R, Row any](s Spec[R, Row]) (*Operation, error) {
 			return nil, err
 		}
 		return req, nil
+	}
+	o.covered = func(req any) any { return req }
+	if s.Fingerprint != nil {
+		o.covered = func(req any) any { return s.Fingerprint(req.(R)) }
+	}
+	if s.Check != nil {
+		o.check = func(ctx context.Context, q Querier, tenantID string, req any) error {
+			return s.Check(ctx, q, tenantID, req.(R))
+		}
 	}
 	o.step = func(ctx context.Context, tx pgx.Tx, in Input, req any) (idem.Outcome, error) {
 		row, err := s.Step(ctx, tx, In[R]{TenantID: in.Intent.TenantID, Key: in.Intent.Key,
@@ -297,10 +333,10 @@ func cmp(v, def int) int {
 	return v
 }
 
-// check decodes body into req by the rules every agent-sent JSON follows
+// validate decodes body into req by the rules every agent-sent JSON follows
 // (ijson), then holds it to the schema, every failing rule as a field
 // error.
-func (o *Operation) check(body []byte, req any) error {
+func (o *Operation) validate(body []byte, req any) error {
 	if err := ijson.Decode(body, req); err != nil {
 		return err
 	}
@@ -331,7 +367,8 @@ func addLeaves(inv *apperr.Invalid, e *validator.ValidationError) {
 	}
 }
 
-// RequestSchema is the JSON Schema of the request (a copy).
+// RequestSchema is the JSON Schema of the request, path parameters
+// included, as an MCP tool takes it (a copy).
 func (o *Operation) RequestSchema() map[string]any {
 	var out map[string]any
 	raw, _ := json.Marshal(o.schema)
@@ -339,20 +376,80 @@ func (o *Operation) RequestSchema() map[string]any {
 	return out
 }
 
-// Prepare validates and normalizes an agent's body and returns the
-// submission's parts: the normalized request as JSON, its fingerprint and
-// its summary. A request that can never succeed is an *apperr.InvalidError.
-func (o *Operation) Prepare(body []byte) (request json.RawMessage, fingerprint, summary string, err error) {
+// BodySchema is the JSON Schema of the HTTP body: the request without its
+// path parameters (a copy).
+func (o *Operation) BodySchema() map[string]any {
+	out := o.RequestSchema()
+	props, _ := out["properties"].(map[string]any)
+	required, _ := out["required"].([]any)
+	for _, p := range o.PathParams {
+		delete(props, p)
+		required = slices.DeleteFunc(required, func(r any) bool { return r == p })
+	}
+	out["required"] = required
+	if len(required) == 0 {
+		delete(out, "required")
+	}
+	return out
+}
+
+// EmptyBodyAllowed: the body has no required member, so an empty one
+// means {}.
+func (o *Operation) EmptyBodyAllowed() bool { _, ok := o.BodySchema()["required"]; return !ok }
+
+// Prepared is a validated, normalized request, ready to be submitted.
+type Prepared struct {
+	// Request is the normalized request as JSON, path parameters included.
+	Request     json.RawMessage
+	Fingerprint string
+	Summary     string
+	req         any
+}
+
+// Prepare validates and normalizes an agent's body, with the values of
+// the route's path parameters, and returns the submission's parts. A
+// request that can never succeed is an *apperr.InvalidError; so is a body
+// that names a path parameter.
+func (o *Operation) Prepare(body []byte, path map[string]string) (Prepared, error) {
+	if len(o.PathParams) > 0 {
+		var members map[string]json.RawMessage
+		if err := ijson.Decode(body, &members); err != nil {
+			return Prepared{}, err
+		}
+		var inv apperr.Invalid
+		for _, p := range o.PathParams {
+			if _, sent := members[p]; sent {
+				inv.Add(p, "is given by the path, not the body")
+			}
+			v, _ := json.Marshal(path[p])
+			members[p] = v
+		}
+		if err := inv.Err(); err != nil {
+			return Prepared{}, err
+		}
+		var err error
+		if body, err = json.Marshal(members); err != nil {
+			return Prepared{}, err
+		}
+	}
 	req, summary, err := o.prepare(body)
 	if err != nil {
-		return nil, "", "", err
+		return Prepared{}, err
 	}
-	fingerprint, err = idem.Fingerprint(o.BizType, req)
+	fingerprint, err := idem.Fingerprint(o.BizType, o.covered(req))
 	if err != nil {
-		return nil, "", "", err
+		return Prepared{}, err
 	}
-	request, err = json.Marshal(req)
-	return request, fingerprint, summary, err
+	request, err := json.Marshal(req)
+	return Prepared{Request: request, Fingerprint: fingerprint, Summary: summary, req: req}, err
+}
+
+// Check runs the declaration's check of a prepared request, if it has one.
+func (o *Operation) Check(ctx context.Context, q Querier, tenantID string, p Prepared) error {
+	if o.check == nil {
+		return nil
+	}
+	return o.check(ctx, q, tenantID, p.req)
 }
 
 // Fingerprint recomputes the fingerprint of an input's request: the
@@ -362,7 +459,7 @@ func (o *Operation) Fingerprint(in Input) (string, error) {
 	if err != nil {
 		return "", err
 	}
-	return idem.Fingerprint(o.BizType, req)
+	return idem.Fingerprint(o.BizType, o.covered(req))
 }
 
 // Run is the step over an input, within tx.
@@ -399,3 +496,12 @@ func (o *Operation) Guard() idem.Guard { return idem.Guard{Table: o.Table} }
 // Ptr returns a pointer to v, for the schema's optional numbers in Rules:
 // s.Properties["title"].MaxLength = op.Ptr(200).
 func Ptr[T any](v T) *T { return &v }
+
+// NotFound is an error for Check: what the request names does not exist
+// for the tenant (a 404 whose detail is detail; nothing is recorded).
+func NotFound(detail string) error { return notFound(detail) }
+
+type notFound string
+
+func (e notFound) Error() string        { return string(e) }
+func (e notFound) Is(target error) bool { return target == ErrNotFound }

@@ -94,7 +94,7 @@ func TestTheSchemaIsDerivedFromTheRequestAndEnforced(t *testing.T) {
 	if schema["additionalProperties"] != false {
 		t.Errorf("additionalProperties: %v", schema["additionalProperties"])
 	}
-	_, _, _, err := o.Prepare([]byte(`{"name":"toolong","count":0}`))
+	_, err := o.Prepare([]byte(`{"name":"toolong","count":0}`), nil)
 	var inv *apperr.InvalidError
 	if !errors.As(err, &inv) || len(inv.Fields) != 2 {
 		t.Fatalf("want two field errors, got %v", err)
@@ -105,17 +105,34 @@ func TestTheSchemaIsDerivedFromTheRequestAndEnforced(t *testing.T) {
 		}
 	}
 	for _, bad := range []string{`{"count":2}`, `{"name":"a","extra":1}`, `{"name":"a","name":"b"}`, `{"name":3}`, `[]`} {
-		if _, _, _, err := o.Prepare([]byte(bad)); !errors.As(err, &inv) {
+		if _, err := o.Prepare([]byte(bad), nil); !errors.As(err, &inv) {
 			t.Errorf("%s: %v", bad, err)
 		}
 	}
-	_, fp1, _, err := o.Prepare([]byte(`{"name":"a","count":2}`))
+	p1, err := o.Prepare([]byte(`{"name":"a","count":2}`), nil)
 	if err != nil {
 		t.Fatal(err)
 	}
-	_, fp2, _, _ := o.Prepare([]byte(`{ "count": 2, "name": "a" }`))
-	_, fp3, _, _ := o.Prepare([]byte(`{"name":"a","count":3}`))
-	if fp1 != fp2 || fp1 == fp3 {
-		t.Errorf("fingerprints: %s %s %s", fp1, fp2, fp3)
+	p2, _ := o.Prepare([]byte(`{ "count": 2, "name": "a" }`), nil)
+	p3, _ := o.Prepare([]byte(`{"name":"a","count":3}`), nil)
+	if p1.Fingerprint != p2.Fingerprint || p1.Fingerprint == p3.Fingerprint {
+		t.Errorf("fingerprints: %s %s %s", p1.Fingerprint, p2.Fingerprint, p3.Fingerprint)
+	}
+
+	// A path parameter comes from the path, never from the body.
+	ps := spec("widget_part")
+	ps.Route = "/v1/widgets/{name}/part"
+	withPath := op.Define(ps)
+	if got := withPath.PathParams; len(got) != 1 || got[0] != "name" {
+		t.Fatalf("path params %v", got)
+	}
+	if _, ok := withPath.BodySchema()["properties"].(map[string]any)["name"]; ok {
+		t.Error("the body schema holds the path parameter")
+	}
+	if _, err := withPath.Prepare([]byte(`{"count":2}`), map[string]string{"name": "a"}); err != nil {
+		t.Fatalf("from the path: %v", err)
+	}
+	if _, err := withPath.Prepare([]byte(`{"name":"b"}`), map[string]string{"name": "a"}); !errors.As(err, &inv) {
+		t.Errorf("a path parameter in the body: %v", err)
 	}
 }

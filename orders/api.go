@@ -25,21 +25,6 @@ func TransitionWorkflowID(action Action, tenantID, key string) string {
 	return idem.WorkflowID(action.Scope(), tenantID, key)
 }
 
-// ActionRequest is one pay, cancel, refund or fulfill request on an order.
-type ActionRequest struct {
-	OrderNo string
-	Action  Action
-	Request TransitionRequest
-}
-
-// Normalize validates the request for its action.
-func (t *ActionRequest) Normalize() error { return t.Request.Normalize(t.Action) }
-
-// Fingerprint covers the order, the action and the body.
-func (t ActionRequest) Fingerprint() (string, error) {
-	return TransitionFingerprint(t.OrderNo, t.Action, t.Request)
-}
-
 // TransitionInput is the TransitionOrder workflow's and activity's input.
 type TransitionInput struct {
 	Intent  idem.Intent       `json:"intent"`
@@ -54,17 +39,6 @@ func described(codes ...string) map[string]string {
 	out := map[string]string{}
 	for _, c := range codes {
 		out[c] = problem.Descriptions[problem.TypeRejectedPrefix+c]
-	}
-	return out
-}
-
-// Rejections lists, per business type of an order's transitions, the codes
-// of the business rejections its step can answer (registry.Rejections adds
-// the ones every type can; the creation's are in its declaration).
-func Rejections() map[string][]string {
-	out := map[string][]string{}
-	for _, a := range []Action{ActionPay, ActionCancel, ActionRefund, ActionFulfill} {
-		out[a.BizType()] = []string{"invalid-transition", "order-not-found", "unknown-action"}
 	}
 	return out
 }

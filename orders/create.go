@@ -21,7 +21,7 @@ import (
 // tool create_order, workflow and activity CreateOrder (the names it had
 // before declarations, so that recorded histories and workflow IDs hold).
 // Its row is the order's first event, which holds the answer.
-var Create = op.Define(op.Spec[CreateRequest, createdEvent]{
+var Create = op.Define(op.Spec[CreateRequest, event]{
 	Name:        "create_order",
 	Description: "Create a purchase order; the server prices it from its catalog.",
 	Route:       "/v1/orders",
@@ -34,32 +34,17 @@ var Create = op.Define(op.Spec[CreateRequest, createdEvent]{
 	Summary: func(r CreateRequest) string {
 		return fmt.Sprintf("order for %s: %d item(s)", r.CustomerID, len(r.Items))
 	},
-	Step: func(ctx context.Context, tx pgx.Tx, in op.In[CreateRequest]) (createdEvent, error) {
+	Step: func(ctx context.Context, tx pgx.Tx, in op.In[CreateRequest]) (event, error) {
 		o, body, err := create(ctx, tx, in, time.Now())
-		return createdEvent{OrderNo: o.OrderNo, Body: body}, err
+		return event{OrderNo: o.OrderNo, Body: body}, err
 	},
-	Lookup: func(ctx context.Context, q op.Querier, tenantID, key string) (createdEvent, bool, error) {
-		var e createdEvent
-		err := q.QueryRow(ctx, `SELECT order_no, response_body FROM order_event
-			WHERE tenant_id = $1 AND idem_key = $2 AND from_status = 'INIT'`, tenantID, key).Scan(&e.OrderNo, &e.Body)
-		if errors.Is(err, pgx.ErrNoRows) {
-			return e, false, nil
-		}
-		return e, err == nil, err
-	},
-	View: func(e createdEvent) op.Answer {
+	Lookup: lookupEvent,
+	View: func(e event) op.Answer {
 		return op.Answer{Status: 201, Body: json.RawMessage(e.Body), Location: "/v1/orders/" + e.OrderNo}
 	},
 	Table:      "purchase_order",
 	Rejections: described("out-of-stock", "unknown-sku", "mixed-currency", "invalid-coupon"),
 })
-
-// createdEvent is what an order's creation leaves to answer from: its
-// first event's order and stored answer.
-type createdEvent struct {
-	OrderNo string
-	Body    []byte
-}
 
 // create is called once per intent (the activity checks the record
 // first). It prices and writes a new order within tx, reserving its stock

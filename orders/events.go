@@ -5,12 +5,10 @@ package orders
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"time"
 
 	"github.com/idemflow/idemflow/idem"
-	"github.com/jackc/pgx/v5"
 )
 
 func addEvent(ctx context.Context, q idem.Querier, orderNo string, it idem.Intent, from, to Status, body []byte) error {
@@ -19,36 +17,6 @@ func addEvent(ctx context.Context, q idem.Querier, orderNo string, it idem.Inten
 		return fmt.Errorf("order event: %w", err)
 	}
 	return nil
-}
-
-// Recall is idem.Recall for the order tables: the order event written under
-// (tenantID, key), which every create and transition writes, as the record
-// it came from would say. The action, and so the biz type and workflow ID,
-// follow from the event's edge.
-func Recall(ctx context.Context, q idem.Querier, tenantID, key string) (idem.Prior, bool, error) {
-	var orderNo string
-	var from, to Status
-	p := idem.Prior{Outcome: idem.Outcome{Status: 200}}
-	err := q.QueryRow(ctx, `SELECT order_no, from_status, to_status, fingerprint, response_body
-		FROM order_event WHERE tenant_id = $1 AND idem_key = $2`, tenantID, key).
-		Scan(&orderNo, &from, &to, &p.Fingerprint, &p.Outcome.Body)
-	if errors.Is(err, pgx.ErrNoRows) {
-		return idem.Prior{}, false, nil
-	}
-	if err != nil {
-		return idem.Prior{}, false, fmt.Errorf("recall order event %s/%s: %w", tenantID, key, err)
-	}
-	p.BizType, p.WorkflowID = BizCreate, WorkflowID(tenantID, key)
-	if from == StatusInit {
-		p.Outcome.Status, p.Outcome.Location = 201, "/v1/orders/"+orderNo
-	} else {
-		act, ok := actionTo(to)
-		if !ok {
-			return idem.Prior{}, false, fmt.Errorf("recall order event %s/%s: no action leads to %s", tenantID, key, to)
-		}
-		p.BizType, p.WorkflowID = act.BizType(), TransitionWorkflowID(act, tenantID, key)
-	}
-	return p, true, nil
 }
 
 // Event is one applied state change of an order, for operators.

@@ -65,16 +65,6 @@ func (a Action) Target() (Status, bool) {
 	return "", false
 }
 
-// actionTo is the action whose target is to.
-func actionTo(to Status) (Action, bool) {
-	for _, a := range []Action{ActionPay, ActionCancel, ActionRefund, ActionFulfill} {
-		if t, _ := a.Target(); t == to {
-			return a, true
-		}
-	}
-	return "", false
-}
-
 // BizType names the action in idempotency records.
 func (a Action) BizType() string { return "order." + string(a) }
 

@@ -16,11 +16,6 @@ import (
 	"github.com/jackc/pgx/v5"
 )
 
-// Guards are the one-row-per-key constraints of the order tables beside
-// the order's own (purchase_order, Create's table): every change of an
-// order is one event.
-var Guards = []idem.Guard{{Table: "order_event"}}
-
 // Line is one item of an order, priced by the server.
 type Line struct {
 	SKU            string `json:"sku"`

@@ -3,10 +3,8 @@ package orders
 import (
 	"sort"
 	"strconv"
-	"unicode/utf8"
 
 	"github.com/idemflow/idemflow/apperr"
-	"github.com/idemflow/idemflow/idem"
 	"github.com/idemflow/idemflow/op"
 )
 
@@ -81,28 +79,4 @@ type TransitionRequest struct {
 	PaymentRef string `json:"payment_ref,omitempty"`
 	// Reason is an optional note for cancel and refund.
 	Reason string `json:"reason,omitempty"`
-}
-
-// Normalize validates the body for action.
-func (r *TransitionRequest) Normalize(action Action) error {
-	var v apperr.Invalid
-	if action == ActionPay {
-		if n := utf8.RuneCountInString(r.PaymentRef); n == 0 || n > 128 {
-			v.Add("payment_ref", "is required for pay, at most 128 characters")
-		}
-	} else if r.PaymentRef != "" {
-		v.Add("payment_ref", "is only accepted by pay")
-	}
-	if utf8.RuneCountInString(r.Reason) > 500 {
-		v.Add("reason", "is at most 500 characters")
-	}
-	return v.Err()
-}
-
-// TransitionFingerprint covers the order, the action and the body.
-func TransitionFingerprint(orderNo string, action Action, r TransitionRequest) (string, error) {
-	return idem.Fingerprint(action.BizType(), struct {
-		OrderNo string            `json:"order_no"`
-		Body    TransitionRequest `json:"body"`
-	}{orderNo, r})
 }

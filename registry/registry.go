@@ -1,9 +1,10 @@
-// Package registry is the list of business types one process knows: the
-// built-in ones (tickets, orders) and the operations a team declared (op).
-// For each it holds how a key's business row is recalled, the unique
-// constraints that guard its rows, the workflows that run its intents and
-// the rejections its steps can answer. The record store, the worker, the
-// gateway, MCP, audit, inspect and the metrics read it.
+// Package registry is the list of operations one process knows: idemflow's
+// own (tickets, orders) and the ones a team declared, all of them op
+// declarations. For each it holds how a key's business row is recalled,
+// the unique constraint that guards its rows, the workflow and activity
+// that run its intents and the rejections its step can answer. The record
+// store, the worker, the gateway, MCP, audit, inspect and the metrics read
+// it.
 package registry
 
 import (
@@ -12,7 +13,6 @@ import (
 	"maps"
 	"reflect"
 	"slices"
-	"strings"
 
 	"github.com/idemflow/idemflow/activities"
 	"github.com/idemflow/idemflow/idem"
@@ -20,49 +20,35 @@ import (
 	"github.com/idemflow/idemflow/op"
 	"github.com/idemflow/idemflow/orders"
 	"github.com/idemflow/idemflow/tickets"
-	"github.com/idemflow/idemflow/workflows"
 )
 
-// Type is one built-in business type's declaration.
-type Type struct {
-	Name string
-	// Recall finds the row a key wrote, for records purged or lost.
-	Recall idem.Recall
-	// Guards are its tables' one-row-per-(tenant, key) constraints.
-	Guards []idem.Guard
-	// Workflows run its intents.
-	Workflows []any
+// Builtins are idemflow's own operations.
+func Builtins() []*op.Operation {
+	return []*op.Operation{tickets.Create, orders.Create, orders.Pay, orders.Cancel, orders.Refund, orders.Fulfill}
 }
 
-// Types lists the built-in business types that are not declarations (op)
-// yet: their workflows are registered by function.
-func Types() []Type {
-	return []Type{
-		{Name: "order", Recall: orders.Recall, Guards: orders.Guards,
-			Workflows: []any{workflows.TransitionOrder}},
-	}
-}
-
-// Builtins are idemflow's own declared operations.
-func Builtins() []*op.Operation { return []*op.Operation{tickets.Create, orders.Create} }
-
-// Set is the business types of one process: the built-ins and the
-// declared operations.
+// Set is the operations of one process: the built-ins and the declared
+// ones.
 type Set struct {
 	ops   []*op.Operation
 	byBiz map[string]*op.Operation
 }
 
-// reserved are the names that idemflow's routes, tools and types which
-// are not declarations hold, and which no declared operation may take.
-var reserved = struct{ routes, tools []string }{
-	routes: []string{"/v1/operations", "/v1/tenant", "/v1/tools"},
-	tools:  []string{"pay_order", "cancel_order", "refund_order", "fulfill_order", "get_operation"},
+// reserved are the names that idemflow's other routes, tools, workflows
+// and activities hold, and which no declared operation may take.
+var reserved = struct{ routes, tools, workflows []string }{
+	routes:    []string{"/v1/operations", "/v1/tenant", "/v1/tools", "/v1/orders/{order_no}/{action}"},
+	tools:     []string{"get_operation"},
+	workflows: []string{"Reconcile"},
 }
 
 // New returns the set of the built-ins and ops. A name that two of them
 // share (a route, a tool, a business type, a scope, a workflow, an
 // activity) is an error: every one of them must lead to one operation.
+// Only operations that share both their workflow and their activity (an
+// order's transitions) may share either: the worker registers the pair
+// once, and the activity finds each intent's operation by its business
+// type.
 func New(ops ...*op.Operation) (*Set, error) {
 	s := &Set{byBiz: map[string]*op.Operation{}}
 	seen := map[string]string{}
@@ -79,7 +65,7 @@ func New(ops ...*op.Operation) (*Set, error) {
 	for _, t := range reserved.tools {
 		_ = claim("tool", t, "idemflow")
 	}
-	for _, wf := range []string{"TransitionOrder", "Reconcile"} {
+	for _, wf := range reserved.workflows {
 		_ = claim("workflow", wf, "idemflow")
 	}
 	// The worker registers every method of Activities under its name.
@@ -87,20 +73,24 @@ func New(ops ...*op.Operation) (*Set, error) {
 	for i := range acts.NumMethod() {
 		_ = claim("activity", acts.Method(i).Name, "idemflow")
 	}
+	pairs := map[string]string{} // workflow -> activity, of the pairs claimed
 	for i, o := range append(Builtins(), ops...) {
 		who := "operation " + o.Name
 		if i < len(Builtins()) {
 			who = "idemflow's " + who
-		} else if strings.HasPrefix(o.Scope, orders.ScopeCreate+"-") || strings.HasPrefix(o.BizType, "order.") {
-			// An order's transitions are not declarations yet: their
-			// scopes and business types are this family of names.
-			return nil, fmt.Errorf("registry: %s takes a name of idemflow's order transitions", who)
 		}
-		for _, c := range [][2]string{{"route", o.Route}, {"tool", o.Tool}, {"business type", o.BizType}, {"scope", o.Scope},
-			{"workflow", o.Workflow}, {"activity", o.Activity}} {
+		for _, c := range [][2]string{{"route", o.Route}, {"tool", o.Tool}, {"business type", o.BizType}, {"scope", o.Scope}} {
 			if err := claim(c[0], c[1], who); err != nil {
 				return nil, err
 			}
+		}
+		if act, ok := pairs[o.Workflow]; !ok || act != o.Activity {
+			for _, c := range [][2]string{{"workflow", o.Workflow}, {"activity", o.Activity}} {
+				if err := claim(c[0], c[1], who); err != nil {
+					return nil, err
+				}
+			}
+			pairs[o.Workflow] = o.Activity
 		}
 		s.ops = append(s.ops, o)
 		s.byBiz[o.BizType] = o
@@ -110,7 +100,10 @@ func New(ops ...*op.Operation) (*Set, error) {
 
 // Builtin is the set of the built-ins alone: idemflow's own operations.
 func Builtin() *Set {
-	s, _ := New()
+	s, err := New()
+	if err != nil {
+		panic(err) // idemflow's own names, checked by every test
+	}
 	return s
 }
 
@@ -125,15 +118,23 @@ func (s *Set) Schemas() []migrations.Schema {
 	return out
 }
 
-// Operations lists the declared operations: the built-in ones, then the
-// ones given to New, in their order.
+// Operations lists the operations: the built-in ones, then the ones given
+// to New, in their order.
 func (s *Set) Operations() []*op.Operation { return s.ops }
 
-// Recall is an idem.Recall over every type's business rows, at the cost of
-// one lookup (idem.KeyRecall): the key's row in idempotency_key names the
-// business type that wrote it, whose Recall then reads its row. A built-in
-// type's name is its business types' prefix ("order" for order.create,
-// order.pay); a declared operation is found by its business type.
+// ByWorkflow lists the operations by their workflow (and so activity)
+// name, for the worker to register each pair once.
+func (s *Set) ByWorkflow() map[string][]*op.Operation {
+	out := map[string][]*op.Operation{}
+	for _, o := range s.ops {
+		out[o.Workflow] = append(out[o.Workflow], o)
+	}
+	return out
+}
+
+// Recall is an idem.Recall over every operation's rows, at the cost of one
+// lookup (idem.KeyRecall): the key's row in idempotency_key names the
+// business type that wrote it, whose operation then reads its row.
 func (s *Set) Recall(ctx context.Context, q idem.Querier, tenantID, key string) (idem.Prior, bool, error) {
 	return idem.KeyRecall(s.recallOf)(ctx, q, tenantID, key)
 }
@@ -142,24 +143,18 @@ func (s *Set) recallOf(bizType string) idem.Recall {
 	if o, ok := s.byBiz[bizType]; ok {
 		return o.Recall
 	}
-	name, _, _ := strings.Cut(bizType, ".")
-	for _, t := range Types() {
-		if t.Name == name {
-			return t.Recall
-		}
-	}
 	return nil
 }
 
 // Guards lists every constraint the exactly-once guarantee rests on: the
-// record's own and each type's.
+// record's own, the key's, and each operation's table's (once, however
+// many operations write it).
 func (s *Set) Guards() []idem.Guard {
 	guards := []idem.Guard{idem.RecordGuard, idem.KeyGuard}
-	for _, t := range Types() {
-		guards = append(guards, t.Guards...)
-	}
 	for _, o := range s.ops {
-		guards = append(guards, o.Guard())
+		if g := o.Guard(); !slices.Contains(guards, g) {
+			guards = append(guards, g)
+		}
 	}
 	return guards
 }
@@ -175,14 +170,8 @@ var CommonRejections = []string{"idempotency-key-reused", "unstorable-input"}
 // code in the source that is left out.
 func (s *Set) Rejections() map[string][]string {
 	out := map[string][]string{}
-	for bt, codes := range orders.Rejections() {
-		out[bt] = codes
-	}
 	for _, o := range s.ops {
-		out[o.BizType] = slices.Sorted(maps.Keys(o.Rejections))
-	}
-	for bt, codes := range out {
-		out[bt] = append(append([]string(nil), CommonRejections...), codes...)
+		out[o.BizType] = append(append([]string(nil), CommonRejections...), slices.Sorted(maps.Keys(o.Rejections))...)
 	}
 	return out
 }

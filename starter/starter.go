@@ -105,45 +105,6 @@ type Intent struct {
 	Wait time.Duration
 }
 
-// request is what every business type's request offers: validation that
-// applies defaults, then the fingerprint of what it normalized to.
-type request interface {
-	Normalize() error
-	Fingerprint() (string, error)
-}
-
-// Kind is how one business type's request becomes a submission: the
-// biz type and workflow ID it is recorded under, the workflow that runs
-// it with its input, and its summary in the Web UI. input and summary see
-// the request after Normalize.
-type Kind[R request] struct {
-	BizType    func(req R) string
-	WorkflowID func(tenantID, key string, req R) string
-	Workflow   any
-	Input      func(it idem.Intent, req R) any
-	Summary    func(req R) string
-}
-
-// Build is the one way a submission is made: it validates req (a
-// *apperr.InvalidError when it can never succeed), fingerprints it and
-// derives the intent's identity.
-func Build[R request](k Kind[R], tenantID, key string, req R) (Intent, error) {
-	if err := req.Normalize(); err != nil {
-		return Intent{}, err
-	}
-	fp, err := req.Fingerprint()
-	if err != nil {
-		return Intent{}, err
-	}
-	return Intent{
-		Intent: idem.Intent{TenantID: tenantID, Key: key, BizType: k.BizType(req), Fingerprint: fp,
-			WorkflowID: k.WorkflowID(tenantID, key, req)},
-		Workflow: k.Workflow,
-		Input:    func(it idem.Intent) any { return k.Input(it, req) },
-		Summary:  k.Summary(req),
-	}, nil
-}
-
 // Reply is the answer to a submission.
 type Reply struct {
 	OperationID uuid.UUID

@@ -40,29 +40,24 @@ func Run(ctx context.Context, w sdkworker.Worker) error {
 	return nil
 }
 
-// Register registers idemflow's workflows and activities on r: the
-// orders' under their function names, and each declared operation's (the
-// ticket's among them) under the names it declares (set may be nil: the
-// built-ins alone).
+// Register registers idemflow's workflows and activities on r: Reconcile
+// and the methods of Activities under their names, and each operation's
+// workflow and activity under the names it declares, once per pair (set
+// may be nil: the built-ins alone).
 func Register(r sdkworker.Registry, acts *activities.Activities, set *registry.Set) {
-	for _, t := range registry.Types() {
-		for _, wf := range t.Workflows {
-			r.RegisterWorkflow(wf)
-		}
-	}
 	r.RegisterWorkflow(workflows.Reconcile)
 	r.RegisterActivity(acts)
 	if set == nil {
 		set = registry.Builtin()
 	}
-	for _, o := range set.Operations() {
-		RegisterOperation(r, acts, o)
+	for _, ops := range set.ByWorkflow() {
+		RegisterOperations(r, acts, ops...)
 	}
 }
 
-// RegisterOperation registers a declared operation's workflow and
-// activity on r, under the names it declares.
-func RegisterOperation(r sdkworker.Registry, acts *activities.Activities, o *op.Operation) {
-	r.RegisterWorkflowWithOptions(workflows.Operation(o.Activity), workflow.RegisterOptions{Name: o.Workflow})
-	r.RegisterActivityWithOptions(activities.Operation{Activities: acts, Op: o}.Run, activity.RegisterOptions{Name: o.Activity})
+// RegisterOperations registers, on r, the workflow and the activity that
+// ops share (one operation, or an order's transitions), under their names.
+func RegisterOperations(r sdkworker.Registry, acts *activities.Activities, ops ...*op.Operation) {
+	r.RegisterWorkflowWithOptions(workflows.Operation(ops[0].Activity), workflow.RegisterOptions{Name: ops[0].Workflow})
+	r.RegisterActivityWithOptions(activities.Operation{Activities: acts, Ops: ops}.Run, activity.RegisterOptions{Name: ops[0].Activity})
 }

@@ -41,7 +41,7 @@ func newEnv(t *testing.T) *testsuite.TestWorkflowEnvironment {
 	var s testsuite.WorkflowTestSuite
 	env := s.NewTestWorkflowEnvironment()
 	registerOperation(env, tickets.Create)
-	env.RegisterActivityWithOptions(activities.Operation{Activities: a, Op: tickets.Create}.Run, activity.RegisterOptions{Name: tickets.Create.Activity})
+	env.RegisterActivityWithOptions(activities.Operation{Activities: a, Ops: []*op.Operation{tickets.Create}}.Run, activity.RegisterOptions{Name: tickets.Create.Activity})
 	env.RegisterActivity(a)
 	return env
 }
@@ -122,7 +122,7 @@ func TestGivingUpSettlesTheRecord(t *testing.T) {
 var histories = map[string]func(worker.WorkflowRegistry){
 	"testdata/create_ticket_history.json":    func(r worker.WorkflowRegistry) { registerOperation(r, tickets.Create) },
 	"testdata/create_order_history.json":     func(r worker.WorkflowRegistry) { registerOperation(r, orders.Create) },
-	"testdata/transition_order_history.json": func(r worker.WorkflowRegistry) { r.RegisterWorkflow(workflows.TransitionOrder) },
+	"testdata/transition_order_history.json": func(r worker.WorkflowRegistry) { registerOperation(r, orders.Pay) },
 }
 
 func registerOperation(r worker.WorkflowRegistry, o *op.Operation) {
@@ -145,6 +145,16 @@ func TestReplayRecordedHistory(t *testing.T) {
 	}
 }
 
+// prepared is tenant acme's submission of body (and path) under key, as
+// the gateway builds it.
+func prepared(o *op.Operation, key, body string, path map[string]string) (starter.Intent, error) {
+	p, err := o.Prepare([]byte(body), path)
+	if err != nil {
+		return starter.Intent{}, err
+	}
+	return starter.OperationIntent(o, "acme", key, p), nil
+}
+
 func recordHistories(t *testing.T) {
 	s := testenv.NewStack(t, testenv.Options{})
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
@@ -162,15 +172,15 @@ func recordHistories(t *testing.T) {
 		}
 		return reply
 	}
-	submit(starter.OperationIntent(tickets.Create, "acme", "replay-1", []byte(`{"customer_id":"c-1","title":"Recorded","priority":"low"}`)))
+	submit(prepared(tickets.Create, "replay-1", `{"customer_id":"c-1","title":"Recorded","priority":"low"}`, nil))
 	testenv.SaveHistory(t, s.Temporal, tickets.WorkflowID("acme", "replay-1"), "", "testdata/create_ticket_history.json")
-	created := submit(starter.OperationIntent(orders.Create, "acme", "replay-2", []byte(`{"customer_id":"c-1","items":[{"sku":"SKU-MOUSE","quantity":1}]}`)))
+	created := submit(prepared(orders.Create, "replay-2", `{"customer_id":"c-1","items":[{"sku":"SKU-MOUSE","quantity":1}]}`, nil))
 	testenv.SaveHistory(t, s.Temporal, orders.WorkflowID("acme", "replay-2"), "", "testdata/create_order_history.json")
 	var v orders.View
 	if err := json.Unmarshal(created.Outcome.Body, &v); err != nil {
 		t.Fatal(err)
 	}
-	submit(starter.TransitionIntent("acme", "replay-3", v.OrderNo, orders.ActionPay, orders.TransitionRequest{PaymentRef: "psp-1"}))
+	submit(prepared(orders.Pay, "replay-3", `{"payment_ref":"psp-1"}`, map[string]string{"order_no": v.OrderNo}))
 	testenv.SaveHistory(t, s.Temporal, orders.TransitionWorkflowID(orders.ActionPay, "acme", "replay-3"), "", "testdata/transition_order_history.json")
 }
 
