@@ -23,8 +23,8 @@ import (
 
 	"github.com/google/uuid"
 	"github.com/idemflow/idemflow/orders"
+	"github.com/idemflow/idemflow/progress"
 	"github.com/jackc/pgx/v5/pgxpool"
-	"github.com/schollz/progressbar/v3"
 	"go.temporal.io/sdk/client"
 )
 
@@ -178,20 +178,12 @@ func Run(ctx context.Context, cfg Config) (Report, error) {
 			func(c, _ int) string { return ticket(c, 1) })},
 	}
 
-	var bar *progressbar.ProgressBar
-	if cfg.Progress != nil {
-		steps := 0
-		for _, bc := range cases {
-			steps += len(cfg.Clients) * (1 + len(bc.references))
-		}
-		bar = progressbar.NewOptions(steps*int(cfg.Duration/time.Second), progressbar.OptionSetWriter(cfg.Progress),
-			progressbar.OptionSetDescription("bench"), progressbar.OptionShowCount(), progressbar.OptionClearOnFinish())
+	steps := 0
+	for _, bc := range cases {
+		steps += len(cfg.Clients) * (1 + len(bc.references))
 	}
-	tick := func() {
-		if bar != nil {
-			_ = bar.Add(1)
-		}
-	}
+	bar := progress.New(cfg.Progress, "bench", steps*int(cfg.Duration/time.Second))
+	tick := func() { bar.Add(1) }
 
 	var rep Report
 	for _, bc := range cases {
@@ -216,9 +208,7 @@ func Run(ctx context.Context, cfg Config) (Report, error) {
 			}
 		}
 	}
-	if bar != nil {
-		_ = bar.Finish()
-	}
+	bar.Finish()
 	rep.PeakRSS = peakRSS(os.Getpid())
 	if cfg.GatewayPID > 0 {
 		rep.GatewayPeakRSS = peakRSS(cfg.GatewayPID)

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/idemflow/idemflow/activities"
+	"github.com/idemflow/idemflow/progress"
 )
 
 // ClientReport is what one client did and what the checks found for it.
@@ -169,48 +170,43 @@ func (rep *Report) print(w io.Writer) {
 	}
 }
 
-// bar is a progress bar over what bounds the load: the jobs, or else the
-// time. It is redrawn in place.
+// bar is the progress of the load, over what bounds it: the jobs, or the
+// time, or, with both, whichever is nearer its end.
 type bar struct {
 	mu    sync.Mutex
-	w     io.Writer
+	p     *progress.Bar
 	n, of int
 	dur   time.Duration
 	start time.Time
-	last  time.Time
 }
 
+// barSteps is the resolution of a bar whose fill is computed.
+const barSteps = 1000
+
 func newBar(w io.Writer, of int, dur time.Duration) *bar {
-	return &bar{w: w, of: of, dur: dur, start: time.Now()}
+	return &bar{p: progress.New(w, "load", barSteps), of: of, dur: dur, start: time.Now()}
 }
 
 func (b *bar) step() {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	b.n++
-	if time.Since(b.last) > 200*time.Millisecond || b.n == b.of {
-		b.last = time.Now()
-		el := min(time.Since(b.start), b.dur).Round(time.Second)
-		if b.of == 0 {
-			fmt.Fprintf(b.w, "\r  %v of %v load, %d jobs done", el, b.dur.Round(time.Second), b.n)
-			return
-		}
-		// With both bounds, the bar fills by whichever is nearer its end,
-		// and shows both.
-		width := 40
-		fill := width * min(b.n, b.of) / b.of
-		load := ""
-		if b.dur > 0 {
-			fill = max(fill, int(float64(width)*min(1, float64(time.Since(b.start))/float64(b.dur))))
-			load = fmt.Sprintf(", %v of %v load", el, b.dur.Round(time.Second))
-		}
-		// One write, so that the line is drawn whole.
-		fmt.Fprintf(b.w, "\r  [%s%s] %d/%d jobs%s", strings.Repeat("#", fill), strings.Repeat(".", width-fill), b.n, b.of, load)
+	el := min(time.Since(b.start), b.dur)
+	var fill float64
+	label := fmt.Sprintf("%d jobs", b.n)
+	if b.of > 0 {
+		fill = float64(min(b.n, b.of)) / float64(b.of)
+		label = fmt.Sprintf("%d/%d jobs", b.n, b.of)
 	}
+	if b.dur > 0 {
+		fill = max(fill, min(1, float64(el)/float64(b.dur)))
+		label += fmt.Sprintf(", %v of %v load", el.Round(time.Second), b.dur.Round(time.Second))
+	}
+	b.p.Set(int(fill*barSteps), label)
 }
 
 func (b *bar) finish() {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	fmt.Fprintln(b.w)
+	b.p.Finish()
 }

@@ -21,6 +21,7 @@ import (
 	"github.com/google/uuid"
 	"github.com/idemflow/idemflow/agentclient"
 	"github.com/idemflow/idemflow/pgurl"
+	"github.com/idemflow/idemflow/progress"
 )
 
 // Config sizes a demo run.
@@ -139,7 +140,7 @@ func runClient(ctx context.Context, cfg Config, label, prefix string, seed uint6
 		OnAttempt: func(agentclient.Attempt) { attempts.Add(1) },
 	}
 	var mu sync.Mutex
-	bar := newBar(cfg.Progress, label, cfg.Intents)
+	bar := progress.New(cfg.Progress, label, cfg.Intents)
 	each(cfg.Workers, jobs(prefix, cfg.Intents), func(j job) {
 		// The key is made and stored once per intent, before any call.
 		in, err := c.NewIntent(ctx, j.marker, prefix+"-"+j.kind, http.MethodPost, j.path, j.body)
@@ -159,9 +160,9 @@ func runClient(ctx context.Context, cfg Config, label, prefix string, seed uint6
 				rep.Replays++
 			}
 		}
-		bar.step()
+		bar.Add(1)
 	})
-	bar.finish()
+	bar.Finish()
 	rep.Attempts, rep.Lost, rep.Late = attempts.Load(), flaky.lost.Load(), flaky.late.Load()
 	return rep, ctx.Err()
 }
@@ -173,7 +174,7 @@ func runNaive(ctx context.Context, cfg Config, prefix string, seed uint64) (Repo
 	httpc := &http.Client{Transport: flaky, Timeout: cfg.AttemptTimeout}
 	rep := Report{Label: "naive", Intents: cfg.Intents}
 	var mu sync.Mutex
-	bar := newBar(cfg.Progress, "naive", cfg.Intents)
+	bar := progress.New(cfg.Progress, "naive", cfg.Intents)
 	each(cfg.Workers, jobs(prefix, cfg.Intents), func(j job) {
 		body, _ := json.Marshal(j.body)
 		ok := false
@@ -196,9 +197,9 @@ func runNaive(ctx context.Context, cfg Config, prefix string, seed uint64) (Repo
 		} else {
 			rep.Failed++
 		}
-		bar.step()
+		bar.Add(1)
 	})
-	bar.finish()
+	bar.Finish()
 	rep.Attempts, rep.Lost, rep.Late = flaky.requests.Load(), flaky.lost.Load(), flaky.late.Load()
 	return rep, ctx.Err()
 }
@@ -269,34 +270,5 @@ func printReport(cfg Config, good, naive Report, started time.Time) {
 	if cfg.UIURL != "" {
 		q := url.Values{"query": {fmt.Sprintf("StartTime >= %q", started.Format(time.RFC3339))}}
 		fmt.Fprintf(w, "\nThe workflows of this run in the Temporal Web UI:\n  %s/namespaces/%s/workflows?%s\n", cfg.UIURL, cfg.Namespace, q.Encode())
-	}
-}
-
-type bar struct {
-	w        io.Writer
-	label    string
-	total, n int
-}
-
-func newBar(w io.Writer, label string, total int) *bar {
-	b := &bar{w: w, label: label, total: total}
-	b.draw()
-	return b
-}
-
-func (b *bar) step() { b.n++; b.draw() }
-
-func (b *bar) draw() {
-	if b.w == nil {
-		return
-	}
-	const width = 30
-	filled := width * b.n / max(b.total, 1)
-	fmt.Fprintf(b.w, "\r  %-9s [%s%s] %d/%d", b.label, strings.Repeat("#", filled), strings.Repeat(".", width-filled), b.n, b.total)
-}
-
-func (b *bar) finish() {
-	if b.w != nil {
-		fmt.Fprintln(b.w)
 	}
 }
