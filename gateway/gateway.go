@@ -237,7 +237,10 @@ func (g *Gateway) readIntent(w http.ResponseWriter, r *http.Request, into any, a
 	if allowEmpty && len(bytes.TrimSpace(body)) == 0 {
 		body = []byte("{}")
 	}
-	if err := ijson.Decode(body, into); err != nil {
+	if raw, ok := into.(*json.RawMessage); ok {
+		// A declared operation's body: its Prepare decodes it, once.
+		*raw = body
+	} else if err := ijson.Decode(body, into); err != nil {
 		writeInvalid(w, err)
 		return intentRequest{}, false
 	}

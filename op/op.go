@@ -150,6 +150,7 @@ type Operation struct {
 	prepare   func(body []byte) (req any, summary string, err error)
 	decode    func(raw json.RawMessage) (any, error)
 	covered   func(req any) any
+	emptyBody bool
 	check     func(ctx context.Context, q Querier, tenantID string, req any) error
 	step      func(ctx context.Context, tx pgx.Tx, in Input, req any) (idem.Outcome, error)
 	recall    func(ctx context.Context, q Querier, tenantID, key string) (idem.Outcome, bool, error)
@@ -227,6 +228,8 @@ func define[R, Row any](s Spec[R, Row]) (*Operation, error) {
 	if o.validator, err = compile(raw); err != nil {
 		return nil, fmt.Errorf("the request schema: %w", err)
 	}
+	_, bodyRequires := o.BodySchema()["required"]
+	o.emptyBody = !bodyRequires
 	o.prepare = func(body []byte) (any, string, error) {
 		var req R
 		if err := o.validate(body, &req); err != nil {
@@ -394,17 +397,20 @@ func (o *Operation) BodySchema() map[string]any {
 }
 
 // EmptyBodyAllowed: the body has no required member, so an empty one
-// means {}.
-func (o *Operation) EmptyBodyAllowed() bool { _, ok := o.BodySchema()["required"]; return !ok }
+// means {}. Define decides it once: the gateway asks on every request.
+func (o *Operation) EmptyBodyAllowed() bool { return o.emptyBody }
 
 // Prepared is a validated, normalized request, ready to be submitted.
 type Prepared struct {
-	// Request is the normalized request as JSON, path parameters included.
-	Request     json.RawMessage
 	Fingerprint string
 	Summary     string
 	req         any
 }
+
+// Request is the normalized request as JSON, path parameters included:
+// the workflow's input, marshaled only for a start (a replay never needs
+// it).
+func (p Prepared) Request() (json.RawMessage, error) { return json.Marshal(p.req) }
 
 // Prepare validates and normalizes an agent's body, with the values of
 // the route's path parameters, and returns the submission's parts. A
@@ -440,8 +446,7 @@ func (o *Operation) Prepare(body []byte, path map[string]string) (Prepared, erro
 	if err != nil {
 		return Prepared{}, err
 	}
-	request, err := json.Marshal(req)
-	return Prepared{Request: request, Fingerprint: fingerprint, Summary: summary, req: req}, err
+	return Prepared{Fingerprint: fingerprint, Summary: summary, req: req}, nil
 }
 
 // Check runs the declaration's check of a prepared request, if it has one.

@@ -12,7 +12,13 @@ func OperationIntent(o *op.Operation, tenantID, key string, p op.Prepared) Inten
 	return Intent{
 		Intent:   idem.Intent{TenantID: tenantID, Key: key, BizType: o.BizType, Fingerprint: p.Fingerprint, WorkflowID: o.WorkflowID(tenantID, key)},
 		Workflow: o.Workflow,
-		Input:    func(it idem.Intent) any { return op.Input{Intent: it, Request: p.Request} },
-		Summary:  truncate(p.Summary, 200),
+		Input: func(it idem.Intent) any {
+			req, err := p.Request()
+			if err != nil {
+				panic(err) // a request Prepare decoded marshals again
+			}
+			return op.Input{Intent: it, Request: req}
+		},
+		Summary: truncate(p.Summary, 200),
 	}
 }
