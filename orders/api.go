@@ -1,8 +1,9 @@
 package orders
 
 // The order domain's contract with the rest of idemflow: what names its
-// intents, how its workflows are identified, what they take. The states and
-// actions are in machine.go, the answers' views in store.go.
+// intents and how its workflows are identified. The declarations are in
+// create.go (creation) and actions.go (pay, cancel, refund, fulfill), the
+// states and actions in machine.go, the answers' views in order.go.
 
 import (
 	"github.com/idemflow/idemflow/idem"
@@ -25,7 +26,8 @@ func TransitionWorkflowID(action Action, tenantID, key string) string {
 	return idem.WorkflowID(action.Scope(), tenantID, key)
 }
 
-// TransitionInput is the TransitionOrder workflow's and activity's input.
+// TransitionInput is what Transition, the step of an order's transitions,
+// takes: the intent, the order, the action and the body.
 type TransitionInput struct {
 	Intent  idem.Intent       `json:"intent"`
 	OrderNo string            `json:"order_no"`
