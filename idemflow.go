@@ -11,7 +11,7 @@ import (
 	"os/signal"
 	"syscall"
 
-	"github.com/idemflow/idemflow/cli"
+	"github.com/idemflow/idemflow/internal/cli"
 	"github.com/idemflow/idemflow/op"
 )
 

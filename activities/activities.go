@@ -12,10 +12,10 @@ import (
 	"strings"
 	"time"
 
-	"github.com/idemflow/idemflow/apperr"
 	"github.com/idemflow/idemflow/idem"
-	"github.com/idemflow/idemflow/metrics"
-	"github.com/idemflow/idemflow/problem"
+	"github.com/idemflow/idemflow/internal/apperr"
+	"github.com/idemflow/idemflow/internal/metrics"
+	"github.com/idemflow/idemflow/internal/problem"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"

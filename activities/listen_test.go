@@ -12,8 +12,8 @@ import (
 
 	"github.com/idemflow/idemflow/activities"
 	"github.com/idemflow/idemflow/idem"
-	"github.com/idemflow/idemflow/registry"
-	"github.com/idemflow/idemflow/testenv"
+	"github.com/idemflow/idemflow/internal/registry"
+	"github.com/idemflow/idemflow/internal/testenv"
 	"github.com/jackc/pgx/v5"
 )
 

@@ -7,7 +7,7 @@ import (
 	"time"
 
 	"github.com/idemflow/idemflow/idem"
-	"github.com/idemflow/idemflow/metrics"
+	"github.com/idemflow/idemflow/internal/metrics"
 	enumspb "go.temporal.io/api/enums/v1"
 	"go.temporal.io/api/serviceerror"
 	"go.temporal.io/sdk/activity"

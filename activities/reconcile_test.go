@@ -8,8 +8,8 @@ import (
 
 	"github.com/idemflow/idemflow/activities"
 	"github.com/idemflow/idemflow/idem"
-	"github.com/idemflow/idemflow/testenv"
-	"github.com/idemflow/idemflow/tickets"
+	"github.com/idemflow/idemflow/internal/testenv"
+	"github.com/idemflow/idemflow/internal/tickets"
 	"go.temporal.io/sdk/testsuite"
 )
 

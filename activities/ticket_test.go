@@ -6,8 +6,8 @@ import (
 
 	"github.com/idemflow/idemflow/activities"
 	"github.com/idemflow/idemflow/idem"
+	"github.com/idemflow/idemflow/internal/tickets"
 	"github.com/idemflow/idemflow/op"
-	"github.com/idemflow/idemflow/tickets"
 )
 
 // ticketIntent is a ticket's intent as these tests handle it: the intent

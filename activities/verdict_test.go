@@ -12,7 +12,7 @@ import (
 	"testing"
 
 	"github.com/idemflow/idemflow/activities"
-	"github.com/idemflow/idemflow/metrics"
+	"github.com/idemflow/idemflow/internal/metrics"
 )
 
 // activities.Verdicts lists every Verdict constant the package declares

@@ -7,7 +7,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/idemflow/idemflow/pgurl"
+	"github.com/idemflow/idemflow/internal/pgurl"
 )
 
 // SettledChannel is the PostgreSQL notification channel on which a store

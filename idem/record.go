@@ -6,7 +6,7 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/idemflow/idemflow/apperr"
+	"github.com/idemflow/idemflow/internal/apperr"
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"

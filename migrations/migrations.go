@@ -8,7 +8,7 @@ import (
 	"fmt"
 	"io/fs"
 
-	"github.com/idemflow/idemflow/pgurl"
+	"github.com/idemflow/idemflow/internal/pgurl"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/tern/v2/migrate"
 )

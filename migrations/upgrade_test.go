@@ -5,8 +5,8 @@ import (
 	"slices"
 	"testing"
 
+	"github.com/idemflow/idemflow/internal/testenv"
 	"github.com/idemflow/idemflow/migrations"
-	"github.com/idemflow/idemflow/testenv"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/tern/v2/migrate"
 )

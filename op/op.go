@@ -22,9 +22,9 @@ import (
 	"slices"
 
 	"github.com/google/jsonschema-go/jsonschema"
-	"github.com/idemflow/idemflow/apperr"
 	"github.com/idemflow/idemflow/idem"
-	"github.com/idemflow/idemflow/ijson"
+	"github.com/idemflow/idemflow/internal/apperr"
+	"github.com/idemflow/idemflow/internal/ijson"
 	"github.com/jackc/pgx/v5"
 	validator "github.com/santhosh-tekuri/jsonschema/v6"
 	"golang.org/x/text/language"

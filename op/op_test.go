@@ -5,9 +5,9 @@ import (
 	"errors"
 	"testing"
 
-	"github.com/idemflow/idemflow/apperr"
+	"github.com/idemflow/idemflow/internal/apperr"
+	"github.com/idemflow/idemflow/internal/registry"
 	"github.com/idemflow/idemflow/op"
-	"github.com/idemflow/idemflow/registry"
 	"github.com/jackc/pgx/v5"
 )
 

@@ -15,7 +15,7 @@ import (
 	"github.com/google/uuid"
 	lru "github.com/hashicorp/golang-lru/v2"
 	"github.com/idemflow/idemflow/idem"
-	"github.com/idemflow/idemflow/problem"
+	"github.com/idemflow/idemflow/internal/problem"
 	"github.com/idemflow/idemflow/workflows"
 	enumspb "go.temporal.io/api/enums/v1"
 	"go.temporal.io/api/serviceerror"

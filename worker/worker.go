@@ -7,8 +7,8 @@ import (
 	"time"
 
 	"github.com/idemflow/idemflow/activities"
+	"github.com/idemflow/idemflow/internal/registry"
 	"github.com/idemflow/idemflow/op"
-	"github.com/idemflow/idemflow/registry"
 	"github.com/idemflow/idemflow/workflows"
 	"go.temporal.io/sdk/activity"
 	"go.temporal.io/sdk/client"

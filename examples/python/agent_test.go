@@ -14,7 +14,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/idemflow/idemflow/testenv"
+	"github.com/idemflow/idemflow/internal/testenv"
 )
 
 // The agent is killed between two attempts of one intent (its first

@@ -21,9 +21,9 @@ import (
 	"time"
 
 	"github.com/idemflow/idemflow"
-	"github.com/idemflow/idemflow/mcpserver"
+	"github.com/idemflow/idemflow/internal/mcpserver"
+	"github.com/idemflow/idemflow/internal/testenv"
 	"github.com/idemflow/idemflow/op"
-	"github.com/idemflow/idemflow/testenv"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 )

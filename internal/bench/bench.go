@@ -1,0 +1,332 @@
+// Package bench measures idemflow through its real gateway beside two
+// references run in the same process, on the same machine, against the same
+// Temporal server and PostgreSQL, by the same load generator: a bare
+// Temporal workflow (eager start, one no-op local activity) and a
+// PostgreSQL-only Idempotency-Key implementation (claim,
+// execute, complete; a replay locks the key's row, as a typical middleware
+// does). Absolute numbers depend on the machine; the ratios are what it
+// reports on.
+package bench
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/idemflow/idemflow/internal/orders"
+	"github.com/idemflow/idemflow/internal/progress"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"go.temporal.io/sdk/client"
+)
+
+// Config says what to measure and where.
+type Config struct {
+	// URL and Token reach idemflow's gateway; TenantID is the token's.
+	URL, Token, TenantID string
+	// DatabaseURL is idemflow's database: the PostgreSQL reference keeps
+	// its tables in a schema of its own there, and orders are restocked.
+	DatabaseURL string
+	// Temporal is a client of the server idemflow runs on; the workflow
+	// reference runs its own worker on its own task queue through it.
+	Temporal client.Client
+	// Duration of each case; Clients are the concurrencies measured.
+	Duration time.Duration
+	Clients  []int
+	// GatewayPID, when known, is the gateway's process, for its peak RSS.
+	GatewayPID int
+	// Progress, when set, shows a progress bar there.
+	Progress io.Writer
+}
+
+// Row is one measured case.
+type Row struct {
+	Case    string // what was sent
+	Target  string // idemflow, or a reference
+	Clients int
+	Stats
+	// Ratio is the idemflow row's throughput over the reference's, for
+	// the case it is compared with; zero for reference rows.
+	Ratio   float64
+	RatioTo string
+}
+
+// Report is a whole run.
+type Report struct {
+	Rows []Row
+	// PeakRSS in bytes: this process (load generator and references), and
+	// the gateway's where its PID was known.
+	PeakRSS, GatewayPeakRSS int64
+}
+
+// target is something the load generator can call: one call per intent.
+type target struct {
+	name string
+	do   func(ctx context.Context, client, n int) (int, error)
+}
+
+// Run measures every case and returns the report.
+func Run(ctx context.Context, cfg Config) (Report, error) {
+	if cfg.Duration <= 0 {
+		cfg.Duration = 10 * time.Second
+	}
+	if len(cfg.Clients) == 0 {
+		cfg.Clients = []int{1, 64}
+	}
+	pool, err := pgxpool.New(ctx, cfg.DatabaseURL)
+	if err != nil {
+		return Report{}, fmt.Errorf("bench: database: %w", err)
+	}
+	defer pool.Close()
+	pgRef, err := newPGReference(ctx, pool)
+	if err != nil {
+		return Report{}, err
+	}
+	wfRef, err := newWorkflowReference(cfg.Temporal)
+	if err != nil {
+		return Report{}, err
+	}
+	defer wfRef.stop()
+	refs := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		switch r.URL.Path {
+		case "/pg":
+			pgRef.ServeHTTP(w, r)
+		default:
+			wfRef.ServeHTTP(w, r)
+		}
+	}))
+	defer refs.Close()
+
+	run := uuid.NewString()[:8]
+	hc := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 256}, Timeout: 70 * time.Second}
+	post := func(ctx context.Context, url, token, key, body string) (int, error) {
+		req, err := http.NewRequestWithContext(ctx, http.MethodPost, url, strings.NewReader(body))
+		if err != nil {
+			return 0, err
+		}
+		req.Header.Set("Content-Type", "application/json")
+		req.Header.Set("Idempotency-Key", key)
+		if token != "" {
+			req.Header.Set("Authorization", "Bearer "+token)
+		}
+		resp, err := hc.Do(req)
+		if err != nil {
+			return 0, err
+		}
+		_, _ = io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+		return resp.StatusCode, nil
+	}
+	ticket := func(c, n int) string {
+		return fmt.Sprintf(`{"customer_id":"bench-%d","title":"bench ticket %d"}`, c, n)
+	}
+	newKey := func(prefix string, c, n int) string { return fmt.Sprintf("bench-%s-%s-%d-%d", run, prefix, c, n) }
+	idemflow := func(path string, key func(c, n int) string, body func(c, n int) string) target {
+		return target{"idemflow", func(ctx context.Context, c, n int) (int, error) {
+			return post(ctx, cfg.URL+path, cfg.Token, key(c, n), body(c, n))
+		}}
+	}
+	ref := func(name, path string, key, body func(c, n int) string) target {
+		return target{name, func(ctx context.Context, c, n int) (int, error) {
+			return post(ctx, refs.URL+path, "", key(c, n), body(c, n))
+		}}
+	}
+	fixedTicket := func(c, _ int) string { return ticket(c, 0) }
+	replayKey := func(prefix string) func(c, n int) string {
+		return func(c, _ int) string { return newKey(prefix, c, 0) }
+	}
+	type benchCase struct {
+		name     string
+		idemflow target
+		// references are measured beside it; the ratio is to the first.
+		references []target
+		prepare    func(ctx context.Context, clients int) error
+	}
+	bare := ref("bare Temporal workflow", "/workflow", func(c, n int) string { return newKey("wf", c, n) }, ticket)
+	pgNew := ref("PostgreSQL only", "/pg", func(c, n int) string { return newKey("pg", c, n) }, ticket)
+	pgReplay := ref("PostgreSQL only", "/pg", replayKey("pg-replay"), fixedTicket)
+	cases := []benchCase{
+		{name: "ticket, new key", idemflow: idemflow("/v1/tickets", func(c, n int) string { return newKey("t", c, n) }, ticket), references: []target{bare, pgNew}},
+		{name: "ticket, replay", idemflow: idemflow("/v1/tickets", replayKey("t-replay"), fixedTicket), references: []target{pgReplay},
+			prepare: func(ctx context.Context, clients int) error {
+				for c := range clients {
+					if _, err := post(ctx, cfg.URL+"/v1/tickets", cfg.Token, newKey("t-replay", c, 0), ticket(c, 0)); err != nil {
+						return err
+					}
+					if _, err := post(ctx, refs.URL+"/pg", "", newKey("pg-replay", c, 0), ticket(c, 0)); err != nil {
+						return err
+					}
+				}
+				return nil
+			}},
+		{name: "order, new key", idemflow: idemflow("/v1/orders", func(c, n int) string { return newKey("o", c, n) },
+			func(c, _ int) string {
+				return fmt.Sprintf(`{"customer_id":"bench-%d","items":[{"sku":"SKU-CABLE","quantity":1}]}`, c)
+			}), references: []target{bare},
+			prepare: func(ctx context.Context, _ int) error {
+				return orders.Restock(ctx, pool, cfg.TenantID, "SKU-CABLE", 1_000_000)
+			}},
+		{name: "ticket, key reused (422)", idemflow: idemflow("/v1/tickets", replayKey("t-replay"),
+			func(c, _ int) string { return ticket(c, 1) })},
+	}
+
+	steps := 0
+	for _, bc := range cases {
+		steps += len(cfg.Clients) * (1 + len(bc.references))
+	}
+	bar := progress.New(cfg.Progress, "bench", steps*int(cfg.Duration/time.Second))
+	tick := func() { bar.Add(1) }
+
+	var rep Report
+	for _, bc := range cases {
+		for _, clients := range cfg.Clients {
+			if bc.prepare != nil {
+				if err := bc.prepare(ctx, clients); err != nil {
+					return rep, fmt.Errorf("bench: prepare %s: %w", bc.name, err)
+				}
+			}
+			row := Row{Case: bc.name, Target: "idemflow", Clients: clients, Stats: load(ctx, clients, cfg.Duration, bc.idemflow.do, tick)}
+			var refRows []Row
+			for i, ref := range bc.references {
+				refRow := Row{Case: bc.name, Target: ref.name, Clients: clients, Stats: load(ctx, clients, cfg.Duration, ref.do, tick)}
+				if i == 0 && refRow.Throughput > 0 {
+					row.Ratio, row.RatioTo = row.Throughput/refRow.Throughput, ref.name
+				}
+				refRows = append(refRows, refRow)
+			}
+			rep.Rows = append(append(rep.Rows, row), refRows...)
+			if ctx.Err() != nil {
+				return rep, ctx.Err()
+			}
+		}
+	}
+	bar.Finish()
+	rep.PeakRSS = peakRSS(os.Getpid())
+	if cfg.GatewayPID > 0 {
+		rep.GatewayPeakRSS = peakRSS(cfg.GatewayPID)
+	}
+	return rep, nil
+}
+
+// Stats are one case's numbers.
+type Stats struct {
+	Requests   int
+	Errors     int // transport errors and unexpected statuses (5xx)
+	Accepted   int // 202: the intent was still running after the wait
+	Statuses   map[int]int
+	Throughput float64 // answered requests per second
+	P50, P99   time.Duration
+	P999       time.Duration
+}
+
+// load runs clients concurrent loops of do for d, each call one request.
+// load runs clients for d. Each client's requests begun before d ends are
+// measured to their end, and each client measures at least one: on a
+// loaded machine a case gives a slow number, never none.
+func load(ctx context.Context, clients int, d time.Duration, do func(ctx context.Context, client, n int) (int, error), tick func()) Stats {
+	deadline := time.Now().Add(d)
+	var mu sync.Mutex
+	var lat []time.Duration
+	st := Stats{Statuses: map[int]int{}}
+	start := time.Now()
+	stopTick := make(chan struct{})
+	go func() {
+		t := time.NewTicker(time.Second)
+		defer t.Stop()
+		for {
+			select {
+			case <-t.C:
+				tick()
+			case <-stopTick:
+				return
+			}
+		}
+	}()
+	var wg sync.WaitGroup
+	for c := range clients {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for n := 0; ctx.Err() == nil && (n == 0 || time.Now().Before(deadline)); n++ {
+				t0 := time.Now()
+				status, err := do(ctx, c, n)
+				took := time.Since(t0)
+				if ctx.Err() != nil {
+					return // the run was stopped: not counted
+				}
+				mu.Lock()
+				st.Requests++
+				st.Statuses[status]++
+				switch {
+				case err != nil || status >= 500:
+					st.Errors++
+				case status == http.StatusAccepted:
+					st.Accepted++
+				}
+				lat = append(lat, took)
+				mu.Unlock()
+			}
+		}()
+	}
+	wg.Wait()
+	close(stopTick)
+	elapsed := time.Since(start)
+	slices.Sort(lat)
+	if len(lat) > 0 {
+		st.P50, st.P99, st.P999 = quantile(lat, 0.50), quantile(lat, 0.99), quantile(lat, 0.999)
+		st.Throughput = float64(len(lat)) / elapsed.Seconds()
+	}
+	return st
+}
+
+func quantile(sorted []time.Duration, q float64) time.Duration {
+	i := int(q * float64(len(sorted)-1))
+	return sorted[i]
+}
+
+// peakRSS reads a process's high-water resident set size (Linux), 0 where
+// it cannot.
+func peakRSS(pid int) int64 {
+	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/status")
+	if err != nil {
+		return 0
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		if v, ok := strings.CutPrefix(line, "VmHWM:"); ok {
+			kb, _ := strconv.ParseInt(strings.TrimSpace(strings.TrimSuffix(strings.TrimSpace(v), "kB")), 10, 64)
+			return kb * 1024
+		}
+	}
+	return 0
+}
+
+// Print writes the report as a table.
+func (r Report) Print(w io.Writer) {
+	fmt.Fprintf(w, "%-26s %7s  %-24s %9s %9s %9s %9s %6s %6s  %s\n",
+		"case", "clients", "target", "req/s", "p50", "p99", "p99.9", "202", "errors", "ratio")
+	for _, row := range r.Rows {
+		ratio := ""
+		if row.RatioTo != "" {
+			ratio = fmt.Sprintf("%.2fx %s", row.Ratio, row.RatioTo)
+		}
+		fmt.Fprintf(w, "%-26s %7d  %-24s %9.0f %9s %9s %9s %6d %6d  %s\n",
+			row.Case, row.Clients, row.Target, row.Throughput, ms(row.P50), ms(row.P99), ms(row.P999), row.Accepted, row.Errors, ratio)
+	}
+	fmt.Fprintf(w, "peak RSS: bench process (load generator and references) %s", mib(r.PeakRSS))
+	if r.GatewayPeakRSS > 0 {
+		fmt.Fprintf(w, ", idemflow process %s", mib(r.GatewayPeakRSS))
+	}
+	fmt.Fprintln(w)
+}
+
+func ms(d time.Duration) string { return fmt.Sprintf("%.2fms", float64(d)/float64(time.Millisecond)) }
+
+func mib(b int64) string { return fmt.Sprintf("%.0f MiB", float64(b)/(1<<20)) }

@@ -1,0 +1,73 @@
+package cli_test
+
+import (
+	"os"
+	"regexp"
+	"strings"
+	"testing"
+
+	"github.com/idemflow/idemflow/internal/cli"
+	"gopkg.in/yaml.v3"
+)
+
+// docker-compose.yml stays in step with the binary and the README: every
+// image is pinned, every idemflow command and flag it runs exists, its
+// health check probes /readyz, the README's services are there, and the
+// Temporal images match the server version the README and go.mod name.
+func TestComposeFileMatchesTheBinaryAndTheReadme(t *testing.T) {
+	b, err := os.ReadFile("../../docker-compose.yml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var compose struct {
+		Services map[string]struct {
+			Image       string   `yaml:"image"`
+			Command     []string `yaml:"command"`
+			Healthcheck struct {
+				Test []string `yaml:"test"`
+			} `yaml:"healthcheck"`
+		} `yaml:"services"`
+	}
+	if err := yaml.Unmarshal(b, &compose); err != nil {
+		t.Fatal(err)
+	}
+	readme, _ := os.ReadFile("../../README.md")
+	for _, name := range []string{"postgres", "temporal", "temporal-ui", "migrate", "idemflow"} {
+		if _, ok := compose.Services[name]; !ok {
+			t.Errorf("service %s is missing", name)
+		}
+	}
+	for name, s := range compose.Services {
+		if s.Image == "" || !strings.Contains(s.Image, ":") || strings.HasSuffix(s.Image, ":latest") {
+			t.Errorf("service %s: image %q is not pinned", name, s.Image)
+		}
+		if strings.HasPrefix(s.Image, "temporalio/server:") || strings.HasPrefix(s.Image, "temporalio/admin-tools:") {
+			if !strings.HasSuffix(s.Image, ":1.32.0") {
+				t.Errorf("service %s: %s is not the server version idemflow embeds and tests (1.32.0)", name, s.Image)
+			}
+		}
+		if s.Image != "idemflow:local" || len(s.Command) == 0 {
+			continue
+		}
+		// The command and each of its flags exist: its help lists them.
+		var out, errOut strings.Builder
+		cli.Run(t.Context(), []string{s.Command[0], "-h"}, &out, &errOut)
+		help := out.String() + errOut.String()
+		if !strings.Contains(help, "Usage of idemflow "+s.Command[0]) {
+			t.Errorf("service %s runs 'idemflow %s', which is no command:\n%s", name, s.Command[0], help)
+		}
+		for _, f := range regexp.MustCompile(`(?m)^--?([a-z-]+)`).FindAllStringSubmatch(strings.Join(s.Command[1:], "\n"), -1) {
+			if !strings.Contains(help, "-"+f[1]+" ") && !strings.Contains(help, "-"+f[1]+"\n") {
+				t.Errorf("service %s: 'idemflow %s' has no flag -%s", name, s.Command[0], f[1])
+			}
+		}
+	}
+	if hc := strings.Join(compose.Services["idemflow"].Healthcheck.Test, " "); !strings.Contains(hc, "healthcheck") || !strings.Contains(hc, "/readyz") {
+		t.Errorf("idemflow's health check %q does not probe /readyz", hc)
+	}
+	for _, want := range []string{"docker compose up", "--scale idemflow=N", "Temporal server 1.32"} {
+		if !strings.Contains(string(readme), want) {
+			t.Errorf("README no longer says %q about the compose stack", want)
+		}
+	}
+}

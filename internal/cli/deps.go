@@ -1,0 +1,290 @@
+package cli
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"log/slog"
+	"os"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/idemflow/idemflow/activities"
+	"github.com/idemflow/idemflow/idem"
+	"github.com/idemflow/idemflow/internal/gateway"
+	"github.com/idemflow/idemflow/internal/metrics"
+	"github.com/idemflow/idemflow/internal/pgurl"
+	"github.com/idemflow/idemflow/internal/registry"
+	"github.com/idemflow/idemflow/internal/schedule"
+	"github.com/idemflow/idemflow/internal/tenant"
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"go.temporal.io/api/workflowservice/v1"
+	"go.temporal.io/sdk/client"
+	"go.temporal.io/sdk/contrib/envconfig"
+	sdklog "go.temporal.io/sdk/log"
+)
+
+// common settings of the commands that talk to PostgreSQL and Temporal.
+type common struct {
+	databaseURL string
+	temporal    string
+	namespace   string
+	retention   durationFlag
+	tls         temporalTLS
+}
+
+func (c *common) register(fs *flag.FlagSet) {
+	c.registerTemporal(fs)
+	fs.StringVar(&c.databaseURL, "database-url", "", "PostgreSQL URL (env DATABASE_URL)")
+	c.registerRetention(fs)
+}
+
+// registerTemporal registers the settings that reach a Temporal server.
+// What they leave unset comes from Temporal's own client configuration
+// (resolveTemporal): the variables and TOML profiles the Temporal CLI and
+// its samples read.
+func (c *common) registerTemporal(fs *flag.FlagSet) {
+	fs.StringVar(&c.temporal, "temporal-address", "", "Temporal frontend host:port; default: the Temporal CLI profile's, else 127.0.0.1:7233 (env TEMPORAL_ADDRESS)")
+	c.tls.register(fs)
+	fs.StringVar(&c.namespace, "namespace", "", "Temporal namespace; default: the Temporal CLI profile's, else default (env TEMPORAL_NAMESPACE)")
+}
+
+func (c *common) registerNamespace(fs *flag.FlagSet) {
+	fs.StringVar(&c.namespace, "namespace", "default", "Temporal namespace (env TEMPORAL_NAMESPACE)")
+}
+
+// resolveTemporal fills the Temporal settings the flags (and their
+// variables, and a dev stack's dev.env) left unset from Temporal's client
+// configuration, as the Temporal CLI does: the TOML profile
+// (TEMPORAL_CONFIG_FILE, TEMPORAL_PROFILE) and the TEMPORAL_* variables
+// (TEMPORAL_API_KEY, TEMPORAL_TLS_CLIENT_CERT_PATH, …). A flag always wins;
+// TLS comes from the profile only when no --temporal-tls* flag or API key
+// is given.
+func (c *common) resolveTemporal() error {
+	profile, err := envconfig.LoadClientConfigProfile(envconfig.LoadClientConfigProfileOptions{EnvLookup: nonEmptyEnv{}})
+	if err != nil {
+		return fmt.Errorf("%w: Temporal client configuration: %w", errUsage, err)
+	}
+	c.temporal = firstNonEmpty(c.temporal, profile.Address, "127.0.0.1:7233")
+	c.namespace = firstNonEmpty(c.namespace, profile.Namespace, "default")
+	if !c.tls.given() {
+		c.tls.profile = &profile
+	}
+	return nil
+}
+
+func (c *common) registerRetention(fs *flag.FlagSet) {
+	c.retention = durationFlag(idem.DefaultRetention)
+	fs.Var(&c.retention, "record-retention", "how long finished idempotency records are kept, e.g. 7d or 48h (env IDEMFLOW_RECORD_RETENTION)")
+}
+
+// registerLocal registers the settings that do not name a Temporal server,
+// for dev, whose Temporal is embedded.
+func (c *common) registerLocal(fs *flag.FlagSet) {
+	fs.StringVar(&c.databaseURL, "database-url", "", "PostgreSQL URL (env DATABASE_URL)")
+	c.registerNamespace(fs)
+	c.registerRetention(fs)
+}
+
+// durationFlag is a time.Duration that also accepts whole days ("7d").
+type durationFlag time.Duration
+
+func (d *durationFlag) String() string { return time.Duration(*d).String() }
+func (d *durationFlag) Set(s string) error {
+	v, err := parseDuration(s)
+	if err != nil {
+		return err
+	}
+	*d = durationFlag(v)
+	return nil
+}
+
+func parseDuration(s string) (time.Duration, error) {
+	if n, ok := strings.CutSuffix(s, "d"); ok {
+		days, err := strconv.Atoi(n)
+		if err != nil || days < 0 {
+			return 0, fmt.Errorf("bad duration %q", s)
+		}
+		return time.Duration(days) * 24 * time.Hour, nil
+	}
+	return time.ParseDuration(s)
+}
+
+// deps are the connections and stores a running process shares.
+type deps struct {
+	Pool       *pgxpool.Pool
+	Temporal   client.Client
+	Records    *idem.Store
+	Tenants    *tenant.Store
+	Activities *activities.Activities
+	Logger     *slog.Logger
+	Metrics    *metrics.Registry
+	// Set is the business types this process serves and runs.
+	Set       *registry.Set
+	namespace string
+	// searchable: the namespace has the intents' search attributes.
+	searchable bool
+}
+
+func openDeps(ctx context.Context, logger *slog.Logger, set *registry.Set, c common) (*deps, error) {
+	if c.databaseURL == "" {
+		return nil, fmt.Errorf("%w: DATABASE_URL (or --database-url) is required", errUsage)
+	}
+	pool, err := pgxpool.New(ctx, c.databaseURL)
+	if err != nil {
+		return nil, fmt.Errorf("open database: %w", err)
+	}
+	if err := pool.Ping(ctx); err != nil {
+		pool.Close()
+		return nil, fmt.Errorf("reach database: %w", err)
+	}
+	reg := metrics.New()
+	tc, err := dialTemporal(ctx, logger, c.temporal, c.namespace, c.tls, reg.SDK)
+	if err != nil {
+		pool.Close()
+		return nil, err
+	}
+	// A server started alongside may answer before its namespace exists
+	// (dev and 'idemflow temporal' create it a moment after listening):
+	// that is not ready yet, within the same bound as a server that does
+	// not answer.
+	if err := waitNamespace(ctx, logger, tc, c.namespace); err != nil {
+		tc.Close()
+		pool.Close()
+		return nil, err
+	}
+	// Every role registers the search attributes (idempotently), so that
+	// whichever starts first, intents carry them from their first run.
+	searchable := true
+	if err := schedule.EnsureSearchAttributes(ctx, tc, c.namespace); err != nil {
+		searchable = false
+		logger.Warn("search attributes not registered: intents start without them and the Web UI cannot filter them by key; "+
+			"register them on the namespace (README, Operations)", "error", err)
+	}
+	records := idem.NewStore(pool, idem.Retention{Default: time.Duration(c.retention)}, set.Recall)
+	// The gateway and worker of one process (serve, dev) share it.
+	records.Waiters = &idem.Waiters{}
+	acts := activities.New(pool, records, tc, logger)
+	acts.Metrics = reg.Worker
+	activities.ExportVerdicts(reg.Worker)
+	for bizType, codes := range set.Rejections() {
+		for _, code := range codes {
+			reg.Worker.ExportRejection(bizType, code)
+		}
+	}
+	return &deps{
+		Pool:       pool,
+		Temporal:   tc,
+		Records:    records,
+		Tenants:    tenant.NewStore(pool),
+		Activities: acts,
+		Logger:     logger,
+		Metrics:    reg,
+		Set:        set,
+		namespace:  c.namespace,
+		searchable: searchable,
+	}, nil
+}
+
+func dialTemporal(ctx context.Context, logger *slog.Logger, hostPort, namespace string, conn temporalTLS, mh client.MetricsHandler) (client.Client, error) {
+	sdkLogger := slog.New(&levelFloor{Handler: logger.Handler(), floor: slog.LevelWarn}).With("component", "temporal-sdk")
+	opts := client.Options{HostPort: hostPort, Namespace: namespace, Logger: sdklog.NewStructuredLogger(sdkLogger), MetricsHandler: mh}
+	if err := conn.apply(&opts); err != nil {
+		return nil, err
+	}
+	// A server starting alongside (compose, or dev) may need a moment.
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		c, err := client.DialContext(ctx, opts)
+		if err == nil {
+			return c, nil
+		}
+		if time.Now().After(deadline) || ctx.Err() != nil {
+			return nil, fmt.Errorf("connect to Temporal at %s: %w", hostPort, err)
+		}
+		time.Sleep(500 * time.Millisecond)
+	}
+}
+
+// waitNamespace waits, up to temporalReadyWait, until namespace exists.
+func waitNamespace(ctx context.Context, logger *slog.Logger, tc client.Client, namespace string) error {
+	deadline := time.Now().Add(temporalReadyWait)
+	for attempt := 1; ; attempt++ {
+		callCtx, cancel := context.WithTimeout(ctx, 15*time.Second)
+		_, err := tc.WorkflowService().DescribeNamespace(callCtx, &workflowservice.DescribeNamespaceRequest{Namespace: namespace})
+		cancel()
+		if err == nil {
+			return nil
+		}
+		if ctx.Err() != nil || !notReady(err) || time.Now().After(deadline) {
+			return fmt.Errorf("namespace %s on Temporal (not ready within %v?): %w", namespace, temporalReadyWait, err)
+		}
+		logger.Warn("Temporal namespace not ready yet; retrying", "namespace", namespace, "attempt", attempt, "error", err)
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(time.Second):
+		}
+	}
+}
+
+func (d *deps) Close() {
+	d.Temporal.Close()
+	_ = d.Metrics.Close()
+	d.Pool.Close()
+}
+
+func (d *deps) gateway() *gateway.Gateway {
+	g := gateway.New(d.Pool, d.Temporal, d.Records, d.Logger)
+	g.Starter.SearchAttributes = d.searchable
+	g.Set = d.Set
+	g.Metrics = gateway.NewMetricsOn(d.Metrics.Registry)
+	return g
+}
+
+// levelFloor drops records below floor: the SDK logs every poll at info.
+type levelFloor struct {
+	slog.Handler
+	floor slog.Level
+}
+
+func (h *levelFloor) Enabled(ctx context.Context, l slog.Level) bool {
+	return l >= h.floor && h.Handler.Enabled(ctx, l)
+}
+func (h *levelFloor) WithAttrs(a []slog.Attr) slog.Handler {
+	return &levelFloor{Handler: h.Handler.WithAttrs(a), floor: h.floor}
+}
+func (h *levelFloor) WithGroup(n string) slog.Handler {
+	return &levelFloor{Handler: h.Handler.WithGroup(n), floor: h.floor}
+}
+
+func connect(ctx context.Context, dbURL string) (*pgx.Conn, error) {
+	conn, err := pgurl.Connect(ctx, dbURL)
+	if err != nil {
+		return nil, fmt.Errorf("connect to database: %w", err)
+	}
+	return conn, nil
+}
+
+// idemStore is a record store over q with default retention, for commands
+// that only read.
+func idemStore(q idem.Querier) *idem.Store { return idem.NewStore(q, idem.Retention{}, nil) }
+
+// nonEmptyEnv is the process environment as envconfig reads it, with
+// empty variables left out (lookupEnv's rule): an empty TEMPORAL_ADDRESS is
+// unset here too, not an address that overrides the profile's.
+type nonEmptyEnv struct{}
+
+func (nonEmptyEnv) Environ() []string {
+	var out []string
+	for _, kv := range os.Environ() {
+		if _, v, _ := strings.Cut(kv, "="); strings.TrimSpace(v) != "" {
+			out = append(out, kv)
+		}
+	}
+	return out
+}
+
+func (nonEmptyEnv) LookupEnv(key string) (string, bool) { return lookupEnv(key) }

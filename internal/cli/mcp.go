@@ -1,0 +1,87 @@
+package cli
+
+import (
+	"bufio"
+	"context"
+	"flag"
+	"fmt"
+	"net"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"github.com/idemflow/idemflow/internal/mcpserver"
+	"github.com/modelcontextprotocol/go-sdk/mcp"
+)
+
+// gatewayFlags locate a running gateway: flags, then environment, then the
+// dev.env a running 'idemflow dev' leaves in its data directory.
+type gatewayFlags struct {
+	url, token, dataDir string
+}
+
+func (g *gatewayFlags) register(fs *flag.FlagSet) {
+	fs.StringVar(&g.url, "url", os.Getenv("IDEMFLOW_URL"), "gateway base URL (env IDEMFLOW_URL; default: from the dev stack's dev.env)")
+	fs.StringVar(&g.token, "token", os.Getenv("IDEMFLOW_TOKEN"), "API token (env IDEMFLOW_TOKEN; default: from dev.env)")
+	fs.StringVar(&g.dataDir, "data-dir", "./.idemflow", "where 'idemflow dev' keeps dev.env (env IDEMFLOW_DATA_DIR)")
+}
+
+// resolve fills what is missing from dev.env.
+func (g *gatewayFlags) resolve() (map[string]string, error) {
+	env := readDevEnv(g.dataDir)
+	if g.url == "" {
+		g.url = env["IDEMFLOW_URL"]
+	}
+	if g.token == "" {
+		g.token = env["IDEMFLOW_TOKEN"]
+	}
+	if g.url == "" || g.token == "" {
+		return env, fmt.Errorf("%w: no gateway: set --url and --token (IDEMFLOW_URL, IDEMFLOW_TOKEN) or start 'idemflow dev' with --data-dir %s", errUsage, g.dataDir)
+	}
+	return env, nil
+}
+
+func readDevEnv(dataDir string) map[string]string {
+	out := map[string]string{}
+	f, err := os.Open(filepath.Join(dataDir, "dev.env"))
+	if err != nil {
+		return out
+	}
+	defer f.Close()
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		if k, v, ok := strings.Cut(sc.Text(), "="); ok {
+			out[k] = v
+		}
+	}
+	return out
+}
+
+func runMCP(ctx context.Context, env *Env, args []string) error {
+	var g gatewayFlags
+	fs := flags("mcp", env)
+	g.register(fs)
+	httpAddr := fs.String("http", "", "serve MCP over streamable HTTP on this address (e.g. 127.0.0.1:8090) instead of stdio; clients send their own bearer token")
+	var httpOpts mcpserver.HTTPOptions
+	fs.IntVar(&httpOpts.MaxSessionsPerTenant, "max-sessions", 64, "with --http: open MCP sessions one tenant may hold (env IDEMFLOW_MCP_MAX_SESSIONS)")
+	fs.DurationVar(&httpOpts.IdleTimeout, "session-idle-timeout", 10*time.Minute, "with --http: close a session idle this long (env IDEMFLOW_MCP_IDLE_TIMEOUT)")
+	if err := parseFlags(fs, args); err != nil {
+		return err
+	}
+	if _, err := g.resolve(); err != nil && (*httpAddr == "" || g.url == "") {
+		return err
+	}
+	cfg := mcpserver.Config{BaseURL: g.url, Token: g.token, Operations: env.Set.Operations()}
+	if *httpAddr != "" {
+		// The line a user copies into a client's configuration: the URL
+		// itself (any path serves MCP; "/" is the one to give).
+		ready := func(addr net.Addr) {
+			env.Logger.Info("MCP over streamable HTTP: point clients at this URL, with their own bearer token",
+				"url", "http://"+addr.String()+"/", "gateway", g.url)
+		}
+		return serveHTTP(ctx, env.Logger, "MCP server", *httpAddr, newHTTPServer(mcpserver.HTTPHandler(cfg, httpOpts), true), ready)
+	}
+	// stdout carries the protocol; logs go to stderr.
+	return mcpserver.New(cfg).Run(ctx, &mcp.StdioTransport{})
+}

@@ -1,0 +1,187 @@
+//go:build !nodev
+
+package cli_test
+
+import (
+	"bufio"
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/idemflow/idemflow/internal/testenv"
+)
+
+// readmeLines returns the command lines of the README's sh blocks, one per
+// logical line (continuations joined, comments dropped), each with the
+// variable assignments that stand alone before it in its block.
+func readmeLines(t *testing.T) []string {
+	t.Helper()
+	f, err := os.Open("../../README.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	var lines, assigns []string
+	in, cur := false, ""
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		l := sc.Text()
+		switch {
+		case strings.HasPrefix(l, "```sh"):
+			in, assigns = true, nil
+			continue
+		case strings.HasPrefix(l, "```"):
+			in = false
+			continue
+		case !in:
+			continue
+		}
+		if i := strings.Index(l, " #"); i >= 0 {
+			l = l[:i]
+		}
+		l = strings.TrimSpace(l)
+		if strings.HasSuffix(l, `\`) {
+			cur += strings.TrimSuffix(l, `\`) + " "
+			continue
+		}
+		cur += l
+		if regexp.MustCompile(`^[A-Z_]+=\$\([^)]*\)$`).MatchString(cur) {
+			assigns = append(assigns, cur)
+		} else if cur != "" {
+			lines = append(lines, strings.Join(append(append([]string(nil), assigns...), cur), "; "))
+		}
+		cur = ""
+	}
+	return lines
+}
+
+// longRunning commands serve, or measure for minutes: the test runs each
+// for a while and holds it to having started (no usage error, no exit).
+var longRunning = regexp.MustCompile(`bin/idemflow (serve|dev|worker|gateway|chaos|bench|mcp --http)\b`)
+
+// Every command line the README shows runs as written, against a dev
+// stack, from a directory laid out as a clone's: bin/idemflow, .idemflow/
+// with dev.env and the demo token, examples/. Only the placeholders (…,
+// example hosts, KEY) are replaced. Lines that need what this machine lacks
+// (Docker) or that are the suite itself are named in the log, not run.
+func TestEveryReadmeCommandLineRuns(t *testing.T) {
+	_, dbURL := testenv.Pool(t)
+	dropTemporalDatabases(t, dbURL)
+	root := t.TempDir()
+	data := filepath.Join(root, ".idemflow")
+	temporalPort := freePort(t)
+	dev := startDev(t, dbURL, "--data-dir", data, "--http-addr", fmt.Sprintf("127.0.0.1:%d", freePort(t)),
+		"--temporal-port", fmt.Sprint(temporalPort), "--ui-port", fmt.Sprint(freePort(t)))
+	dev.WaitUp(t, 3*time.Minute)
+	devEnv := readEnvFile(t, filepath.Join(data, "dev.env"))
+	wd, _ := os.Getwd()
+	repo := filepath.Dir(filepath.Dir(wd))
+	if err := os.MkdirAll(filepath.Join(root, "bin"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	// bin/idemflow is the real binary, built as scripts/run.sh builds it:
+	// chaos starts its stack from its own executable, which must be
+	// idemflow and not this test binary.
+	build := exec.Command("go", "build", "-o", filepath.Join(root, "bin", "idemflow"), "./cmd/idemflow")
+	build.Dir = repo
+	if out, err := build.CombinedOutput(); err != nil {
+		t.Fatalf("go build: %v\n%s", err, out)
+	}
+	if err := os.Symlink(filepath.Join(repo, "examples"), filepath.Join(root, "examples")); err != nil {
+		t.Fatal(err)
+	}
+	// The commands find the stack through dev.env alone, as a user's
+	// shell would: none of the stack's variables is set.
+	var env []string
+	for _, kv := range os.Environ() {
+		if k, _, _ := strings.Cut(kv, "="); !strings.HasPrefix(k, "IDEMFLOW_") && !strings.HasPrefix(k, "TEMPORAL_") && k != "DATABASE_URL" {
+			env = append(env, kv)
+		}
+	}
+	sh := func(line string, within time.Duration) (code int, out string, running bool) {
+		ctx, cancel := context.WithTimeout(context.Background(), within)
+		defer cancel()
+		cmd := exec.CommandContext(ctx, "bash", "-c", line)
+		cmd.Dir, cmd.Env = root, env
+		cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+		cmd.Cancel = func() error { return syscall.Kill(-cmd.Process.Pid, syscall.SIGINT) }
+		cmd.WaitDelay = 30 * time.Second
+		b, _ := cmd.CombinedOutput()
+		return cmd.ProcessState.ExitCode(), string(b), ctx.Err() != nil
+	}
+
+	// The README's inspect examples are about tenant acme's key: the
+	// first-hour path makes acme a token (from dev.env) and sends one.
+	const key = "ticket:create:acme:6f1c-readme"
+	code, tok, _ := sh("bin/idemflow token --tenant acme", time.Minute)
+	tok = strings.TrimSpace(tok)
+	if code != 0 || !strings.HasPrefix(tok, "idf_") {
+		t.Fatalf("token --tenant acme beside a dev stack: exit %d\n%s", code, tok)
+	}
+	if r := testenv.Do(t, devEnv["IDEMFLOW_URL"], testenv.Request{Path: "/v1/tickets", Token: tok, Key: key,
+		Body: `{"customer_id":"c-1","title":"Printer on fire"}`}); r.Status != 201 {
+		t.Fatalf("%d %s", r.Status, r.Body)
+	}
+
+	// Values go into shell lines quoted: a URL's "&" would end a command.
+	quote := func(s string) string { return "'" + strings.ReplaceAll(s, "'", `'\''`) + "'" }
+	replacer := strings.NewReplacer(
+		"https://idemflow.example", devEnv["IDEMFLOW_URL"],
+		"postgres://…", quote(devEnv["DATABASE_URL"]),
+		"--token …", "--token "+devEnv["IDEMFLOW_TOKEN"],
+		"temporal:7233", devEnv["TEMPORAL_ADDRESS"],
+		"acme.a1b2c.tmprl.cloud:7233", devEnv["TEMPORAL_ADDRESS"],
+		"TEMPORAL_NAMESPACE=acme.a1b2c", "TEMPORAL_NAMESPACE="+devEnv["TEMPORAL_NAMESPACE"],
+		// An API key needs TLS, which a dev stack does not serve.
+		"TEMPORAL_API_KEY=… ", "",
+		"ticket:create:acme:6f1c…", key,
+		" KEY ", " "+key+" ",
+		"http://127.0.0.1:8080", devEnv["IDEMFLOW_URL"],
+	)
+	ran := 0
+	for _, line := range readmeLines(t) {
+		switch {
+		case strings.Contains(line, "docker compose"):
+			t.Logf("not run here (no Docker; TestComposeFileMatchesTheBinaryAndTheReadme checks the file): %s", line)
+			continue
+		case strings.HasPrefix(line, "scripts/"):
+			t.Logf("not run here (the set-up commands; CI and the fresh-clone walk run them): %s", line)
+			continue
+		}
+		line := replacer.Replace(line)
+		if strings.Contains(line, "…") {
+			t.Errorf("a placeholder the test does not fill: %s", line)
+			continue
+		}
+		ran++
+		t.Run(line, func(t *testing.T) {
+			if longRunning.MatchString(line) {
+				// Two minutes for chaos to build nothing and start its
+				// stack is more than it needs; what matters is that the
+				// line is accepted and starts.
+				code, out, running := sh(line, 20*time.Second)
+				if !running && code != 0 {
+					t.Fatalf("exit %d before it was stopped:\n%s", code, out)
+				}
+				return
+			}
+			code, out, _ := sh(line, 2*time.Minute)
+			if code != 0 {
+				t.Fatalf("exit %d:\n%s", code, out)
+			}
+			if strings.Contains(line, "inspect") && !strings.Contains(out, "Printer on fire") {
+				t.Fatalf("inspect does not show the ticket:\n%s", out)
+			}
+		})
+	}
+	if ran < 10 {
+		t.Fatalf("only %d README lines found: the extraction is broken", ran)
+	}
+}

@@ -1,0 +1,96 @@
+package devserver
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"strconv"
+
+	"github.com/idemflow/idemflow/internal/pgurl"
+	"github.com/jackc/pgx/v5"
+	"go.temporal.io/server/common/config"
+	"go.temporal.io/server/common/log"
+	pgplugin "go.temporal.io/server/common/persistence/sql/sqlplugin/postgresql"
+	"go.temporal.io/server/tools/common/schema"
+	sqltool "go.temporal.io/server/tools/sql"
+)
+
+// The embedded schemas Temporal's own schema tool applies, as it does for
+// 'temporal-sql-tool update-schema --schema-name ...'.
+const (
+	pgSchema           = "postgresql/v12/temporal"
+	pgVisibilitySchema = "postgresql/v12/visibility"
+)
+
+// pgStores makes the two databases Temporal needs on the server of
+// adminURL, brings their schemas to this server's versions, and returns
+// their settings. It holds an advisory lock on the server for as long as
+// the returned connection lives: one embedded Temporal per database, so
+// that the previous run's cluster members can be pruned as dead.
+func pgStores(ctx context.Context, adminURL, database string) (main, visibility *config.SQL, lock *pgx.Conn, err error) {
+	pc, err := pgurl.ParseConfig(adminURL)
+	if err != nil {
+		return nil, nil, nil, fmt.Errorf("temporal: PostgreSQL URL: %w", err)
+	}
+	stores := make([]*config.SQL, 2)
+	for i, name := range []string{database, database + "_visibility"} {
+		if _, err := EnsureDatabase(ctx, adminURL, name); err != nil {
+			return nil, nil, nil, fmt.Errorf("temporal: %w (or run dev with --temporal-store sqlite)", err)
+		}
+		stores[i] = &config.SQL{
+			PluginName:      pgplugin.PluginNamePGX,
+			DatabaseName:    name,
+			ConnectAddr:     net.JoinHostPort(pc.Host, strconv.Itoa(int(pc.Port))),
+			ConnectProtocol: "tcp",
+			User:            pc.User,
+			Password:        pc.Password,
+			MaxConns:        20,
+			MaxIdleConns:    20,
+		}
+	}
+	lockURL, err := WithDatabase(adminURL, database)
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	lock, err = pgurl.Connect(ctx, lockURL)
+	if err != nil {
+		return nil, nil, nil, fmt.Errorf("temporal: connect to %s: %w", database, err)
+	}
+	var got bool
+	if err := lock.QueryRow(ctx, `SELECT pg_try_advisory_lock(hashtext('idemflow-dev-temporal'))`).Scan(&got); err != nil || !got {
+		lock.Close(context.Background())
+		if err == nil {
+			err = errors.New("another idemflow dev runs a Temporal server on it")
+		}
+		return nil, nil, nil, fmt.Errorf("temporal: database %s: %w", database, err)
+	}
+	for i, name := range []string{pgSchema, pgVisibilitySchema} {
+		if err := ensureSchema(stores[i], name); err != nil {
+			lock.Close(context.Background())
+			return nil, nil, nil, err
+		}
+	}
+	return stores[0], stores[1], lock, nil
+}
+
+// ensureSchema sets a database's schema up once (version tables at 0.0),
+// then applies every versioned update it lacks: a new database gets the
+// whole schema, and a module upgrade brings an existing one up to date.
+func ensureSchema(cfg *config.SQL, schemaName string) error {
+	logger := log.NewNoopLogger()
+	conn, err := sqltool.NewConnection(cfg, logger)
+	if err != nil {
+		return fmt.Errorf("temporal: schema of %s: %w", cfg.DatabaseName, err)
+	}
+	defer conn.Close()
+	if _, err := conn.ReadSchemaVersion(); err != nil {
+		if err := schema.NewSetupSchemaTask(conn, &schema.SetupConfig{InitialVersion: "0.0"}, logger).Run(); err != nil {
+			return fmt.Errorf("temporal: set up the schema of %s: %w", cfg.DatabaseName, err)
+		}
+	}
+	if err := schema.NewUpdateSchemaTask(conn, &schema.UpdateConfig{DBName: cfg.DatabaseName, SchemaName: schemaName}, logger).Run(); err != nil {
+		return fmt.Errorf("temporal: update the schema of %s: %w", cfg.DatabaseName, err)
+	}
+	return nil
+}

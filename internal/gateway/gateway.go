@@ -1,0 +1,586 @@
+// Package gateway is idemflow's HTTP API: it authenticates agents, reads
+// and validates their requests, hands intents to the starter, and writes
+// the answers (stored answers byte for byte, errors as problem+json).
+package gateway
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"mime"
+	"net/http"
+	"slices"
+	"strconv"
+	"strings"
+	"sync/atomic"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/idemflow/idemflow/idem"
+	"github.com/idemflow/idemflow/internal/apperr"
+	"github.com/idemflow/idemflow/internal/ijson"
+	"github.com/idemflow/idemflow/internal/problem"
+	"github.com/idemflow/idemflow/internal/registry"
+	"github.com/idemflow/idemflow/internal/tenant"
+	"github.com/idemflow/idemflow/internal/tickets"
+	"github.com/idemflow/idemflow/op"
+	"github.com/idemflow/idemflow/starter"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"go.temporal.io/sdk/client"
+)
+
+// Header names of the idempotency contract.
+const (
+	HeaderKey      = "Idempotency-Key"
+	HeaderReplayed = "Idempotent-Replayed"
+)
+
+// Gateway is the HTTP API agents call.
+type Gateway struct {
+	Starter *starter.Starter
+	Tenants *tenant.Authenticator
+	Tickets *tickets.Store
+	Records *idem.Store
+	// DB serves reads of orders.
+	DB idem.Querier
+	// Set holds the declared operations, each served at its route (nil:
+	// idemflow's own alone).
+	Set *registry.Set
+	// Health reports whether PostgreSQL and Temporal both answer.
+	Health  func(ctx context.Context) error
+	Metrics *Metrics
+	// ServeMetrics puts GET /metrics on the gateway's own routes; turn it
+	// off to serve Metrics.Handler on another address.
+	ServeMetrics bool
+	Logger       *slog.Logger
+	// RequestLogLevel is the level of the one line per request (INFO by
+	// default); dev on a terminal lowers it to DEBUG, to keep its console
+	// for people.
+	RequestLogLevel slog.Level
+
+	// waiting holds one token per request waiting for its intent: each
+	// holds a goroutine and a Temporal long poll. When it is full, a
+	// request answers at once (202 or 409) instead of waiting, and the
+	// agent polls. Its capacity is MaxWaiting.
+	waiting chan struct{}
+	// draining: the process is shutting down (Drain).
+	draining atomic.Bool
+}
+
+// Drain makes the gateway refuse new work while the requests it holds
+// finish: /readyz answers 503, so a load balancer stops sending, and any
+// other new request answers 503 with Retry-After, so an agent retries
+// with the same key (on another replica, or this one restarted).
+// /healthz and /metrics keep answering: the process is alive and observed.
+func (g *Gateway) Drain() { g.draining.Store(true) }
+
+// DefaultMaxWaiting bounds the requests that wait at once.
+const DefaultMaxWaiting = 1024
+
+// NewGateway wires a gateway over one pool and one Temporal client.
+func New(db *pgxpool.Pool, tc client.Client, records *idem.Store, logger *slog.Logger) *Gateway {
+	return &Gateway{
+		Starter: &starter.Starter{Temporal: tc, Records: records, Logger: logger, Answers: starter.NewAnswerCache(starter.DefaultAnswerCacheSize)},
+		Tenants: tenant.NewAuthenticator(tenant.NewStore(db), 10000, tenant.DefaultAuthTTL),
+		Tickets: tickets.NewStore(db),
+		Records: records,
+		DB:      db,
+		Health: func(ctx context.Context) error {
+			var errs []error
+			if err := db.Ping(ctx); err != nil {
+				errs = append(errs, fmt.Errorf("postgres: %w", err))
+			}
+			if _, err := tc.CheckHealth(ctx, &client.CheckHealthRequest{}); err != nil {
+				errs = append(errs, fmt.Errorf("temporal: %w", err))
+			}
+			return errors.Join(errs...)
+		},
+		Metrics:      NewMetrics(),
+		ServeMetrics: true,
+		Logger:       logger,
+		waiting:      make(chan struct{}, DefaultMaxWaiting),
+	}
+}
+
+// SetMaxWaiting sets how many requests may wait for their intent at once.
+func (g *Gateway) SetMaxWaiting(n int) {
+	g.waiting = make(chan struct{}, max(n, 0))
+}
+
+// Handler returns the gateway's routes.
+func (g *Gateway) Handler() http.Handler {
+	type route struct {
+		method, pattern string
+		handler         http.HandlerFunc
+	}
+	mux := http.NewServeMux()
+	routes := []route{
+		{"GET", "/v1/tickets/{id}", g.authed(g.getTicket)},
+		{"GET", "/v1/orders/{order_no}", g.authed(g.getOrder)},
+		{"GET", "/v1/operations/{id}", g.authed(g.getOperation)},
+		{"GET", "/v1/tenant", g.authed(g.getTenant)},
+		{"GET", "/healthz", g.healthz},
+		{"GET", "/readyz", g.readyz},
+		{"GET", "/problems/{slug}", g.describeProblem},
+		{"GET", "/openapi.json", g.serveOpenAPI(g.set())},
+	}
+	for _, o := range g.operations() {
+		routes = append(routes, route{"POST", o.Route, g.authed(g.serveOperation(o))})
+	}
+	if g.Metrics != nil && g.ServeMetrics {
+		routes = append(routes, route{"GET", "/metrics", g.Metrics.Handler().ServeHTTP})
+	}
+	allowed := map[string][]string{}
+	for _, rt := range routes {
+		mux.HandleFunc(rt.method+" "+rt.pattern, rt.handler)
+		allowed[rt.pattern] = append(allowed[rt.pattern], rt.method)
+	}
+	// A known path with another method is a 405 problem, not the mux's
+	// plain-text one: every error is problem+json.
+	for pattern, methods := range allowed {
+		allow := strings.Join(methods, ", ")
+		if slices.Contains(methods, "GET") {
+			allow += ", HEAD"
+		}
+		mux.HandleFunc(pattern, func(w http.ResponseWriter, r *http.Request) {
+			w.Header().Set("Allow", allow)
+			writeProblem(w, problem.New(problem.TypeMethodNotAllowed, http.StatusMethodNotAllowed, r.Method+" is not allowed here; use "+allow))
+		})
+	}
+	// Each order action has its own route; any other is named.
+	mux.HandleFunc("/v1/orders/{order_no}/{action}", g.unknownAction)
+	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
+		writeNotFound(w, "no route for "+r.Method+" "+r.URL.Path)
+	})
+	return g.logRequests(mux)
+}
+
+func (g *Gateway) operations() []*op.Operation { return g.set().Operations() }
+
+func (g *Gateway) set() *registry.Set {
+	if g.Set == nil {
+		return registry.Builtin()
+	}
+	return g.Set
+}
+
+type tenantHandler func(w http.ResponseWriter, r *http.Request, tenantID string)
+
+// authed resolves the bearer token to a tenant before anything else is read,
+// so an unknown caller learns nothing and writes nothing.
+func (g *Gateway) authed(next tenantHandler) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		scheme, token, _ := strings.Cut(r.Header.Get("Authorization"), " ")
+		if !strings.EqualFold(scheme, "Bearer") || strings.TrimSpace(token) == "" {
+			w.Header().Set("WWW-Authenticate", `Bearer realm="idemflow"`)
+			writeProblem(w, problem.New(problem.TypeUnauthorized, http.StatusUnauthorized, "send Authorization: Bearer <token>"))
+			return
+		}
+		tenantID, err := g.Tenants.Authenticate(r.Context(), strings.TrimSpace(token))
+		if errors.Is(err, tenant.ErrUnknownToken) {
+			w.Header().Set("WWW-Authenticate", `Bearer realm="idemflow", error="invalid_token"`)
+			writeProblem(w, problem.New(problem.TypeUnauthorized, http.StatusUnauthorized, "the bearer token is unknown or revoked"))
+			return
+		}
+		if err != nil {
+			g.unavailable(w, r, err)
+			return
+		}
+		noteRequest(r.Context(), func(i *requestInfo) { i.tenantID = tenantID })
+		next(w, r, tenantID)
+	}
+}
+
+// intentRequest is what every create-style endpoint parses before submitting.
+type intentRequest struct {
+	key  string
+	wait time.Duration
+	// preferWait is true when the caller sent Prefer: wait=N.
+	preferWait bool
+}
+
+// readIntent validates the key and reads the body; on failure it has
+// already answered. Nothing is recorded before it succeeds.
+// An empty body counts as {} where allowEmpty is set.
+func (g *Gateway) readIntent(w http.ResponseWriter, r *http.Request, into any, allowEmpty bool) (intentRequest, bool) {
+	vals := r.Header.Values(HeaderKey)
+	if len(vals) > 1 {
+		writeProblem(w, problem.New(problem.TypeInvalidKey, http.StatusBadRequest, "send exactly one Idempotency-Key header"))
+		return intentRequest{}, false
+	}
+	key, err := idem.ParseKey(r.Header.Get(HeaderKey))
+	if err != nil {
+		writeProblem(w, problem.New(problem.TypeInvalidKey, http.StatusBadRequest, err.Error()))
+		return intentRequest{}, false
+	}
+	if ct := r.Header.Get("Content-Type"); ct != "" {
+		// A form or text body is not JSON that happens to parse: refuse
+		// it, so that the contract's one media type is the only one.
+		if mt, _, err := mime.ParseMediaType(ct); err != nil || mt != "application/json" {
+			writeProblem(w, problem.New(problem.TypeUnsupportedMedia, http.StatusUnsupportedMediaType,
+				"send the body as Content-Type: application/json, not "+strconv.Quote(ct)))
+			return intentRequest{}, false
+		}
+	}
+	body, err := readBody(w, r)
+	switch {
+	case errors.Is(err, errBodyTooLarge):
+		writeProblem(w, problem.New(problem.TypeBodyTooLarge, http.StatusRequestEntityTooLarge, err.Error()))
+		return intentRequest{}, false
+	case err != nil:
+		writeProblem(w, problem.New(problem.TypeInvalidRequest, http.StatusBadRequest, err.Error()))
+		return intentRequest{}, false
+	}
+	if allowEmpty && len(bytes.TrimSpace(body)) == 0 {
+		body = []byte("{}")
+	}
+	if raw, ok := into.(*json.RawMessage); ok {
+		// A declared operation's body: its Prepare decodes it, once.
+		*raw = body
+	} else if err := ijson.Decode(body, into); err != nil {
+		writeInvalid(w, err)
+		return intentRequest{}, false
+	}
+	wait, prefer := parseWait(r.Header)
+	return intentRequest{key: key, wait: wait, preferWait: prefer}, true
+}
+
+// serveIntent reads an intent request into req, then builds and submits
+// it; build's *apperr.InvalidError is a 400, an apperr.ErrNotFound a 404
+// and a starter.ErrUnavailable a 503.
+func (g *Gateway) serveIntent(w http.ResponseWriter, r *http.Request, bizType string, req any, allowEmpty bool, build func(key string) (starter.Intent, error)) {
+	ir, ok := g.readIntent(w, r, req, allowEmpty)
+	if !ok {
+		g.Metrics.count(bizType, LabelInvalid)
+		return
+	}
+	intent, err := build(ir.key)
+	var inv *apperr.InvalidError
+	switch {
+	case errors.As(err, &inv):
+		g.Metrics.count(bizType, LabelInvalid)
+		writeInvalid(w, err)
+		return
+	case errors.Is(err, apperr.ErrNotFound):
+		// What the request names is not this tenant's: nothing recorded.
+		writeNotFound(w, err.Error())
+		return
+	case errors.Is(err, starter.ErrUnavailable):
+		g.unavailable(w, r, err)
+		return
+	case err != nil:
+		g.internal(w, r, err)
+		return
+	}
+	intent.Wait = ir.wait
+	g.submit(w, r, intent, ir.preferWait)
+}
+
+func (g *Gateway) submit(w http.ResponseWriter, r *http.Request, in starter.Intent, preferWait bool) {
+	noteRequest(r.Context(), func(i *requestInfo) { i.workflowID = in.WorkflowID })
+	if in.Wait > 0 {
+		select {
+		case g.waiting <- struct{}{}:
+			g.Metrics.waitingAdd(1)
+			defer func() { <-g.waiting; g.Metrics.waitingAdd(-1) }()
+		default:
+			in.Wait = 0
+		}
+	}
+	reply, err := g.Starter.Submit(r.Context(), in)
+	outcome := labelOf(reply, err)
+	if r.Context().Err() != nil {
+		// The caller hung up: nobody reads this answer, and it says
+		// nothing about PostgreSQL or Temporal.
+		g.Metrics.count(in.BizType, LabelClientGone)
+		return
+	}
+	g.Metrics.count(in.BizType, outcome)
+	if err == nil && preferWait {
+		w.Header().Set("Preference-Applied", "wait="+strconv.Itoa(int(in.Wait/time.Second)))
+	}
+	switch outcome {
+	case LabelConflict:
+		writeProblem(w, problem.New(problem.TypeKeyReused, http.StatusUnprocessableEntity, err.Error()))
+	case LabelUnavailable:
+		g.unavailable(w, r, err)
+	case LabelFailed:
+		if !errors.Is(err, starter.ErrExecutionFailed) {
+			g.internal(w, r, err)
+			return
+		}
+		p := problem.New(problem.TypeExecutionFailed, http.StatusInternalServerError,
+			"the request did not complete; retry with the same key")
+		p.OperationID = reply.OperationID.String()
+		writeProblem(w, p)
+	case LabelExecuted, LabelReplayed:
+		writeOutcome(w, reply.Outcome, reply.Replayed)
+	case LabelAccepted:
+		loc := "/v1/operations/" + reply.OperationID.String()
+		w.Header().Set("Location", loc)
+		w.Header().Set("Retry-After", "1")
+		writeJSON(w, http.StatusAccepted, operationView{
+			OperationID: reply.OperationID.String(), Status: "processing",
+			BizType: in.BizType, IdempotencyKey: in.Key, WorkflowID: reply.WorkflowID,
+		})
+	default: // LabelInProgress
+		w.Header().Set("Retry-After", "1")
+		p := problem.New(problem.TypeInProgress, http.StatusConflict,
+			"a request with this Idempotency-Key is still being processed; retry with the same key")
+		p.OperationID = reply.OperationID.String()
+		writeProblem(w, p)
+	}
+}
+
+// labelOf classifies a submission once, for both the answer and the
+// metrics.
+func labelOf(reply starter.Reply, err error) string {
+	var reused *idem.KeyReusedError
+	switch {
+	case errors.As(err, &reused):
+		return LabelConflict
+	case errors.Is(err, starter.ErrUnavailable):
+		return LabelUnavailable
+	case err != nil:
+		return LabelFailed
+	case reply.Done && reply.Replayed:
+		return LabelReplayed
+	case reply.Done:
+		return LabelExecuted
+	case reply.Owner:
+		return LabelAccepted
+	}
+	return LabelInProgress
+}
+
+// writeOutcome writes a stored answer. A replay carries
+// Idempotent-Replayed: true and is otherwise byte-identical to the first.
+func writeOutcome(w http.ResponseWriter, out idem.Outcome, replayed bool) {
+	h := w.Header()
+	if out.Status >= 400 {
+		h.Set("Content-Type", problem.ContentType)
+	} else {
+		h.Set("Content-Type", "application/json")
+	}
+	if out.Location != "" {
+		h.Set("Location", out.Location)
+	}
+	h.Set(HeaderReplayed, strconv.FormatBool(replayed))
+	w.WriteHeader(out.Status)
+	_, _ = w.Write(out.Body)
+}
+
+type operationView struct {
+	OperationID    string          `json:"operation_id"`
+	Status         string          `json:"status"`
+	BizType        string          `json:"biz_type"`
+	IdempotencyKey string          `json:"idempotency_key"`
+	WorkflowID     string          `json:"workflow_id"`
+	Attempts       int             `json:"attempts,omitempty"`
+	CreatedAt      *time.Time      `json:"created_at,omitempty"`
+	UpdatedAt      *time.Time      `json:"updated_at,omitempty"`
+	ResultStatus   int             `json:"result_status,omitempty"`
+	ResultLocation string          `json:"result_location,omitempty"`
+	Result         json.RawMessage `json:"result,omitempty"`
+}
+
+var operationStatus = map[idem.Status]string{
+	idem.StatusProcessing: "processing",
+	idem.StatusSuccess:    "succeeded",
+	idem.StatusFailed:     "failed",
+}
+
+func (g *Gateway) getOperation(w http.ResponseWriter, r *http.Request, tenantID string) {
+	id, err := uuid.Parse(r.PathValue("id"))
+	if err != nil {
+		writeNotFound(w, "no operation "+r.PathValue("id"))
+		return
+	}
+	rec, err := g.Records.GetByID(r.Context(), tenantID, id)
+	g.answerRead(w, r, "no operation "+id.String(), err, func() { writeJSON(w, http.StatusOK, operationOf(rec)) })
+}
+
+// answerRead ends a tenant's read: found (write), not found for this
+// tenant (404, detail notFound), or the database failed (503).
+func (g *Gateway) answerRead(w http.ResponseWriter, r *http.Request, notFound string, err error, write func()) {
+	switch {
+	case errors.Is(err, apperr.ErrNotFound):
+		writeNotFound(w, notFound)
+	case err != nil:
+		g.unavailable(w, r, err)
+	default:
+		write()
+	}
+}
+
+// writeBody writes a resource's stored JSON rendering as a 200.
+func writeBody(w http.ResponseWriter, body []byte) {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(http.StatusOK)
+	_, _ = w.Write(body)
+}
+
+// operationOf renders a record as GET /v1/operations/{id} does.
+func operationOf(rec idem.Record) any {
+	v := operationView{
+		OperationID: rec.ID.String(), Status: operationStatus[rec.Status], BizType: rec.BizType,
+		IdempotencyKey: rec.Key, WorkflowID: rec.WorkflowID, Attempts: rec.Attempts,
+		CreatedAt: &rec.CreatedAt, UpdatedAt: &rec.UpdatedAt,
+	}
+	if rec.Status != idem.StatusProcessing {
+		v.ResultStatus, v.ResultLocation = rec.Response.Status, rec.Response.Location
+		if json.Valid(rec.Response.Body) {
+			v.Result = json.RawMessage(rec.Response.Body)
+		}
+	}
+	return v
+}
+
+// getTenant names the caller's tenant: a cheap way for a front end (the MCP
+// server) to check a token before it keeps anything for its holder.
+func (g *Gateway) getTenant(w http.ResponseWriter, _ *http.Request, tenantID string) {
+	writeJSON(w, http.StatusOK, map[string]string{"tenant_id": tenantID})
+}
+
+// healthz is liveness: the process serves requests. It calls no
+// dependency, so a PostgreSQL outage does not get every replica restarted.
+func (g *Gateway) healthz(w http.ResponseWriter, _ *http.Request) {
+	writeJSON(w, http.StatusOK, map[string]string{"status": "ok"})
+}
+
+// readyz is readiness: PostgreSQL and Temporal both answer.
+func (g *Gateway) readyz(w http.ResponseWriter, r *http.Request) {
+	ctx, cancel := context.WithTimeout(r.Context(), 3*time.Second)
+	defer cancel()
+	if err := g.Health(ctx); err != nil {
+		g.unavailable(w, r, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, map[string]string{"status": "ok"})
+}
+
+func (g *Gateway) describeProblem(w http.ResponseWriter, r *http.Request) {
+	typ := "/problems/" + r.PathValue("slug")
+	desc, ok := problem.Descriptions[typ]
+	if !ok {
+		desc, ok = g.set().Description(r.PathValue("slug"))
+	}
+	if !ok {
+		// A typo must not look like a real problem type.
+		writeNotFound(w, "no problem type "+typ)
+		return
+	}
+	w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+	_, _ = fmt.Fprintf(w, "%s\n\n%s\n", typ, desc)
+}
+
+func (g *Gateway) unavailable(w http.ResponseWriter, r *http.Request, err error) {
+	g.logger().WarnContext(r.Context(), "dependency unavailable", "path", r.URL.Path, "error", err)
+	w.Header().Set("Retry-After", "2")
+	writeProblem(w, problem.New(problem.TypeUnavailable, http.StatusServiceUnavailable,
+		"PostgreSQL or Temporal is unavailable; nothing was executed, retry with the same key"))
+}
+
+func (g *Gateway) internal(w http.ResponseWriter, r *http.Request, err error) {
+	g.logger().ErrorContext(r.Context(), "internal error", "path", r.URL.Path, "error", err)
+	writeProblem(w, problem.New(problem.TypeInternal, http.StatusInternalServerError, "internal error; retry with the same key"))
+}
+
+func (g *Gateway) logger() *slog.Logger {
+	if g.Logger != nil {
+		return g.Logger
+	}
+	return slog.Default()
+}
+
+func writeInvalid(w http.ResponseWriter, err error) {
+	var inv *apperr.InvalidError
+	if !errors.As(err, &inv) {
+		writeProblem(w, problem.New(problem.TypeInvalidRequest, http.StatusBadRequest, err.Error()))
+		return
+	}
+	p := problem.New(problem.TypeInvalidRequest, http.StatusBadRequest, inv.Error())
+	p.Errors = inv.Fields
+	writeProblem(w, p)
+}
+
+// writeNotFound answers 404: no such resource for this tenant (another
+// tenant's is not found either).
+func writeNotFound(w http.ResponseWriter, detail string) {
+	writeProblem(w, problem.New(problem.TypeNotFound, http.StatusNotFound, detail))
+}
+
+func writeProblem(w http.ResponseWriter, p problem.Problem) {
+	w.Header().Set("Content-Type", problem.ContentType)
+	w.WriteHeader(p.Status)
+	_, _ = w.Write(p.Body())
+}
+
+func writeJSON(w http.ResponseWriter, status int, v any) {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(status)
+	_ = json.NewEncoder(w).Encode(v)
+}
+
+type statusRecorder struct {
+	http.ResponseWriter
+	status int
+}
+
+func (s *statusRecorder) WriteHeader(code int) {
+	s.status = code
+	s.ResponseWriter.WriteHeader(code)
+}
+
+func (g *Gateway) logRequests(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		start := time.Now()
+		rec := &statusRecorder{ResponseWriter: w, status: http.StatusOK}
+		if g.draining.Load() && r.URL.Path != "/healthz" && r.URL.Path != "/metrics" {
+			w.Header().Set("Retry-After", "1")
+			writeProblem(w, problem.New(problem.TypeUnavailable, http.StatusServiceUnavailable,
+				"this gateway is shutting down; nothing was executed, retry with the same key"))
+			g.Metrics.observe("draining", r.Method, http.StatusServiceUnavailable, time.Since(start))
+			return
+		}
+		info := &requestInfo{}
+		r = r.WithContext(context.WithValue(r.Context(), requestInfoKey{}, info))
+		next.ServeHTTP(rec, r)
+		took := time.Since(start)
+		route := r.Pattern
+		if route == "" {
+			route = "unmatched"
+		}
+		g.Metrics.observe(route, r.Method, rec.status, took)
+		attrs := []slog.Attr{slog.String("method", r.Method), slog.String("path", r.URL.Path),
+			slog.Int("status", rec.status), slog.Duration("took", took),
+			slog.Bool("replayed", rec.Header().Get(HeaderReplayed) == "true")}
+		// An intent's lines carry its tenant, key and workflow ID, so that
+		// one grep follows it from gateway to worker; never a token or body.
+		if info.tenantID != "" {
+			attrs = append(attrs, slog.String("tenant", info.tenantID))
+		}
+		if key := r.Header.Get("Idempotency-Key"); key != "" && len(key) <= 255 {
+			attrs = append(attrs, slog.String("key", key))
+		}
+		if info.workflowID != "" {
+			attrs = append(attrs, slog.String("workflow_id", info.workflowID))
+		}
+		g.logger().LogAttrs(r.Context(), g.RequestLogLevel, "http", attrs...)
+	})
+}
+
+// requestInfo collects, while a request is served, what its log line
+// names.
+type requestInfo struct{ tenantID, workflowID string }
+
+type requestInfoKey struct{}
+
+func noteRequest(ctx context.Context, f func(*requestInfo)) {
+	if info, ok := ctx.Value(requestInfoKey{}).(*requestInfo); ok {
+		f(info)
+	}
+}

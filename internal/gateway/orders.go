@@ -1,0 +1,29 @@
+package gateway
+
+import (
+	"net/http"
+
+	"github.com/idemflow/idemflow/internal/problem"
+
+	"github.com/idemflow/idemflow/internal/orders"
+)
+
+// unknownAction answers an order path whose action no declaration serves
+// (each action has its own route): a POST is a 404 that names the actions,
+// any other method a 405, as on the actions' own paths. Nothing is read
+// or recorded.
+func (g *Gateway) unknownAction(w http.ResponseWriter, r *http.Request) {
+	if r.Method != http.MethodPost {
+		w.Header().Set("Allow", "POST")
+		writeProblem(w, problem.New(problem.TypeMethodNotAllowed, http.StatusMethodNotAllowed, r.Method+" is not allowed here; use POST"))
+		return
+	}
+	g.authed(func(w http.ResponseWriter, r *http.Request, _ string) {
+		writeNotFound(w, "no order action "+r.PathValue("action")+"; use pay, cancel, refund or fulfill")
+	})(w, r)
+}
+
+func (g *Gateway) getOrder(w http.ResponseWriter, r *http.Request, tenantID string) {
+	o, err := orders.Get(r.Context(), g.DB, tenantID, r.PathValue("order_no"))
+	g.answerRead(w, r, "no order "+r.PathValue("order_no"), err, func() { writeBody(w, o.Body()) })
+}

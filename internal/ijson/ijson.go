@@ -1,0 +1,147 @@
+// Package ijson decodes what agents send (HTTP bodies, MCP tool
+// arguments) as I-JSON (RFC 7493). Its one job: one strict decoder, so
+// that a request means one thing on every way in, and two encodings of it
+// cannot share a fingerprint while meaning different things.
+package ijson
+
+import (
+	"bytes"
+	"errors"
+	"io"
+	"slices"
+	"strconv"
+	"strings"
+	"unicode/utf8"
+
+	jsonv2 "github.com/go-json-experiment/json"
+	"github.com/go-json-experiment/json/jsontext"
+	"github.com/idemflow/idemflow/internal/apperr"
+)
+
+// Decode decodes one JSON object into v as I-JSON (RFC 7493): it
+// rejects invalid UTF-8, duplicate member names, names that match a field
+// only in another case, unknown fields, wrong types, trailing data and text
+// PostgreSQL cannot store (U+0000), each as a field-level
+// *apperr.InvalidError. Go's encoding/json would accept the first three
+// silently (invalid UTF-8 turned into U+FFFD, the last duplicate winning,
+// any case matching), so that differently encoded bodies could share a
+// fingerprint; json v2 rejects them by default.
+func Decode(body []byte, v any) error {
+	var inv apperr.Invalid
+	trimmed := bytes.TrimSpace(body)
+	switch {
+	case len(trimmed) == 0:
+		inv.Add("body", "is empty; send a JSON object")
+		return inv.Err()
+	case trimmed[0] != '{':
+		inv.Add("body", "must be a JSON object")
+		return inv.Err()
+	case !utf8.Valid(body):
+		inv.Add("body", "is not valid UTF-8")
+		return inv.Err()
+	}
+	err := jsonv2.Unmarshal(body, v, jsonv2.RejectUnknownMembers(true))
+	var syntaxErr *jsontext.SyntacticError
+	var semErr *jsonv2.SemanticError
+	switch {
+	case err == nil:
+		if field, ok := findNUL(body); ok {
+			inv.Add(field, "contains U+0000, which cannot be stored")
+		}
+	case errors.As(err, &syntaxErr) && errors.Is(err, jsontext.ErrDuplicateName):
+		inv.Add(fieldName(syntaxErr.JSONPointer), "appears twice; send each field once")
+	case errors.As(err, &syntaxErr):
+		if errors.Is(err, io.ErrUnexpectedEOF) {
+			inv.Add("body", "is truncated JSON")
+			break
+		}
+		inv.Add("body", "is not valid JSON at byte %d: %s", syntaxErr.ByteOffset, syntaxErr.Err)
+	case errors.As(err, &semErr) && errors.Is(err, jsonv2.ErrUnknownName):
+		inv.Add(fieldName(semErr.JSONPointer), "is not a known field (names are case-sensitive)")
+	case errors.As(err, &semErr) && semErr.GoType != nil:
+		inv.Add(fieldName(semErr.JSONPointer), "must be %s, got JSON %s", jsonKind(semErr.GoType.Kind().String()), kindName(semErr.JSONKind))
+	default:
+		inv.Add("body", "%s", err.Error())
+	}
+	return inv.Err()
+}
+
+// findNUL returns the field of the first string value holding U+0000. In
+// valid JSON a NUL can only be written as an escape, so a body without
+// one is skipped without parsing.
+func findNUL(body []byte) (string, bool) {
+	if !bytes.Contains(body, []byte(`\u0000`)) {
+		return "", false
+	}
+	dec := jsontext.NewDecoder(bytes.NewReader(body))
+	for {
+		tok, err := dec.ReadToken()
+		if err != nil {
+			return "", false
+		}
+		if tok.Kind() == '"' && strings.ContainsRune(tok.String(), 0) {
+			return fieldName(dec.StackPointer()), true
+		}
+	}
+}
+
+// fieldName turns a JSON pointer (/items/0/sku) into the field names the
+// validation errors use (items[0].sku).
+func fieldName(p jsontext.Pointer) string { return FieldOf(slices.Collect(p.Tokens())) }
+
+// FieldOf names a location in a JSON value, given as its reference tokens
+// (items, 0, sku), the way every field error names it: items[0].sku, or
+// body for the value itself.
+func FieldOf(tokens []string) string {
+	var b strings.Builder
+	for _, tok := range tokens {
+		if _, err := strconv.Atoi(tok); err == nil && b.Len() > 0 {
+			b.WriteString("[" + tok + "]")
+			continue
+		}
+		if b.Len() > 0 {
+			b.WriteByte('.')
+		}
+		b.WriteString(tok)
+	}
+	if b.Len() == 0 {
+		return "body"
+	}
+	return b.String()
+}
+
+func kindName(k jsontext.Kind) string {
+	switch k {
+	case '"':
+		return "string"
+	case '0':
+		return "number"
+	case 't', 'f':
+		return "boolean"
+	case 'n':
+		return "null"
+	case '{':
+		return "object"
+	case '[':
+		return "array"
+	}
+	return "value"
+}
+
+func jsonKind(goKind string) string {
+	switch goKind {
+	case "string":
+		return "a string"
+	case "int", "int8", "int16", "int32", "int64", "uint", "uint8", "uint16", "uint32", "uint64":
+		return "an integer"
+	case "float32", "float64":
+		return "a number"
+	case "bool":
+		return "a boolean"
+	case "slice", "array":
+		return "an array"
+	case "struct", "map":
+		return "an object"
+	}
+	return "a " + goKind
+}

@@ -1,0 +1,383 @@
+// Package mcpserver exposes idemflow as MCP tools. Every tool call goes
+// through the HTTP gateway with the Go client, so a model gets exactly the
+// guards and answers an HTTP agent gets.
+package mcpserver
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"net/url"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/google/jsonschema-go/jsonschema"
+	"github.com/hashicorp/golang-lru/v2/expirable"
+	"github.com/idemflow/idemflow/agentclient"
+	"github.com/idemflow/idemflow/internal/apispec"
+	"github.com/idemflow/idemflow/internal/ijson"
+	"github.com/idemflow/idemflow/internal/problem"
+	"github.com/idemflow/idemflow/internal/registry"
+	"github.com/idemflow/idemflow/op"
+	"github.com/modelcontextprotocol/go-sdk/auth"
+	"github.com/modelcontextprotocol/go-sdk/mcp"
+)
+
+// keyRule is repeated in every side-effecting tool's description: a model
+// reads descriptions, and the key is the part it must get right.
+const keyRule = " idempotency_key: make it ONCE for this intent (e.g. a UUID) before the first call, " +
+	"and send the SAME key with the SAME arguments on every retry (after a timeout, an error or a restart): " +
+	"the first result is then returned again, marked replayed, and the action happens at most once. " +
+	"Use a NEW key only for a NEW intent. Reusing a key with different arguments is refused (conflict)."
+
+// Config says where the gateway is.
+type Config struct {
+	BaseURL string
+	// Token is used when a request carries none (stdio).
+	Token string
+	// CallTimeout bounds one tool call, retries included.
+	CallTimeout time.Duration
+	HTTP        *http.Client
+	// Operations are the declared operations, each a tool of its own
+	// (nil: idemflow's own: create_ticket, create_order, pay_order,
+	// cancel_order, refund_order and fulfill_order).
+	Operations []*op.Operation
+}
+
+// Result is what a tool returns.
+type Result struct {
+	HTTPStatus int  `json:"http_status" jsonschema:"the gateway's HTTP status"`
+	Replayed   bool `json:"replayed" jsonschema:"true when this answer was stored by an earlier call with the same idempotency_key"`
+	// Result is the resource the gateway answered with.
+	Result map[string]any `json:"result" jsonschema:"the ticket, order or operation"`
+}
+
+// OperationArgs are get_operation's arguments (every other tool's are a
+// declaration's request, decoded as JSON members).
+type OperationArgs struct {
+	OperationID string `json:"operation_id" jsonschema:"the operation ID from a 202 or 409 answer"`
+}
+
+// New returns an MCP server with idemflow's tools.
+func New(cfg Config) *mcp.Server {
+	if cfg.CallTimeout == 0 {
+		cfg.CallTimeout = 60 * time.Second
+	}
+	s := mcp.NewServer(&mcp.Implementation{Name: "idemflow", Version: "1.0.0"}, &mcp.ServerOptions{
+		Instructions: "idemflow creates support tickets and purchase orders exactly once. Every tool that changes something " +
+			"takes an idempotency_key: create it once per intent and reuse it, unchanged, on every retry.",
+	})
+	t := tools{cfg: cfg}
+	ops := cfg.Operations
+	if ops == nil {
+		ops = registry.Builtin().Operations()
+	}
+	for _, o := range ops {
+		mcp.AddTool(s, &mcp.Tool{Name: o.Tool, Description: o.Description + keyRule, InputSchema: operationSchema(o)}, strict(t.operation(o)))
+	}
+	mcp.AddTool(s, &mcp.Tool{Name: "get_operation", Description: "Report an operation's status (processing, succeeded, failed) and, when done, its result. Read-only."}, strict(t.getOperation))
+	return s
+}
+
+// operationSchema is a declared operation's input schema: its request's
+// (its path parameters included), beside idempotency_key.
+func operationSchema(o *op.Operation) *jsonschema.Schema {
+	body := o.RequestSchema()
+	props, _ := body["properties"].(map[string]any)
+	if props == nil {
+		props = map[string]any{}
+	}
+	required, _ := body["required"].([]any)
+	props["idempotency_key"] = apispec.KeySchema("the intent's key; see the tool description")
+	body["properties"], body["required"] = props, append([]any{"idempotency_key"}, required...)
+	return toSchema(o.Name, body)
+}
+
+func toSchema(name string, body map[string]any) *jsonschema.Schema {
+	raw, err := json.Marshal(body)
+	if err != nil {
+		panic(err)
+	}
+	var schema jsonschema.Schema
+	if err := json.Unmarshal(raw, &schema); err != nil {
+		panic(fmt.Errorf("mcpserver: the %s schema: %w", name, err))
+	}
+	return &schema
+}
+
+// strict decodes a tool's arguments again, from the raw JSON the client
+// sent, by the rules HTTP bodies follow (ijson): the SDK's decoding lets
+// the last of two members with one name win, so "title" sent twice would
+// be a different intent on MCP than on HTTP.
+func strict[In any](h mcp.ToolHandlerFor[In, Result]) mcp.ToolHandlerFor[In, Result] {
+	return func(ctx context.Context, req *mcp.CallToolRequest, _ In) (*mcp.CallToolResult, Result, error) {
+		var in In
+		if err := ijson.Decode(req.Params.Arguments, &in); err != nil {
+			return nil, Result{}, fmt.Errorf("INVALID ARGUMENTS, nothing was recorded; fix them and call again with the same key: %w", err)
+		}
+		return h(ctx, req, in)
+	}
+}
+
+type tools struct{ cfg Config }
+
+func (t tools) client(req *mcp.CallToolRequest) *agentclient.Client {
+	token := t.cfg.Token
+	if req != nil && req.Extra != nil && req.Extra.TokenInfo != nil {
+		if tok, ok := req.Extra.TokenInfo.Extra["token"].(string); ok && tok != "" {
+			token = tok
+		}
+	}
+	return &agentclient.Client{BaseURL: t.cfg.BaseURL, Token: token, HTTP: t.cfg.HTTP}
+}
+
+func (t tools) call(ctx context.Context, req *mcp.CallToolRequest, key, path string, body any) (*mcp.CallToolResult, Result, error) {
+	raw, err := json.Marshal(body)
+	if err != nil {
+		return nil, Result{}, err
+	}
+	ctx, cancel := context.WithTimeout(ctx, t.cfg.CallTimeout)
+	defer cancel()
+	res, err := t.client(req).Do(ctx, agentclient.Intent{Key: key, Method: http.MethodPost, Path: path, Body: raw})
+	if err != nil {
+		return nil, Result{}, explain(key, err)
+	}
+	return result(res)
+}
+
+func result(res agentclient.Result) (*mcp.CallToolResult, Result, error) {
+	out := Result{HTTPStatus: res.Status, Replayed: res.Replayed}
+	if err := json.Unmarshal(res.Body, &out.Result); err != nil {
+		return nil, Result{}, fmt.Errorf("gateway answered %d with a body that is not a JSON object: %w", res.Status, err)
+	}
+	return nil, out, nil
+}
+
+// explain turns an error into words a model can act on.
+func explain(key string, err error) error {
+	var rej *agentclient.RejectedError
+	switch {
+	case errors.Is(err, agentclient.ErrKeyReused):
+		return fmt.Errorf("CONFLICT: idempotency_key %q was already used with different arguments, so nothing was done. "+
+			"If you are retrying, resend the original arguments; if this is a new intent, use a new key", key)
+	case errors.As(err, &rej):
+		msg := fmt.Sprintf("REJECTED (%s): %s. Nothing was changed", rej.Code, rej.Problem.Detail)
+		if rej.CurrentState != "" {
+			msg += "; the order is " + rej.CurrentState
+		}
+		return errors.New(msg)
+	case errors.Is(err, agentclient.ErrInvalidRequest):
+		return fmt.Errorf("INVALID ARGUMENTS, nothing was recorded; fix them and call again with the same key: %w", err)
+	case errors.Is(err, context.DeadlineExceeded):
+		return fmt.Errorf("NO ANSWER YET: the request may still complete. Call again with the SAME idempotency_key %q and the same arguments; it cannot run twice: %w", key, err)
+	}
+	return err
+}
+
+// operation is a declared operation's handler: its path parameters go
+// into the route, and the arguments but those and the key are the body of
+// its POST.
+func (t tools) operation(o *op.Operation) mcp.ToolHandlerFor[map[string]json.RawMessage, Result] {
+	return func(ctx context.Context, req *mcp.CallToolRequest, in map[string]json.RawMessage) (*mcp.CallToolResult, Result, error) {
+		key, path := "", o.Route
+		for _, name := range append([]string{"idempotency_key"}, o.PathParams...) {
+			var v string
+			if err := json.Unmarshal(in[name], &v); err != nil || v == "" {
+				return nil, Result{}, fmt.Errorf("INVALID ARGUMENTS, nothing was recorded: %s must be a non-empty string", name)
+			}
+			if name == "idempotency_key" {
+				key = v
+			} else {
+				path = strings.ReplaceAll(path, "{"+name+"}", url.PathEscape(v))
+			}
+			delete(in, name)
+		}
+		return t.call(ctx, req, key, path, in)
+	}
+}
+
+func (t tools) getOperation(ctx context.Context, req *mcp.CallToolRequest, in OperationArgs) (*mcp.CallToolResult, Result, error) {
+	ctx, cancel := context.WithTimeout(ctx, t.cfg.CallTimeout)
+	defer cancel()
+	res, err := t.client(req).Get(ctx, "/v1/operations/"+url.PathEscape(in.OperationID))
+	if err != nil {
+		return nil, Result{}, err
+	}
+	return result(res)
+}
+
+// HTTPOptions bound what MCP over HTTP keeps in memory.
+type HTTPOptions struct {
+	// MaxSessionsPerTenant bounds one tenant's open sessions, so that no
+	// tenant can exhaust the server for the others; an initialize beyond
+	// it is a 503 until one ends. Default 64.
+	MaxSessionsPerTenant int
+	// IdleTimeout closes a session that has sent nothing for this long.
+	// Default 10 minutes.
+	IdleTimeout time.Duration
+	// VerifyTTL is how long a verified token is trusted without asking the
+	// gateway again: a revoked token stops opening sessions and making
+	// calls within it (every tool call is checked by the gateway anyway).
+	// Default 10 seconds.
+	VerifyTTL time.Duration
+}
+
+// HTTPHandler serves the tools over MCP streamable HTTP. A bearer token is
+// verified with the gateway (GET /v1/tenant) before any session opens, and
+// each tool call passes it on to the gateway, which decides the tenant.
+// Each tenant gets its own server, so that its sessions are counted apart.
+func HTTPHandler(cfg Config, opts HTTPOptions) http.Handler {
+	if opts.MaxSessionsPerTenant <= 0 {
+		opts.MaxSessionsPerTenant = 64
+	}
+	if opts.IdleTimeout <= 0 {
+		opts.IdleTimeout = 10 * time.Minute
+	}
+	if opts.VerifyTTL <= 0 {
+		opts.VerifyTTL = 10 * time.Second
+	}
+	tn := &tenants{cfg: cfg, servers: map[string]*tenantServer{}}
+	h := mcp.NewStreamableHTTPHandler(func(r *http.Request) *mcp.Server {
+		return tn.get(auth.TokenInfoFromContext(r.Context()).UserID).server
+	}, &mcp.StreamableHTTPOptions{SessionTimeout: opts.IdleTimeout})
+	limited := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Method != http.MethodPost || r.Header.Get("Mcp-Session-Id") != "" {
+			h.ServeHTTP(w, r)
+			return
+		}
+		// A new session: count and open it under the tenant's lock, so
+		// that concurrent initializes cannot overshoot the bound.
+		ts := tn.get(auth.TokenInfoFromContext(r.Context()).UserID)
+		ts.mu.Lock()
+		defer ts.mu.Unlock()
+		n := 0
+		for range ts.server.Sessions() {
+			n++
+		}
+		if n >= opts.MaxSessionsPerTenant {
+			w.Header().Set("Retry-After", "30")
+			deny(w, http.StatusServiceUnavailable, problem.TypeTooManySessions,
+				fmt.Sprintf("this tenant has %d open MCP sessions; close one or wait for an idle one to expire", n))
+			return
+		}
+		h.ServeHTTP(w, r)
+	})
+	v := &verifier{cfg: cfg, known: expirable.NewLRU[[32]byte, string](maxKnown, nil, opts.VerifyTTL)}
+	authed := auth.RequireBearerToken(v.verify, nil)(limited)
+	// The SDK answers a refused token in plain text; the token is checked
+	// here first so that the refusal is the same problem+json the gateway
+	// sends. The SDK's own check then finds it in the verifier's cache.
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		fields := strings.Fields(r.Header.Get("Authorization"))
+		if len(fields) != 2 || !strings.EqualFold(fields[0], "Bearer") {
+			deny(w, http.StatusUnauthorized, problem.TypeUnauthorized, "send Authorization: Bearer <token>, an idemflow API token")
+			return
+		}
+		if _, err := v.verify(r.Context(), fields[1], r); err != nil {
+			if errors.Is(err, auth.ErrInvalidToken) {
+				deny(w, http.StatusUnauthorized, problem.TypeUnauthorized, "the bearer token is unknown or revoked")
+			} else {
+				w.Header().Set("Retry-After", "2")
+				deny(w, http.StatusServiceUnavailable, problem.TypeUnavailable, "the gateway could not verify the token; retry")
+			}
+			return
+		}
+		authed.ServeHTTP(w, r)
+	})
+}
+
+func deny(w http.ResponseWriter, status int, typ, detail string) {
+	if status == http.StatusUnauthorized {
+		w.Header().Set("WWW-Authenticate", `Bearer realm="idemflow"`)
+	}
+	w.Header().Set("Content-Type", problem.ContentType)
+	w.WriteHeader(status)
+	_, _ = w.Write(problem.New(typ, status, detail).Body())
+}
+
+type tenants struct {
+	cfg     Config
+	mu      sync.Mutex
+	servers map[string]*tenantServer
+}
+
+type tenantServer struct {
+	mu     sync.Mutex // held while a session is counted and opened
+	server *mcp.Server
+}
+
+func (t *tenants) get(tenantID string) *tenantServer {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	ts, ok := t.servers[tenantID]
+	if !ok {
+		ts = &tenantServer{server: New(t.cfg)}
+		t.servers[tenantID] = ts
+	}
+	return ts
+}
+
+// verifier checks bearer tokens with the gateway and remembers a tenant
+// for VerifyTTL (tokens kept only as SHA-256 digests), as the gateway's
+// tenant.Authenticator does for its own lookups.
+type verifier struct {
+	cfg   Config
+	known *expirable.LRU[[32]byte, string]
+}
+
+// maxKnown bounds how many tokens the verifier remembers.
+const maxKnown = 10000
+
+func (v *verifier) verify(ctx context.Context, token string, _ *http.Request) (*auth.TokenInfo, error) {
+	sum := sha256.Sum256([]byte(token))
+	tenantID, ok := v.known.Get(sum)
+	if !ok {
+		var err error
+		if tenantID, err = v.ask(ctx, token); err != nil {
+			return nil, err
+		}
+		v.known.Add(sum, tenantID)
+	}
+	// UserID binds a session to its tenant: the SDK refuses a session's
+	// ID presented with another tenant's token. The SDK wants an
+	// expiration; the token is checked again on every request anyway.
+	return &auth.TokenInfo{UserID: tenantID, Expiration: time.Now().Add(time.Minute), Extra: map[string]any{"token": token}}, nil
+}
+
+// ask calls GET /v1/tenant with the token.
+func (v *verifier) ask(ctx context.Context, token string) (string, error) {
+	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, strings.TrimRight(v.cfg.BaseURL, "/")+"/v1/tenant", nil)
+	if err != nil {
+		return "", err
+	}
+	req.Header.Set("Authorization", "Bearer "+token)
+	hc := v.cfg.HTTP
+	if hc == nil {
+		hc = http.DefaultClient
+	}
+	resp, err := hc.Do(req)
+	if err != nil {
+		return "", fmt.Errorf("verify token with the gateway: %w", err)
+	}
+	defer resp.Body.Close()
+	var body struct {
+		TenantID string `json:"tenant_id"`
+	}
+	switch {
+	case resp.StatusCode == http.StatusUnauthorized:
+		return "", auth.ErrInvalidToken
+	case resp.StatusCode != http.StatusOK:
+		return "", fmt.Errorf("verify token with the gateway: HTTP %d", resp.StatusCode)
+	}
+	if err := json.NewDecoder(io.LimitReader(resp.Body, 4096)).Decode(&body); err != nil || body.TenantID == "" {
+		return "", fmt.Errorf("verify token with the gateway: unreadable answer: %v", err)
+	}
+	return body.TenantID, nil
+}

@@ -1,0 +1,202 @@
+package orders
+
+// Creating an order: pricing from the tenant's catalog, the coupon, and the
+// reservation of stock.
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/idemflow/idemflow/idem"
+	"github.com/idemflow/idemflow/internal/apperr"
+	"github.com/idemflow/idemflow/op"
+	"github.com/jackc/pgx/v5"
+)
+
+// Create is the declaration of order creation: POST /v1/orders, the MCP
+// tool create_order, workflow and activity CreateOrder (the names it had
+// before declarations, so that recorded histories and workflow IDs hold).
+// Its row is the order's first event, which holds the answer.
+var Create = op.Define(op.Spec[CreateRequest, event]{
+	Name:        "create_order",
+	Description: "Create a purchase order; the server prices it from its catalog.",
+	Route:       "/v1/orders",
+	BizType:     BizCreate,
+	Scope:       ScopeCreate,
+	Workflow:    "CreateOrder",
+	Activity:    "CreateOrder",
+	Rules:       createRules,
+	Normalize:   (*CreateRequest).Normalize,
+	Summary: func(r CreateRequest) string {
+		return fmt.Sprintf("order for %s: %d item(s)", r.CustomerID, len(r.Items))
+	},
+	Step: func(ctx context.Context, tx pgx.Tx, in op.In[CreateRequest]) (event, error) {
+		o, body, err := create(ctx, tx, in, time.Now())
+		return event{OrderNo: o.OrderNo, Body: body}, err
+	},
+	Lookup: lookupEvent,
+	View: func(e event) op.Answer {
+		return op.Answer{Status: 201, Body: json.RawMessage(e.Body), Location: "/v1/orders/" + e.OrderNo}
+	},
+	Table:      "purchase_order",
+	Rejections: described("out-of-stock", "unknown-sku", "mixed-currency", "invalid-coupon"),
+})
+
+// create is called once per intent (the activity checks the record
+// first). It prices and writes a new order within tx, reserving its stock
+// and redeeming its coupon, and moves it INIT -> CREATED. A business
+// rejection is an *apperr.RejectedError; the caller rolls back. It returns
+// the answer to store.
+func create(ctx context.Context, tx idem.Querier, in op.In[CreateRequest], now time.Time) (Order, []byte, error) {
+	req := in.Request
+	it := idem.Intent{TenantID: in.TenantID, Key: in.Key, BizType: BizCreate, Fingerprint: in.Fingerprint, WorkflowID: in.WorkflowID}
+	o := Order{
+		OrderNo: newOrderNo(), TenantID: in.TenantID, IdempotencyKey: in.Key,
+		Fingerprint: in.Fingerprint, WorkflowID: in.WorkflowID, CustomerID: req.CustomerID,
+		Status: StatusInit, CouponCode: req.CouponCode, CreatedAt: now.UTC().Truncate(time.Microsecond),
+	}
+	if err := price(ctx, tx, &o, req.Items); err != nil {
+		return Order{}, nil, err
+	}
+	if err := applyCoupon(ctx, tx, &o); err != nil {
+		return Order{}, nil, err
+	}
+	if _, err := tx.Exec(ctx, `INSERT INTO purchase_order
+		(order_no, tenant_id, idem_key, fingerprint, workflow_id, customer_id, status, subtotal_minor,
+		 discount_minor, total_minor, currency, coupon_code, created_at, updated_at)
+		VALUES ($1,$2,$3,$4,$5,$6,'INIT',$7,$8,$9,$10,NULLIF($11,''),$12,$12)`,
+		o.OrderNo, o.TenantID, o.IdempotencyKey, o.Fingerprint, o.WorkflowID, o.CustomerID,
+		o.SubtotalMinor, o.DiscountMinor, o.TotalMinor, o.Currency, o.CouponCode, o.CreatedAt); err != nil {
+		return Order{}, nil, fmt.Errorf("insert order: %w", err)
+	}
+	for _, l := range o.Items {
+		if _, err := tx.Exec(ctx, `INSERT INTO order_item (order_no, tenant_id, sku, quantity, unit_price_minor) VALUES ($1,$2,$3,$4,$5)`,
+			o.OrderNo, o.TenantID, l.SKU, l.Quantity, l.UnitPriceMinor); err != nil {
+			return Order{}, nil, fmt.Errorf("insert order item: %w", err)
+		}
+		tag, err := tx.Exec(ctx, `UPDATE product SET stock = stock - $3, reserved = reserved + $3
+			WHERE tenant_id = $1 AND sku = $2 AND stock >= $3`, o.TenantID, l.SKU, l.Quantity)
+		if err != nil {
+			return Order{}, nil, fmt.Errorf("reserve stock: %w", err)
+		}
+		if tag.RowsAffected() != 1 {
+			return Order{}, nil, &apperr.RejectedError{Code: "out-of-stock", Reason: l.SKU + " is out of stock"}
+		}
+	}
+	if o.CouponCode != "" {
+		if _, err := tx.Exec(ctx, `INSERT INTO coupon_redemption (code, tenant_id, customer_id, order_no) VALUES ($1,$2,$3,$4)`,
+			o.CouponCode, o.TenantID, o.CustomerID, o.OrderNo); err != nil {
+			return Order{}, nil, fmt.Errorf("redeem coupon: %w", err)
+		}
+	}
+	if err := setStatus(ctx, tx, o.TenantID, o.OrderNo, StatusInit, StatusCreated, now); err != nil {
+		return Order{}, nil, err
+	}
+	o.Status = StatusCreated
+	body := o.Body()
+	if err := addEvent(ctx, tx, o.OrderNo, it, StatusInit, StatusCreated, body); err != nil {
+		return Order{}, nil, err
+	}
+	return o, body, nil
+}
+
+// price fills o's lines and totals from the tenant's catalog, under row
+// locks taken in SKU order (items are sorted) so concurrent orders cannot
+// deadlock. An out-of-stock rejection names the SKUs, never the stock: a
+// caller is not told how much is left.
+func price(ctx context.Context, tx idem.Querier, o *Order, items []Item) error {
+	skus := make([]string, len(items))
+	for i, it := range items {
+		skus[i] = it.SKU
+	}
+	rows, err := tx.Query(ctx, `SELECT sku, unit_price_minor, currency, stock FROM product
+		WHERE tenant_id = $1 AND sku = ANY($2) ORDER BY sku FOR UPDATE`, o.TenantID, skus)
+	if err != nil {
+		return fmt.Errorf("price: %w", err)
+	}
+	type product struct {
+		SKU      string
+		Price    int64 `db:"unit_price_minor"`
+		Currency string
+		Stock    int
+	}
+	products, err := pgx.CollectRows(rows, pgx.RowToStructByName[product])
+	if err != nil {
+		return fmt.Errorf("price: %w", err)
+	}
+	catalog := map[string]product{}
+	for _, p := range products {
+		catalog[p.SKU] = p
+	}
+	var short []string
+	for _, it := range items {
+		p, ok := catalog[it.SKU]
+		if !ok {
+			return &apperr.RejectedError{Code: "unknown-sku", Reason: "no product " + it.SKU}
+		}
+		if o.Currency == "" {
+			o.Currency = p.Currency
+		} else if p.Currency != o.Currency {
+			return &apperr.RejectedError{Code: "mixed-currency", Reason: "items are priced in different currencies"}
+		}
+		if p.Stock < it.Quantity {
+			short = append(short, it.SKU)
+		}
+		line := Line{SKU: it.SKU, Quantity: it.Quantity, UnitPriceMinor: p.Price, LineTotalMinor: p.Price * int64(it.Quantity)}
+		o.Items = append(o.Items, line)
+		o.SubtotalMinor += line.LineTotalMinor
+	}
+	if len(short) > 0 {
+		return &apperr.RejectedError{Code: "out-of-stock", Reason: "out of stock: " + strings.Join(short, ", ")}
+	}
+	o.TotalMinor = o.SubtotalMinor
+	return nil
+}
+
+func applyCoupon(ctx context.Context, tx idem.Querier, o *Order) error {
+	if o.CouponCode == "" {
+		return nil
+	}
+	var kind string
+	var value int64
+	var maxUses *int32
+	var uses int32
+	var once bool
+	err := tx.QueryRow(ctx, `SELECT kind, value, max_uses, uses, once_per_customer FROM coupon
+		WHERE tenant_id = $1 AND code = $2 FOR UPDATE`, o.TenantID, o.CouponCode).
+		Scan(&kind, &value, &maxUses, &uses, &once)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return &apperr.RejectedError{Code: "invalid-coupon", Reason: "no coupon " + o.CouponCode}
+	}
+	if err != nil {
+		return fmt.Errorf("coupon: %w", err)
+	}
+	if maxUses != nil && uses >= *maxUses {
+		return &apperr.RejectedError{Code: "invalid-coupon", Reason: "coupon " + o.CouponCode + " has been used up"}
+	}
+	if once {
+		var used bool
+		if err := tx.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM coupon_redemption r JOIN purchase_order p ON p.order_no = r.order_no
+			WHERE r.code = $1 AND r.tenant_id = $2 AND r.customer_id = $3 AND p.status <> 'CANCELED')`,
+			o.CouponCode, o.TenantID, o.CustomerID).Scan(&used); err != nil {
+			return fmt.Errorf("coupon: %w", err)
+		}
+		if used {
+			return &apperr.RejectedError{Code: "invalid-coupon", Reason: "coupon " + o.CouponCode + " was already used by this customer"}
+		}
+	}
+	if kind == "percent" {
+		o.DiscountMinor = o.SubtotalMinor * value / 100
+	} else {
+		o.DiscountMinor = min(value, o.SubtotalMinor)
+	}
+	o.TotalMinor = o.SubtotalMinor - o.DiscountMinor
+	if _, err := tx.Exec(ctx, `UPDATE coupon SET uses = uses + 1 WHERE tenant_id = $1 AND code = $2`, o.TenantID, o.CouponCode); err != nil {
+		return fmt.Errorf("coupon: %w", err)
+	}
+	return nil
+}

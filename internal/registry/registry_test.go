@@ -1,0 +1,68 @@
+package registry_test
+
+import (
+	"io/fs"
+	"os"
+	"path/filepath"
+	"regexp"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/idemflow/idemflow/internal/problem"
+	"github.com/idemflow/idemflow/internal/registry"
+)
+
+// Every business rejection code the source can answer is listed for the
+// metrics to export at 0 (idemflow_business_rejections_total had no series
+// until the first rejection) and is described at GET /problems/{code} (an
+// unknown slug is a 404 there). The codes are read from the source, so a
+// new one that is left out fails here.
+func TestEveryRejectionCodeIsListedAndDescribed(t *testing.T) {
+	literal := regexp.MustCompile(`RejectedError\{\s*Code:\s*"([a-z0-9-]+)"`)
+	found := map[string]string{}
+	err := filepath.WalkDir("../..", func(path string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		if d.IsDir() && path != "../.." && (strings.HasPrefix(d.Name(), ".") || d.Name() == "node_modules") {
+			return filepath.SkipDir
+		}
+		if !strings.HasSuffix(path, ".go") || strings.HasSuffix(path, "_test.go") {
+			return nil
+		}
+		b, err := os.ReadFile(path)
+		if err != nil {
+			return err
+		}
+		for _, m := range literal.FindAllStringSubmatch(string(b), -1) {
+			found[m[1]] = path
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(found) < 5 {
+		t.Fatalf("found only %v: the scan is broken", found)
+	}
+	listed := map[string]bool{}
+	for _, codes := range registry.Rejections() {
+		for _, c := range codes {
+			listed[c] = true
+		}
+	}
+	for code, path := range found {
+		if !listed[code] {
+			t.Errorf("%s answers rejection %q, which registry.Rejections does not list", path, code)
+		}
+	}
+	for code := range listed {
+		if _, ok := problem.Descriptions[problem.TypeRejectedPrefix+code]; !ok {
+			t.Errorf("rejection %q has no description at GET /problems/%s", code, code)
+		}
+	}
+	if !slices.Contains(registry.Rejections()["order.create"], "out-of-stock") {
+		t.Errorf("order.create: %v", registry.Rejections()["order.create"])
+	}
+}

@@ -1,0 +1,147 @@
+// Package testenv gives tests the real parts: a fresh PostgreSQL database
+// per test on a real server, and an embedded Temporal server. A missing
+// server fails the test; it is never skipped.
+package testenv
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"os"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/idemflow/idemflow/idem"
+	"github.com/idemflow/idemflow/internal/devserver"
+	"github.com/idemflow/idemflow/migrations"
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+)
+
+// DefaultAdminURL is the machine's own PostgreSQL with trust auth.
+const DefaultAdminURL = "postgres://postgres@127.0.0.1:5432/postgres?sslmode=disable"
+
+// AdminURL is IDEMFLOW_TEST_DATABASE_URL or DefaultAdminURL.
+func AdminURL() string {
+	if u := os.Getenv("IDEMFLOW_TEST_DATABASE_URL"); u != "" {
+		return u
+	}
+	return DefaultAdminURL
+}
+
+// Database creates an empty, migrated database (idemflow's schema and
+// schemas) and drops it when the test ends. It returns the database's URL.
+func Database(t testing.TB, schemas ...migrations.Schema) string {
+	t.Helper()
+	u := EmptyDatabase(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if _, _, err := migrations.MigrateURL(ctx, u, schemas...); err != nil {
+		t.Fatalf("testenv: migrate: %v", err)
+	}
+	return u
+}
+
+// EmptyDatabase creates a database with no tables (for migration tests)
+// and drops it when the test ends. It returns the database's URL.
+func EmptyDatabase(t testing.TB) string {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	admin, err := pgx.Connect(ctx, AdminURL())
+	if err != nil {
+		t.Fatalf("testenv: PostgreSQL at %s is not reachable (run scripts/test.sh, which starts one, or set IDEMFLOW_TEST_DATABASE_URL): %v", AdminURL(), err)
+	}
+	defer admin.Close(context.Background())
+	b := make([]byte, 6)
+	_, _ = rand.Read(b)
+	name := "idemflow_test_" + hex.EncodeToString(b)
+	if _, err := admin.Exec(ctx, "CREATE DATABASE "+name); err != nil {
+		t.Fatalf("testenv: create database: %v", err)
+	}
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		conn, err := pgx.Connect(ctx, AdminURL())
+		if err != nil {
+			t.Logf("testenv: drop %s: %v", name, err)
+			return
+		}
+		defer conn.Close(context.Background())
+		if _, err := conn.Exec(ctx, "DROP DATABASE IF EXISTS "+name+" WITH (FORCE)"); err != nil {
+			t.Logf("testenv: drop %s: %v", name, err)
+		}
+	})
+	u, err := devserver.WithDatabase(AdminURL(), name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return u
+}
+
+// Pool opens a pool on a fresh database (see Database).
+func Pool(t testing.TB) (*pgxpool.Pool, string) {
+	t.Helper()
+	u := Database(t)
+	return PoolOn(t, u, func(*pgxpool.Config) {}), u
+}
+
+// PoolOn opens a pool on the database at u, configured by configure.
+func PoolOn(t testing.TB, u string, configure func(*pgxpool.Config)) *pgxpool.Pool {
+	t.Helper()
+	cfg, err := pgxpool.ParseConfig(u)
+	if err != nil {
+		t.Fatalf("testenv: pool: %v", err)
+	}
+	configure(cfg)
+	pool, err := pgxpool.NewWithConfig(context.Background(), cfg)
+	if err != nil {
+		t.Fatalf("testenv: pool: %v", err)
+	}
+	t.Cleanup(pool.Close)
+	return pool
+}
+
+// Statements is a pgx QueryTracer that keeps the statements a pool sends,
+// to count what one request costs (a cost is measured in statements, not
+// in time: these machines are shared).
+type Statements struct {
+	mu   sync.Mutex
+	sqls []string
+}
+
+// TraceQueryStart implements pgx.QueryTracer.
+func (s *Statements) TraceQueryStart(ctx context.Context, _ *pgx.Conn, data pgx.TraceQueryStartData) context.Context {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.sqls = append(s.sqls, strings.Join(strings.Fields(data.SQL), " "))
+	return ctx
+}
+
+// TraceQueryEnd implements pgx.QueryTracer.
+func (s *Statements) TraceQueryEnd(context.Context, *pgx.Conn, pgx.TraceQueryEndData) {}
+
+// Take returns the statements sent since the last Take, and forgets them.
+func (s *Statements) Take() []string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	out := s.sqls
+	s.sqls = nil
+	return out
+}
+
+// Count returns SELECT count(*) FROM table [WHERE ...].
+func Count(t testing.TB, q idem.Querier, table, where string, args ...any) int {
+	t.Helper()
+	sql := "SELECT count(*) FROM " + table
+	if where != "" {
+		sql += " WHERE " + where
+	}
+	var n int
+	if err := q.QueryRow(context.Background(), sql, args...).Scan(&n); err != nil {
+		t.Fatalf("count %s: %v", table, err)
+	}
+	return n
+}
