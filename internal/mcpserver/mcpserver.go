@@ -54,7 +54,7 @@ type Result struct {
 	HTTPStatus int  `json:"http_status" jsonschema:"the gateway's HTTP status"`
 	Replayed   bool `json:"replayed" jsonschema:"true when this answer was stored by an earlier call with the same idempotency_key"`
 	// Result is the resource the gateway answered with.
-	Result map[string]any `json:"result" jsonschema:"the ticket, order or operation"`
+	Result map[string]any `json:"result" jsonschema:"the answer: the ticket, the order, a declared operation's result, or the operation"`
 }
 
 // OperationArgs are get_operation's arguments (every other tool's are a
@@ -69,7 +69,7 @@ func New(cfg Config) *mcp.Server {
 		cfg.CallTimeout = 60 * time.Second
 	}
 	s := mcp.NewServer(&mcp.Implementation{Name: "idemflow", Version: "1.0.0"}, &mcp.ServerOptions{
-		Instructions: "idemflow creates support tickets and purchase orders exactly once. Every tool that changes something " +
+		Instructions: "idemflow creates support tickets and purchase orders, and runs every other tool it lists, exactly once. Every tool that changes something " +
 			"takes an idempotency_key: create it once per intent and reuse it, unchanged, on every retry.",
 	})
 	t := tools{cfg: cfg}
