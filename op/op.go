@@ -161,6 +161,57 @@ type Operation struct {
 type Input struct {
 	Intent  idem.Intent     `json:"intent"`
 	Request json.RawMessage `json:"request"`
+	// beside holds the input's other top-level string members. A run
+	// started before its operation was a declaration (an order's
+	// transition) carried its path parameters there, beside the request;
+	// its activity, run again by a new worker, finds them.
+	beside map[string]string
+}
+
+// UnmarshalJSON decodes an input, keeping its other string members.
+func (in *Input) UnmarshalJSON(b []byte) error {
+	var all map[string]json.RawMessage
+	if err := json.Unmarshal(b, &all); err != nil {
+		return err
+	}
+	type plain Input
+	var p plain
+	if err := json.Unmarshal(b, &p); err != nil {
+		return err
+	}
+	*in = Input(p)
+	for k, v := range all {
+		var s string
+		if k != "intent" && k != "request" && json.Unmarshal(v, &s) == nil {
+			if in.beside == nil {
+				in.beside = map[string]string{}
+			}
+			in.beside[k] = s
+		}
+	}
+	return nil
+}
+
+// request is the input's request, with a path parameter that the input
+// carried beside it (see beside) put back where the request lacks it.
+func (o *Operation) request(in Input) (any, error) {
+	raw := in.Request
+	if len(o.PathParams) > 0 && len(in.beside) > 0 {
+		var members map[string]json.RawMessage
+		if err := json.Unmarshal(raw, &members); err != nil {
+			return nil, err
+		}
+		for _, p := range o.PathParams {
+			if v, ok := in.beside[p]; ok && members[p] == nil {
+				members[p], _ = json.Marshal(v)
+			}
+		}
+		var err error
+		if raw, err = json.Marshal(members); err != nil {
+			return nil, err
+		}
+	}
+	return o.decode(raw)
 }
 
 var (
@@ -460,7 +511,7 @@ func (o *Operation) Check(ctx context.Context, q Querier, tenantID string, p Pre
 // Fingerprint recomputes the fingerprint of an input's request: the
 // activity trusts the request, never the fingerprint it was handed.
 func (o *Operation) Fingerprint(in Input) (string, error) {
-	req, err := o.decode(in.Request)
+	req, err := o.request(in)
 	if err != nil {
 		return "", err
 	}
@@ -469,7 +520,7 @@ func (o *Operation) Fingerprint(in Input) (string, error) {
 
 // Run is the step over an input, within tx.
 func (o *Operation) Run(ctx context.Context, tx pgx.Tx, in Input) (idem.Outcome, error) {
-	req, err := o.decode(in.Request)
+	req, err := o.request(in)
 	if err != nil {
 		return idem.Outcome{}, err
 	}

@@ -5,6 +5,8 @@ import (
 	"encoding/json"
 	"errors"
 	"flag"
+	"os"
+	"strings"
 	"testing"
 	"time"
 
@@ -253,5 +255,42 @@ func TestLocalFirstRunsLocallyAndFallsBackToADurableActivity(t *testing.T) {
 				t.Errorf("durable attempts %d, settled %d; want %d, %d", regulars, settles, tc.wantRegular, tc.wantSettleCalls)
 			}
 		})
+	}
+}
+
+// A transition started before its operation was a declaration carried the
+// order beside the request ({"intent", "order_no", "action", "request"}).
+// A new worker that runs its activity again must read it as the run meant
+// it: the recorded run's input still matches its intent's fingerprint.
+func TestARunStartedBeforeTheDeclarationsStillMatchesItsFingerprint(t *testing.T) {
+	raw, err := os.ReadFile("testdata/transition_order_history.json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var h struct {
+		Events []struct {
+			Started struct {
+				Input struct {
+					Payloads []struct {
+						Data []byte `json:"data"`
+					} `json:"payloads"`
+				} `json:"input"`
+			} `json:"workflowExecutionStartedEventAttributes"`
+		} `json:"events"`
+	}
+	if err := json.Unmarshal(raw, &h); err != nil {
+		t.Fatal(err)
+	}
+	data := h.Events[0].Started.Input.Payloads[0].Data
+	if !strings.Contains(string(data), `"order_no"`) || strings.Contains(string(data), `"request":{"order_no"`) {
+		t.Fatalf("the recorded input is not of the old shape: %s", data)
+	}
+	var in op.Input
+	if err := json.Unmarshal(data, &in); err != nil {
+		t.Fatal(err)
+	}
+	fp, err := orders.Pay.Fingerprint(in)
+	if err != nil || fp != in.Intent.Fingerprint {
+		t.Fatalf("fingerprint %s (%v), the intent's %s", fp, err, in.Intent.Fingerprint)
 	}
 }
