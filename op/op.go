@@ -12,6 +12,7 @@ package op
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -245,10 +246,10 @@ func define[R, Row any](s Spec[R, Row]) (*Operation, error) {
 	}
 	o := &Operation{
 		Name: s.Name, Description: s.Description, Table: s.Table, Rejections: s.Rejections, Migrations: s.Migrations,
-		Route: or(s.Route, "/v1/"+s.Name), Tool: or(s.Tool, s.Name), BizType: or(s.BizType, s.Name),
-		Scope: or(s.Scope, s.Name), Workflow: or(s.Workflow, s.Name),
+		Route: cmp.Or(s.Route, "/v1/"+s.Name), Tool: cmp.Or(s.Tool, s.Name), BizType: cmp.Or(s.BizType, s.Name),
+		Scope: cmp.Or(s.Scope, s.Name), Workflow: cmp.Or(s.Workflow, s.Name),
 	}
-	o.Activity = or(s.Activity, o.BizType)
+	o.Activity = cmp.Or(s.Activity, o.BizType)
 	for _, m := range pathParam.FindAllStringSubmatch(o.Route, -1) {
 		o.PathParams = append(o.PathParams, m[1])
 	}
@@ -335,13 +336,6 @@ func define[R, Row any](s Spec[R, Row]) (*Operation, error) {
 	return o, nil
 }
 
-func or(s, def string) string {
-	if s != "" {
-		return s
-	}
-	return def
-}
-
 // applyRules runs rules on the derived schema, turning a rule that names a
 // property R lacks (a nil schema) into an error rather than a panic deep
 // inside the caller's function.
@@ -377,14 +371,7 @@ func outcome(a Answer) (idem.Outcome, error) {
 			return idem.Outcome{}, fmt.Errorf("op: marshal the answer: %w", err)
 		}
 	}
-	return idem.Outcome{Status: cmp(a.Status, 201), Body: idem.Answer(body), Location: a.Location}, nil
-}
-
-func cmp(v, def int) int {
-	if v == 0 {
-		return def
-	}
-	return v
+	return idem.Outcome{Status: cmp.Or(a.Status, 201), Body: idem.Answer(body), Location: a.Location}, nil
 }
 
 // validate decodes body into req by the rules every agent-sent JSON follows

@@ -95,17 +95,13 @@ func operationSchema(o *op.Operation) *jsonschema.Schema {
 	required, _ := body["required"].([]any)
 	props["idempotency_key"] = apispec.KeySchema("the intent's key; see the tool description")
 	body["properties"], body["required"] = props, append([]any{"idempotency_key"}, required...)
-	return toSchema(o.Name, body)
-}
-
-func toSchema(name string, body map[string]any) *jsonschema.Schema {
 	raw, err := json.Marshal(body)
 	if err != nil {
 		panic(err)
 	}
 	var schema jsonschema.Schema
 	if err := json.Unmarshal(raw, &schema); err != nil {
-		panic(fmt.Errorf("mcpserver: the %s schema: %w", name, err))
+		panic(fmt.Errorf("mcpserver: the %s schema: %w", o.Name, err))
 	}
 	return &schema
 }

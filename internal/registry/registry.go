@@ -13,6 +13,7 @@ import (
 	"maps"
 	"reflect"
 	"slices"
+	"sync"
 
 	"github.com/idemflow/idemflow/activities"
 	"github.com/idemflow/idemflow/idem"
@@ -99,13 +100,16 @@ func New(ops ...*op.Operation) (*Set, error) {
 }
 
 // Builtin is the set of the built-ins alone: idemflow's own operations.
-func Builtin() *Set {
+// A Set never changes, so it is built once: registry.Recall, a store's
+// recall in tests, and a gateway or MCP server without a Set of their own
+// ask for it often.
+var Builtin = sync.OnceValue(func() *Set {
 	s, err := New()
 	if err != nil {
 		panic(err) // idemflow's own names, checked by every test
 	}
 	return s
-}
+})
 
 // Schemas are the declared operations' own migrations.
 func (s *Set) Schemas() []migrations.Schema {
