@@ -14,6 +14,7 @@ import (
 
 	"github.com/idemflow/idemflow/idem"
 	"github.com/idemflow/idemflow/internal/apperr"
+	"github.com/idemflow/idemflow/internal/httptool"
 	"github.com/idemflow/idemflow/internal/metrics"
 	"github.com/idemflow/idemflow/internal/problem"
 	"github.com/jackc/pgx/v5"
@@ -33,6 +34,8 @@ type Activities struct {
 	// Metrics, when set, counts business steps, rejections, reconcile
 	// verdicts and purged records.
 	Metrics *metrics.Worker
+	// Tools are the HTTP tools this worker calls (HTTPTool), if any.
+	Tools *httptool.Set
 }
 
 // New returns the activities over db.
@@ -64,6 +67,12 @@ func (a *Activities) execute(ctx context.Context, in idem.Intent, req interface{
 	step func(tx pgx.Tx) (idem.Outcome, error)) (idem.Outcome, error) {
 	start := time.Now()
 	out, err := a.executeLocked(ctx, in, req, step)
+	a.executed(in.BizType, start, err)
+	return out, err
+}
+
+// executed counts one execution of an intent's activity.
+func (a *Activities) executed(bizType string, start time.Time, err error) {
 	result := "done"
 	var appErr *temporal.ApplicationError
 	switch {
@@ -72,8 +81,32 @@ func (a *Activities) execute(ctx context.Context, in idem.Intent, req interface{
 	case err != nil:
 		result = "error"
 	}
-	a.Metrics.Executed(in.BizType, result, time.Since(start))
-	return out, err
+	a.Metrics.Executed(bizType, result, time.Since(start))
+}
+
+// lockOpen locks in's record within tx for an execution. done: the record
+// is SUCCESS, and its answer is the execution's. A record that is gone,
+// is another request's or is FAILED is an error no retry can fix.
+func lockOpen(ctx context.Context, tx pgx.Tx, in idem.Intent) (rec idem.Record, done bool, err error) {
+	rec, err = idem.GetTx(ctx, tx, in.TenantID, in.Key, true)
+	if errors.Is(err, apperr.ErrNotFound) {
+		return idem.Record{}, false, temporal.NewNonRetryableApplicationError("idempotency record is gone", idem.ErrTypeGone, err)
+	}
+	if err != nil {
+		return idem.Record{}, false, fmt.Errorf("lock record: %w", err)
+	}
+	if rec.Fingerprint != in.Fingerprint {
+		// The record was purged and re-created by another request under
+		// the same key; this run belongs to neither.
+		return idem.Record{}, false, temporal.NewNonRetryableApplicationError("record belongs to another request", idem.ErrTypeGone, nil)
+	}
+	switch rec.Status {
+	case idem.StatusSuccess:
+		return rec, true, nil
+	case idem.StatusFailed:
+		return idem.Record{}, false, temporal.NewNonRetryableApplicationError("intent already failed: "+rec.ErrorReason, idem.ErrTypeClosed, nil)
+	}
+	return rec, false, nil
 }
 
 func (a *Activities) executeLocked(ctx context.Context, in idem.Intent, req interface{ Fingerprint() (string, error) },
@@ -91,23 +124,9 @@ func (a *Activities) executeLocked(ctx context.Context, in idem.Intent, req inte
 	}
 	defer tx.Rollback(context.WithoutCancel(ctx)) //nolint:errcheck // no-op after commit
 
-	rec, err := idem.GetTx(ctx, tx, in.TenantID, in.Key, true)
-	if errors.Is(err, apperr.ErrNotFound) {
-		return idem.Outcome{}, temporal.NewNonRetryableApplicationError("idempotency record is gone", idem.ErrTypeGone, err)
-	}
-	if err != nil {
-		return idem.Outcome{}, fmt.Errorf("lock record: %w", err)
-	}
-	if rec.Fingerprint != in.Fingerprint {
-		// The record was purged and re-created by another request under
-		// the same key; this run belongs to neither.
-		return idem.Outcome{}, temporal.NewNonRetryableApplicationError("record belongs to another request", idem.ErrTypeGone, nil)
-	}
-	switch rec.Status {
-	case idem.StatusSuccess:
-		return rec.Response, nil
-	case idem.StatusFailed:
-		return idem.Outcome{}, temporal.NewNonRetryableApplicationError("intent already failed: "+rec.ErrorReason, idem.ErrTypeClosed, nil)
+	rec, done, err := lockOpen(ctx, tx, in)
+	if err != nil || done {
+		return rec.Response, err
 	}
 
 	// A row committed by an earlier execution is the answer; one written
@@ -216,6 +235,13 @@ func (a *Activities) ResolveIntent(ctx context.Context, in ResolveInput) (Resolu
 	failed := problem.ExecutionFailed()
 	if in.Canceled {
 		failed = problem.Canceled()
+	}
+	if t, ok := a.Tools.Of(in.Intent.BizType); ok {
+		res, handled, err := a.resolveToolCall(ctx, in, t)
+		if err != nil || handled {
+			return res, err
+		}
+		failed = problem.CallUnsettled()
 	}
 	res, err := a.Records.Resolve(ctx, idem.ResolveParams{Intent: in.Intent, Preferred: in.Preferred, Failed: failed.Outcome(), Reason: in.Reason})
 	if err != nil {

@@ -325,6 +325,8 @@ func (c *Client) attempt(ctx context.Context, in Intent, n int) (Result, time.Du
 		return out, 0, nil
 	case resp.StatusCode < 300:
 		return res, 0, nil
+	case problemType(body) == typeOutcomeUnknown:
+		return res, 0, problemError(resp.StatusCode, body) // final, though a 502
 	case resp.StatusCode == http.StatusConflict && problemType(body) == "/problems/request-in-progress",
 		resp.StatusCode == http.StatusTooManyRequests, resp.StatusCode >= 500:
 		return res, retryAfter, retryableError{problemError(resp.StatusCode, body)}
@@ -346,7 +348,7 @@ func (c *Client) poll(ctx context.Context, location string) (Result, error) {
 			}
 			if json.Unmarshal(body, &op) == nil && op.Status != "processing" {
 				res := Result{Status: op.ResultStatus, Body: op.Result, Replayed: true}
-				if op.ResultStatus >= 500 || op.ResultStatus == http.StatusTooManyRequests {
+				if (op.ResultStatus >= 500 || op.ResultStatus == http.StatusTooManyRequests) && problemType(op.Result) != typeOutcomeUnknown {
 					// Ended without an answer: send the intent again,
 					// with its key, as after a direct 5xx.
 					return res, retryableError{problemError(op.ResultStatus, op.Result)}

@@ -25,7 +25,15 @@ var (
 	// ErrRejected: a business rule said no (out of stock, bad coupon,
 	// invalid transition); see *RejectedError for which.
 	ErrRejected = errors.New("rejected")
+	// ErrOutcomeUnknown: an at_most_once HTTP tool's call got no answer
+	// that says whether it took effect (502, /problems/outcome-unknown).
+	// It is final: idemflow never sends the call again under this key, so
+	// a retry only reads this answer again. Ask the downstream service.
+	ErrOutcomeUnknown = errors.New("outcome unknown")
 )
+
+// typeOutcomeUnknown is the problem type of ErrOutcomeUnknown.
+const typeOutcomeUnknown = "/problems/outcome-unknown"
 
 // Problem is an RFC 9457 problem details body.
 type Problem struct {
@@ -90,6 +98,8 @@ func problemError(status int, body []byte) error {
 		pe.kind = ErrNotFound
 	case status == 413:
 		pe.kind = ErrTooLarge
+	case p.Type == typeOutcomeUnknown:
+		pe.kind = ErrOutcomeUnknown
 	case p.Type == "/problems/idempotency-key-reused":
 		pe.kind = ErrKeyReused
 	case status == 422 || (status == 409 && p.Type == "/problems/invalid-transition"):

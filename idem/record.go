@@ -32,6 +32,10 @@ type Outcome struct {
 	Status   int    `json:"status"`
 	Body     Answer `json:"body"`
 	Location string `json:"location,omitempty"`
+	// ContentType is the answer's media type when it is not idemflow's
+	// own (JSON, or problem+json from 400 on): an HTTP tool's downstream
+	// answer, replayed as it came.
+	ContentType string `json:"content_type,omitempty"`
 }
 
 // Record is one row of idempotency_record.
@@ -152,15 +156,15 @@ func (s *Store) Recall(ctx context.Context, q Querier, tenantID, key string) (Pr
 
 const recordColumns = `id, tenant_id, idem_key, biz_type, fingerprint, status,
 	response_status, response_body, resource_path, error_reason, workflow_id,
-	attempts, created_at, updated_at, expire_at`
+	attempts, created_at, updated_at, expire_at, response_content_type`
 
 func scanRecord(row pgx.Row) (Record, error) {
 	var r Record
 	var respStatus *int32
-	var location, reason *string
+	var location, reason, contentType *string
 	err := row.Scan(&r.ID, &r.TenantID, &r.Key, &r.BizType, &r.Fingerprint, &r.Status,
 		&respStatus, &r.Response.Body, &location, &reason, &r.WorkflowID,
-		&r.Attempts, &r.CreatedAt, &r.UpdatedAt, &r.ExpireAt)
+		&r.Attempts, &r.CreatedAt, &r.UpdatedAt, &r.ExpireAt, &contentType)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return Record{}, errNoRecord
 	}
@@ -175,6 +179,9 @@ func scanRecord(row pgx.Row) (Record, error) {
 	}
 	if reason != nil {
 		r.ErrorReason = *reason
+	}
+	if contentType != nil {
+		r.Response.ContentType = *contentType
 	}
 	return r, nil
 }
@@ -240,7 +247,7 @@ func (s *Store) Claim(ctx context.Context, p ClaimParams) (Claim, error) {
 		reopened, err := scanRecord(s.db.QueryRow(ctx, `
 			UPDATE idempotency_record
 			SET status = 'PROCESSING', response_status = NULL, response_body = NULL,
-				resource_path = NULL, error_reason = NULL, attempts = attempts + 1,
+				resource_path = NULL, error_reason = NULL, response_content_type = NULL, attempts = attempts + 1,
 				updated_at = now(), expire_at = now() + make_interval(secs => $4)
 			WHERE tenant_id = $1 AND idem_key = $2 AND fingerprint = $3 AND status = 'FAILED'
 			RETURNING `+recordColumns,
@@ -275,12 +282,13 @@ func (s *Store) create(ctx context.Context, p ClaimParams, ttl float64) (Record,
 		rec, err = scanRecord(s.db.QueryRow(ctx, `
 			INSERT INTO idempotency_record
 				(id, tenant_id, idem_key, biz_type, fingerprint, status, response_status,
-				 response_body, resource_path, workflow_id, expire_at)
-			VALUES ($1, $2, $3, $4, $5, 'SUCCESS', $6, $7, $8, $9, now() + make_interval(secs => $10))
+				 response_body, resource_path, workflow_id, expire_at, response_content_type)
+			VALUES ($1, $2, $3, $4, $5, 'SUCCESS', $6, $7, $8, $9, now() + make_interval(secs => $10), $11)
 			ON CONFLICT (tenant_id, idem_key) DO NOTHING
 			RETURNING `+recordColumns,
 			uuid.New(), p.TenantID, p.Key, prior.BizType, prior.Fingerprint, prior.Outcome.Status,
-			prior.Outcome.Body, location, prior.WorkflowID, s.retention.For(prior.BizType).Seconds()))
+			prior.Outcome.Body, location, prior.WorkflowID, s.retention.For(prior.BizType).Seconds(),
+			nullable(prior.Outcome.ContentType)))
 	} else {
 		rec, err = scanRecord(s.db.QueryRow(ctx, `
 			INSERT INTO idempotency_record
@@ -341,9 +349,10 @@ func (s *Store) Finish(ctx context.Context, q Querier, rec Record, st Status, ou
 		UPDATE idempotency_record
 		SET status = $3, response_status = $4, response_body = $5, resource_path = $6,
 			error_reason = $7, updated_at = now(),
-			expire_at = now() + make_interval(secs => $8)
+			expire_at = now() + make_interval(secs => $8), response_content_type = $9
 		WHERE tenant_id = $1 AND idem_key = $2 AND status = 'PROCESSING'`,
-		tenantID, key, st, out.Status, out.Body, location, why, s.retention.For(rec.BizType).Seconds())
+		tenantID, key, st, out.Status, out.Body, location, why, s.retention.For(rec.BizType).Seconds(),
+		nullable(out.ContentType))
 	if err != nil {
 		return fmt.Errorf("finish %s/%s: %w", tenantID, key, err)
 	}
@@ -490,4 +499,12 @@ func (s *Store) Resolve(ctx context.Context, p ResolveParams) (Resolution, error
 		s.Settled(p.Intent.TenantID, p.Intent.Key)
 	}
 	return res, nil
+}
+
+// nullable is s, or SQL NULL for "".
+func nullable(s string) *string {
+	if s == "" {
+		return nil
+	}
+	return &s
 }

@@ -2,6 +2,7 @@ package idem
 
 import (
 	"crypto/sha256"
+	"encoding/base64"
 	"encoding/hex"
 	"errors"
 	"fmt"
@@ -44,4 +45,16 @@ func WorkflowID(scope, tenant, key string) string {
 	}
 	sum := sha256.Sum256([]byte(key))
 	return scope + "/" + tenant + "/sha256," + hex.EncodeToString(sum[:])
+}
+
+// DownstreamKey is the one derivation of the key idemflow sends to an HTTP
+// tool's downstream (its Idempotency-Key header, its key field, {key} in
+// its lookup URL): the same for every attempt of one (tenant, key, tool),
+// different for any other tenant or tool, so that one tenant's key can
+// never name another's effect at a shared downstream. It is 47 URL-safe
+// characters, within common limits (Stripe's is 255, many are 64), and
+// says nothing of the tenant or the key it came from.
+func DownstreamKey(tenantID, key, tool string) string {
+	sum := sha256.Sum256([]byte("idemflow downstream key v1\x00" + tenantID + "\x00" + key + "\x00" + tool))
+	return "idf1_" + base64.RawURLEncoding.EncodeToString(sum[:])[:42]
 }

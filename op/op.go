@@ -58,6 +58,9 @@ type Answer struct {
 	Status   int
 	Body     any
 	Location string
+	// ContentType, if set, is the body's media type (an HTTP tool's
+	// downstream answer); otherwise it is JSON, or problem+json from 400.
+	ContentType string
 }
 
 // In is what a step receives: the intent's identity and its request, as
@@ -371,7 +374,7 @@ func outcome(a Answer) (idem.Outcome, error) {
 			return idem.Outcome{}, fmt.Errorf("op: marshal the answer: %w", err)
 		}
 	}
-	return idem.Outcome{Status: cmp.Or(a.Status, 201), Body: idem.Answer(body), Location: a.Location}, nil
+	return idem.Outcome{Status: cmp.Or(a.Status, 201), Body: idem.Answer(body), Location: a.Location, ContentType: a.ContentType}, nil
 }
 
 // validate decodes body into req by the rules every agent-sent JSON follows
@@ -505,8 +508,16 @@ func (o *Operation) Fingerprint(in Input) (string, error) {
 	return idem.Fingerprint(o.BizType, o.covered(req))
 }
 
+// HasStep reports whether the operation's effect is a step in the
+// record's transaction (every Define'd one). One declared with DefineJSON
+// has none: its activity is its own (an HTTP tool's call).
+func (o *Operation) HasStep() bool { return o.step != nil }
+
 // Run is the step over an input, within tx.
 func (o *Operation) Run(ctx context.Context, tx pgx.Tx, in Input) (idem.Outcome, error) {
+	if o.step == nil {
+		return idem.Outcome{}, fmt.Errorf("op: %s has no step in the transaction", o.Name)
+	}
 	req, err := o.request(in)
 	if err != nil {
 		return idem.Outcome{}, err

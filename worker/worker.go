@@ -56,8 +56,14 @@ func Register(r sdkworker.Registry, acts *activities.Activities, set *registry.S
 }
 
 // RegisterOperations registers, on r, the workflow and the activity that
-// ops share (one operation, or an order's transitions), under their names.
+// ops share (one operation, an order's transitions, or the HTTP tools),
+// under their names. Operations with no step in the record's transaction
+// are HTTP tools: their activity calls the tool (activities.HTTPTool).
 func RegisterOperations(r sdkworker.Registry, acts *activities.Activities, ops ...*op.Operation) {
 	r.RegisterWorkflowWithOptions(workflows.Operation(ops[0].Activity), workflow.RegisterOptions{Name: ops[0].Workflow})
-	r.RegisterActivityWithOptions(activities.Operation{Activities: acts, Ops: ops}.Run, activity.RegisterOptions{Name: ops[0].Activity})
+	run := activities.Operation{Activities: acts, Ops: ops}.Run
+	if !ops[0].HasStep() {
+		run = activities.HTTPTool{Activities: acts}.Run
+	}
+	r.RegisterActivityWithOptions(run, activity.RegisterOptions{Name: ops[0].Activity})
 }

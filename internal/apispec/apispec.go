@@ -86,9 +86,45 @@ func WithOperations(ops []*op.Operation) ([]byte, error) {
 		created["content"] = map[string]any{"application/json": map[string]any{"schema": map[string]any{
 			"type": "object", "description": "the operation's answer"}}}
 		item["tags"] = []any{"declared operations"}
+		if !o.HasStep() {
+			toolResponses(responses)
+			item["tags"] = []any{"HTTP tools"}
+		}
 		paths[o.Route] = map[string]any{"post": item}
 	}
 	return json.Marshal(doc)
+}
+
+// toolResponses rewrites a declared operation's answers for an HTTP tool,
+// whose answer is its downstream's: any 2xx (but idemflow's own 202,
+// still running), any 4xx as the downstream's rejection, each with the
+// downstream's own media type, and 502 for an at_most_once call whose
+// outcome is unknown.
+func toolResponses(responses map[string]any) {
+	anyBody := map[string]any{"*/*": map[string]any{"schema": map[string]any{}}}
+	created := responses["201"]
+	delete(responses, "201")
+	answer := created.(map[string]any)
+	answer["description"] = "The downstream's answer (any 2xx but 202) as it came: its status, body and Content-Type, or (Idempotent-Replayed: true) the first answer again, byte for byte."
+	answer["content"] = anyBody
+	responses["2XX"] = answer
+	for code, r := range responses {
+		if code[0] != '4' {
+			continue
+		}
+		content := r.(map[string]any)["content"].(map[string]any)
+		content["*/*"] = anyBody["*/*"]
+	}
+	responses["4XX"] = map[string]any{
+		"description": "The downstream rejected the call (a 4xx other than 408, 409, 425 and 429): nothing happened there. Its answer as it came, stored and replayed.",
+		"headers":     map[string]any{"Idempotent-Replayed": map[string]any{"$ref": "#/components/headers/Idempotent-Replayed"}},
+		"content":     anyBody,
+	}
+	responses["502"] = map[string]any{
+		"description": "/problems/outcome-unknown: an at_most_once tool's call got no answer that says whether it took effect. Final: it is never sent again under this key.",
+		"headers":     map[string]any{"Idempotent-Replayed": map[string]any{"$ref": "#/components/headers/Idempotent-Replayed"}},
+		"content":     map[string]any{"application/problem+json": map[string]any{"schema": map[string]any{"$ref": "#/components/schemas/Problem"}}},
+	}
 }
 
 const keyRule = "Make the key ONCE per intent and send the SAME key with the SAME body on every retry: the first answer is then returned again, " +

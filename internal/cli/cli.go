@@ -10,9 +10,11 @@ import (
 	"log/slog"
 	"os"
 	"regexp"
+	"slices"
 	"sort"
 	"strings"
 
+	"github.com/idemflow/idemflow/internal/httptool"
 	"github.com/idemflow/idemflow/internal/registry"
 	"github.com/idemflow/idemflow/op"
 )
@@ -45,8 +47,40 @@ type Env struct {
 	Stdout io.Writer
 	Stderr io.Writer
 	Logger *slog.Logger
-	// Set is the built-in business types and the declared operations.
+	// Set is the built-in business types and the declared operations,
+	// with the HTTP tools of --tools once a command loaded them.
 	Set *registry.Set
+	// Tools are the HTTP tools of --tools (nil: none).
+	Tools *httptool.Set
+	// ops are the operations declared in Go, that a tools file adds to.
+	ops []*op.Operation
+}
+
+// useTools loads the tools file at path (none for ""): its tools join the
+// operations, as if each were declared in Go, and a tool whose name
+// another operation holds is refused.
+func (env *Env) useTools(path string) error {
+	if path == "" {
+		return nil
+	}
+	tools, err := httptool.Load(path, nil)
+	if err != nil {
+		return fmt.Errorf("%w: %w", errUsage, err)
+	}
+	set, err := registry.New(append(slices.Clone(env.ops), tools.Operations()...)...)
+	if err != nil {
+		return fmt.Errorf("%w: tools file %s: %w", errUsage, path, err)
+	}
+	env.Set, env.Tools = set, tools
+	for _, t := range tools.Tools() {
+		env.Logger.Info("HTTP tool loaded", "tool", t.Name, "route", t.Op.Route, "settles_unknown_by", t.Mode())
+	}
+	return nil
+}
+
+// registerTools adds --tools.
+func registerTools(fs *flag.FlagSet, path *string) {
+	fs.StringVar(path, "tools", "", "YAML file of HTTP tools: a team's own APIs, called exactly once per key (README, HTTP tools) (env IDEMFLOW_TOOLS)")
 }
 
 // errUsage marks a usage error: exit code 2.
@@ -60,7 +94,7 @@ func Run(ctx context.Context, args []string, stdout, stderr io.Writer, ops ...*o
 		fmt.Fprintf(stderr, "idemflow: %v\n", err)
 		return 2
 	}
-	env := &Env{Stdout: stdout, Stderr: stderr, Set: set,
+	env := &Env{Stdout: stdout, Stderr: stderr, Set: set, ops: ops,
 		Logger: slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: logLevel()}))}
 	if len(args) == 0 {
 		usage(stderr)

@@ -47,6 +47,8 @@ func runRoles(ctx context.Context, env *Env, name string, r roles, args []string
 	var gw gatewayConfig
 	fs := flags(name, env)
 	c.register(fs)
+	var toolsFile string
+	registerTools(fs, &toolsFile)
 	var workerMetrics string
 	if r.worker {
 		s.register(fs)
@@ -64,6 +66,9 @@ func runRoles(ctx context.Context, env *Env, name string, r roles, args []string
 	if err := c.resolveTemporal(); err != nil {
 		return err
 	}
+	if err := env.useTools(toolsFile); err != nil {
+		return err
+	}
 	if r.gateway {
 		if err := gw.check(); err != nil {
 			return err
@@ -74,7 +79,7 @@ func runRoles(ctx context.Context, env *Env, name string, r roles, args []string
 			return err
 		}
 	}
-	d, err := openDeps(ctx, env.Logger, env.Set, c)
+	d, err := openDeps(ctx, env.Logger, env.Set, env.Tools, c)
 	if err != nil {
 		return err
 	}

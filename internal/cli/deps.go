@@ -13,6 +13,7 @@ import (
 	"github.com/idemflow/idemflow/activities"
 	"github.com/idemflow/idemflow/idem"
 	"github.com/idemflow/idemflow/internal/gateway"
+	"github.com/idemflow/idemflow/internal/httptool"
 	"github.com/idemflow/idemflow/internal/metrics"
 	"github.com/idemflow/idemflow/internal/pgurl"
 	"github.com/idemflow/idemflow/internal/registry"
@@ -128,7 +129,7 @@ type deps struct {
 	searchable bool
 }
 
-func openDeps(ctx context.Context, logger *slog.Logger, set *registry.Set, c common) (*deps, error) {
+func openDeps(ctx context.Context, logger *slog.Logger, set *registry.Set, tools *httptool.Set, c common) (*deps, error) {
 	if c.databaseURL == "" {
 		return nil, fmt.Errorf("%w: DATABASE_URL (or --database-url) is required", errUsage)
 	}
@@ -168,6 +169,7 @@ func openDeps(ctx context.Context, logger *slog.Logger, set *registry.Set, c com
 	records.Waiters = &idem.Waiters{}
 	acts := activities.New(pool, records, tc, logger)
 	acts.Metrics = reg.Worker
+	acts.Tools = tools
 	activities.ExportVerdicts(reg.Worker)
 	for bizType, codes := range set.Rejections() {
 		for _, code := range codes {

@@ -51,8 +51,13 @@ func runDev(ctx context.Context, env *Env, args []string) error {
 	var tf temporalFlags
 	tf.register(fs, 8233)
 	temporalPort, uiPort, dataDir, nsRetention := &tf.port, &tf.uiPort, &tf.dataDir, tf.retention
+	var toolsFile string
+	registerTools(fs, &toolsFile)
 	store := fs.String("temporal-store", "", "where the embedded Temporal keeps its data: postgres (beside idemflow's database) or sqlite (in --data-dir); default postgres, or sqlite for a data dir that already has a temporal.db (env IDEMFLOW_TEMPORAL_STORE)")
 	if err := parseFlags(fs, args); err != nil {
+		return err
+	}
+	if err := env.useTools(toolsFile); err != nil {
 		return err
 	}
 	log := env.Logger
@@ -120,7 +125,7 @@ func runDev(ctx context.Context, env *Env, args []string) error {
 	}
 	defer ui.Stop()
 
-	d, err := openDeps(ctx, log, env.Set, c)
+	d, err := openDeps(ctx, log, env.Set, env.Tools, c)
 	if err != nil {
 		return err
 	}

@@ -66,7 +66,12 @@ func runMCP(ctx context.Context, env *Env, args []string) error {
 	var httpOpts mcpserver.HTTPOptions
 	fs.IntVar(&httpOpts.MaxSessionsPerTenant, "max-sessions", 64, "with --http: open MCP sessions one tenant may hold (env IDEMFLOW_MCP_MAX_SESSIONS)")
 	fs.DurationVar(&httpOpts.IdleTimeout, "session-idle-timeout", 10*time.Minute, "with --http: close a session idle this long (env IDEMFLOW_MCP_IDLE_TIMEOUT)")
+	var toolsFile string
+	registerTools(fs, &toolsFile)
 	if err := parseFlags(fs, args); err != nil {
+		return err
+	}
+	if err := env.useTools(toolsFile); err != nil {
 		return err
 	}
 	if _, err := g.resolve(); err != nil && (*httpAddr == "" || g.url == "") {

@@ -360,9 +360,12 @@ func labelOf(reply starter.Reply, err error) string {
 // Idempotent-Replayed: true and is otherwise byte-identical to the first.
 func writeOutcome(w http.ResponseWriter, out idem.Outcome, replayed bool) {
 	h := w.Header()
-	if out.Status >= 400 {
+	switch {
+	case out.ContentType != "":
+		h.Set("Content-Type", out.ContentType)
+	case out.Status >= 400:
 		h.Set("Content-Type", problem.ContentType)
-	} else {
+	default:
 		h.Set("Content-Type", "application/json")
 	}
 	if out.Location != "" {

@@ -149,7 +149,13 @@ func (t tools) call(ctx context.Context, req *mcp.CallToolRequest, key, path str
 func result(res agentclient.Result) (*mcp.CallToolResult, Result, error) {
 	out := Result{HTTPStatus: res.Status, Replayed: res.Replayed}
 	if err := json.Unmarshal(res.Body, &out.Result); err != nil {
-		return nil, Result{}, fmt.Errorf("gateway answered %d with a body that is not a JSON object: %w", res.Status, err)
+		// An HTTP tool's downstream may answer with any body: the model
+		// gets it under "body", as JSON when it is JSON, else as text.
+		var v any = string(res.Body)
+		if json.Valid(res.Body) {
+			v = json.RawMessage(res.Body)
+		}
+		out.Result = map[string]any{"body": v}
 	}
 	return nil, out, nil
 }
@@ -167,6 +173,9 @@ func explain(key string, err error) error {
 			msg += "; the order is " + rej.CurrentState
 		}
 		return errors.New(msg)
+	case errors.Is(err, agentclient.ErrOutcomeUnknown):
+		return fmt.Errorf("OUTCOME UNKNOWN: the call may or may not have taken effect, and it will never be sent again under idempotency_key %q. "+
+			"Do not retry it under a new key before you have checked with the service or a human: %w", key, err)
 	case errors.Is(err, agentclient.ErrInvalidRequest):
 		return fmt.Errorf("INVALID ARGUMENTS, nothing was recorded; fix them and call again with the same key: %w", err)
 	case errors.Is(err, context.DeadlineExceeded):

@@ -34,6 +34,7 @@ const (
 	TypeCanceled          = "/problems/canceled-by-operator"
 	TypeUnsupportedMedia  = "/problems/unsupported-media-type"
 	TypeTooManySessions   = "/problems/too-many-sessions"
+	TypeOutcomeUnknown    = "/problems/outcome-unknown"
 	// TypeRejectedPrefix + RejectedError.Code, e.g. /problems/out-of-stock.
 	TypeRejectedPrefix = "/problems/"
 )
@@ -54,6 +55,7 @@ var Descriptions = map[string]string{
 	TypeMethodNotAllowed:  "The method is not allowed on this resource.",
 	TypeCanceled:          "An operator canceled or terminated this request's workflow before it wrote anything. Nothing was written. Retry with the same key to execute it again.",
 	TypeTooManySessions:   "MCP over HTTP: this tenant has as many open sessions as it may hold. Close one, or wait for an idle one to expire, then connect again.",
+	TypeOutcomeUnknown:    "An at_most_once HTTP tool's call got no answer that says whether it took effect (a timeout, a dropped connection, a 5xx). It may or may not have happened. This answer is final: idemflow never sends the call again under this key. Check with the downstream service before you act on it.",
 	TypeUnsupportedMedia:  "The body is not sent as application/json. Nothing was recorded: send Content-Type: application/json (or none) and retry with the same key.",
 
 	// Business rejections (TypeRejectedPrefix + code): recorded FAILED,
@@ -119,6 +121,24 @@ func Rejected(e *apperr.RejectedError) Problem {
 // the logs and the record's error_reason, never to the tenant.
 func ExecutionFailed() Problem {
 	return New(TypeExecutionFailed, http.StatusInternalServerError, "the request did not complete and nothing was written; retry with the same key to execute it again")
+}
+
+// CallUnsettled is the stored answer of an HTTP tool's intent that ended
+// with its call's outcome unknown: unlike ExecutionFailed it does not say
+// that nothing happened. A retry under the same key resends under the same
+// downstream key, or looks the effect up first, so it cannot happen twice.
+func CallUnsettled() Problem {
+	return New(TypeExecutionFailed, http.StatusInternalServerError, "the call to the downstream did not end with a known outcome; retry with the same key: "+
+		"the retry looks its effect up or resends it under the same downstream key, so it cannot take effect twice")
+}
+
+// OutcomeUnknown is the final answer of an at_most_once HTTP tool's call
+// whose outcome stayed unknown.
+func OutcomeUnknown(detail string) Problem {
+	p := New(TypeOutcomeUnknown, http.StatusBadGateway, detail)
+	p.Title = "The call's outcome is unknown"
+	p.Code = "outcome-unknown"
+	return p
 }
 
 // Canceled is the stored answer of an intent an operator canceled or

@@ -7,12 +7,14 @@ import (
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
+	"slices"
 	"testing"
 
 	"github.com/idemflow/idemflow/activities"
 	"github.com/idemflow/idemflow/idem"
 	"github.com/idemflow/idemflow/internal/apispec"
 	"github.com/idemflow/idemflow/internal/gateway"
+	"github.com/idemflow/idemflow/internal/httptool"
 	"github.com/idemflow/idemflow/internal/orders"
 	"github.com/idemflow/idemflow/internal/registry"
 	"github.com/idemflow/idemflow/internal/schedule"
@@ -59,6 +61,9 @@ type Options struct {
 	// Operations are declared operations the stack serves and runs
 	// beside the built-ins; their own migrations are applied.
 	Operations []*op.Operation
+	// Tools are HTTP tools the stack serves and calls, beside the
+	// operations.
+	Tools *httptool.Set
 	// NoWorker leaves the worker stopped (StartWorker starts it), so that
 	// intents stay running.
 	NoWorker bool
@@ -70,6 +75,7 @@ type Options struct {
 // NewStack starts a Stack; everything stops when the test ends.
 func NewStack(t testing.TB, opts Options) *Stack {
 	t.Helper()
+	opts.Operations = append(slices.Clone(opts.Operations), opts.Tools.Operations()...)
 	set, err := registry.New(opts.Operations...)
 	if err != nil {
 		t.Fatal(err)
@@ -101,6 +107,7 @@ func NewStack(t testing.TB, opts Options) *Stack {
 		Set:         set,
 		t:           t,
 	}
+	s.Activities.Tools = opts.Tools
 	tenants := tenant.NewStore(pool)
 	for _, id := range []string{TenantA, TenantB} {
 		tok, err := tenant.NewToken()

@@ -1,0 +1,335 @@
+package activities
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/idemflow/idemflow/idem"
+	"github.com/idemflow/idemflow/internal/apperr"
+	"github.com/idemflow/idemflow/internal/httptool"
+	"github.com/idemflow/idemflow/internal/problem"
+	"github.com/idemflow/idemflow/op"
+	"github.com/jackc/pgx/v5"
+	"go.temporal.io/sdk/temporal"
+)
+
+// HTTPTool is the activity of HTTP tools (internal/httptool): one call to
+// a team's own API per intent. The call cannot join the record's
+// transaction, so it runs between two. The first, under the record's lock,
+// commits that a request is about to leave (tool_call "sending"); the
+// second stores the answer and finishes the record. An attempt that finds
+// a request sent and no answer never sends blind: a key_header tool
+// resends under the same downstream key, which the downstream
+// deduplicates; a lookup tool first asks the downstream what the key did,
+// once the earlier request's timeout has surely passed; an at_most_once
+// tool ends with outcome-unknown, for good.
+type HTTPTool struct {
+	*Activities
+}
+
+// Run calls the intent's tool, or returns the answer an earlier execution
+// stored.
+func (a HTTPTool) Run(ctx context.Context, in op.Input) (idem.Outcome, error) {
+	start := time.Now()
+	out, err := a.run(ctx, in)
+	a.executed(in.Intent.BizType, start, err)
+	return out, err
+}
+
+// step is what the first transaction decided.
+type step int
+
+const (
+	stepSend   step = iota // send the call
+	stepLookup             // ask the downstream what the key did first
+	stepDone               // the intent is settled: its answer, or its error
+)
+
+func (a HTTPTool) run(ctx context.Context, in op.Input) (idem.Outcome, error) {
+	t, ok := a.Tools.Of(in.Intent.BizType)
+	if !ok {
+		return idem.Outcome{}, temporal.NewNonRetryableApplicationError("no HTTP tool is a "+in.Intent.BizType, idem.ErrTypeForged, nil)
+	}
+	fingerprint, err := t.Op.Fingerprint(in)
+	if err == nil && fingerprint != in.Intent.Fingerprint {
+		err = errors.New("the request does not match the intent's fingerprint")
+	}
+	if err != nil {
+		return idem.Outcome{}, temporal.NewNonRetryableApplicationError(err.Error(), idem.ErrTypeForged, err)
+	}
+	request, err := t.Op.Decode(in)
+	if err != nil {
+		return idem.Outcome{}, temporal.NewNonRetryableApplicationError(err.Error(), idem.ErrTypeForged, err)
+	}
+	key := idem.DownstreamKey(in.Intent.TenantID, in.Intent.Key, t.Name)
+
+	next, sends, out, err := a.begin(ctx, in.Intent, t)
+	if next == stepDone || err != nil {
+		return out, err
+	}
+	if next == stepLookup {
+		found := t.Find(ctx, key)
+		switch found.Verdict {
+		case httptool.Succeeded:
+			return a.finish(ctx, in.Intent, t, found)
+		case httptool.Absent:
+			// The key did nothing: send, unless another execution sent
+			// since this one read the row.
+			if out, err := a.markResend(ctx, in.Intent, sends); err != nil || out != nil {
+				return deref(out), err
+			}
+		default:
+			return idem.Outcome{}, retryAfter(fmt.Errorf("look up %s: %w", t, found.Err), time.Second)
+		}
+	}
+	return a.finish(ctx, in.Intent, t, t.Send(ctx, key, request))
+}
+
+// begin is the first transaction: under the record's lock it decides what
+// this attempt does, and commits that a request is about to be sent
+// before one is. sends is the row's count of requests sent, for
+// markResend's compare-and-set.
+func (a HTTPTool) begin(ctx context.Context, in idem.Intent, t *httptool.Tool) (next step, sends int, out idem.Outcome, err error) {
+	var final error
+	err = pgx.BeginFunc(ctx, a.DB, func(tx pgx.Tx) error {
+		rec, done, err := lockOpen(ctx, tx, in)
+		if err != nil || done {
+			next, out = stepDone, rec.Response
+			return err
+		}
+		next = stepDone
+		prior, found, err := a.Records.Recall(ctx, tx, rec.TenantID, rec.Key)
+		if err != nil {
+			return err
+		}
+		if found {
+			if prior.Fingerprint != rec.Fingerprint {
+				return a.reject(ctx, tx, rec, keyReused(rec.Key, prior.BizType, rec.BizType), &out, &final)
+			}
+			out = prior.Outcome
+			return a.Records.Finish(ctx, tx, rec, idem.StatusSuccess, out, "")
+		}
+		call, sent, err := httptool.Get(ctx, tx, rec.TenantID, rec.Key)
+		if err != nil {
+			return err
+		}
+		switch {
+		case !sent:
+			next = stepSend
+			return httptool.MarkSending(ctx, tx, in, 0)
+		case call.Fingerprint != rec.Fingerprint || call.BizType != rec.BizType:
+			// A call sent under this key for another request, whose
+			// record was purged before it was ever answered.
+			return a.reject(ctx, tx, rec, keyReused(rec.Key, call.BizType, rec.BizType), &out, &final)
+		case call.State == httptool.Done:
+			out = call.Answer
+			if err := idem.RememberKey(ctx, tx, in); err != nil {
+				return err
+			}
+			return a.Records.Finish(ctx, tx, rec, idem.StatusSuccess, out, "")
+		case call.State == httptool.OutcomeUnknown:
+			return a.reject(ctx, tx, rec, outcomeUnknown(t), &out, &final)
+		case t.AtMostOnce():
+			return a.giveUp(ctx, tx, rec, t, &out, &final)
+		case t.HasLookup():
+			if wait := t.Timeout() + httptool.Grace - call.SinceSent; wait > 0 {
+				next = stepSend // nothing to commit; the error below says wait
+				return retryAfter(fmt.Errorf("%s: a request sent %s ago may still be running; it is looked up once its timeout has passed",
+					t, call.SinceSent.Round(time.Millisecond)), wait)
+			}
+			next, sends = stepLookup, call.Sends
+			return nil
+		default:
+			next = stepSend
+			return httptool.MarkSending(ctx, tx, in, call.Sends)
+		}
+	})
+	if next == stepDone && err == nil {
+		a.Records.Settled(in.TenantID, in.Key)
+		err = final
+	}
+	return next, sends, out, err
+}
+
+// markResend commits, under the record's lock, that the call is sent
+// again after a lookup found nothing. out is set when the intent was
+// settled meanwhile.
+func (a HTTPTool) markResend(ctx context.Context, in idem.Intent, sends int) (*idem.Outcome, error) {
+	var out *idem.Outcome
+	err := pgx.BeginFunc(ctx, a.DB, func(tx pgx.Tx) error {
+		rec, done, err := lockOpen(ctx, tx, in)
+		if err != nil || done {
+			out = &rec.Response
+			return err
+		}
+		return httptool.MarkSending(ctx, tx, in, sends)
+	})
+	if errors.Is(err, httptool.ErrSentMeanwhile) {
+		return nil, retryAfter(err, time.Second)
+	}
+	return out, err
+}
+
+// finish is the second transaction: it stores the call's answer and
+// finishes the record, or leaves both for the next attempt when the
+// outcome is unknown.
+func (a HTTPTool) finish(ctx context.Context, in idem.Intent, t *httptool.Tool, res httptool.Result) (idem.Outcome, error) {
+	if res.Verdict == httptool.Unknown && !t.AtMostOnce() {
+		wait := time.Duration(0)
+		if !t.Resends() {
+			wait = t.Timeout() + httptool.Grace
+		}
+		a.Logger.WarnContext(ctx, "HTTP tool call's outcome unknown; retrying", "tool", t.Name, "tenant", in.TenantID, "key", in.Key, "error", res.Err)
+		return idem.Outcome{}, retryAfter(fmt.Errorf("%s: %w", t, res.Err), wait)
+	}
+	var out idem.Outcome
+	var final error
+	err := pgx.BeginFunc(ctx, a.DB, func(tx pgx.Tx) error {
+		rec, done, err := lockOpen(ctx, tx, in)
+		if err != nil || done {
+			out = rec.Response
+			return err
+		}
+		switch res.Verdict {
+		case httptool.Succeeded:
+			out = res.Answer
+			if err := httptool.Settle(ctx, tx, in, httptool.Done, out); err != nil {
+				return err
+			}
+			if err := idem.RememberKey(ctx, tx, in); err != nil {
+				return err
+			}
+			return a.Records.Finish(ctx, tx, rec, idem.StatusSuccess, out, "")
+		case httptool.Rejected:
+			// Nothing happened: the row goes, and a retry sends afresh.
+			out = res.Answer
+			if err := httptool.Forget(ctx, tx, in); err != nil {
+				return err
+			}
+			a.Metrics.Rejected(in.BizType, httptool.CodeRejected)
+			final = temporal.NewNonRetryableApplicationError(fmt.Sprintf("%s: the downstream rejected the call with %d", t, out.Status),
+				idem.ErrTypeRejected, nil, out)
+			return a.Records.Finish(ctx, tx, rec, idem.StatusFailed, out, fmt.Sprintf("downstream answered %d", out.Status))
+		default:
+			return a.giveUp(ctx, tx, rec, t, &out, &final)
+		}
+	})
+	if err == nil {
+		a.Records.Settled(in.TenantID, in.Key)
+		err = final
+	}
+	return out, err
+}
+
+// reject finishes rec FAILED with a rejection's answer, within tx, and
+// sets final to the rejection as the activity's error, to return once tx
+// committed (pgx.BeginFunc rolls back on any error).
+func (a HTTPTool) reject(ctx context.Context, tx pgx.Tx, rec idem.Record, r *apperr.RejectedError, out *idem.Outcome, final *error) error {
+	a.Metrics.Rejected(rec.BizType, r.Code)
+	*out = problem.Rejected(r).Outcome()
+	if r.Code == httptool.CodeOutcomeUnknown {
+		*out = problem.OutcomeUnknown(r.Reason).Outcome()
+	}
+	if err := a.Records.Finish(ctx, tx, rec, idem.StatusFailed, *out, r.Error()); err != nil {
+		return err
+	}
+	*final = temporal.NewNonRetryableApplicationError(r.Error(), idem.ErrTypeRejected, r, *out)
+	return nil
+}
+
+// giveUp ends an at_most_once tool's call whose outcome is unknown: the
+// row says so for good, and the record is FAILED with outcome-unknown.
+func (a HTTPTool) giveUp(ctx context.Context, tx pgx.Tx, rec idem.Record, t *httptool.Tool, out *idem.Outcome, final *error) error {
+	r := outcomeUnknown(t)
+	if err := httptool.Settle(ctx, tx, rec.Intent(), httptool.OutcomeUnknown, problem.OutcomeUnknown(r.Reason).Outcome()); err != nil {
+		return err
+	}
+	return a.reject(ctx, tx, rec, r, out, final)
+}
+
+func outcomeUnknown(t *httptool.Tool) *apperr.RejectedError {
+	return &apperr.RejectedError{Code: httptool.CodeOutcomeUnknown, Status: 502,
+		Reason: "the call to " + t.Name + " got no answer that says whether it took effect; it may have. It is at_most_once: it is never sent again under this key"}
+}
+
+func retryAfter(err error, wait time.Duration) error {
+	return temporal.NewApplicationErrorWithOptions(err.Error(), "ToolCallPending", temporal.ApplicationErrorOptions{
+		Cause: err, NextRetryDelay: max(wait, 0)})
+}
+
+func deref(o *idem.Outcome) idem.Outcome {
+	if o == nil {
+		return idem.Outcome{}
+	}
+	return *o
+}
+
+// resolveToolCall settles the record of an HTTP tool's intent that no
+// execution runs any more, without ever sending its call. With no request
+// sent it leaves the record to Records.Resolve (handled false), as for any
+// operation; so it does for a request whose outcome stays unknown, which
+// is then FAILED with CallUnsettled, and a retry resends or looks it up.
+// A lookup tool's key is looked up first (once the last request's timeout
+// has passed): found, the record is SUCCESS with the found answer. An
+// at_most_once tool's unknown outcome is final: outcome-unknown.
+func (a *Activities) resolveToolCall(ctx context.Context, in ResolveInput, t *httptool.Tool) (res Resolution, handled bool, err error) {
+	call, sent, err := httptool.Get(ctx, a.DB, in.Intent.TenantID, in.Intent.Key)
+	if err != nil || !sent || call.State != httptool.Sending || call.Fingerprint != in.Intent.Fingerprint {
+		return Resolution{}, false, err
+	}
+	var found httptool.Result
+	switch {
+	case t.AtMostOnce():
+	case t.HasLookup():
+		if wait := t.Timeout() + httptool.Grace - call.SinceSent; wait > 0 {
+			return Resolution{}, false, retryAfter(fmt.Errorf("%s: the last request may still be running; looked up once its timeout has passed", t), wait)
+		}
+		found = t.Find(ctx, idem.DownstreamKey(in.Intent.TenantID, in.Intent.Key, t.Name))
+		if found.Verdict != httptool.Succeeded {
+			if found.Verdict == httptool.Unknown {
+				a.Logger.WarnContext(ctx, "HTTP tool lookup failed while settling; the record is FAILED and a retry looks up again",
+					"tool", t.Name, "tenant", in.Intent.TenantID, "key", in.Intent.Key, "error", found.Err)
+			}
+			return Resolution{}, false, nil
+		}
+	default:
+		return Resolution{}, false, nil
+	}
+	res = Resolution{Action: idem.ResolvedNone}
+	err = pgx.BeginFunc(ctx, a.DB, func(tx pgx.Tx) error {
+		rec, err := idem.GetTx(ctx, tx, in.Intent.TenantID, in.Intent.Key, true)
+		if errors.Is(err, apperr.ErrNotFound) {
+			return nil
+		}
+		if err != nil {
+			return fmt.Errorf("lock record: %w", err)
+		}
+		if rec.Status != idem.StatusProcessing || rec.Fingerprint != in.Intent.Fingerprint || rec.Attempts != in.Intent.Attempt {
+			res = Resolution{Status: rec.Status, Outcome: rec.Response, Action: idem.ResolvedNone}
+			return nil
+		}
+		if t.AtMostOnce() {
+			var final error
+			res = Resolution{Status: idem.StatusFailed, Action: idem.ResolvedFailed}
+			return HTTPTool{a}.giveUp(ctx, tx, rec, t, &res.Outcome, &final)
+		}
+		res = Resolution{Status: idem.StatusSuccess, Action: idem.ResolvedBackfilled, Outcome: found.Answer}
+		if err := httptool.Settle(ctx, tx, in.Intent, httptool.Done, found.Answer); err != nil {
+			return err
+		}
+		if err := idem.RememberKey(ctx, tx, in.Intent); err != nil {
+			return err
+		}
+		return a.Records.Finish(ctx, tx, rec, idem.StatusSuccess, found.Answer, "")
+	})
+	if err != nil {
+		return Resolution{}, false, fmt.Errorf("settle %s call %s/%s: %w", t.Name, in.Intent.TenantID, in.Intent.Key, err)
+	}
+	if res.Action != idem.ResolvedNone {
+		a.Records.Settled(in.Intent.TenantID, in.Intent.Key)
+	}
+	a.Logger.InfoContext(ctx, "intent resolved", "tenant", in.Intent.TenantID, "key", in.Intent.Key, "action", res.Action, "reason", in.Reason, "tool", t.Name)
+	return res, true, nil
+}

@@ -1,0 +1,289 @@
+// Package downstream is a small refunds API with its own store: the
+// service an HTTP tool calls, in tests, chaos and the demo. It fails the
+// ways real services do, on demand: it drops the connection after
+// committing, answers after the caller gave up, or fails with a 5xx.
+//
+// It serves the two kinds of API a tool is declared for:
+//   - POST /keyed/refunds deduplicates by the Idempotency-Key header, as
+//     Stripe does: the same key answers the first answer again, and
+//     other parameters under it are a 422;
+//   - POST /plain/refunds ignores that header and stores the body's
+//     external_id, which GET /plain/refunds?external_id= looks up (200 with
+//     the refund, 404 for none); a second POST is a second refund.
+//
+// GET /refunds lists every refund made: what tests and chaos count.
+package downstream
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"math/rand/v2"
+	"net"
+	"net/http"
+	"sync"
+	"time"
+)
+
+// Fault is what the server does to one POST.
+type Fault int
+
+// The faults.
+const (
+	None Fault = iota
+	// Drop commits the refund, then closes the connection unanswered.
+	Drop
+	// Late commits the refund, then answers after Server.Late, when the
+	// caller has given up.
+	Late
+	// Fail answers 503 and commits nothing.
+	Fail
+)
+
+func (f Fault) String() string {
+	return [...]string{"none", "drop", "late", "fail"}[f]
+}
+
+// Refund is one effect.
+type Refund struct {
+	ID             string `json:"id"`
+	PaymentID      string `json:"payment_id"`
+	AmountCents    int64  `json:"amount_cents"`
+	ExternalID     string `json:"external_id,omitempty"`
+	IdempotencyKey string `json:"idempotency_key,omitempty"`
+	Status         string `json:"status"`
+}
+
+// MaxAmount: a larger refund is rejected (422), as a refund above what was
+// captured would be.
+const MaxAmount = 1_000_000
+
+type keyed struct {
+	body   []byte // the request, to tell a reuse with other parameters
+	status int
+	answer []byte
+}
+
+// Server is the service. The zero value is not ready: use New.
+type Server struct {
+	// Late is how long a Late answer waits (default 2 s).
+	Late time.Duration
+	// Token, if set, is the bearer token every request must carry (401
+	// otherwise), as a real service's would.
+	Token string
+
+	mu      sync.Mutex
+	refunds []Refund
+	keys    map[string]*keyed
+	queue   []Fault
+	rate    float64
+	rng     *rand.Rand
+	posts   int
+}
+
+// New returns an empty server with no faults.
+func New() *Server { return &Server{keys: map[string]*keyed{}, Late: 2 * time.Second} }
+
+// Inject queues faults for the next POSTs, one each, in order.
+func (s *Server) Inject(f ...Fault) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.queue = append(s.queue, f...)
+}
+
+// Random gives each POST past the queue a fault with probability rate,
+// drawn from seed (Drop, Late and Fail alike).
+func (s *Server) Random(rate float64, seed uint64) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.rate, s.rng = rate, rand.New(rand.NewPCG(seed, seed^0x9e3779b97f4a7c15))
+}
+
+// Refunds lists every refund made, in order.
+func (s *Server) Refunds() []Refund {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return append([]Refund(nil), s.refunds...)
+}
+
+// Posts counts the POSTs received.
+func (s *Server) Posts() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.posts
+}
+
+// Handler serves the API.
+func (s *Server) Handler() http.Handler {
+	mux := http.NewServeMux()
+	mux.HandleFunc("POST /keyed/refunds", s.postKeyed)
+	mux.HandleFunc("POST /plain/refunds", s.postPlain)
+	mux.HandleFunc("GET /plain/refunds", s.lookup)
+	mux.HandleFunc("GET /refunds", func(w http.ResponseWriter, _ *http.Request) { writeJSON(w, 200, s.Refunds()) })
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if s.Token != "" && r.Header.Get("Authorization") != "Bearer "+s.Token {
+			writeJSON(w, 401, map[string]string{"error": "a valid bearer token is required"})
+			return
+		}
+		mux.ServeHTTP(w, r)
+	})
+}
+
+// Serve serves on ln until ctx ends.
+func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
+	srv := &http.Server{Handler: s.Handler(), ReadHeaderTimeout: 5 * time.Second}
+	go func() {
+		<-ctx.Done()
+		_ = srv.Close()
+	}()
+	if err := srv.Serve(ln); err != http.ErrServerClosed {
+		return err
+	}
+	return nil
+}
+
+// next picks the fault of a POST.
+func (s *Server) next() Fault {
+	s.posts++
+	if len(s.queue) > 0 {
+		f := s.queue[0]
+		s.queue = s.queue[1:]
+		return f
+	}
+	if s.rng != nil && s.rng.Float64() < s.rate {
+		return Fault(1 + s.rng.IntN(3))
+	}
+	return None
+}
+
+type request struct {
+	PaymentID   string `json:"payment_id"`
+	AmountCents int64  `json:"amount_cents"`
+	ExternalID  string `json:"external_id"`
+	Reason      string `json:"reason"`
+}
+
+func decode(w http.ResponseWriter, r *http.Request) (request, []byte, bool) {
+	var buf bytes.Buffer
+	if _, err := buf.ReadFrom(http.MaxBytesReader(w, r.Body, 1<<16)); err != nil {
+		writeJSON(w, 400, map[string]string{"error": err.Error()})
+		return request{}, nil, false
+	}
+	var req request
+	if err := json.Unmarshal(buf.Bytes(), &req); err != nil || req.PaymentID == "" || req.AmountCents <= 0 {
+		writeJSON(w, 400, map[string]string{"error": "send payment_id and a positive amount_cents"})
+		return request{}, nil, false
+	}
+	return req, buf.Bytes(), true
+}
+
+// refund makes the effect, under s.mu: the answer, or a rejection.
+func (s *Server) refund(req request, key string) (int, []byte) {
+	if req.AmountCents > MaxAmount {
+		return 422, mustJSON(map[string]string{"error": "amount_exceeds_capture", "detail": fmt.Sprintf("at most %d cents can be refunded", MaxAmount)})
+	}
+	rf := Refund{ID: fmt.Sprintf("re_%d", len(s.refunds)+1), PaymentID: req.PaymentID, AmountCents: req.AmountCents,
+		ExternalID: req.ExternalID, IdempotencyKey: key, Status: "succeeded"}
+	s.refunds = append(s.refunds, rf)
+	return 201, mustJSON(rf)
+}
+
+func (s *Server) postKeyed(w http.ResponseWriter, r *http.Request) {
+	req, body, ok := decode(w, r)
+	if !ok {
+		return
+	}
+	key := r.Header.Get("Idempotency-Key")
+	if key == "" {
+		writeJSON(w, 400, map[string]string{"error": "Idempotency-Key is required"})
+		return
+	}
+	s.post(w, func() (int, []byte) {
+		k, seen := s.keys[key]
+		switch {
+		case seen && !bytes.Equal(k.body, body):
+			return 422, mustJSON(map[string]string{"error": "this key was used with other parameters"})
+		case !seen:
+			status, answer := s.refund(req, key)
+			k = &keyed{body: body, status: status, answer: answer}
+			if status < 300 {
+				s.keys[key] = k
+			}
+		}
+		return k.status, k.answer
+	})
+}
+
+func (s *Server) postPlain(w http.ResponseWriter, r *http.Request) {
+	req, _, ok := decode(w, r)
+	if !ok {
+		return
+	}
+	if req.ExternalID == "" {
+		writeJSON(w, 400, map[string]string{"error": "external_id is required"})
+		return
+	}
+	s.post(w, func() (int, []byte) { return s.refund(req, "") })
+}
+
+// post picks a POST's fault, makes its effect with commit under s.mu
+// (none for Fail) and answers as the fault says.
+func (s *Server) post(w http.ResponseWriter, commit func() (int, []byte)) {
+	s.mu.Lock()
+	fault := s.next()
+	if fault == Fail {
+		s.mu.Unlock()
+		writeJSON(w, 503, map[string]string{"error": "unavailable"})
+		return
+	}
+	status, body := commit()
+	s.mu.Unlock()
+	answer(w, fault, s.Late, status, body)
+}
+
+func (s *Server) lookup(w http.ResponseWriter, r *http.Request) {
+	id := r.URL.Query().Get("external_id")
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, rf := range s.refunds {
+		if id != "" && rf.ExternalID == id {
+			writeJSON(w, 200, rf)
+			return
+		}
+	}
+	writeJSON(w, 404, map[string]string{"error": "no refund with this external_id"})
+}
+
+// answer sends a committed effect's answer, or fails to, as fault says.
+func answer(w http.ResponseWriter, fault Fault, late time.Duration, status int, body []byte) {
+	switch fault {
+	case Drop:
+		if hj, ok := w.(http.Hijacker); ok {
+			if conn, _, err := hj.Hijack(); err == nil {
+				_ = conn.Close()
+				return
+			}
+		}
+		panic(http.ErrAbortHandler)
+	case Late:
+		time.Sleep(late)
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(status)
+	_, _ = w.Write(body)
+}
+
+func writeJSON(w http.ResponseWriter, status int, v any) {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(status)
+	_, _ = w.Write(mustJSON(v))
+}
+
+func mustJSON(v any) []byte {
+	b, err := json.Marshal(v)
+	if err != nil {
+		panic(err)
+	}
+	return b
+}

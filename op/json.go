@@ -1,0 +1,110 @@
+package op
+
+import (
+	"cmp"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+
+	"github.com/go-json-experiment/json/jsontext"
+	"github.com/idemflow/idemflow/idem"
+)
+
+// JSONSpec declares an operation whose request a JSON Schema describes
+// rather than a Go type: one declared in a file, not in Go (an HTTP tool).
+// Its effect is no step in the record's transaction: the activity
+// registered under its Activity name runs it, and Lookup reads back what
+// that activity stored.
+type JSONSpec struct {
+	Name        string
+	Description string
+	// Schema is the request's JSON Schema (2020-12), published (OpenAPI,
+	// MCP) and enforced as it is written. Its top level is an object.
+	Schema json.RawMessage
+	// Lookup reads the answer of a key's effect, within q (found false
+	// when there is none, or none that is final).
+	Lookup func(ctx context.Context, q Querier, tenantID, key string) (a Answer, found bool, err error)
+	// Table holds the effect's rows, with UNIQUE (tenant_id, idem_key).
+	Table      string
+	Rejections map[string]string
+	// Route, Tool, BizType, Scope, Workflow and Activity are as in Spec.
+	Route, Tool, BizType, Scope, Workflow, Activity string
+}
+
+// DefineJSON checks a declaration from a file and returns its operation.
+// Unlike Define it returns its error: a bad file is the user's to fix, and
+// the error says which part of the declaration is wrong.
+func DefineJSON(s JSONSpec) (*Operation, error) {
+	if !namePattern.MatchString(s.Name) {
+		return nil, fmt.Errorf("name %q: must match %s", s.Name, namePattern)
+	}
+	if s.Lookup == nil || s.Table == "" {
+		return nil, errors.New("op: DefineJSON needs a Lookup and a Table")
+	}
+	var schema map[string]any
+	if err := json.Unmarshal(s.Schema, &schema); err != nil {
+		return nil, fmt.Errorf("input_schema: %w", err)
+	}
+	if schema["type"] != "object" {
+		return nil, errors.New("input_schema: its type must be object (the request is a JSON object)")
+	}
+	o := &Operation{
+		Name: s.Name, Description: s.Description, Table: s.Table, Rejections: s.Rejections,
+		Route: cmp.Or(s.Route, "/v1/"+s.Name), Tool: cmp.Or(s.Tool, s.Name), BizType: cmp.Or(s.BizType, s.Name),
+		Scope: cmp.Or(s.Scope, s.Name), Workflow: cmp.Or(s.Workflow, s.Name),
+	}
+	o.Activity = cmp.Or(s.Activity, o.BizType)
+	if len(pathParam.FindAllString(o.Route, -1)) > 0 {
+		return nil, errors.New("op: an operation from a file takes no path parameters")
+	}
+	if _, ok := schema["description"]; !ok && s.Description != "" {
+		schema["description"] = s.Description
+	}
+	raw, err := json.Marshal(schema)
+	if err != nil {
+		return nil, err
+	}
+	o.schema = schema
+	if o.validator, err = compile(raw); err != nil {
+		return nil, fmt.Errorf("input_schema: %w", err)
+	}
+	_, bodyRequires := schema["required"]
+	o.emptyBody = !bodyRequires
+	o.prepare = func(body []byte) (any, string, error) {
+		var v jsontext.Value
+		if err := o.validate(body, &v); err != nil {
+			return nil, "", err
+		}
+		if err := v.Compact(); err != nil {
+			return nil, "", err
+		}
+		return json.RawMessage(v), s.Name, nil
+	}
+	// The request is kept as the agent wrote it (compacted); the
+	// fingerprint covers its RFC 8785 canonical form (idem.Fingerprint),
+	// so key order and number spelling do not make a retry a conflict.
+	o.decode = func(raw json.RawMessage) (any, error) { return raw, nil }
+	o.covered = func(req any) any { return req }
+	o.recall = func(ctx context.Context, q Querier, tenantID, key string) (idem.Outcome, bool, error) {
+		a, found, err := s.Lookup(ctx, q, tenantID, key)
+		if errors.Is(err, ErrNotFound) {
+			return idem.Outcome{}, false, nil
+		}
+		if err != nil || !found {
+			return idem.Outcome{}, false, err
+		}
+		out, err := outcome(a)
+		return out, err == nil, err
+	}
+	return o, nil
+}
+
+// Decode returns an input's request as the JSON it was submitted as.
+func (o *Operation) Decode(in Input) (json.RawMessage, error) {
+	req, err := o.request(in)
+	if err != nil {
+		return nil, err
+	}
+	return json.Marshal(req)
+}
