@@ -66,6 +66,7 @@ func newTransport() *http.Transport {
 type job struct {
 	n       int
 	ticket  bool
+	tool    string // an HTTP tool's refund, instead of a ticket or an order
 	coupon  string
 	then    []string // order actions after create: pay, fulfill, refund, cancel
 	burst   int      // concurrent sends of the first intent (0: one)
@@ -76,7 +77,13 @@ type job struct {
 func (r *run) newJob(n int) job {
 	f := r.cfg.Faults
 	j := job{n: n, ticket: r.float() < 0.4}
-	if !j.ticket {
+	if x := r.float(); r.downstream != nil && x < 0.25 {
+		j.ticket, j.tool = false, toolKeyed
+		if x < 0.125 {
+			j.tool = toolLookup
+		}
+	}
+	if !j.ticket && j.tool == "" {
 		switch x := r.float(); {
 		case x < 0.2:
 			j.then = []string{"cancel"}
@@ -106,6 +113,9 @@ func (r *run) newJob(n int) job {
 
 // firstRequest is the job's first intent: its table, path and body.
 func (r *run) firstRequest(j job, marker string) (table, path string, body map[string]any) {
+	if j.tool != "" {
+		return "tool_call", "/v1/tools/" + j.tool, map[string]any{"payment_id": marker, "amount_cents": 100 + j.n%900}
+	}
 	if j.ticket {
 		return "ticket", "/v1/tickets", map[string]any{"customer_id": "cust-" + fmt.Sprint(j.n%50), "title": "chaos " + marker, "priority": "normal"}
 	}
@@ -197,7 +207,7 @@ func (a *agent) job(ctx context.Context, j job) {
 	marker := fmt.Sprintf("%s-%d", a.tenant, j.n)
 	table, path, body := a.r.firstRequest(j, marker)
 	s, ok := a.do(ctx, marker+"/create", table, path, body, j)
-	if !ok || table == "ticket" || s.status != http.StatusCreated {
+	if !ok || table != "purchase_order" || s.status != http.StatusCreated {
 		return
 	}
 	var order struct {
@@ -326,6 +336,8 @@ func (a *agent) reuse(ctx context.Context, in agentclient.Intent, table string, 
 	switch table {
 	case "ticket":
 		changed["title"] = fmt.Sprint(body["title"]) + " (changed)"
+	case "tool_call":
+		changed["amount_cents"] = body["amount_cents"].(int) + 1
 	default:
 		changed["customer_id"] = fmt.Sprint(body["customer_id"]) + "-changed"
 	}

@@ -14,6 +14,7 @@ import (
 	"io"
 	"log/slog"
 	"math/rand/v2"
+	"net"
 	"net/url"
 	"os"
 	"path/filepath"
@@ -24,6 +25,7 @@ import (
 	"time"
 
 	"github.com/idemflow/idemflow/internal/devserver"
+	"github.com/idemflow/idemflow/internal/downstream"
 	"github.com/idemflow/idemflow/internal/orders"
 	"github.com/idemflow/idemflow/internal/tenant"
 	"github.com/idemflow/idemflow/migrations"
@@ -49,16 +51,20 @@ const (
 	PGTerminate  Kind = "pg-terminate"  // every backend of idemflow's database terminated
 	PGRestart    Kind = "pg-restart"    // PostgreSQL stopped as by a power cut, then started
 	KillTemporal Kind = "kill-temporal" // SIGKILL of the Temporal server, restarted
+	// DownstreamFault: the HTTP tools' downstream drops the connection
+	// after committing, answers past the tool's timeout, or fails with a
+	// 503 (a share of its POSTs).
+	DownstreamFault Kind = "downstream"
 )
 
 // Kinds lists every fault, request faults first.
-var Kinds = []Kind{DropReply, DelayReply, Latency, Burst, Reuse, Abandon, KillWorker, KillGateway, PGTerminate, PGRestart, KillTemporal}
+var Kinds = []Kind{DropReply, DelayReply, Latency, Burst, Reuse, Abandon, DownstreamFault, KillWorker, KillGateway, PGTerminate, PGRestart, KillTemporal}
 
 // processKinds are injected by the scheduler rather than per request.
 var processKinds = map[Kind]bool{KillWorker: true, KillGateway: true, PGTerminate: true, PGRestart: true, KillTemporal: true}
 
 // localOnly faults need processes this run started.
-var localOnly = map[Kind]bool{KillWorker: true, KillGateway: true, PGRestart: true, KillTemporal: true, Latency: true}
+var localOnly = map[Kind]bool{DownstreamFault: true, KillWorker: true, KillGateway: true, PGRestart: true, KillTemporal: true, Latency: true}
 
 // targetFaults touch a deployment chaos did not start (its database's
 // backends): against one, they run only when Config.TargetFaults names
@@ -80,7 +86,7 @@ const (
 // DefaultFaults switch every fault on.
 func DefaultFaults() map[Kind]float64 {
 	return map[Kind]float64{
-		DropReply: 0.10, DelayReply: 0.05, Latency: 0.2, Burst: 0.05, Reuse: 0.05, Abandon: 0.02,
+		DropReply: 0.10, DelayReply: 0.05, Latency: 0.2, Burst: 0.05, Reuse: 0.05, Abandon: 0.02, DownstreamFault: 0.3,
 		KillWorker: 3, KillGateway: 2, PGTerminate: 2, PGRestart: 1, KillTemporal: 1,
 	}
 }
@@ -233,20 +239,24 @@ type run struct {
 	temporal          *process
 	workers, gateways []*process
 	gatewayProxies    []*Proxy
-	linkProxies       []*Proxy
-	directURLs        []string // gateways without a proxy, for the final replays
-	procWG            sync.WaitGroup
-	stopProcs         context.CancelFunc
-	faultMu           sync.Mutex
-	faults            map[Kind]int
-	killedInTx        atomic.Int64
-	tenants           [2]string // idemflow client's, naive client's
-	tokens            [2]string
-	initialStock      map[string]int // sku -> units, idemflow tenant
-	ports             ports
-	rng               *rand.Rand
-	rngMu             sync.Mutex
-	startedAt         time.Time
+	// downstream is the HTTP tools' downstream of a local run (nil
+	// against a deployment chaos did not start: its tools are unknown).
+	downstream   *downstream.Server
+	downstreamLn net.Listener
+	linkProxies  []*Proxy
+	directURLs   []string // gateways without a proxy, for the final replays
+	procWG       sync.WaitGroup
+	stopProcs    context.CancelFunc
+	faultMu      sync.Mutex
+	faults       map[Kind]int
+	killedInTx   atomic.Int64
+	tenants      [2]string // idemflow client's, naive client's
+	tokens       [2]string
+	initialStock map[string]int // sku -> units, idemflow tenant
+	ports        ports
+	rng          *rand.Rand
+	rngMu        sync.Mutex
+	startedAt    time.Time
 	// jobsDone paces the first round of process faults.
 	jobsDone atomic.Int64
 	// fail ends the run early with its cause: a component that cannot
@@ -424,6 +434,11 @@ func (r *run) run(ctx context.Context) (*Report, error) {
 	for _, p := range r.linkProxies {
 		rep.Faults[Latency] += int(p.slowed.Load())
 	}
+	if r.downstream != nil {
+		for _, n := range r.downstream.Faulted() {
+			rep.Faults[DownstreamFault] += n
+		}
+	}
 	rep.KilledInTx = int(r.killedInTx.Load())
 	rep.LoadTime = time.Since(r.startedAt)
 
@@ -538,7 +553,12 @@ func (r *run) up(ctx context.Context) error {
 		u.RawQuery = q.Encode()
 		return u.String()
 	}
-	common := []string{"--temporal-address", tProxy.Addr, "--namespace", cfg.Namespace}
+	toolsFile, err := r.startDownstream(ctx)
+	if err != nil {
+		return err
+	}
+	r.cfg.Env = append(r.cfg.Env, "CHAOS_BILLING_TOKEN="+downstreamToken)
+	common := []string{"--temporal-address", tProxy.Addr, "--namespace", cfg.Namespace, "--tools", toolsFile}
 	workerFlags := []string{"--processing-timeout", cfg.ProcessingTimeout.String(), "--reconcile-interval", cfg.ReconcileInterval.String()}
 	if cfg.Topology == TopologySplit {
 		for i := range cfg.Workers {
@@ -777,6 +797,9 @@ func (r *run) waitHealthy(ctx context.Context) error {
 func (r *run) close() {
 	for _, p := range r.gatewayProxies {
 		_ = p.Close()
+	}
+	if r.downstreamLn != nil {
+		_ = r.downstreamLn.Close()
 	}
 	r.gatewayProxies = nil
 	if r.stopProcs != nil {

@@ -12,6 +12,7 @@ import (
 	"github.com/idemflow/idemflow/activities"
 	"github.com/idemflow/idemflow/idem"
 	"github.com/idemflow/idemflow/internal/audit"
+	"github.com/idemflow/idemflow/internal/httptool"
 	"github.com/idemflow/idemflow/internal/orders"
 	"github.com/idemflow/idemflow/internal/registry"
 	"github.com/idemflow/idemflow/workflows"
@@ -31,7 +32,11 @@ func (r *run) check(ctx context.Context, rep *Report) error {
 
 	// Invariant 1: at most one row per (tenant, key), by constraint (the
 	// audit checks the constraints are there) and by count.
-	a, err := audit.Run(ctx, r.admin, idem.NewStore(r.admin, idem.Retention{}, nil), registry.Guards(), r.cfg.ProcessingTimeout)
+	guards := registry.Guards()
+	if r.downstream != nil {
+		guards = append(guards, idem.Guard{Table: httptool.Table})
+	}
+	a, err := audit.Run(ctx, r.admin, idem.NewStore(r.admin, idem.Retention{}, nil), guards, r.cfg.ProcessingTimeout)
 	if err != nil {
 		return err
 	}
@@ -64,6 +69,8 @@ func (r *run) check(ctx context.Context, rep *Report) error {
 	if c.LogicalDuplicates > 0 {
 		rep.violate("%d tasks of the idemflow client made more than one row", c.LogicalDuplicates)
 	}
+	// An HTTP tool's effect is at the downstream: its own store counts.
+	r.checkDownstream(rep)
 
 	// Invariants 3 and 4: what an agent was told exists exactly once and
 	// replays byte for byte; what it was not told ended done or failed.
@@ -140,8 +147,24 @@ func (r *run) checkIntents(ctx context.Context, rep *Report) error {
 
 func (r *run) checkIntent(ctx context.Context, rep *Report, tenant string, s sent, mu *sync.Mutex) error {
 	var rows int
-	if err := r.admin.QueryRow(ctx, `SELECT count(*) FROM `+s.table+` WHERE tenant_id = $1 AND idem_key = $2`, tenant, s.key).Scan(&rows); err != nil {
+	where := ""
+	if s.table == "tool_call" {
+		where = " AND state = 'done'" // a sent call whose outcome is unknown is no effect
+	}
+	if err := r.admin.QueryRow(ctx, `SELECT count(*) FROM `+s.table+` WHERE tenant_id = $1 AND idem_key = $2`+where, tenant, s.key).Scan(&rows); err != nil {
 		return fmt.Errorf("count %s rows: %w", s.table, err)
+	}
+	if s.table == "tool_call" && r.downstream != nil {
+		// The downstream's own count must agree: one refund for a done
+		// call, none for one that is not.
+		if n := r.effects(tenant, s.key, toolOf(s.path)); n != rows {
+			mu.Lock()
+			if n <= 1 { // more than one is counted by checkDownstream, as duplicates
+				rep.Client.Lost++
+			}
+			rep.violate("%s %s: idemflow holds %d done calls, the downstream %d refunds", s.path, s.key, rows, n)
+			mu.Unlock()
+		}
 	}
 	var status string
 	err := r.admin.QueryRow(ctx, `SELECT status FROM idempotency_record WHERE tenant_id = $1 AND idem_key = $2`, tenant, s.key).Scan(&status)

@@ -20,7 +20,9 @@ type ClientReport struct {
 	// that ended SUCCESS with one row, or failed (or never arrived) with none.
 	UnansweredDone, UnansweredFailed int
 	Tickets, Orders, Events          int
-	FinalReplays                     int
+	// Refunds are the HTTP tools' effects, counted by their downstream.
+	Refunds      int
+	FinalReplays int
 
 	// The violations. For the naive client only LogicalDuplicates is
 	// counted: that it is above zero shows the checks can see duplicates.
@@ -125,6 +127,7 @@ func (rep *Report) print(w io.Writer) {
 	line("abandoned / gave up", fmt.Sprintf("%d / %d", c.Abandoned, c.GaveUp), "-")
 	line("  unanswered, ended done / failed", fmt.Sprintf("%d / %d", c.UnansweredDone, c.UnansweredFailed), "-")
 	line("tickets / orders / order events", fmt.Sprintf("%d / %d / %d", c.Tickets, c.Orders, c.Events), fmt.Sprintf("%d / %d / %d", n.Tickets, n.Orders, n.Events))
+	line("refunds at the tools' downstream", c.Refunds, n.Refunds)
 	line("final replays checked", c.FinalReplays, "-")
 	dups, lost, stuck, mism := rep.Zeros()
 	line("DUPLICATES", dups, n.LogicalDuplicates)

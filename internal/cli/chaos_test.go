@@ -66,6 +66,9 @@ func TestChaosShortRunFindsNoViolationAndTheNaiveControlDuplicates(t *testing.T)
 				}
 			}
 			checkChaosVerdict(t, rep)
+			if rep.Client.Refunds == 0 {
+				t.Error("no HTTP tool job reached the downstream: its count checked nothing")
+			}
 			if rep.Naive.LogicalDuplicates == 0 {
 				t.Errorf("the naive control made no duplicate: the run could not have seen one")
 			}

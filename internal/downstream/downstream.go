@@ -80,10 +80,13 @@ type Server struct {
 	rate    float64
 	rng     *rand.Rand
 	posts   int
+	faulted map[Fault]int
 }
 
 // New returns an empty server with no faults.
-func New() *Server { return &Server{keys: map[string]*keyed{}, Late: 2 * time.Second} }
+func New() *Server {
+	return &Server{keys: map[string]*keyed{}, faulted: map[Fault]int{}, Late: 2 * time.Second}
+}
 
 // Inject queues faults for the next POSTs, one each, in order.
 func (s *Server) Inject(f ...Fault) {
@@ -107,11 +110,36 @@ func (s *Server) Refunds() []Refund {
 	return append([]Refund(nil), s.refunds...)
 }
 
+// Effects counts the refunds made under key: as their Idempotency-Key or
+// their external_id.
+func (s *Server) Effects(key string) int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	n := 0
+	for _, r := range s.refunds {
+		if r.IdempotencyKey == key || r.ExternalID == key {
+			n++
+		}
+	}
+	return n
+}
+
 // Posts counts the POSTs received.
 func (s *Server) Posts() int {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.posts
+}
+
+// Faulted counts the POSTs that got each fault.
+func (s *Server) Faulted() map[Fault]int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	out := map[Fault]int{}
+	for f, n := range s.faulted {
+		out[f] = n
+	}
+	return out
 }
 
 // Handler serves the API.
@@ -146,15 +174,17 @@ func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
 // next picks the fault of a POST.
 func (s *Server) next() Fault {
 	s.posts++
-	if len(s.queue) > 0 {
-		f := s.queue[0]
-		s.queue = s.queue[1:]
-		return f
+	f := None
+	switch {
+	case len(s.queue) > 0:
+		f, s.queue = s.queue[0], s.queue[1:]
+	case s.rng != nil && s.rng.Float64() < s.rate:
+		f = Fault(1 + s.rng.IntN(3))
 	}
-	if s.rng != nil && s.rng.Float64() < s.rate {
-		return Fault(1 + s.rng.IntN(3))
+	if f != None {
+		s.faulted[f]++
 	}
-	return None
+	return f
 }
 
 type request struct {

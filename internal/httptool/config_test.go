@@ -2,10 +2,12 @@ package httptool_test
 
 import (
 	"os"
+	"reflect"
 	"strings"
 	"testing"
 
 	"github.com/idemflow/idemflow/internal/httptool"
+	"gopkg.in/yaml.v3"
 )
 
 func env(vars map[string]string) func(string) (string, bool) {
@@ -139,5 +141,34 @@ func TestTheExampleToolsFileLoads(t *testing.T) {
 	}
 	if len(s.Tools()) != 2 {
 		t.Fatalf("%d tools", len(s.Tools()))
+	}
+}
+
+// The README's "HTTP tools" file is examples/http_tools/tools.yaml: the
+// same tools, field for field (their comments differ).
+func TestTheReadmeToolsFileIsTheExample(t *testing.T) {
+	readme, err := os.ReadFile("../../README.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, section, ok := strings.Cut(string(readme), "\n## HTTP tools\n")
+	_, block, ok2 := strings.Cut(section, "```yaml\n")
+	block, _, ok3 := strings.Cut(block, "```")
+	if !ok || !ok2 || !ok3 {
+		t.Fatal("the README has no HTTP tools section with a yaml block")
+	}
+	example, err := os.ReadFile("../../examples/http_tools/tools.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var a, b httptool.File
+	if err := yaml.Unmarshal([]byte(block), &a); err != nil {
+		t.Fatal(err)
+	}
+	if err := yaml.Unmarshal(example, &b); err != nil {
+		t.Fatal(err)
+	}
+	if !reflect.DeepEqual(a, b) {
+		t.Fatalf("the README's file:\n%+v\nthe example:\n%+v", a, b)
 	}
 }

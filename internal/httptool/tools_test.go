@@ -97,14 +97,7 @@ func newFixture(t *testing.T) fixture {
 // effects counts the downstream's refunds made under the derived key of
 // (tenant, key, tool).
 func (f fixture) effects(tenantID, key, tool string) int {
-	dk := idem.DownstreamKey(tenantID, key, tool)
-	n := 0
-	for _, r := range f.ds.Refunds() {
-		if r.IdempotencyKey == dk || r.ExternalID == dk {
-			n++
-		}
-	}
-	return n
+	return f.ds.Effects(idem.DownstreamKey(tenantID, key, tool))
 }
 
 func (f fixture) agent(tenantID string) *agentclient.Client {
