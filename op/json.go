@@ -22,6 +22,8 @@ type JSONSpec struct {
 	// Schema is the request's JSON Schema (2020-12), published (OpenAPI,
 	// MCP) and enforced as it is written. Its top level is an object.
 	Schema json.RawMessage
+	// Summary is every run's title in the Temporal Web UI (Name if empty).
+	Summary string
 	// Lookup reads the answer of a key's effect, within q (found false
 	// when there is none, or none that is final).
 	Lookup func(ctx context.Context, q Querier, tenantID, key string) (a Answer, found bool, err error)
@@ -79,7 +81,7 @@ func DefineJSON(s JSONSpec) (*Operation, error) {
 		if err := v.Compact(); err != nil {
 			return nil, "", err
 		}
-		return json.RawMessage(v), s.Name, nil
+		return json.RawMessage(v), cmp.Or(s.Summary, s.Name), nil
 	}
 	// The request is kept as the agent wrote it (compacted); the
 	// fingerprint covers its RFC 8785 canonical form (idem.Fingerprint),

@@ -60,10 +60,10 @@ func Register(r sdkworker.Registry, acts *activities.Activities, set *registry.S
 // under their names. Operations with no step in the record's transaction
 // are HTTP tools: their activity calls the tool (activities.HTTPTool).
 func RegisterOperations(r sdkworker.Registry, acts *activities.Activities, ops ...*op.Operation) {
-	r.RegisterWorkflowWithOptions(workflows.Operation(ops[0].Activity), workflow.RegisterOptions{Name: ops[0].Workflow})
-	run := activities.Operation{Activities: acts, Ops: ops}.Run
+	wf, run := workflows.Operation(ops[0].Activity), activities.Operation{Activities: acts, Ops: ops}.Run
 	if !ops[0].HasStep() {
-		run = activities.HTTPTool{Activities: acts}.Run
+		wf, run = workflows.ToolCall(ops[0].Activity), activities.HTTPTool{Activities: acts}.Run
 	}
+	r.RegisterWorkflowWithOptions(wf, workflow.RegisterOptions{Name: ops[0].Workflow})
 	r.RegisterActivityWithOptions(run, activity.RegisterOptions{Name: ops[0].Activity})
 }

@@ -81,7 +81,7 @@ var a *activities.Activities
 // agent's retry under the same key may run the intent again, since the
 // reuse policy lets a canceled run be followed by a new one. Settling runs
 // on a disconnected context: on the canceled one it would be dropped.
-func runIntent(ctx workflow.Context, intent idem.Intent, activity, input any) (idem.Outcome, error) {
+func runIntent(ctx workflow.Context, intent idem.Intent, activity any, how string, input any) (idem.Outcome, error) {
 	var out idem.Outcome
 	var err error
 	what := intent.BizType + " for " + intent.TenantID + ", key " + intent.Key
@@ -89,7 +89,7 @@ func runIntent(ctx workflow.Context, intent idem.Intent, activity, input any) (i
 	// server for a step that takes milliseconds); a failure that may pass
 	// falls back to a regular activity, whose retries are durable.
 	lo := localOptions
-	lo.Summary = "run " + what + " in one PostgreSQL transaction (local activity)"
+	lo.Summary = "run " + what + " " + how + " (local activity)"
 	err = workflow.ExecuteLocalActivity(workflow.WithLocalActivityOptions(ctx, lo), activity, input).Get(ctx, &out)
 	if err != nil && !isFinalErr(err) && !temporal.IsCanceledError(err) {
 		workflow.GetLogger(ctx).Warn("local attempts failed; retrying durably", "error", err)

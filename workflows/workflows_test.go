@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"flag"
+	"net/http/httptest"
 	"os"
 	"strings"
 	"testing"
@@ -12,6 +13,8 @@ import (
 
 	"github.com/idemflow/idemflow/activities"
 	"github.com/idemflow/idemflow/idem"
+	"github.com/idemflow/idemflow/internal/downstream"
+	"github.com/idemflow/idemflow/internal/httptool"
 	"github.com/idemflow/idemflow/internal/orders"
 	"github.com/idemflow/idemflow/internal/testenv"
 	"github.com/idemflow/idemflow/internal/tickets"
@@ -125,6 +128,11 @@ var histories = map[string]func(worker.WorkflowRegistry){
 	"testdata/create_ticket_history.json":    func(r worker.WorkflowRegistry) { registerOperation(r, tickets.Create) },
 	"testdata/create_order_history.json":     func(r worker.WorkflowRegistry) { registerOperation(r, orders.Create) },
 	"testdata/transition_order_history.json": func(r worker.WorkflowRegistry) { registerOperation(r, orders.Pay) },
+	// An HTTP tool's call whose first answer was dropped after the
+	// downstream committed, resent under the same key.
+	"testdata/tool_call_history.json": func(r worker.WorkflowRegistry) {
+		r.RegisterWorkflowWithOptions(workflows.ToolCall(httptool.Activity), workflow.RegisterOptions{Name: httptool.Workflow})
+	},
 }
 
 func registerOperation(r worker.WorkflowRegistry, o *op.Operation) {
@@ -158,7 +166,20 @@ func prepared(o *op.Operation, key, body string, path map[string]string) (starte
 }
 
 func recordHistories(t *testing.T) {
-	s := testenv.NewStack(t, testenv.Options{})
+	ds := downstream.New()
+	srv := httptest.NewServer(ds.Handler())
+	t.Cleanup(srv.Close)
+	tools, err := httptool.Parse([]byte(`
+tools:
+  - name: refund
+    description: Refund at a downstream that deduplicates by Idempotency-Key.
+    input_schema: {type: object, required: [payment_id, amount_cents], properties: {payment_id: {type: string}, amount_cents: {type: integer}}}
+    call: {method: POST, url: "`+srv.URL+`/keyed/refunds", key_header: Idempotency-Key, timeout: 1s}
+`), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := testenv.NewStack(t, testenv.Options{Tools: tools})
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	st := &starter.Starter{Temporal: s.Temporal, Records: s.Records, SearchAttributes: true}
@@ -184,6 +205,13 @@ func recordHistories(t *testing.T) {
 	}
 	submit(prepared(orders.Pay, "replay-3", `{"payment_ref":"psp-1"}`, map[string]string{"order_no": v.OrderNo}))
 	testenv.SaveHistory(t, s.Temporal, orders.TransitionWorkflowID(orders.ActionPay, "acme", "replay-3"), "", "testdata/transition_order_history.json")
+	refund := tools.Tools()[0].Op
+	ds.Inject(downstream.Drop)
+	submit(prepared(refund, "replay-4", `{"payment_id":"pay-1","amount_cents":100}`, nil))
+	if n := ds.Effects(idem.DownstreamKey("acme", "replay-4", "refund")); n != 1 {
+		t.Fatalf("%d refunds recorded", n)
+	}
+	testenv.SaveHistory(t, s.Temporal, refund.WorkflowID("acme", "replay-4"), "", "testdata/tool_call_history.json")
 }
 
 // The local-first path every run takes: the step

@@ -12,7 +12,6 @@ import (
 	"github.com/idemflow/idemflow/activities"
 	"github.com/idemflow/idemflow/idem"
 	"github.com/idemflow/idemflow/internal/audit"
-	"github.com/idemflow/idemflow/internal/httptool"
 	"github.com/idemflow/idemflow/internal/orders"
 	"github.com/idemflow/idemflow/internal/registry"
 	"github.com/idemflow/idemflow/workflows"
@@ -32,11 +31,7 @@ func (r *run) check(ctx context.Context, rep *Report) error {
 
 	// Invariant 1: at most one row per (tenant, key), by constraint (the
 	// audit checks the constraints are there) and by count.
-	guards := registry.Guards()
-	if r.downstream != nil {
-		guards = append(guards, idem.Guard{Table: httptool.Table})
-	}
-	a, err := audit.Run(ctx, r.admin, idem.NewStore(r.admin, idem.Retention{}, nil), guards, r.cfg.ProcessingTimeout)
+	a, err := audit.Run(ctx, r.admin, idem.NewStore(r.admin, idem.Retention{}, nil), registry.Guards(), r.cfg.ProcessingTimeout)
 	if err != nil {
 		return err
 	}

@@ -58,12 +58,19 @@ type Env struct {
 
 // useTools loads the tools file at path (none for ""): its tools join the
 // operations, as if each were declared in Go, and a tool whose name
-// another operation holds is refused.
-func (env *Env) useTools(path string) error {
+// another operation holds is refused. calls says whether this process
+// calls the tools (a worker): only then must the ${VAR}s of their headers
+// be set, since a gateway, MCP or inspect never sends a call and should
+// not hold the secrets.
+func (env *Env) useTools(path string, calls bool) error {
 	if path == "" {
 		return nil
 	}
-	tools, err := httptool.Load(path, nil)
+	getenv := os.LookupEnv
+	if !calls {
+		getenv = func(string) (string, bool) { return "", true }
+	}
+	tools, err := httptool.Load(path, getenv)
 	if err != nil {
 		return fmt.Errorf("%w: %w", errUsage, err)
 	}

@@ -221,3 +221,57 @@ func TestAScheduleCommandReachesTemporalThroughATemporalCLIProfile(t *testing.T)
 		}
 	}
 }
+
+// A tools file that cannot work stops every role that loads it before
+// anything connects, naming the tool and the field; a tool may not take a
+// name another operation holds; and only a role that calls the tools (a
+// worker) needs their secrets.
+func TestABadToolsFileIsAStartUpErrorForEveryRole(t *testing.T) {
+	dir := t.TempDir()
+	write := func(name, body string) string {
+		p := filepath.Join(dir, name)
+		if err := os.WriteFile(p, []byte(body), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
+	tool := func(name, extra string) string {
+		return "tools:\n  - name: " + name + "\n    description: d\n    input_schema: {type: object}\n" +
+			"    call: {method: POST, url: 'http://billing:9000/r', headers: {Authorization: 'Bearer ${IDEMFLOW_TEST_BILLING}'}" + extra + "}\n"
+	}
+	neither := write("neither.yaml", tool("refund", ""))
+	clash := write("clash.yaml", tool("create_ticket", ", key_header: Idempotency-Key"))
+	good := write("good.yaml", tool("refund", ", key_header: Idempotency-Key"))
+	nowhere := []string{"--database-url", "postgres://nobody@127.0.0.1:1/none", "--temporal-address", "127.0.0.1:1"}
+	t.Setenv("IDEMFLOW_TEST_BILLING", "s3cret")
+	for _, cmd := range []string{"serve", "gateway", "worker", "dev", "mcp"} {
+		args := nowhere
+		if cmd == "mcp" {
+			args = []string{"--url", "http://127.0.0.1:1", "--token", "t"}
+		}
+		if cmd == "dev" {
+			args = []string{"--data-dir", t.TempDir()}
+		}
+		code, out := run(t, append([]string{cmd, "--tools", neither}, args...)...)
+		if code != 2 || !strings.Contains(out, "tool refund: call.key_header, lookup: a tool needs one of them") || strings.Contains(out, "s3cret") {
+			t.Errorf("%s, neither mode: exit %d\n%s", cmd, code, out)
+		}
+		t.Setenv("IDEMFLOW_TOOLS", clash)
+		code, out = run(t, append([]string{cmd}, args...)...)
+		if code != 2 || !strings.Contains(out, `both declare the tool "create_ticket"`) {
+			t.Errorf("%s, IDEMFLOW_TOOLS naming a built-in's tool: exit %d\n%s", cmd, code, out)
+		}
+		t.Setenv("IDEMFLOW_TOOLS", "")
+	}
+	// The header's variable is unset: a worker refuses to start, a gateway
+	// (which never calls) goes on to connect, and fails there instead.
+	os.Unsetenv("IDEMFLOW_TEST_BILLING")
+	code, out := run(t, append([]string{"worker", "--tools", good}, nowhere...)...)
+	if code != 2 || !strings.Contains(out, "call.headers.Authorization: $IDEMFLOW_TEST_BILLING is not set") {
+		t.Errorf("worker without the secret: exit %d\n%s", code, out)
+	}
+	code, out = run(t, append([]string{"gateway", "--tools", good}, nowhere...)...)
+	if code == 2 || strings.Contains(out, "IDEMFLOW_TEST_BILLING") {
+		t.Errorf("gateway without the secret: exit %d\n%s", code, out)
+	}
+}

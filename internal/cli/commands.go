@@ -66,7 +66,7 @@ func runRoles(ctx context.Context, env *Env, name string, r roles, args []string
 	if err := c.resolveTemporal(); err != nil {
 		return err
 	}
-	if err := env.useTools(toolsFile); err != nil {
+	if err := env.useTools(toolsFile, r.worker); err != nil {
 		return err
 	}
 	if r.gateway {

@@ -57,7 +57,7 @@ func runDev(ctx context.Context, env *Env, args []string) error {
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
-	if err := env.useTools(toolsFile); err != nil {
+	if err := env.useTools(toolsFile, true); err != nil {
 		return err
 	}
 	log := env.Logger
@@ -136,7 +136,7 @@ func runDev(ctx context.Context, env *Env, args []string) error {
 	}
 	return runParts(ctx, log, d, roles{worker: true, gateway: true}, parts{databaseURL: c.databaseURL, temporal: c.temporal, sched: &sched, gw: gw, ready: func(addr net.Addr) {
 		gw := "http://" + addr.String()
-		writeDevEnv(*dataDir, gw, ui.URL, tenantID, token, c.databaseURL, tsrv.HostPort, c.namespace)
+		writeDevEnv(*dataDir, gw, ui.URL, tenantID, token, c.databaseURL, tsrv.HostPort, c.namespace, toolsFile)
 		fmt.Fprintf(env.Stdout, `
 idemflow dev is up (Ctrl-C stops it; data in %s)
   gateway      %s
@@ -234,9 +234,15 @@ func bootstrapTokens(ctx context.Context, d *deps, bindings bindingsFlag, dataDi
 }
 
 // writeDevEnv leaves the running stack's coordinates for scripts (the demo).
-func writeDevEnv(dataDir, gateway, ui, tenantID, token, databaseURL, temporalAddr, namespace string) {
+func writeDevEnv(dataDir, gateway, ui, tenantID, token, databaseURL, temporalAddr, namespace, toolsFile string) {
 	content := fmt.Sprintf("IDEMFLOW_URL=%s\nIDEMFLOW_UI_URL=%s\nIDEMFLOW_TENANT=%s\nIDEMFLOW_TOKEN=%s\nDATABASE_URL=%s\nTEMPORAL_ADDRESS=%s\nTEMPORAL_NAMESPACE=%s\nIDEMFLOW_PID=%d\n",
 		gateway, ui, tenantID, token, databaseURL, temporalAddr, namespace, os.Getpid())
+	if toolsFile != "" {
+		// So that mcp, inspect and audit beside the stack know its tools.
+		if abs, err := filepath.Abs(toolsFile); err == nil {
+			content += "IDEMFLOW_TOOLS=" + abs + "\n"
+		}
+	}
 	_ = os.WriteFile(filepath.Join(dataDir, "dev.env"), []byte(content), 0o600)
 }
 

@@ -69,7 +69,12 @@ func runInspect(ctx context.Context, env *Env, args []string) error {
 	asJSON := fs.Bool("json", false, "print JSON instead of text")
 	uiURL := fs.String("ui-url", "", "the Temporal Web UI's base URL, for the link; default: a running dev stack's (env IDEMFLOW_UI_URL)")
 	dataDirFlag(fs)
+	var toolsFile string
+	registerTools(fs, &toolsFile)
 	if err := parseDevFlags(fs, args); err != nil {
+		return err
+	}
+	if err := env.useTools(toolsFile, false); err != nil {
 		return err
 	}
 	if err := c.resolveTemporal(); err != nil {

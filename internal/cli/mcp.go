@@ -71,10 +71,13 @@ func runMCP(ctx context.Context, env *Env, args []string) error {
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
-	if err := env.useTools(toolsFile); err != nil {
+	if _, err := g.resolve(); err != nil && (*httpAddr == "" || g.url == "") {
 		return err
 	}
-	if _, err := g.resolve(); err != nil && (*httpAddr == "" || g.url == "") {
+	if toolsFile == "" {
+		toolsFile = readDevEnv(g.dataDir)["IDEMFLOW_TOOLS"]
+	}
+	if err := env.useTools(toolsFile, false); err != nil {
 		return err
 	}
 	cfg := mcpserver.Config{BaseURL: g.url, Token: g.token, Operations: env.Set.Operations()}

@@ -237,6 +237,7 @@ func newTool(spec Spec, getenv func(string) (string, bool), client *http.Client)
 		Name:        spec.Name,
 		Description: spec.Description,
 		Schema:      schema,
+		Summary:     spec.Name + ": " + c.Method + " " + c.URL,
 		Route:       RoutePrefix + spec.Name,
 		BizType:     BizPrefix + spec.Name,
 		Scope:       BizPrefix + spec.Name,

@@ -3,11 +3,13 @@ package httptool_test
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -18,7 +20,9 @@ import (
 	"github.com/idemflow/idemflow/idem"
 	"github.com/idemflow/idemflow/internal/downstream"
 	"github.com/idemflow/idemflow/internal/httptool"
+	"github.com/idemflow/idemflow/internal/mcpserver"
 	"github.com/idemflow/idemflow/internal/testenv"
+	"github.com/modelcontextprotocol/go-sdk/mcp"
 	"go.temporal.io/api/workflowservice/v1"
 )
 
@@ -371,4 +375,60 @@ func mustRequest(t *testing.T, method, url, body string) *http.Request {
 	}
 	r.Header.Set("Authorization", "Bearer "+secret)
 	return r
+}
+
+// Each tool is an MCP tool of its name: its arguments are the file's
+// schema plus a required idempotency_key; a retry is a replay, changed
+// arguments are a CONFLICT, and an at_most_once unknown outcome says so.
+func TestEachToolIsAnMCPTool(t *testing.T) {
+	f := newFixture(t)
+	cs := testenv.MCPSession(t, mcpserver.New(mcpserver.Config{BaseURL: f.s.URL, Token: f.s.Tokens[testenv.TenantA],
+		Operations: f.s.Activities.Tools.Operations()}))
+	ctx := context.Background()
+	list, err := cs.ListTools(ctx, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	i := slices.IndexFunc(list.Tools, func(tl *mcp.Tool) bool { return tl.Name == "refund_plain" })
+	if i < 0 {
+		t.Fatal("no refund_plain tool")
+	}
+	schema, _ := json.Marshal(list.Tools[i].InputSchema)
+	for _, want := range []string{`"idempotency_key"`, `"maxLength":64`, `"minimum":1`, `"additionalProperties":false`} {
+		if !bytes.Contains(schema, []byte(want)) {
+			t.Errorf("the tool's schema lacks %s: %s", want, schema)
+		}
+	}
+	call := func(name string, args map[string]any) (*mcp.CallToolResult, mcpserver.Result) {
+		t.Helper()
+		res, err := cs.CallTool(ctx, &mcp.CallToolParams{Name: name, Arguments: args})
+		if err != nil {
+			t.Fatal(err)
+		}
+		var out mcpserver.Result
+		b, _ := json.Marshal(res.StructuredContent)
+		_ = json.Unmarshal(b, &out)
+		return res, out
+	}
+	args := map[string]any{"idempotency_key": "m-1", "payment_id": "pay-7", "amount_cents": 100}
+	res, first := call("refund_plain", args)
+	if res.IsError || first.HTTPStatus != 201 || first.Replayed {
+		t.Fatalf("first call: %+v %+v", res, first)
+	}
+	res, again := call("refund_plain", args)
+	if res.IsError || !again.Replayed || again.Result["id"] != first.Result["id"] {
+		t.Fatalf("retry: %+v %+v", res, again)
+	}
+	args["amount_cents"] = 200
+	if res, _ := call("refund_plain", args); !res.IsError || !strings.Contains(fmt.Sprint(res.Content[0]), "CONFLICT") {
+		t.Fatalf("changed arguments: %+v", res)
+	}
+	if n := f.effects(testenv.TenantA, "m-1", "refund_plain"); n != 1 {
+		t.Fatalf("%d refunds", n)
+	}
+	f.ds.Inject(downstream.Drop)
+	res, _ = call("refund_once", map[string]any{"idempotency_key": "m-2", "payment_id": "pay-8", "amount_cents": 100})
+	if !res.IsError || !strings.Contains(fmt.Sprint(res.Content[0]), "OUTCOME UNKNOWN") {
+		t.Fatalf("an unknown outcome: %+v", res)
+	}
 }

@@ -17,6 +17,7 @@ import (
 
 	"github.com/idemflow/idemflow/activities"
 	"github.com/idemflow/idemflow/idem"
+	"github.com/idemflow/idemflow/internal/httptool"
 	"github.com/idemflow/idemflow/internal/orders"
 	"github.com/idemflow/idemflow/internal/tickets"
 	"github.com/idemflow/idemflow/migrations"
@@ -151,10 +152,11 @@ func (s *Set) recallOf(bizType string) idem.Recall {
 }
 
 // Guards lists every constraint the exactly-once guarantee rests on: the
-// record's own, the key's, and each operation's table's (once, however
-// many operations write it).
+// record's own, the key's, the HTTP tools' calls' (idemflow's own table,
+// whether a process loads tools or not), and each operation's table's
+// (once, however many operations write it).
 func (s *Set) Guards() []idem.Guard {
-	guards := []idem.Guard{idem.RecordGuard, idem.KeyGuard}
+	guards := []idem.Guard{idem.RecordGuard, idem.KeyGuard, {Table: httptool.Table}}
 	for _, o := range s.ops {
 		if g := o.Guard(); !slices.Contains(guards, g) {
 			guards = append(guards, g)
