@@ -2,6 +2,8 @@ package idem
 
 import (
 	"errors"
+	"fmt"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -156,5 +158,29 @@ func TestRetention(t *testing.T) {
 	r := Retention{ByBizType: map[string]time.Duration{"order.create": time.Hour}}
 	if r.For("order.create") != time.Hour || r.For("ticket.create") != DefaultRetention {
 		t.Fatalf("retention lookup: %v %v", r.For("order.create"), r.For("ticket.create"))
+	}
+}
+
+// The downstream key is stable for one (tenant, key, tool), differs for
+// any other tenant, key or tool, and fits common limits: at most 64
+// URL-safe characters, even for the longest key.
+func TestDownstreamKeyIsStableDistinctAndFitsCommonLimits(t *testing.T) {
+	safe := regexp.MustCompile(`^[A-Za-z0-9_-]{1,64}$`)
+	long := strings.Repeat("k", 255)
+	a := DownstreamKey("acme", "k-1", "refund")
+	if a != DownstreamKey("acme", "k-1", "refund") {
+		t.Fatal("not stable")
+	}
+	seen := map[string]string{}
+	for _, c := range [][3]string{{"acme", "k-1", "refund"}, {"globex", "k-1", "refund"}, {"acme", "k-2", "refund"},
+		{"acme", "k-1", "refund_legacy"}, {"acme", long, "refund"}, {"acme\x00k", "1", "refund"}} {
+		k := DownstreamKey(c[0], c[1], c[2])
+		if !safe.MatchString(k) {
+			t.Errorf("%q: %q is not 1 to 64 URL-safe characters", c, k)
+		}
+		if prev, ok := seen[k]; ok {
+			t.Errorf("%q and %s share %s", c, prev, k)
+		}
+		seen[k] = fmt.Sprint(c)
 	}
 }

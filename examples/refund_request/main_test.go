@@ -164,17 +164,7 @@ func TestTheDeclaredOperationIsExactlyOnceOverHTTP(t *testing.T) {
 func TestTheDeclaredOperationIsAnMCPTool(t *testing.T) {
 	s := testenv.NewStack(t, testenv.Options{Operations: []*op.Operation{Operation}})
 	cs := testenv.MCPSession(t, mcpserver.New(mcpserver.Config{BaseURL: s.URL, Token: s.Tokens[testenv.TenantA], Operations: []*op.Operation{Operation}}))
-	ctx := context.Background()
-
-	tools, err := cs.ListTools(ctx, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	i := slices.IndexFunc(tools.Tools, func(tl *mcp.Tool) bool { return tl.Name == "refund_request" })
-	if i < 0 {
-		t.Fatal("no refund_request tool")
-	}
-	schema, _ := json.Marshal(tools.Tools[i].InputSchema)
+	schema := testenv.ToolSchema(t, cs, "refund_request")
 	for _, want := range []string{`"idempotency_key"`, `"maxLength":64`, `"minimum":1`} {
 		if !bytes.Contains(schema, []byte(want)) {
 			t.Errorf("the tool's schema lacks %s: %s", want, schema)
@@ -182,14 +172,7 @@ func TestTheDeclaredOperationIsAnMCPTool(t *testing.T) {
 	}
 	call := func(args map[string]any) (*mcp.CallToolResult, mcpserver.Result) {
 		t.Helper()
-		res, err := cs.CallTool(ctx, &mcp.CallToolParams{Name: "refund_request", Arguments: args})
-		if err != nil {
-			t.Fatal(err)
-		}
-		var out mcpserver.Result
-		b, _ := json.Marshal(res.StructuredContent)
-		_ = json.Unmarshal(b, &out)
-		return res, out
+		return testenv.CallTool(t, cs, "refund_request", args)
 	}
 	args := map[string]any{"idempotency_key": "m-1", "payment_id": "pay-7", "amount_cents": 100}
 	res, first := call(args)

@@ -3,13 +3,11 @@ package httptool_test
 import (
 	"bytes"
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
-	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -384,16 +382,7 @@ func TestEachToolIsAnMCPTool(t *testing.T) {
 	f := newFixture(t)
 	cs := testenv.MCPSession(t, mcpserver.New(mcpserver.Config{BaseURL: f.s.URL, Token: f.s.Tokens[testenv.TenantA],
 		Operations: f.s.Activities.Tools.Operations()}))
-	ctx := context.Background()
-	list, err := cs.ListTools(ctx, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	i := slices.IndexFunc(list.Tools, func(tl *mcp.Tool) bool { return tl.Name == "refund_plain" })
-	if i < 0 {
-		t.Fatal("no refund_plain tool")
-	}
-	schema, _ := json.Marshal(list.Tools[i].InputSchema)
+	schema := testenv.ToolSchema(t, cs, "refund_plain")
 	for _, want := range []string{`"idempotency_key"`, `"maxLength":64`, `"minimum":1`, `"additionalProperties":false`} {
 		if !bytes.Contains(schema, []byte(want)) {
 			t.Errorf("the tool's schema lacks %s: %s", want, schema)
@@ -401,14 +390,7 @@ func TestEachToolIsAnMCPTool(t *testing.T) {
 	}
 	call := func(name string, args map[string]any) (*mcp.CallToolResult, mcpserver.Result) {
 		t.Helper()
-		res, err := cs.CallTool(ctx, &mcp.CallToolParams{Name: name, Arguments: args})
-		if err != nil {
-			t.Fatal(err)
-		}
-		var out mcpserver.Result
-		b, _ := json.Marshal(res.StructuredContent)
-		_ = json.Unmarshal(b, &out)
-		return res, out
+		return testenv.CallTool(t, cs, name, args)
 	}
 	args := map[string]any{"idempotency_key": "m-1", "payment_id": "pay-7", "amount_cents": 100}
 	res, first := call("refund_plain", args)

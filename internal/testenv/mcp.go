@@ -2,8 +2,11 @@ package testenv
 
 import (
 	"context"
+	"encoding/json"
+	"slices"
 	"testing"
 
+	"github.com/idemflow/idemflow/internal/mcpserver"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 )
 
@@ -24,4 +27,34 @@ func MCPSession(t testing.TB, server *mcp.Server) *mcp.ClientSession {
 	}
 	t.Cleanup(func() { _ = cs.Close() })
 	return cs
+}
+
+// ToolSchema is the input schema of the session's tool name, as JSON; a
+// tool the server does not list fails the test.
+func ToolSchema(t testing.TB, cs *mcp.ClientSession, name string) []byte {
+	t.Helper()
+	list, err := cs.ListTools(context.Background(), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	i := slices.IndexFunc(list.Tools, func(tl *mcp.Tool) bool { return tl.Name == name })
+	if i < 0 {
+		t.Fatalf("no %s tool", name)
+	}
+	schema, _ := json.Marshal(list.Tools[i].InputSchema)
+	return schema
+}
+
+// CallTool calls the session's tool name with args: the result, and its
+// structured content as idemflow's tools return it.
+func CallTool(t testing.TB, cs *mcp.ClientSession, name string, args map[string]any) (*mcp.CallToolResult, mcpserver.Result) {
+	t.Helper()
+	res, err := cs.CallTool(context.Background(), &mcp.CallToolParams{Name: name, Arguments: args})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out mcpserver.Result
+	b, _ := json.Marshal(res.StructuredContent)
+	_ = json.Unmarshal(b, &out)
+	return res, out
 }
