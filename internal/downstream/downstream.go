@@ -39,10 +39,15 @@ const (
 	Late
 	// Fail answers 503 and commits nothing.
 	Fail
+	// Slow waits Server.Late before it commits, then answers: a request
+	// still running when its caller has given up, and looked it up. It is
+	// only ever injected (Random never draws it): it is the case a lookup
+	// cannot see (README, HTTP tools).
+	Slow
 )
 
 func (f Fault) String() string {
-	return [...]string{"none", "drop", "late", "fail"}[f]
+	return [...]string{"none", "drop", "late", "fail", "slow"}[f]
 }
 
 // Refund is one effect.
@@ -262,6 +267,11 @@ func (s *Server) postPlain(w http.ResponseWriter, r *http.Request) {
 func (s *Server) post(w http.ResponseWriter, commit func() (int, []byte)) {
 	s.mu.Lock()
 	fault := s.next()
+	if fault == Slow {
+		s.mu.Unlock()
+		time.Sleep(s.Late)
+		s.mu.Lock()
+	}
 	if fault == Fail {
 		s.mu.Unlock()
 		writeJSON(w, 503, map[string]string{"error": "unavailable"})

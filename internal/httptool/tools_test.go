@@ -414,3 +414,27 @@ func TestEachToolIsAnMCPTool(t *testing.T) {
 		t.Fatalf("an unknown outcome: %+v", res)
 	}
 }
+
+// The limit the README states for lookup: a request the downstream
+// executes after the lookup said 404 is a second effect, once the request
+// sent after that 404 executes too. With key_header the same slow request
+// is deduplicated: one effect.
+func TestLookupCannotSeeARequestThatCommitsAfterIt(t *testing.T) {
+	f := newFixture(t)
+	f.ds.Late = 4 * time.Second // the slow request commits well after the lookup, 1.3 s after it was sent
+	for _, c := range []struct {
+		tool string
+		want int
+	}{{"refund_plain", 2}, {"refund_keyed", 1}} {
+		f.ds.Inject(downstream.Slow)
+		key := "slow-" + c.tool
+		r := f.post(testenv.TenantA, c.tool, key, `{"payment_id":"pay-slow","amount_cents":100}`)
+		if r.Status != http.StatusCreated {
+			t.Fatalf("%s: %d %s", c.tool, r.Status, r.Body)
+		}
+		time.Sleep(f.ds.Late) // the slow request is done by now
+		if n := f.effects(testenv.TenantA, key, c.tool); n != c.want {
+			t.Errorf("%s: %d effects after a request that committed late, want %d", c.tool, n, c.want)
+		}
+	}
+}
