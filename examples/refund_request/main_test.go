@@ -170,7 +170,7 @@ func TestTheDeclaredOperationIsAnMCPTool(t *testing.T) {
 			t.Errorf("the tool's schema lacks %s: %s", want, schema)
 		}
 	}
-	call := func(args map[string]any) (*mcp.CallToolResult, mcpserver.Result) {
+	call := func(args map[string]any) (*mcp.CallToolResult, testenv.ToolResult) {
 		t.Helper()
 		return testenv.CallTool(t, cs, "refund_request", args)
 	}

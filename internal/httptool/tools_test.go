@@ -388,7 +388,7 @@ func TestEachToolIsAnMCPTool(t *testing.T) {
 			t.Errorf("the tool's schema lacks %s: %s", want, schema)
 		}
 	}
-	call := func(name string, args map[string]any) (*mcp.CallToolResult, mcpserver.Result) {
+	call := func(name string, args map[string]any) (*mcp.CallToolResult, testenv.ToolResult) {
 		t.Helper()
 		return testenv.CallTool(t, cs, name, args)
 	}

@@ -6,7 +6,6 @@ import (
 	"slices"
 	"testing"
 
-	"github.com/idemflow/idemflow/internal/mcpserver"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 )
 
@@ -45,15 +44,24 @@ func ToolSchema(t testing.TB, cs *mcp.ClientSession, name string) []byte {
 	return schema
 }
 
+// ToolResult is the structured content of idemflow's tools
+// (mcpserver.Result, read from its JSON: testenv cannot import mcpserver,
+// whose client's own tests use testenv).
+type ToolResult struct {
+	HTTPStatus int            `json:"http_status"`
+	Replayed   bool           `json:"replayed"`
+	Result     map[string]any `json:"result"`
+}
+
 // CallTool calls the session's tool name with args: the result, and its
-// structured content as idemflow's tools return it.
-func CallTool(t testing.TB, cs *mcp.ClientSession, name string, args map[string]any) (*mcp.CallToolResult, mcpserver.Result) {
+// structured content.
+func CallTool(t testing.TB, cs *mcp.ClientSession, name string, args map[string]any) (*mcp.CallToolResult, ToolResult) {
 	t.Helper()
 	res, err := cs.CallTool(context.Background(), &mcp.CallToolParams{Name: name, Arguments: args})
 	if err != nil {
 		t.Fatal(err)
 	}
-	var out mcpserver.Result
+	var out ToolResult
 	b, _ := json.Marshal(res.StructuredContent)
 	_ = json.Unmarshal(b, &out)
 	return res, out
