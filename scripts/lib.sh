@@ -55,6 +55,21 @@ ensure_python3() { ensure_package python3 python3 "the Python agent example's te
 # drives Debian's Chromium headless.
 ensure_chromium() { ensure_package chromium chromium "the Web UI browser test"; }
 
+# build_typescript installs the TypeScript client's pinned packages
+# (npm ci, from its lockfile) and builds it with tsc, for its tests
+# (clients/typescript): the client's own, and the LangGraph.js agent killed
+# mid tool call. Node 20 (or later) is needed.
+build_typescript() {
+  command -v node >/dev/null 2>&1 && command -v npm >/dev/null 2>&1 ||
+    ensure_package node nodejs "the TypeScript client's tests"
+  command -v npm >/dev/null 2>&1 || ensure_package npm npm "the TypeScript client's tests"
+  local major
+  major=$(node -p 'process.versions.node.split(".")[0]')
+  [ "$major" -ge 20 ] || die "the TypeScript client needs Node 20 or later, found $(node --version)"
+  echo "installing and building the TypeScript client (npm ci, tsc)..." >&2
+  (cd clients/typescript && npm ci --no-audit --no-fund --loglevel=error && npm run --silent build)
+}
+
 # build_idemflow builds the binary into bin/. The Go build cache makes every
 # build after the first (which compiles the Temporal server, ~9 min on two
 # cores) take seconds: never clean it.

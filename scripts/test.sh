@@ -17,6 +17,7 @@ fi
 
 echo "== build" >&2
 build_idemflow
+build_typescript
 
 if [ -z "${IDEMFLOW_TEST_DATABASE_URL:-}" ]; then
   IDEMFLOW_TEST_DATABASE_URL=$(bin/idemflow postgres --data-dir .idemflow-test)

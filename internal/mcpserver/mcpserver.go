@@ -19,6 +19,7 @@ import (
 	"github.com/google/jsonschema-go/jsonschema"
 	"github.com/hashicorp/golang-lru/v2/expirable"
 	"github.com/idemflow/idemflow/agentclient"
+	"github.com/idemflow/idemflow/idem"
 	"github.com/idemflow/idemflow/internal/apispec"
 	"github.com/idemflow/idemflow/internal/ijson"
 	"github.com/idemflow/idemflow/internal/problem"
@@ -202,9 +203,25 @@ func (t tools) operation(o *op.Operation) mcp.ToolHandlerFor[map[string]json.Raw
 			}
 			delete(in, name)
 		}
+		if k, ok := req.Params.Meta[MetaKey].(string); ok {
+			// The client's own durable key, derived from its call's ID,
+			// wins over the one the model wrote: a model asked again
+			// after a crash writes a new key, the client's call ID does
+			// not change.
+			parsed, err := idem.ParseKey(k)
+			if err != nil {
+				return nil, Result{}, fmt.Errorf("INVALID _meta %s, nothing was recorded: %w", MetaKey, err)
+			}
+			key = parsed
+		}
 		return t.call(ctx, req, key, path, in)
 	}
 }
+
+// MetaKey is the _meta member in which an MCP client that has a durable
+// identity of its tool calls (a checkpointed framework) sends a key
+// derived from it, in place of the model-written idempotency_key.
+const MetaKey = "io.idemflow/idempotency-key"
 
 func (t tools) getOperation(ctx context.Context, req *mcp.CallToolRequest, in OperationArgs) (*mcp.CallToolResult, Result, error) {
 	ctx, cancel := context.WithTimeout(ctx, t.cfg.CallTimeout)

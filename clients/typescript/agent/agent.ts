@@ -1,0 +1,94 @@
+// A LangGraph.js agent for the kill tests (typescript_test.go): a graph
+// with a scripted chat model (@langchain/core's fake) that calls a tool to
+// create a ticket, then one to create an order, over a PostgreSQL
+// checkpointer. Run again with the same --thread, it resumes from its
+// checkpoint. --tools naive makes the control: plain HTTP tools that make
+// a fresh key on every call.
+//
+//   node dist/agent/agent.js --thread T [--tools idemflow|naive]
+// with IDEMFLOW_URL, IDEMFLOW_TOKEN and DATABASE_URL set.
+
+import { randomUUID } from "node:crypto";
+import { parseArgs } from "node:util";
+import { AIMessage, AIMessageChunk, HumanMessage, ToolMessage } from "@langchain/core/messages";
+import { tool } from "@langchain/core/tools";
+import { FakeStreamingChatModel } from "@langchain/core/utils/testing";
+import { MessagesAnnotation, StateGraph, START, END } from "@langchain/langgraph";
+import { ToolNode, toolsCondition } from "@langchain/langgraph/prebuilt";
+import { PostgresSaver } from "@langchain/langgraph-checkpoint-postgres";
+import { z } from "zod";
+import { Client } from "../src/index.js";
+import { idemflowTool } from "../src/langgraph.js";
+
+const { values } = parseArgs({ options: { thread: { type: "string" }, tools: { type: "string", default: "idemflow" } } });
+const thread = values.thread!;
+const url = process.env.IDEMFLOW_URL!;
+const token = process.env.IDEMFLOW_TOKEN!;
+
+const ticketSchema = z.object({ customer_id: z.string(), title: z.string() });
+const orderSchema = z.object({ customer_id: z.string(), items: z.array(z.object({ sku: z.string(), quantity: z.number() })) });
+
+// The client's attempts time out fast, so that a dropped answer is
+// retried at once (the kill comes first).
+const client = new Client({ baseURL: url, token, attemptTimeoutMs: 3000, initialBackoffMs: 50, maxBackoffMs: 500 });
+
+function naiveTool(name: string, path: string, schema: z.ZodTypeAny) {
+  return tool(async (args) => {
+    // The bug of the incident: a key made at call time, new on every call.
+    const resp = await fetch(url + path, {
+      method: "POST",
+      headers: { Authorization: `Bearer ${token}`, "Idempotency-Key": randomUUID(), "Content-Type": "application/json", Prefer: "wait=5" },
+      body: JSON.stringify(args),
+    });
+    return JSON.stringify({ http_status: resp.status, replayed: resp.headers.get("Idempotent-Replayed") === "true", result: await resp.json() });
+  }, { name, description: name, schema });
+}
+
+const tools =
+  values.tools === "naive"
+    ? [naiveTool("create_ticket", "/v1/tickets", ticketSchema), naiveTool("create_order", "/v1/orders", orderSchema)]
+    : [
+        idemflowTool(client, { name: "create_ticket", description: "Create a support ticket.", schema: ticketSchema, path: "/v1/tickets" }),
+        idemflowTool(client, { name: "create_order", description: "Create a purchase order.", schema: orderSchema, path: "/v1/orders" }),
+      ];
+
+// The script: the model's next message follows from the tool results it
+// has seen, so a resumed run asks for the next step, never the last again.
+// Each tool call's ID is new when the model writes it: only the
+// checkpoint keeps it.
+async function callModel(state: typeof MessagesAnnotation.State) {
+  const done = state.messages.filter((m) => m instanceof ToolMessage || m.getType() === "tool").length;
+  const step = [
+    { name: "create_ticket", args: { customer_id: thread, title: "Printer on fire" } },
+    { name: "create_order", args: { customer_id: thread, items: [{ sku: "SKU-MOUSE", quantity: 1 }] } },
+  ][done];
+  const model = step
+    ? new FakeStreamingChatModel({ chunks: [new AIMessageChunk({ content: "", tool_calls: [{ ...step, id: "call_" + randomUUID(), type: "tool_call" }] })] })
+    : new FakeStreamingChatModel({ responses: [new AIMessage("Both are done.")] });
+  return { messages: [await model.invoke(state.messages)] };
+}
+
+const checkpointer = PostgresSaver.fromConnString(process.env.DATABASE_URL!);
+await checkpointer.setup();
+const graph = new StateGraph(MessagesAnnotation)
+  .addNode("agent", callModel)
+  .addNode("tools", new ToolNode(tools))
+  .addEdge(START, "agent")
+  .addConditionalEdges("agent", toolsCondition, ["tools", END])
+  .addEdge("tools", "agent")
+  .compile({ checkpointer });
+
+const config = { configurable: { thread_id: thread } };
+const state = await graph.getState(config);
+const resuming = state.next.length > 0;
+console.log(resuming ? `resuming ${thread} at ${state.next.join(",")}` : `starting ${thread}`);
+// durability "sync": the model's message, with its tool call's ID, is
+// checkpointed before the tool runs. With LangGraph's default ("async") a
+// crash can lose that step, and the model, asked again, writes a new ID:
+// a new key.
+const out = await graph.invoke(resuming ? null : { messages: [new HumanMessage("Open a ticket, then order a mouse.")] }, { ...config, durability: "sync" });
+for (const m of out.messages) {
+  if (m.getType() === "tool") console.log(`tool ${(m as ToolMessage).name} ${m.content}`);
+}
+console.log("DONE");
+await checkpointer.end();

@@ -1,0 +1,82 @@
+// The LangGraph.js integration: a tool whose idempotency key is derived
+// from the framework's own durable identity of the call, so that a run
+// resumed from its checkpoint (after a crash, a deploy or a human-in-the-
+// loop pause), which calls the tool again, replays the first answer
+// instead of taking effect twice.
+//
+// LangGraph checkpoints the model's message, with its tool_calls[].id,
+// before the tool node runs; a resumed run runs the tool node again with
+// the same thread, namespace and tool-call ID. The key is derived from
+// those and the tool's name: no store of its own.
+
+import { tool } from "@langchain/core/tools";
+import type { ToolRunnableConfig } from "@langchain/core/tools";
+import { Client, deriveKey, ProblemError, type Result } from "./index.js";
+
+/** The run has no durable identity to derive a key from. */
+export class NoDurableIdentityError extends Error {}
+
+/**
+ * The key of one tool call: from the run's thread_id and checkpoint_ns and
+ * the call's ID, with the tool's name. It throws NoDurableIdentityError
+ * when the run has no thread (no checkpointer, or invoked without
+ * configurable.thread_id) or the call no ID: a random key would protect
+ * nothing across a resume, and is never made in silence.
+ */
+export function durableKey(config: ToolRunnableConfig | undefined, toolName: string): string {
+  const threadId = config?.configurable?.thread_id;
+  const callId = config?.toolCall?.id;
+  if (typeof threadId !== "string" && typeof threadId !== "number") {
+    throw new NoDurableIdentityError(`${toolName}: the run has no thread_id (compile the graph with a checkpointer and invoke it with configurable.thread_id), so no key can survive a resume`);
+  }
+  if (!callId) {
+    throw new NoDurableIdentityError(`${toolName}: the call has no tool-call ID (call the tool through a ToolNode, or with a ToolCall), so no key can survive a resume`);
+  }
+  return deriveKey("lg1", String(threadId), String(config?.configurable?.checkpoint_ns ?? ""), callId, toolName);
+}
+
+export interface IdemflowToolFields<S> {
+  name: string;
+  description: string;
+  /** The arguments' schema (zod or JSON Schema), as tool() takes it. */
+  schema: S;
+  /** The operation's path: /v1/tickets, /v1/tools/refund_create, or one built from the arguments. */
+  path: string | ((args: any) => string);
+  /** The body sent (default: the arguments). */
+  body?: (args: any) => unknown;
+}
+
+/** What the tool returns to the model. */
+export interface ToolAnswer {
+  http_status: number;
+  /** True when this answer was stored by an earlier call of the same tool call. */
+  replayed: boolean;
+  result: unknown;
+}
+
+/**
+ * idemflowTool is a LangGraph.js tool that runs one of idemflow's
+ * operations (a ticket, an order, a declared operation, an HTTP tool)
+ * exactly once per tool call, however often a resumed run calls it.
+ */
+export function idemflowTool<S>(client: Client, f: IdemflowToolFields<S>) {
+  return tool(
+    async (args: any, config: ToolRunnableConfig) => {
+      const key = durableKey(config, f.name);
+      const path = typeof f.path === "function" ? f.path(args) : f.path;
+      let r: Result;
+      try {
+        r = await client.do({ key, method: "POST", path, body: f.body ? f.body(args) : args }, { signal: config?.signal });
+      } catch (e) {
+        if (e instanceof ProblemError) {
+          // A final refusal is the model's to read, not a crash of the run.
+          return JSON.stringify({ http_status: e.status, replayed: false, error: e.problem, key });
+        }
+        throw e;
+      }
+      const answer: ToolAnswer = { http_status: r.status, replayed: r.replayed, result: r.body };
+      return JSON.stringify(answer);
+    },
+    { name: f.name, description: f.description, schema: f.schema as any },
+  );
+}

@@ -1,0 +1,119 @@
+// The client's tests, against the real stack that typescript_test.go
+// starts (IDEMFLOW_URL, IDEMFLOW_TOKEN, IDEMFLOW_TOKEN_B, IDEMFLOW_MCP_URL).
+
+import assert from "node:assert/strict";
+import { randomUUID } from "node:crypto";
+import { createServer, request as httpRequest, type Server } from "node:http";
+import { mkdtemp } from "node:fs/promises";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import { test } from "node:test";
+import { Client as MCPClient } from "@modelcontextprotocol/sdk/client/index.js";
+import { StreamableHTTPClientTransport } from "@modelcontextprotocol/sdk/client/streamableHttp.js";
+import {
+  Client, deriveKey, FileStore, IntentMismatchError, InvalidRequestError, KeyReusedError, NotFoundError, RejectedError, UnauthorizedError,
+} from "../src/index.js";
+import { durableKey, NoDurableIdentityError } from "../src/langgraph.js";
+
+const url = process.env.IDEMFLOW_URL!;
+const token = process.env.IDEMFLOW_TOKEN!;
+const client = (base = url, t = token) => new Client({ baseURL: base, token: t, attemptTimeoutMs: 2000, initialBackoffMs: 20, maxBackoffMs: 200 });
+const ticket = (title: string) => ({ customer_id: "c-ts", title, priority: "high" });
+
+test("a replay returns the first answer, marked replayed", async () => {
+  const key = randomUUID();
+  const first = await client().do({ key, path: "/v1/tickets", body: ticket("once") });
+  const again = await client().do({ key, path: "/v1/tickets", body: ticket("once") });
+  assert.equal(first.status, 201);
+  assert.equal(first.replayed, false);
+  assert.equal(again.replayed, true);
+  assert.equal(again.raw, first.raw);
+});
+
+test("an answer lost on the wire is retried under the same key, and replays", async () => {
+  // A proxy that forwards the first request, then drops its answer.
+  let dropped = 0;
+  const keys: string[] = [];
+  const proxy: Server = createServer((req, res) => {
+    keys.push(String(req.headers["idempotency-key"]));
+    const up = httpRequest(url + req.url, { method: req.method, headers: req.headers }, (ur) => {
+      if (dropped++ === 0) {
+        ur.resume();
+        ur.on("end", () => req.socket.destroy());
+        return;
+      }
+      res.writeHead(ur.statusCode!, ur.headers);
+      ur.pipe(res);
+    });
+    req.pipe(up);
+  });
+  await new Promise<void>((r) => proxy.listen(0, "127.0.0.1", r));
+  try {
+    const addr = proxy.address() as { port: number };
+    const r = await client(`http://127.0.0.1:${addr.port}`).do({ key: randomUUID(), path: "/v1/tickets", body: ticket("lost answer") });
+    assert.equal(r.status, 201);
+    assert.equal(r.replayed, true, "the retry's answer is the stored one");
+    assert.ok(keys.length >= 2 && keys.every((k) => k === keys[0]), `every attempt carries one key: ${keys}`);
+  } finally {
+    proxy.close();
+  }
+});
+
+test("final answers are typed errors, never retried", async () => {
+  const key = randomUUID();
+  await client().do({ key, path: "/v1/tickets", body: ticket("first") });
+  await assert.rejects(client().do({ key, path: "/v1/tickets", body: ticket("changed") }), KeyReusedError);
+  await assert.rejects(client().do({ key: randomUUID(), path: "/v1/tickets", body: { title: "" } }), InvalidRequestError);
+  await assert.rejects(client(url, "not-a-token").do({ key: randomUUID(), path: "/v1/tickets", body: ticket("x") }), UnauthorizedError);
+  await assert.rejects(client().do({ key: randomUUID(), path: "/v1/orders/ORD-NOPE/pay", body: { payment_ref: "p" } }), NotFoundError);
+  const order = await client().do({ key: randomUUID(), path: "/v1/orders", body: { customer_id: "c-ts", items: [{ sku: "SKU-MOUSE", quantity: 1 }] } });
+  const orderNo = (order.body as { order_no: string }).order_no;
+  await client().do({ key: randomUUID(), path: `/v1/orders/${orderNo}/cancel`, body: {} });
+  const err = await client().do({ key: randomUUID(), path: `/v1/orders/${orderNo}/pay`, body: { payment_ref: "p" } }).catch((e) => e);
+  assert.ok(err instanceof RejectedError, String(err));
+  assert.equal(err.code, "invalid-transition");
+});
+
+test("the file store keeps an intent's key across restarts, and refuses another request under its ID", async () => {
+  const dir = await mkdtemp(join(tmpdir(), "idemflow-ts-"));
+  const a = await new FileStore(dir).open("step-1", "POST", "/v1/tickets", ticket("stored"));
+  const b = await new FileStore(dir).open("step-1", "POST", "/v1/tickets", ticket("stored"));
+  assert.equal(a.key, b.key);
+  await assert.rejects(new FileStore(dir).open("step-1", "POST", "/v1/tickets", ticket("other")), IntentMismatchError);
+  const first = await client().run(new FileStore(dir), "step-1", "POST", "/v1/tickets", ticket("stored"));
+  const resumed = await client().run(new FileStore(dir), "step-1", "POST", "/v1/tickets", ticket("stored"));
+  assert.equal(resumed.raw, first.raw);
+});
+
+test("a durable key needs a durable identity, and is never made at random", () => {
+  const config = { configurable: { thread_id: "t-1", checkpoint_ns: "tools:abc" }, toolCall: { id: "call_1", name: "create_ticket", args: {} } };
+  assert.equal(durableKey(config, "create_ticket"), durableKey(structuredClone(config), "create_ticket"));
+  assert.notEqual(durableKey(config, "create_ticket"), durableKey({ ...config, configurable: { thread_id: "t-2" } }, "create_ticket"));
+  assert.notEqual(durableKey(config, "create_ticket"), durableKey(config, "create_order"));
+  assert.match(durableKey(config, "create_ticket"), /^lg1_[A-Za-z0-9_-]{42}$/);
+  assert.throws(() => durableKey({ toolCall: config.toolCall }, "create_ticket"), NoDurableIdentityError);
+  assert.throws(() => durableKey({ configurable: { thread_id: "t-1" } }, "create_ticket"), NoDurableIdentityError);
+});
+
+test("over MCP, a key the client derives from its call ID in _meta replaces the model-written one", async () => {
+  const mcp = new MCPClient({ name: "ts-test", version: "1" });
+  await mcp.connect(new StreamableHTTPClientTransport(new URL(process.env.IDEMFLOW_MCP_URL!), {
+    requestInit: { headers: { Authorization: `Bearer ${token}` } },
+  }));
+  try {
+    const key = deriveKey("mcp1", "session-1", "call-7", "create_ticket");
+    const call = (modelKey: string) =>
+      mcp.callTool({ name: "create_ticket", arguments: { idempotency_key: modelKey, ...ticket("via MCP") }, _meta: { "io.idemflow/idempotency-key": key } });
+    // The model, asked again after a crash, writes another key: the
+    // client's, from the same call, still names the same intent.
+    type Answer = { structuredContent: { replayed: boolean; result: { ticket_id: string; idempotency_key: string } } };
+    const first = (await call("model-key-1")) as unknown as Answer;
+    const again = (await call("model-key-2")) as unknown as Answer;
+    assert.equal(first.structuredContent.replayed, false);
+    assert.equal(again.structuredContent.replayed, true);
+    assert.equal(again.structuredContent.result.ticket_id, first.structuredContent.result.ticket_id);
+    assert.equal(first.structuredContent.result.idempotency_key, key);
+  } finally {
+    await mcp.close();
+  }
+});

@@ -1,0 +1,218 @@
+// Package typescript holds idemflow's TypeScript client (src/), its
+// LangGraph.js integration, and the tests that run them against the real
+// stack: node runs the client's own tests, and a LangGraph.js agent that
+// is SIGKILLed with a tool call in flight, then resumed from its
+// checkpoint. scripts/test.sh installs the pinned packages (npm ci) and
+// builds them (npm run build) first.
+package typescript
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"net/http/httputil"
+	"net/url"
+	"os"
+	"os/exec"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/idemflow/idemflow/internal/mcpserver"
+	"github.com/idemflow/idemflow/internal/testenv"
+)
+
+// node is the node binary, with the package built.
+func node(t *testing.T) string {
+	t.Helper()
+	bin, err := exec.LookPath("node")
+	if err != nil {
+		t.Fatalf("node (20) is needed for the TypeScript client: %v", err)
+	}
+	if _, err := os.Stat("dist/agent/agent.js"); err != nil {
+		t.Fatal("the TypeScript package is not built: run 'npm ci && npm run build' in clients/typescript (scripts/test.sh does)")
+	}
+	return bin
+}
+
+func env(s *testenv.Stack, base string) []string {
+	return append(os.Environ(), "IDEMFLOW_URL="+base, "IDEMFLOW_TOKEN="+s.Tokens[testenv.TenantA],
+		"IDEMFLOW_TOKEN_B="+s.Tokens[testenv.TenantB], "DATABASE_URL="+s.DatabaseURL)
+}
+
+// The client's own tests (node --test) against the stack: retries, typed
+// errors, the store, MCP's durable key.
+func TestTheTypeScriptClientAgainstTheStack(t *testing.T) {
+	bin := node(t)
+	s := testenv.NewStack(t, testenv.Options{})
+	mcp := httptest.NewServer(mcpserver.HTTPHandler(mcpserver.Config{BaseURL: s.URL, CallTimeout: 30 * time.Second}, mcpserver.HTTPOptions{}))
+	t.Cleanup(mcp.Close)
+	cmd := exec.Command(bin, "--test", "--test-concurrency=1", "dist/test/client.test.js")
+	cmd.Env = append(env(s, s.URL), "IDEMFLOW_MCP_URL="+mcp.URL+"/")
+	out, err := cmd.CombinedOutput()
+	t.Log(string(out))
+	if err != nil {
+		t.Fatalf("node --test: %v", err)
+	}
+}
+
+// fault is where the kill comes.
+type fault int
+
+const (
+	// answerLost: idemflow executed the call; its answer is dropped, and
+	// the agent is killed while it waits for it.
+	answerLost fault = iota
+	// beforeReceived: the agent is killed with its request sent, before
+	// idemflow received it.
+	beforeReceived
+)
+
+// proxy stands between the agent and the gateway: the first POST of a
+// ticket gets the fault, and hit is closed when it did.
+type proxy struct {
+	*httptest.Server
+	hit  chan struct{}
+	once sync.Once
+}
+
+func newProxy(t *testing.T, gateway string, f fault) *proxy {
+	u, _ := url.Parse(gateway)
+	rp := httputil.NewSingleHostReverseProxy(u)
+	p := &proxy{hit: make(chan struct{})}
+	p.Server = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		first := false
+		if r.Method == http.MethodPost && r.URL.Path == "/v1/tickets" {
+			p.once.Do(func() { first = true })
+		}
+		if !first {
+			rp.ServeHTTP(w, r)
+			return
+		}
+		if f == beforeReceived {
+			// The body is read, so that the server sees the connection
+			// close; it goes no further.
+			_, _ = io.Copy(io.Discard, r.Body)
+			close(p.hit)
+			<-r.Context().Done() // the agent dies; nothing reaches the gateway
+			return
+		}
+		rec := httptest.NewRecorder()
+		rp.ServeHTTP(rec, r)
+		if rec.Code != http.StatusCreated {
+			t.Errorf("the first ticket call was answered %d: %s", rec.Code, rec.Body)
+		}
+		close(p.hit)
+		<-r.Context().Done() // the answer never leaves; the agent dies waiting
+	}))
+	t.Cleanup(p.Close)
+	return p
+}
+
+// runAgent runs the agent for thread with the given tools and returns its
+// output, once it is done.
+func runAgent(t *testing.T, bin string, environ []string, thread, tools string) string {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, bin, "dist/agent/agent.js", "--thread", thread, "--tools", tools)
+	cmd.Env = environ
+	out, err := cmd.CombinedOutput()
+	t.Logf("agent %s (%s):\n%s", thread, tools, out)
+	if err != nil || !bytes.Contains(out, []byte("DONE")) {
+		t.Fatalf("the agent did not finish: %v", err)
+	}
+	return string(out)
+}
+
+// killMidCall starts the agent and SIGKILLs it once the proxy saw its
+// ticket call.
+func killMidCall(t *testing.T, bin string, environ []string, p *proxy, thread, tools string) {
+	t.Helper()
+	cmd := exec.Command(bin, "dist/agent/agent.js", "--thread", thread, "--tools", tools)
+	cmd.Env = environ
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd.Stderr = cmd.Stdout
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	lines := make(chan string, 100)
+	go func() {
+		sc := bufio.NewScanner(stdout)
+		for sc.Scan() {
+			lines <- sc.Text()
+		}
+		_, _ = io.Copy(io.Discard, stdout)
+		close(lines)
+	}()
+	select {
+	case <-p.hit:
+	case <-time.After(90 * time.Second):
+		_ = cmd.Process.Kill()
+		t.Fatal("the agent never called create_ticket")
+	}
+	if err := cmd.Process.Kill(); err != nil {
+		t.Fatal(err)
+	}
+	_ = cmd.Wait()
+	for l := range lines {
+		t.Logf("agent %s, killed run: %s", thread, l)
+		if strings.Contains(l, "DONE") {
+			t.Fatal("the agent finished before it was killed")
+		}
+	}
+}
+
+// A LangGraph.js agent SIGKILLed with its tool call in flight, after
+// idemflow executed it (the answer lost) or before idemflow received it,
+// and restarted on the same thread, resumes from its checkpoint: the tool
+// call runs again under the key derived from the thread and the call's ID,
+// and there is exactly one ticket and one order; where it had executed,
+// the resumed call's answer is a replay. The control, plain HTTP tools
+// with a fresh key per call, makes a second ticket under the same kill.
+func TestALangGraphAgentKilledMidToolCallResumesWithoutADuplicate(t *testing.T) {
+	bin := node(t)
+	s := testenv.NewStack(t, testenv.Options{})
+	count := func(table, thread string) int {
+		return testenv.Count(t, s.Pool, table, "customer_id = $1", thread)
+	}
+	for _, c := range []struct {
+		name     string
+		fault    fault
+		tools    string
+		tickets  int
+		replayed string
+	}{
+		{"answer lost", answerLost, "idemflow", 1, `"replayed":true`},
+		{"before received", beforeReceived, "idemflow", 1, `"replayed":false`},
+		{"control, answer lost", answerLost, "naive", 2, ""},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			thread := "thread-" + strings.ReplaceAll(c.name, " ", "-")
+			thread = strings.ReplaceAll(thread, ",", "")
+			p := newProxy(t, s.URL, c.fault)
+			environ := env(s, p.URL)
+			killMidCall(t, bin, environ, p, thread, c.tools)
+			out := runAgent(t, bin, environ, thread, c.tools)
+			if !strings.Contains(out, "resuming "+thread+" at tools") {
+				t.Fatal("the restarted agent did not resume from its checkpoint at the tool call")
+			}
+			if n := count("ticket", thread); n != c.tickets {
+				t.Fatalf("%d tickets, want %d", n, c.tickets)
+			}
+			if n := count("purchase_order", thread); n != 1 {
+				t.Fatalf("%d orders, want 1", n)
+			}
+			if c.replayed != "" && !strings.Contains(out, "tool create_ticket {\"http_status\":201,"+c.replayed) {
+				t.Fatalf("the resumed ticket call's answer is not %s", c.replayed)
+			}
+		})
+	}
+}
