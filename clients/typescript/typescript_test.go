@@ -204,6 +204,7 @@ func TestALangGraphAgentKilledMidToolCallResumesWithoutADuplicate(t *testing.T) 
 			if !strings.Contains(out, "resuming "+thread+" at tools") {
 				t.Fatal("the restarted agent did not resume from its checkpoint at the tool call")
 			}
+			t.Logf("%s: %d tickets, %d orders after the kill and the resume", c.name, count("ticket", thread), count("purchase_order", thread))
 			if n := count("ticket", thread); n != c.tickets {
 				t.Fatalf("%d tickets, want %d", n, c.tickets)
 			}
