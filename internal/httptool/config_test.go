@@ -57,6 +57,12 @@ func TestTheIssuesExampleLoads(t *testing.T) {
 		!strings.Contains(err.Error(), "amount_cents") {
 		t.Fatalf("the schema's minimum is not enforced: %v", err)
 	}
+	// Bodies are I-JSON, as every operation's: one name twice is refused,
+	// not read as its last value.
+	if _, err := o.Prepare([]byte(`{"payment_id":"p1","amount_cents":100,"amount_cents":1}`), nil); err == nil ||
+		!strings.Contains(err.Error(), "appears twice") {
+		t.Fatalf("a duplicate member: %v", err)
+	}
 	a, err := o.Prepare([]byte(`{"payment_id":"p1","amount_cents":100}`), nil)
 	if err != nil {
 		t.Fatal(err)
