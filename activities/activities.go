@@ -236,14 +236,14 @@ func (a *Activities) ResolveIntent(ctx context.Context, in ResolveInput) (Resolu
 	if in.Canceled {
 		failed = problem.Canceled()
 	}
+	var before func(context.Context, pgx.Tx) error
 	if t, ok := a.Tools.Of(in.Intent.BizType); ok {
-		res, handled, err := a.resolveToolCall(ctx, in, t)
-		if err != nil || handled {
-			return res, err
+		var err error
+		if before, err = a.settleToolCall(ctx, in.Intent, t, &failed); err != nil {
+			return Resolution{}, err
 		}
-		failed = problem.CallUnsettled()
 	}
-	res, err := a.Records.Resolve(ctx, idem.ResolveParams{Intent: in.Intent, Preferred: in.Preferred, Failed: failed.Outcome(), Reason: in.Reason})
+	res, err := a.Records.Resolve(ctx, idem.ResolveParams{Intent: in.Intent, Preferred: in.Preferred, Failed: failed.Outcome(), Reason: in.Reason, Before: before})
 	if err != nil {
 		return Resolution{}, err
 	}

@@ -266,70 +266,46 @@ func deref(o *idem.Outcome) idem.Outcome {
 	return *o
 }
 
-// resolveToolCall settles the record of an HTTP tool's intent that no
-// execution runs any more, without ever sending its call. With no request
-// sent it leaves the record to Records.Resolve (handled false), as for any
-// operation; so it does for a request whose outcome stays unknown, which
-// is then FAILED with CallUnsettled, and a retry resends or looks it up.
-// A lookup tool's key is looked up first (once the last request's timeout
-// has passed): found, the record is SUCCESS with the found answer. An
-// at_most_once tool's unknown outcome is final: outcome-unknown.
-func (a *Activities) resolveToolCall(ctx context.Context, in ResolveInput, t *httptool.Tool) (res Resolution, handled bool, err error) {
-	call, sent, err := httptool.Get(ctx, a.DB, in.Intent.TenantID, in.Intent.Key)
-	if err != nil || !sent || call.State != httptool.Sending || call.Fingerprint != in.Intent.Fingerprint {
-		return Resolution{}, false, err
+// settleToolCall prepares the settling of an HTTP tool's intent that no
+// execution runs any more (idem.Store.Resolve), and never sends its call.
+// With no request sent, nothing is to be done: FAILED says truly that
+// nothing happened. With one sent and its outcome unknown, failed becomes
+// CallUnsettled, which does not say so; and a lookup tool's key is looked
+// up first (once the last request's timeout has passed): found, before
+// stores the found answer as the call's, and Resolve recalls it as the
+// intent's (SUCCESS). An at_most_once tool's unknown outcome is final:
+// before settles the call as outcome-unknown, and so is the answer.
+func (a *Activities) settleToolCall(ctx context.Context, in idem.Intent, t *httptool.Tool, failed *problem.Problem) (before func(context.Context, pgx.Tx) error, err error) {
+	call, sent, err := httptool.Get(ctx, a.DB, in.TenantID, in.Key)
+	if err != nil || !sent || call.State != httptool.Sending || call.Fingerprint != in.Fingerprint {
+		return nil, err
 	}
-	var found httptool.Result
+	*failed = problem.CallUnsettled()
 	switch {
 	case t.AtMostOnce():
-	case t.HasLookup():
-		if wait := t.Timeout() + httptool.Grace - call.SinceSent; wait > 0 {
-			return Resolution{}, false, retryAfter(fmt.Errorf("%s: the last request may still be running; looked up once its timeout has passed", t), wait)
-		}
-		found = t.Find(ctx, idem.DownstreamKey(in.Intent.TenantID, in.Intent.Key, t.Name))
-		if found.Verdict != httptool.Succeeded {
-			if found.Verdict == httptool.Unknown {
-				a.Logger.WarnContext(ctx, "HTTP tool lookup failed while settling; the record is FAILED and a retry looks up again",
-					"tool", t.Name, "tenant", in.Intent.TenantID, "key", in.Intent.Key, "error", found.Err)
+		unknown := problem.OutcomeUnknown(outcomeUnknown(t).Reason)
+		*failed = unknown
+		return func(ctx context.Context, tx pgx.Tx) error {
+			return httptool.Settle(ctx, tx, in, httptool.OutcomeUnknown, unknown.Outcome())
+		}, nil
+	case !t.HasLookup():
+		return nil, nil
+	}
+	if wait := t.Timeout() + httptool.Grace - call.SinceSent; wait > 0 {
+		return nil, retryAfter(fmt.Errorf("%s: the last request may still be running; looked up once its timeout has passed", t), wait)
+	}
+	found := t.Find(ctx, idem.DownstreamKey(in.TenantID, in.Key, t.Name))
+	switch found.Verdict {
+	case httptool.Succeeded:
+		return func(ctx context.Context, tx pgx.Tx) error {
+			if err := httptool.Settle(ctx, tx, in, httptool.Done, found.Answer); err != nil {
+				return err
 			}
-			return Resolution{}, false, nil
-		}
-	default:
-		return Resolution{}, false, nil
+			return idem.RememberKey(ctx, tx, in)
+		}, nil
+	case httptool.Unknown:
+		a.Logger.WarnContext(ctx, "HTTP tool lookup failed while settling; the record is FAILED and a retry looks up again",
+			"tool", t.Name, "tenant", in.TenantID, "key", in.Key, "error", found.Err)
 	}
-	res = Resolution{Action: idem.ResolvedNone}
-	err = pgx.BeginFunc(ctx, a.DB, func(tx pgx.Tx) error {
-		rec, err := idem.GetTx(ctx, tx, in.Intent.TenantID, in.Intent.Key, true)
-		if errors.Is(err, apperr.ErrNotFound) {
-			return nil
-		}
-		if err != nil {
-			return fmt.Errorf("lock record: %w", err)
-		}
-		if rec.Status != idem.StatusProcessing || rec.Fingerprint != in.Intent.Fingerprint || rec.Attempts != in.Intent.Attempt {
-			res = Resolution{Status: rec.Status, Outcome: rec.Response, Action: idem.ResolvedNone}
-			return nil
-		}
-		if t.AtMostOnce() {
-			var final error
-			res = Resolution{Status: idem.StatusFailed, Action: idem.ResolvedFailed}
-			return HTTPTool{a}.giveUp(ctx, tx, rec, t, &res.Outcome, &final)
-		}
-		res = Resolution{Status: idem.StatusSuccess, Action: idem.ResolvedBackfilled, Outcome: found.Answer}
-		if err := httptool.Settle(ctx, tx, in.Intent, httptool.Done, found.Answer); err != nil {
-			return err
-		}
-		if err := idem.RememberKey(ctx, tx, in.Intent); err != nil {
-			return err
-		}
-		return a.Records.Finish(ctx, tx, rec, idem.StatusSuccess, found.Answer, "")
-	})
-	if err != nil {
-		return Resolution{}, false, fmt.Errorf("settle %s call %s/%s: %w", t.Name, in.Intent.TenantID, in.Intent.Key, err)
-	}
-	if res.Action != idem.ResolvedNone {
-		a.Records.Settled(in.Intent.TenantID, in.Intent.Key)
-	}
-	a.Logger.InfoContext(ctx, "intent resolved", "tenant", in.Intent.TenantID, "key", in.Intent.Key, "action", res.Action, "reason", in.Reason, "tool", t.Name)
-	return res, true, nil
+	return nil, nil
 }

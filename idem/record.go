@@ -445,6 +445,12 @@ type ResolveParams struct {
 	// Failed is stored when no business row exists, with Reason.
 	Failed Outcome
 	Reason string
+	// Before, if set, runs in the settling transaction once the record is
+	// known to be this attempt's and PROCESSING, before the business row
+	// is recalled: where the effect lives outside idemflow's database (an
+	// HTTP tool's), what the caller learned of it is written here, under
+	// the same lock and in the same commit as the record.
+	Before func(ctx context.Context, tx pgx.Tx) error
 }
 
 // Resolve settles a PROCESSING record whose execution no longer runs:
@@ -468,6 +474,11 @@ func (s *Store) Resolve(ctx context.Context, p ResolveParams) (Resolution, error
 		if rec.Status != StatusProcessing || rec.Fingerprint != p.Intent.Fingerprint || rec.Attempts != p.Intent.Attempt {
 			res = Resolution{Status: rec.Status, Outcome: rec.Response, Action: ResolvedNone}
 			return nil
+		}
+		if p.Before != nil {
+			if err := p.Before(ctx, tx); err != nil {
+				return err
+			}
 		}
 		prior, found, err := s.Recall(ctx, tx, rec.TenantID, rec.Key)
 		if err != nil {

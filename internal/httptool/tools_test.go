@@ -252,8 +252,8 @@ func TestAtMostOnceAnUnknownOutcomeIsFinal(t *testing.T) {
 func TestReconcileSettlesAStaleToolIntentByLookupWithoutSending(t *testing.T) {
 	f := newFixture(t)
 	ctx := context.Background()
-	tool, _ := f.s.Activities.Tools.Of("tool.refund_plain")
-	stale := func(key, body string) idem.Intent {
+	stale := func(name, key, body string) idem.Intent {
+		tool, _ := f.s.Activities.Tools.Of("tool." + name)
 		p, err := tool.Op.Prepare([]byte(body), nil)
 		if err != nil {
 			t.Fatal(err)
@@ -273,20 +273,22 @@ func TestReconcileSettlesAStaleToolIntentByLookupWithoutSending(t *testing.T) {
 		return in
 	}
 	// The request reached the downstream, and its answer was lost.
-	sent := stale("sent", `{"payment_id":"pay-s","amount_cents":300}`)
+	sent := stale("refund_plain", "sent", `{"payment_id":"pay-s","amount_cents":300}`)
 	resp, err := http.DefaultClient.Do(mustRequest(t, "POST", f.dsURL+"/plain/refunds",
 		fmt.Sprintf(`{"payment_id":"pay-s","amount_cents":300,"external_id":%q}`, idem.DownstreamKey(testenv.TenantA, "sent", "refund_plain"))))
 	if err != nil || resp.StatusCode != http.StatusCreated {
 		t.Fatalf("seed the downstream: %v %v", resp, err)
 	}
 	resp.Body.Close()
-	lost := stale("lost", `{"payment_id":"pay-l","amount_cents":400}`)
+	lost := stale("refund_plain", "lost", `{"payment_id":"pay-l","amount_cents":400}`)
+	// An at_most_once call left unknown is settled as outcome-unknown.
+	once := stale("refund_once", "once", `{"payment_id":"pay-o","amount_cents":500}`)
 	posts := f.ds.Posts()
 
 	for _, c := range []struct {
 		in   idem.Intent
 		want activities.Verdict
-	}{{sent, activities.VerdictFromRow}, {lost, activities.VerdictFailed}} {
+	}{{sent, activities.VerdictFromRow}, {lost, activities.VerdictFailed}, {once, activities.VerdictFailed}} {
 		v, err := f.s.Activities.ReconcileIntent(ctx, c.in)
 		if err != nil || v != c.want {
 			t.Fatalf("%s: verdict %s, %v; want %s", c.in.Key, v, err, c.want)
@@ -298,6 +300,13 @@ func TestReconcileSettlesAStaleToolIntentByLookupWithoutSending(t *testing.T) {
 	r := f.post(testenv.TenantA, "refund_plain", "sent", `{"payment_id":"pay-s","amount_cents":300}`)
 	if r.Status != http.StatusOK || !bytes.Contains(r.Body, []byte(`"payment_id":"pay-s"`)) || r.Header.Get("Idempotent-Replayed") != "true" {
 		t.Fatalf("the settled intent: %d %s", r.Status, r.Body)
+	}
+	if rec, err := f.s.Records.Get(ctx, testenv.TenantA, "once"); err != nil || !bytes.Contains(rec.Response.Body, []byte("/problems/outcome-unknown")) {
+		t.Fatalf("reconcile's answer for the at_most_once intent: %s (%v)", rec.Response.Body, err)
+	}
+	r = f.post(testenv.TenantA, "refund_once", "once", `{"payment_id":"pay-o","amount_cents":500}`)
+	if r.Status != http.StatusBadGateway || !bytes.Contains(r.Body, []byte("/problems/outcome-unknown")) || f.ds.Posts() != posts {
+		t.Fatalf("the at_most_once intent after reconcile: %d %s, %d posts (%d before)", r.Status, r.Body, f.ds.Posts(), posts)
 	}
 	// The FAILED one runs again on a retry: it looks the key up (404),
 	// then sends once.
