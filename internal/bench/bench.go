@@ -45,6 +45,16 @@ type Config struct {
 	GatewayPID int
 	// Progress, when set, shows a progress bar there.
 	Progress io.Writer
+	// Links, when set, are the delayed links the run goes through, as
+	// the report states them.
+	Links []Link
+}
+
+// Link is a delayed link to a dependency: the round trip it was asked to
+// add, and the one measured through it.
+type Link struct {
+	Name            string
+	Asked, Measured time.Duration
 }
 
 // Row is one measured case.
@@ -65,6 +75,8 @@ type Report struct {
 	// PeakRSS in bytes: this process (load generator and references), and
 	// the gateway's where its PID was known.
 	PeakRSS, GatewayPeakRSS int64
+	// Links are the delayed links of the run, if any.
+	Links []Link
 }
 
 // target is something the load generator can call: one call per intent.
@@ -185,7 +197,7 @@ func Run(ctx context.Context, cfg Config) (Report, error) {
 	bar := progress.New(cfg.Progress, "bench", steps*int(cfg.Duration/time.Second))
 	tick := func() { bar.Add(1) }
 
-	var rep Report
+	rep := Report{Links: cfg.Links}
 	for _, bc := range cases {
 		for _, clients := range cfg.Clients {
 			if bc.prepare != nil {
@@ -310,6 +322,10 @@ func peakRSS(pid int) int64 {
 
 // Print writes the report as a table.
 func (r Report) Print(w io.Writer) {
+	for _, l := range r.Links {
+		fmt.Fprintf(w, "link to %s: asked +%s per round trip, measured +%s (idemflow's serve replica in this process and the references both go through it)\n",
+			l.Name, ms(l.Asked), ms(l.Measured))
+	}
 	fmt.Fprintf(w, "%-26s %7s  %-24s %9s %9s %9s %9s %6s %6s  %s\n",
 		"case", "clients", "target", "req/s", "p50", "p99", "p99.9", "202", "errors", "ratio")
 	for _, row := range r.Rows {

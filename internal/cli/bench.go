@@ -3,13 +3,22 @@ package cli
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
+	"log/slog"
+	"net"
 	"net/http"
+	"net/url"
 	"strconv"
 	"strings"
 	"time"
 
+	"github.com/idemflow/idemflow/idem"
 	"github.com/idemflow/idemflow/internal/bench"
+	"github.com/idemflow/idemflow/internal/gateway"
+	"github.com/idemflow/idemflow/internal/netdelay"
+	"github.com/jackc/pgx/v5"
+	"go.temporal.io/sdk/client"
 )
 
 func runBench(ctx context.Context, env *Env, args []string) error {
@@ -21,6 +30,8 @@ func runBench(ctx context.Context, env *Env, args []string) error {
 	namespace := fs.String("namespace", "", "Temporal namespace (default: dev.env, then default) (env TEMPORAL_NAMESPACE)")
 	duration := fs.Duration("duration", 10*time.Second, "how long each case runs")
 	clients := fs.String("clients", "1,64", "concurrent clients, comma-separated")
+	pgLatency := fs.Duration("pg-latency", 0, "add this round-trip time to every link to PostgreSQL, idemflow's and the references' alike: the run then measures a serve replica of its own, started in this process behind the delayed links (e.g. 2ms)")
+	temporalLatency := fs.Duration("temporal-latency", 0, "add this round-trip time to every link to Temporal, as --pg-latency does")
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
@@ -53,6 +64,19 @@ func runBench(ctx context.Context, env *Env, args []string) error {
 	}
 	defer tc.Close()
 	cfg.Temporal = tc
+	if *pgLatency < 0 || *temporalLatency < 0 {
+		return fmt.Errorf("%w: a latency is a duration of 0 or more", errUsage)
+	}
+	if *pgLatency > 0 || *temporalLatency > 0 {
+		c := common{databaseURL: cfg.DatabaseURL, temporal: firstNonEmpty(*temporalAddr, devEnv["TEMPORAL_ADDRESS"], "127.0.0.1:7233"),
+			namespace: firstNonEmpty(*namespace, devEnv["TEMPORAL_NAMESPACE"], "default"), retention: durationFlag(idem.DefaultRetention)}
+		net, err := delayedReplica(ctx, env, c, *pgLatency, *temporalLatency, tc)
+		if err != nil {
+			return err
+		}
+		defer net.close()
+		cfg.URL, cfg.DatabaseURL, cfg.Temporal, cfg.GatewayPID, cfg.Links = net.url, net.databaseURL, net.temporal, 0, net.links
+	}
 	rep, err := bench.Run(ctx, cfg)
 	if err != nil {
 		return err
@@ -80,4 +104,112 @@ func tenantOf(ctx context.Context, url, token string) (string, error) {
 		return "", fmt.Errorf("the gateway at %s does not accept this token (HTTP %d)", url, resp.StatusCode)
 	}
 	return v.TenantID, nil
+}
+
+// delayed is a bench run's own serve replica behind delayed links.
+type delayed struct {
+	url, databaseURL string
+	temporal         client.Client
+	links            []bench.Link
+	close            func()
+}
+
+// delayedReplica puts links that add pgRTT and temporalRTT in front of
+// PostgreSQL and Temporal, and starts a serve replica (gateway and worker,
+// as in production) in this process that reaches both through them, as the
+// references then do too: every round trip idemflow makes costs what it
+// would across a network. The reconcile schedule is left to the stack's
+// own worker. Each link's added round trip is measured, as timers add
+// their own granularity.
+func delayedReplica(ctx context.Context, env *Env, c common, pgRTT, temporalRTT time.Duration, direct client.Client) (_ *delayed, err error) {
+	d := &delayed{}
+	var closers []func()
+	d.close = func() {
+		for i := len(closers) - 1; i >= 0; i-- {
+			closers[i]()
+		}
+	}
+	defer func() {
+		if err != nil {
+			d.close()
+		}
+	}()
+	pgURL, err := url.Parse(c.databaseURL)
+	if err != nil || (pgURL.Scheme != "postgres" && pgURL.Scheme != "postgresql") || pgURL.Host == "" {
+		return nil, fmt.Errorf("%w: --pg-latency needs the database as a postgres:// URL with a host", errUsage)
+	}
+	pgCfg, err := pgx.ParseConfig(c.databaseURL)
+	if err != nil {
+		return nil, fmt.Errorf("%w: database URL: %w", errUsage, err)
+	}
+	pgLink, err := netdelay.Listen(net.JoinHostPort(pgCfg.Host, strconv.Itoa(int(pgCfg.Port))), pgRTT)
+	if err != nil {
+		return nil, err
+	}
+	closers = append(closers, func() { _ = pgLink.Close() })
+	tLink, err := netdelay.Listen(c.temporal, temporalRTT)
+	if err != nil {
+		return nil, err
+	}
+	closers = append(closers, func() { _ = tLink.Close() })
+	pgURL.Host = pgLink.Addr
+	d.databaseURL = pgURL.String()
+
+	directDB, err := pgx.Connect(ctx, c.databaseURL)
+	if err != nil {
+		return nil, fmt.Errorf("bench: database: %w", err)
+	}
+	defer directDB.Close(context.WithoutCancel(ctx))
+	linkedDB, err := pgx.Connect(ctx, d.databaseURL)
+	if err != nil {
+		return nil, fmt.Errorf("bench: database through the link: %w", err)
+	}
+	defer linkedDB.Close(context.WithoutCancel(ctx))
+	selectOne := func(conn *pgx.Conn) func(context.Context) error {
+		return func(ctx context.Context) error { _, err := conn.Exec(ctx, "SELECT 1"); return err }
+	}
+	pgAdded, err := netdelay.Measure(ctx, 51, selectOne(directDB), selectOne(linkedDB))
+	if err != nil {
+		return nil, fmt.Errorf("bench: measure the PostgreSQL link: %w", err)
+	}
+	d.temporal, err = dialTemporal(ctx, env.Logger, tLink.Addr, c.namespace, temporalTLS{}, nil)
+	if err != nil {
+		return nil, err
+	}
+	closers = append(closers, d.temporal.Close)
+	health := func(tc client.Client) func(context.Context) error {
+		return func(ctx context.Context) error {
+			_, err := tc.CheckHealth(ctx, &client.CheckHealthRequest{})
+			return err
+		}
+	}
+	tAdded, err := netdelay.Measure(ctx, 51, health(direct), health(d.temporal))
+	if err != nil {
+		return nil, fmt.Errorf("bench: measure the Temporal link: %w", err)
+	}
+	d.links = []bench.Link{{Name: "PostgreSQL", Asked: pgRTT, Measured: pgAdded}, {Name: "Temporal", Asked: temporalRTT, Measured: tAdded}}
+
+	// The replica logs warnings only: its requests are the bench's.
+	quiet := slog.New(&levelFloor{Handler: env.Logger.Handler(), floor: slog.LevelWarn})
+	c.databaseURL, c.temporal = d.databaseURL, tLink.Addr
+	deps, err := openDeps(ctx, quiet, env.Set, env.Tools, c)
+	if err != nil {
+		return nil, fmt.Errorf("bench: start the replica: %w", err)
+	}
+	rctx, stop := context.WithCancel(ctx)
+	ready := make(chan net.Addr, 1)
+	done := make(chan error, 1)
+	go func() {
+		done <- runParts(rctx, quiet, deps, roles{worker: true, gateway: true}, parts{databaseURL: c.databaseURL, temporal: c.temporal,
+			gw: gatewayConfig{addr: "127.0.0.1:0", maxWaiting: gateway.DefaultMaxWaiting}, ready: func(a net.Addr) { ready <- a }})
+	}()
+	closers = append(closers, func() { stop(); <-done; deps.Close() })
+	select {
+	case a := <-ready:
+		d.url = "http://" + a.String()
+	case err := <-done:
+		done <- err
+		return nil, fmt.Errorf("bench: the replica stopped: %w", errors.Join(err, errors.New("before it listened")))
+	}
+	return d, nil
 }

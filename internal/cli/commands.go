@@ -95,9 +95,11 @@ func runRoles(ctx context.Context, env *Env, name string, r roles, args []string
 // parts are what runParts needs beyond the process's deps.
 type parts struct {
 	databaseURL, temporal string
-	sched                 *scheduleFlags
-	gw                    gatewayConfig
-	workerMetrics         string
+	// sched is the reconcile schedule to install (nil: leave it to
+	// another process, as bench's replica does).
+	sched         *scheduleFlags
+	gw            gatewayConfig
+	workerMetrics string
 	// ready, if set, is called once the gateway listens.
 	ready func(net.Addr)
 }
@@ -119,8 +121,10 @@ func runParts(ctx context.Context, logger *slog.Logger, d *deps, r roles, p part
 	if !r.worker {
 		return serveGateway(ctx, logger, d, p.gw, p.ready)
 	}
-	if err := installSchedule(ctx, logger, d.Temporal, d.namespace, p.sched); err != nil {
-		return err
+	if p.sched != nil {
+		if err := installSchedule(ctx, logger, d.Temporal, d.namespace, p.sched); err != nil {
+			return err
+		}
 	}
 	w := worker.New(d.Temporal, d.Activities, d.Set)
 	logger.Info("worker running", "temporal", p.temporal, "namespace", d.namespace)

@@ -1,0 +1,112 @@
+package netdelay_test
+
+import (
+	"bufio"
+	"context"
+	"net"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/idemflow/idemflow/internal/netdelay"
+)
+
+// echo serves a line-echo server and returns its address.
+func echo(t *testing.T) string {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { ln.Close() })
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			go func() {
+				defer c.Close()
+				r := bufio.NewReader(c)
+				for {
+					line, err := r.ReadBytes('\n')
+					if err != nil {
+						return
+					}
+					if _, err := c.Write(line); err != nil {
+						return
+					}
+				}
+			}()
+		}
+	}()
+	return ln.Addr().String()
+}
+
+func roundTrip(c net.Conn, r *bufio.Reader) error {
+	if _, err := c.Write([]byte("ping\n")); err != nil {
+		return err
+	}
+	_, err := r.ReadBytes('\n')
+	return err
+}
+
+// The link adds its round trip to each exchange, as Measure reports, and
+// exchanges in flight at once on one connection each wait it once: a
+// delay line, not a queue (gRPC multiplexes every call on one connection).
+func TestALinkDelaysEachRoundTripOnceAndOverlapsThem(t *testing.T) {
+	target := echo(t)
+	const rtt = 20 * time.Millisecond
+	l, err := netdelay.Listen(target, rtt)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	dial := func(addr string) func(context.Context) error {
+		c, err := net.Dial("tcp", addr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { c.Close() })
+		r := bufio.NewReader(c)
+		return func(context.Context) error { return roundTrip(c, r) }
+	}
+	added, err := netdelay.Measure(context.Background(), 9, dial(target), dial(l.Addr))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("asked %v, measured %v", rtt, added)
+	if added < rtt || added > rtt+15*time.Millisecond {
+		t.Errorf("the link added %v per round trip, want about %v", added, rtt)
+	}
+
+	// 50 exchanges written at once on one connection come back within a
+	// few round trips, not 50.
+	c, err := net.Dial("tcp", l.Addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	r := bufio.NewReader(c)
+	start := time.Now()
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		for range 50 {
+			if _, err := r.ReadBytes('\n'); err != nil {
+				t.Error(err)
+				return
+			}
+		}
+	}()
+	for range 50 {
+		if _, err := c.Write([]byte("ping\n")); err != nil {
+			t.Fatal(err)
+		}
+		time.Sleep(time.Millisecond)
+	}
+	wg.Wait()
+	if took := time.Since(start); took > 50*time.Millisecond+5*rtt {
+		t.Errorf("50 overlapping exchanges took %v: the link queues them", took)
+	}
+}
