@@ -90,11 +90,20 @@ func (a *Activities) executed(bizType string, start time.Time, err error) {
 func lockOpen(ctx context.Context, tx pgx.Tx, in idem.Intent) (rec idem.Record, done bool, err error) {
 	rec, err = idem.GetTx(ctx, tx, in.TenantID, in.Key, true)
 	if errors.Is(err, apperr.ErrNotFound) {
-		return idem.Record{}, false, temporal.NewNonRetryableApplicationError("idempotency record is gone", idem.ErrTypeGone, err)
+		return opened(in, idem.Locked{})
 	}
 	if err != nil {
 		return idem.Record{}, false, fmt.Errorf("lock record: %w", err)
 	}
+	return opened(in, idem.Locked{Found: true, Record: rec})
+}
+
+// opened judges a locked record, as lockOpen says.
+func opened(in idem.Intent, l idem.Locked) (rec idem.Record, done bool, err error) {
+	if !l.Found {
+		return idem.Record{}, false, temporal.NewNonRetryableApplicationError("idempotency record is gone", idem.ErrTypeGone, apperr.ErrNotFound)
+	}
+	rec = l.Record
 	if rec.Fingerprint != in.Fingerprint {
 		// The record was purged and re-created by another request under
 		// the same key; this run belongs to neither.
@@ -109,6 +118,24 @@ func lockOpen(ctx context.Context, tx pgx.Tx, in idem.Intent) (rec idem.Record, 
 	return rec, false, nil
 }
 
+// stepSavepoint is the savepoint a business step runs under.
+const stepSavepoint = "step"
+
+// stepTx is the transaction a business step runs in: the execution's,
+// under stepSavepoint, which the execution releases or rolls back to. The
+// step may nest savepoints of its own (Begin), but never ends it.
+type stepTx struct{ pgx.Tx }
+
+var errStepEnds = errors.New("a business step must not end its transaction: return, and the execution commits it with the record")
+
+func (stepTx) Commit(context.Context) error   { return errStepEnds }
+func (stepTx) Rollback(context.Context) error { return errStepEnds }
+
+// executeLocked is execute's transaction, pipelined so that a new intent
+// costs four round trips besides its step's own statements: BEGIN; the
+// record's lock, with whether its key is known, and the step's savepoint;
+// the savepoint's release, the key remembered and the record finished;
+// COMMIT.
 func (a *Activities) executeLocked(ctx context.Context, in idem.Intent, req interface{ Fingerprint() (string, error) },
 	step func(tx pgx.Tx) (idem.Outcome, error)) (idem.Outcome, error) {
 	fingerprint, err := req.Fingerprint()
@@ -124,35 +151,44 @@ func (a *Activities) executeLocked(ctx context.Context, in idem.Intent, req inte
 	}
 	defer tx.Rollback(context.WithoutCancel(ctx)) //nolint:errcheck // no-op after commit
 
-	rec, done, err := lockOpen(ctx, tx, in)
+	// The savepoint is taken after the lock, so that rolling back to it
+	// (a rejection) keeps the record locked: FAILED (no row) is then
+	// written in the same transaction, with no moment for anyone else to
+	// step in.
+	var l idem.Locked
+	b := &pgx.Batch{}
+	idem.QueueLock(b, in.TenantID, in.Key, &l)
+	b.Queue("SAVEPOINT " + stepSavepoint)
+	if err := tx.SendBatch(ctx, b).Close(); err != nil {
+		return idem.Outcome{}, fmt.Errorf("lock record: %w", err)
+	}
+	rec, done, err := opened(in, l)
 	if err != nil || done {
 		return rec.Response, err
 	}
 
 	// A row committed by an earlier execution is the answer; one written
-	// under this key with other parameters means this intent must not run.
-	prior, found, err := a.Records.Recall(ctx, tx, rec.TenantID, rec.Key)
-	if err != nil {
-		return idem.Outcome{}, err
-	}
+	// under this key with other parameters means this intent must not
+	// run. The claim inserts a record only for a key idempotency_key does
+	// not know, so this is the rare case (a purge raced the claim) and
+	// the only one that reads the business row.
 	recalled := false
-	switch {
-	case found && prior.Fingerprint == rec.Fingerprint:
-		recalled = true
-		step = func(pgx.Tx) (idem.Outcome, error) { return prior.Outcome, nil }
-	case found:
-		rejection := keyReused(rec.Key, prior.BizType, rec.BizType)
-		step = func(pgx.Tx) (idem.Outcome, error) { return idem.Outcome{}, rejection }
+	if l.KeyKnown {
+		prior, found, err := a.Records.Recall(ctx, tx, rec.TenantID, rec.Key)
+		if err != nil {
+			return idem.Outcome{}, err
+		}
+		switch {
+		case found && prior.Fingerprint == rec.Fingerprint:
+			recalled = true
+			step = func(pgx.Tx) (idem.Outcome, error) { return prior.Outcome, nil }
+		case found:
+			rejection := keyReused(rec.Key, prior.BizType, rec.BizType)
+			step = func(pgx.Tx) (idem.Outcome, error) { return idem.Outcome{}, rejection }
+		}
 	}
 
-	// The step runs under a savepoint, so a business rejection undoes its
-	// writes while the record stays locked: FAILED (no row) is then written
-	// in the same transaction, with no moment for anyone else to step in.
-	sp, err := tx.Begin(ctx)
-	if err != nil {
-		return idem.Outcome{}, fmt.Errorf("savepoint: %w", err)
-	}
-	out, err := step(sp)
+	out, err := step(stepTx{tx})
 	var rejected *apperr.RejectedError
 	if unstorable(err) {
 		// Input PostgreSQL cannot store (validation should have caught
@@ -160,37 +196,40 @@ func (a *Activities) executeLocked(ctx context.Context, in idem.Intent, req inte
 		a.Logger.ErrorContext(ctx, "intent input cannot be stored", "tenant", rec.TenantID, "key", rec.Key, "workflow_id", in.WorkflowID, "error", err)
 		err = errUnstorable
 	}
+	var final idem.Record
+	b = &pgx.Batch{}
 	switch {
 	case errors.As(err, &rejected):
 		a.Metrics.Rejected(in.BizType, rejected.Code)
-		if err := sp.Rollback(ctx); err != nil {
+		// On its own: after a failed statement the transaction accepts
+		// nothing else, not even a batch's preparation, until then.
+		if _, err := tx.Exec(ctx, "ROLLBACK TO SAVEPOINT "+stepSavepoint); err != nil {
 			return idem.Outcome{}, fmt.Errorf("roll back rejected step: %w", err)
 		}
 		out = problem.Rejected(rejected).Outcome()
-		if err := a.Records.Finish(ctx, tx, rec, idem.StatusFailed, out, rejected.Error()); err != nil {
+		if err := a.Records.QueueFinish(b, rec, idem.StatusFailed, out, rejected.Error(), &final); err != nil {
 			return idem.Outcome{}, err
 		}
 	case err != nil:
 		return idem.Outcome{}, err
 	default:
-		if err := sp.Commit(ctx); err != nil {
-			return idem.Outcome{}, fmt.Errorf("release savepoint: %w", err)
-		}
+		b.Queue("RELEASE SAVEPOINT " + stepSavepoint)
 		if !recalled {
 			// In the step's transaction: the key is remembered if and
 			// only if its effect was written.
-			if err := idem.RememberKey(ctx, tx, rec.Intent()); err != nil {
-				return idem.Outcome{}, err
-			}
+			idem.QueueRememberKey(b, rec.Intent())
 		}
-		if err := a.Records.Finish(ctx, tx, rec, idem.StatusSuccess, out, ""); err != nil {
+		if err := a.Records.QueueFinish(b, rec, idem.StatusSuccess, out, "", &final); err != nil {
 			return idem.Outcome{}, err
 		}
+	}
+	if err := tx.SendBatch(ctx, b).Close(); err != nil {
+		return idem.Outcome{}, err
 	}
 	if err := tx.Commit(ctx); err != nil {
 		return idem.Outcome{}, fmt.Errorf("commit: %w", err)
 	}
-	a.Records.Settled(rec.TenantID, rec.Key)
+	a.Records.Settled(rec.TenantID, rec.Key, &final)
 	if rejected != nil {
 		a.Logger.InfoContext(ctx, "intent rejected", "tenant", rec.TenantID, "key", rec.Key, "code", rejected.Code)
 		return idem.Outcome{}, temporal.NewNonRetryableApplicationError(rejected.Error(), idem.ErrTypeRejected, rejected, out)

@@ -147,7 +147,7 @@ func (a HTTPTool) begin(ctx context.Context, in idem.Intent, t *httptool.Tool) (
 		}
 	})
 	if next == stepDone && err == nil {
-		a.Records.Settled(in.TenantID, in.Key)
+		a.Records.Settled(in.TenantID, in.Key, nil)
 		err = final
 	}
 	return next, sends, out, err
@@ -217,7 +217,7 @@ func (a HTTPTool) finish(ctx context.Context, in idem.Intent, t *httptool.Tool, 
 		}
 	})
 	if err == nil {
-		a.Records.Settled(in.TenantID, in.Key)
+		a.Records.Settled(in.TenantID, in.Key, nil)
 		err = final
 	}
 	return out, err

@@ -29,7 +29,8 @@ func TestSettledRecordsReachListenersInOtherProcesses(t *testing.T) {
 	// Until LISTEN is in place, probe.
 	deadline := time.Now().Add(10 * time.Second)
 	for {
-		ch, stop := gatewaySide.Wait("probe", "p")
+		probe, stop := gatewaySide.Wait("probe", "p")
+		ch := probe.Done()
 		if _, err := f.pool.Exec(ctx, `SELECT pg_notify($1, 'probe/p')`, idem.SettledChannel); err != nil {
 			t.Fatal(err)
 		}
@@ -54,9 +55,12 @@ func TestSettledRecordsReachListenersInOtherProcesses(t *testing.T) {
 		t.Fatal(err)
 	}
 	select {
-	case <-settled:
+	case <-settled.Done():
 	case <-time.After(5 * time.Second):
 		t.Fatal("the settled record was not announced")
+	}
+	if settled.Final() != nil {
+		t.Fatal("a notification from another process handed over a record: it carries none")
 	}
 }
 

@@ -17,13 +17,20 @@ var KeyGuard = Guard{Table: "idempotency_key"}
 // purged key is still recalled (KeyRecall) with one lookup, and still
 // refused for another operation.
 func RememberKey(ctx context.Context, q Querier, in Intent) error {
-	if _, err := q.Exec(ctx, `INSERT INTO idempotency_key (tenant_id, idem_key, biz_type, fingerprint)
-		VALUES ($1, $2, $3, $4) ON CONFLICT (tenant_id, idem_key) DO NOTHING`,
-		in.TenantID, in.Key, in.BizType, in.Fingerprint); err != nil {
+	if _, err := q.Exec(ctx, rememberSQL, in.TenantID, in.Key, in.BizType, in.Fingerprint); err != nil {
 		return fmt.Errorf("remember key %s/%s: %w", in.TenantID, in.Key, err)
 	}
 	return nil
 }
+
+// QueueRememberKey queues RememberKey on b, a batch in the step's
+// transaction.
+func QueueRememberKey(b *pgx.Batch, in Intent) {
+	b.Queue(rememberSQL, in.TenantID, in.Key, in.BizType, in.Fingerprint)
+}
+
+const rememberSQL = `INSERT INTO idempotency_key (tenant_id, idem_key, biz_type, fingerprint)
+	VALUES ($1, $2, $3, $4) ON CONFLICT (tenant_id, idem_key) DO NOTHING`
 
 // KeyRecall is a Recall over every business type at the cost of one: it
 // looks the key up in idempotency_key, and only for a key found there asks

@@ -48,7 +48,7 @@ func listenOnce(ctx context.Context, databaseURL string, w *Waiters) error {
 			return err
 		}
 		if tenantID, key, ok := strings.Cut(n.Payload, "/"); ok {
-			w.Settled(tenantID, key)
+			w.Settled(tenantID, key, nil)
 		}
 	}
 }

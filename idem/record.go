@@ -158,13 +158,16 @@ const recordColumns = `id, tenant_id, idem_key, biz_type, fingerprint, status,
 	response_status, response_body, resource_path, error_reason, workflow_id,
 	attempts, created_at, updated_at, expire_at, response_content_type`
 
-func scanRecord(row pgx.Row) (Record, error) {
+func scanRecord(row pgx.Row) (Record, error) { return scanRecordAfter(row) }
+
+// scanRecordAfter scans a row of first's columns, then recordColumns.
+func scanRecordAfter(row pgx.Row, first ...any) (Record, error) {
 	var r Record
 	var respStatus *int32
 	var location, reason, contentType *string
-	err := row.Scan(&r.ID, &r.TenantID, &r.Key, &r.BizType, &r.Fingerprint, &r.Status,
+	err := row.Scan(append(first, &r.ID, &r.TenantID, &r.Key, &r.BizType, &r.Fingerprint, &r.Status,
 		&respStatus, &r.Response.Body, &location, &reason, &r.WorkflowID,
-		&r.Attempts, &r.CreatedAt, &r.UpdatedAt, &r.ExpireAt, &contentType)
+		&r.Attempts, &r.CreatedAt, &r.UpdatedAt, &r.ExpireAt, &contentType)...)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return Record{}, errNoRecord
 	}
@@ -205,12 +208,13 @@ type Claim struct {
 
 // Claim records an intent or finds the record of an earlier submission.
 //
-// It reads first, so that a replay costs one indexed read. A key with no
-// record is looked up in the business tables (Recall) before a record is
-// made: a key whose record was purged is remembered by its business row,
-// and the record is rebuilt from that row, so that the same parameters get
-// the first answer again and others are a *KeyReusedError. Only then is a
-// PROCESSING record inserted.
+// One statement does the common cases, a new key and a known one alike:
+// it reads the record and, only when there is none and idempotency_key
+// does not know the key either, inserts a PROCESSING one. Anything else
+// takes the rounds below: a key with no record that idempotency_key knows
+// was purged, and its record is rebuilt from its business row (Recall),
+// so that the same parameters get the first answer again and others are a
+// *KeyReusedError.
 //
 // The unique (tenant_id, idem_key) constraint decides between concurrent
 // submissions: exactly one INSERT wins. A matching FAILED record is reopened
@@ -218,8 +222,22 @@ type Claim struct {
 // the retry. A different fingerprint is a *KeyReusedError.
 func (s *Store) Claim(ctx context.Context, p ClaimParams) (Claim, error) {
 	ttl := s.retention.For(p.BizType).Seconds()
-	// A record can vanish between two statements (purge), and an insert or
-	// a reopen can lose its race; a few rounds settle all three.
+	var inserted bool
+	rec, err := scanRecordAfter(s.db.QueryRow(ctx, claimSQL,
+		p.TenantID, p.Key, uuid.New(), p.BizType, p.Fingerprint, p.WorkflowID, ttl), &inserted)
+	switch {
+	case inserted:
+		return Claim{Record: rec, Owner: true}, nil
+	case err == nil && rec.Fingerprint != p.Fingerprint:
+		return Claim{Record: rec}, &KeyReusedError{Key: p.Key, BizType: rec.BizType, Asked: p.BizType}
+	case err == nil && rec.Status != StatusFailed:
+		return Claim{Record: rec}, nil
+	case err != nil && !errors.Is(err, apperr.ErrNotFound):
+		return Claim{}, fmt.Errorf("claim %s/%s: %w", p.TenantID, p.Key, err)
+	}
+	// A FAILED record to reopen, a purged key, or an insert that lost its
+	// race. A record can also vanish between two statements (purge), and a
+	// reopen can lose its race; a few rounds settle them all.
 	for range 5 {
 		rec, err := s.Get(ctx, p.TenantID, p.Key)
 		if errors.Is(err, apperr.ErrNotFound) {
@@ -261,6 +279,26 @@ func (s *Store) Claim(ctx context.Context, p ClaimParams) (Claim, error) {
 	}
 	return Claim{}, fmt.Errorf("claim %s/%s: record kept changing under the claim", p.TenantID, p.Key)
 }
+
+// claimSQL reads the record of ($1, $2) and, when there is none and
+// idempotency_key does not know the key, inserts a PROCESSING one, all in
+// one statement: its first column says whether it inserted. No row: the
+// key is known (its record was purged), or a concurrent insert won.
+const claimSQL = `
+	WITH cur AS (
+		SELECT ` + recordColumns + ` FROM idempotency_record WHERE tenant_id = $1 AND idem_key = $2
+	), ins AS (
+		INSERT INTO idempotency_record
+			(id, tenant_id, idem_key, biz_type, fingerprint, status, workflow_id, expire_at)
+		SELECT $3, $1, $2, $4, $5, 'PROCESSING', $6, now() + make_interval(secs => $7)
+		WHERE NOT EXISTS (SELECT 1 FROM cur)
+			AND NOT EXISTS (SELECT 1 FROM idempotency_key WHERE tenant_id = $1 AND idem_key = $2)
+		ON CONFLICT (tenant_id, idem_key) DO NOTHING
+		RETURNING ` + recordColumns + `
+	)
+	SELECT true, * FROM ins
+	UNION ALL
+	SELECT false, * FROM cur`
 
 // errRaced: another request inserted the record first.
 var errRaced = errors.New("record inserted concurrently")
@@ -334,32 +372,86 @@ func GetTx(ctx context.Context, q Querier, tenantID, key string, lock bool) (Rec
 // names the expected state: a record finished by someone else is
 // ErrNotProcessing, never overwritten.
 func (s *Store) Finish(ctx context.Context, q Querier, rec Record, st Status, out Outcome, reason string) error {
-	tenantID, key := rec.TenantID, rec.Key
-	if st != StatusSuccess && st != StatusFailed {
-		return fmt.Errorf("finish %s/%s: %s is not a final status", tenantID, key, st)
-	}
-	var location, why *string
-	if out.Location != "" {
-		location = &out.Location
-	}
-	if reason != "" {
-		why = &reason
-	}
-	tag, err := q.Exec(ctx, `
-		UPDATE idempotency_record
-		SET status = $3, response_status = $4, response_body = $5, resource_path = $6,
-			error_reason = $7, updated_at = now(),
-			expire_at = now() + make_interval(secs => $8), response_content_type = $9
-		WHERE tenant_id = $1 AND idem_key = $2 AND status = 'PROCESSING'`,
-		tenantID, key, st, out.Status, out.Body, location, why, s.retention.For(rec.BizType).Seconds(),
-		nullable(out.ContentType))
+	args, err := s.finishArgs(rec, st, out, reason)
 	if err != nil {
-		return fmt.Errorf("finish %s/%s: %w", tenantID, key, err)
+		return err
 	}
-	if tag.RowsAffected() != 1 {
-		return fmt.Errorf("finish %s/%s: %w", tenantID, key, ErrNotProcessing)
+	_, err = s.finished(rec, q.QueryRow(ctx, finishSQL, args...))
+	return err
+}
+
+// QueueFinish queues Finish on b, for an execution that pipelines it with
+// the rest of its commit; into receives the record as it is then.
+func (s *Store) QueueFinish(b *pgx.Batch, rec Record, st Status, out Outcome, reason string, into *Record) error {
+	args, err := s.finishArgs(rec, st, out, reason)
+	if err != nil {
+		return err
 	}
+	b.Queue(finishSQL, args...).QueryRow(func(row pgx.Row) error {
+		r, err := s.finished(rec, row)
+		*into = r
+		return err
+	})
 	return nil
+}
+
+const finishSQL = `
+	UPDATE idempotency_record
+	SET status = $3, response_status = $4, response_body = $5, resource_path = $6,
+		error_reason = $7, updated_at = now(),
+		expire_at = now() + make_interval(secs => $8), response_content_type = $9
+	WHERE tenant_id = $1 AND idem_key = $2 AND status = 'PROCESSING'
+	RETURNING ` + recordColumns
+
+func (s *Store) finishArgs(rec Record, st Status, out Outcome, reason string) ([]any, error) {
+	if st != StatusSuccess && st != StatusFailed {
+		return nil, fmt.Errorf("finish %s/%s: %s is not a final status", rec.TenantID, rec.Key, st)
+	}
+	return []any{rec.TenantID, rec.Key, st, out.Status, out.Body, nullable(out.Location), nullable(reason),
+		s.retention.For(rec.BizType).Seconds(), nullable(out.ContentType)}, nil
+}
+
+// finished reads the row finishSQL returned: none means the record was
+// not PROCESSING (someone else finished it first).
+func (s *Store) finished(rec Record, row pgx.Row) (Record, error) {
+	r, err := scanRecord(row)
+	if errors.Is(err, apperr.ErrNotFound) {
+		return Record{}, fmt.Errorf("finish %s/%s: %w", rec.TenantID, rec.Key, ErrNotProcessing)
+	}
+	if err != nil {
+		return Record{}, fmt.Errorf("finish %s/%s: %w", rec.TenantID, rec.Key, err)
+	}
+	return r, nil
+}
+
+// Locked is an execution's first read: its record under the row lock,
+// and whether idempotency_key knows its key (a business row was written
+// under it, by an earlier execution or, with other parameters, another
+// intent).
+type Locked struct {
+	// Found is false when the record is gone.
+	Found    bool
+	Record   Record
+	KeyKnown bool
+}
+
+// QueueLock queues on b the read of (tenantID, key)'s record under its
+// row lock, with whether idempotency_key knows the key, so that an
+// execution learns both in the round trip that opens its transaction.
+func QueueLock(b *pgx.Batch, tenantID, key string, into *Locked) {
+	b.Queue(`SELECT EXISTS (SELECT 1 FROM idempotency_key k WHERE k.tenant_id = $1 AND k.idem_key = $2), `+recordColumns+`
+		FROM idempotency_record WHERE tenant_id = $1 AND idem_key = $2 FOR UPDATE`, tenantID, key).
+		QueryRow(func(row pgx.Row) error {
+			rec, err := scanRecordAfter(row, &into.KeyKnown)
+			if errors.Is(err, apperr.ErrNotFound) {
+				return nil
+			}
+			if err != nil {
+				return fmt.Errorf("lock record %s/%s: %w", tenantID, key, err)
+			}
+			into.Found, into.Record = true, rec
+			return nil
+		})
 }
 
 // notifyTimeout bounds one announcement to other processes.
@@ -374,8 +466,11 @@ const notifyTimeout = 5 * time.Second
 // connection open fills the notification queue, after which every
 // notifying commit fails. A lost notification only delays a waiter in
 // another process, which also watches the run in Temporal.
-func (s *Store) Settled(tenantID, key string) {
-	s.Waiters.Settled(tenantID, key)
+//
+// final, when the caller has it, is the record as its transaction
+// committed it: this process's waiters take it instead of reading it.
+func (s *Store) Settled(tenantID, key string, final *Record) {
+	s.Waiters.Settled(tenantID, key, final)
 	if s.NotifyChannel == "" {
 		return
 	}
@@ -507,7 +602,7 @@ func (s *Store) Resolve(ctx context.Context, p ResolveParams) (Resolution, error
 		return Resolution{}, fmt.Errorf("resolve %s/%s: %w", p.Intent.TenantID, p.Intent.Key, err)
 	}
 	if res.Action != ResolvedNone {
-		s.Settled(p.Intent.TenantID, p.Intent.Key)
+		s.Settled(p.Intent.TenantID, p.Intent.Key, nil)
 	}
 	return res, nil
 }

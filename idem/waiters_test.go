@@ -13,31 +13,43 @@ func TestWaitersWakeEveryoneWaitingForTheKeyOnly(t *testing.T) {
 	defer stopA1()
 	defer stopA2()
 	defer stopB()
-	w.Settled("acme", "k")
-	for _, ch := range []<-chan struct{}{a1, a2} {
+	final := &Record{TenantID: "acme", Key: "k", Status: StatusSuccess}
+	w.Settled("acme", "k", final)
+	for _, s := range []*Settlement{a1, a2} {
 		select {
-		case <-ch:
+		case <-s.Done():
 		case <-time.After(time.Second):
 			t.Fatal("a waiter was not woken")
 		}
+		// The committed record is handed over: no read after the wake-up.
+		if s.Final() != final {
+			t.Fatalf("a waiter was handed %v, want the settled record", s.Final())
+		}
 	}
 	select {
-	case <-b:
+	case <-b.Done():
 		t.Fatal("another tenant's waiter was woken")
 	default:
 	}
-	// A waiter that stopped is forgotten; settling twice is harmless.
+	// A waiter that stopped is forgotten; settling twice is harmless; a
+	// settlement announced without the record hands over none.
 	stopB()
-	w.Settled("globex", "k")
-	w.Settled("acme", "k")
+	c, stopC := w.Wait("globex", "k")
+	defer stopC()
+	w.Settled("globex", "k", nil)
+	<-c.Done()
+	if c.Final() != nil {
+		t.Fatal("an announcement without the record handed one over")
+	}
+	w.Settled("acme", "k", nil)
 	if len(w.m) != 0 {
 		t.Fatalf("waiters left behind: %v", w.m)
 	}
 	var none *Waiters
-	ch, stop := none.Wait("acme", "k")
+	s, stop := none.Wait("acme", "k")
 	stop()
-	none.Settled("acme", "k")
-	if ch != nil {
-		t.Fatal("a nil Waiters must hand out no channel")
+	none.Settled("acme", "k", nil)
+	if s.Done() != nil || s.Final() != nil {
+		t.Fatal("a nil Waiters must hand out no settlement")
 	}
 }

@@ -177,7 +177,7 @@ func (s *Starter) Submit(ctx context.Context, in Intent) (Reply, error) {
 	// meanwhile. Start or attach again then, until the wait runs out.
 	deadline := time.Now().Add(in.Wait)
 	for {
-		err := s.startAndWait(ctx, in, time.Until(deadline))
+		final, err := s.startAndWait(ctx, in, time.Until(deadline))
 		var st *stoppedError
 		stopped := errors.As(err, &st)
 		if stopped {
@@ -205,8 +205,12 @@ func (s *Starter) Submit(ctx context.Context, in Intent) (Reply, error) {
 				return Reply{}, fmt.Errorf("%w: %w", ErrUnavailable, err)
 			}
 		}
-		cur, err := s.Records.Get(ctx, in.TenantID, in.Key)
-		if err != nil {
+		// The worker beside this gateway hands over the record it
+		// committed; otherwise it is read.
+		var cur idem.Record
+		if final != nil {
+			cur = *final
+		} else if cur, err = s.Records.Get(ctx, in.TenantID, in.Key); err != nil {
 			return Reply{}, fmt.Errorf("%w: %w", ErrUnavailable, err)
 		}
 		if cur.ID != rec.ID {
@@ -286,8 +290,9 @@ type stoppedError struct{ runID string }
 func (e *stoppedError) Error() string { return "stopped by an operator" }
 
 // startAndWait starts or attaches to the intent's run and waits for it to
-// end. Its result is not read: the caller reads the record.
-func (s *Starter) startAndWait(ctx context.Context, in Intent, wait time.Duration) error {
+// end. Its result is not read: the caller reads the record, unless final
+// is set: the record as this process's worker committed it.
+func (s *Starter) startAndWait(ctx context.Context, in Intent, wait time.Duration) (final *idem.Record, err error) {
 	// Listen before starting: with eager start the worker beside us can
 	// settle the record before ExecuteWorkflow returns.
 	settled, stop := s.Records.Waiters.Wait(in.TenantID, in.Key)
@@ -315,35 +320,38 @@ func (s *Starter) startAndWait(ctx context.Context, in Intent, wait time.Duratio
 		run, err = s.Temporal.ExecuteWorkflow(ctx, opts, in.Workflow, in.Input(in.Intent))
 	}
 	if err != nil {
-		return fmt.Errorf("%w: start workflow %s: %w", ErrUnavailable, in.WorkflowID, err)
+		return nil, fmt.Errorf("%w: start workflow %s: %w", ErrUnavailable, in.WorkflowID, err)
 	}
-	waitCtx, cancel := context.WithTimeout(ctx, max(wait, 0))
+	if wait <= 0 {
+		return nil, errPending // wait=0: answered at once, nothing polled
+	}
+	waitCtx, cancel := context.WithTimeout(ctx, wait)
 	defer cancel()
-	err = waitRun(waitCtx, run, settled)
+	err = waitRun(waitCtx, run, settled.Done())
 	if errors.Is(err, errSettledHere) {
-		return nil
+		return settled.Final(), nil
 	}
 	if err == nil {
-		return nil
+		return nil, nil
 	}
 	if ctx.Err() == nil && (waitCtx.Err() != nil || isDeadline(err)) {
-		return errPending
+		return nil, errPending
 	}
 	if ctx.Err() != nil {
-		return ctx.Err()
+		return nil, ctx.Err()
 	}
 	var terminated *temporal.TerminatedError
 	var canceled *temporal.CanceledError
 	if errors.As(err, &terminated) || errors.As(err, &canceled) {
-		return &stoppedError{runID: run.GetRunID()}
+		return nil, &stoppedError{runID: run.GetRunID()}
 	}
 	var wfErr *temporal.WorkflowExecutionError
 	if errors.As(err, &wfErr) {
 		// A business rejection, or a run that gave up: either way the
 		// record says what happened.
-		return nil
+		return nil, nil
 	}
-	return fmt.Errorf("%w: wait for workflow %s: %w", ErrUnavailable, in.WorkflowID, err)
+	return nil, fmt.Errorf("%w: wait for workflow %s: %w", ErrUnavailable, in.WorkflowID, err)
 }
 
 // errSettledHere: this process's worker settled the record.

@@ -70,6 +70,9 @@ type Options struct {
 	// Tracer, if set, sees every statement the stack's pool sends (the
 	// gateway's and the worker's): see Statements.
 	Tracer pgx.QueryTracer
+	// Client are the base options of the Temporal client the gateway and
+	// the worker share (interceptors: see RPCs).
+	Client client.Options
 }
 
 // NewStack starts a Stack; everything stops when the test ends.
@@ -84,9 +87,9 @@ func NewStack(t testing.TB, opts Options) *Stack {
 	pool := PoolOn(t, dbURL, func(c *pgxpool.Config) { c.ConnConfig.Tracer = opts.Tracer })
 	var ts *temporaltest.TestServer
 	if tt, ok := t.(*testing.T); ok {
-		ts = temporaltest.NewServer(temporaltest.WithT(tt))
+		ts = temporaltest.NewServer(temporaltest.WithT(tt), temporaltest.WithBaseClientOptions(opts.Client))
 	} else {
-		ts = temporaltest.NewServer()
+		ts = temporaltest.NewServer(temporaltest.WithBaseClientOptions(opts.Client))
 		t.Cleanup(ts.Stop)
 	}
 	logger := slog.New(slog.NewTextHandler(io.Discard, nil))

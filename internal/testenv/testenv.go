@@ -18,6 +18,8 @@ import (
 	"github.com/idemflow/idemflow/migrations"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
+	"go.temporal.io/sdk/client"
+	"google.golang.org/grpc"
 )
 
 // DefaultAdminURL is the machine's own PostgreSQL with trust auth.
@@ -104,31 +106,88 @@ func PoolOn(t testing.TB, u string, configure func(*pgxpool.Config)) *pgxpool.Po
 	return pool
 }
 
-// Statements is a pgx QueryTracer that keeps the statements a pool sends,
-// to count what one request costs (a cost is measured in statements, not
-// in time: these machines are shared).
+// Statements is a pgx QueryTracer and BatchTracer that keeps the round
+// trips a pool makes, to count what one request costs (a cost is measured
+// in round trips, not in time: these machines are shared). A statement is
+// one; a batch is one, however many statements it pipelines.
 type Statements struct {
 	mu   sync.Mutex
 	sqls []string
 }
 
-// TraceQueryStart implements pgx.QueryTracer.
-func (s *Statements) TraceQueryStart(ctx context.Context, _ *pgx.Conn, data pgx.TraceQueryStartData) context.Context {
+func (s *Statements) add(sql string) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	s.sqls = append(s.sqls, strings.Join(strings.Fields(data.SQL), " "))
+	s.sqls = append(s.sqls, sql)
+}
+
+func oneLine(sql string) string { return strings.Join(strings.Fields(sql), " ") }
+
+// TraceQueryStart implements pgx.QueryTracer.
+func (s *Statements) TraceQueryStart(ctx context.Context, _ *pgx.Conn, data pgx.TraceQueryStartData) context.Context {
+	s.add(oneLine(data.SQL))
 	return ctx
 }
 
 // TraceQueryEnd implements pgx.QueryTracer.
 func (s *Statements) TraceQueryEnd(context.Context, *pgx.Conn, pgx.TraceQueryEndData) {}
 
-// Take returns the statements sent since the last Take, and forgets them.
+// TraceBatchStart implements pgx.BatchTracer: the batch is one entry.
+func (s *Statements) TraceBatchStart(ctx context.Context, _ *pgx.Conn, data pgx.TraceBatchStartData) context.Context {
+	var sqls []string
+	for _, q := range data.Batch.QueuedQueries {
+		sqls = append(sqls, oneLine(q.SQL))
+	}
+	s.add("batch [" + strings.Join(sqls, "; ") + "]")
+	return ctx
+}
+
+// TraceBatchQuery implements pgx.BatchTracer.
+func (s *Statements) TraceBatchQuery(context.Context, *pgx.Conn, pgx.TraceBatchQueryData) {}
+
+// TraceBatchEnd implements pgx.BatchTracer.
+func (s *Statements) TraceBatchEnd(context.Context, *pgx.Conn, pgx.TraceBatchEndData) {}
+
+// Take returns the round trips made since the last Take, and forgets them.
 func (s *Statements) Take() []string {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	out := s.sqls
 	s.sqls = nil
+	return out
+}
+
+// RPCs counts the Temporal RPCs a client makes, by method, for a
+// Stack's Options.Client: the worker's long polls are left out, as they
+// run whether or not an intent arrives.
+type RPCs struct {
+	mu      sync.Mutex
+	methods []string
+}
+
+// Interceptor is the gRPC client interceptor that counts.
+func (r *RPCs) Interceptor(ctx context.Context, method string, req, reply any, cc *grpc.ClientConn, invoker grpc.UnaryInvoker, opts ...grpc.CallOption) error {
+	name := method[strings.LastIndex(method, "/")+1:]
+	if !strings.HasPrefix(name, "Poll") {
+		r.mu.Lock()
+		r.methods = append(r.methods, name)
+		r.mu.Unlock()
+	}
+	return invoker(ctx, method, req, reply, cc, opts...)
+}
+
+// ClientOptions are client options with the interceptor in place.
+func (r *RPCs) ClientOptions() client.Options {
+	return client.Options{ConnectionOptions: client.ConnectionOptions{
+		DialOptions: []grpc.DialOption{grpc.WithChainUnaryInterceptor(r.Interceptor)}}}
+}
+
+// Take returns the RPCs made since the last Take, and forgets them.
+func (r *RPCs) Take() []string {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	out := r.methods
+	r.methods = nil
 	return out
 }
 
