@@ -9,8 +9,14 @@ import (
 
 // Search attributes every intent workflow carries, so that an operator can
 // find any intent in the Web UI: IdempotencyKey="…", or
-// TenantId="acme" AND IntentStatus="FAILED". They are set when the run is
-// started; IntentStatus is updated as the intent ends.
+// TenantId="acme" AND ExecutionStatus="Failed". They are set when the run
+// is started, and never written again: how the intent ended is the run's
+// own ExecutionStatus (Completed: SUCCESS; Failed or Canceled: FAILED),
+// which costs no visibility write of its own. IntentStatus said the same
+// with an upsert as each run ended (and stayed PROCESSING on a run an
+// operator terminated, after reconcile had settled its record); it stays
+// registered, and is still upserted on the runs started with it, so that
+// their histories replay.
 var (
 	SAIdempotencyKey     = temporal.NewSearchAttributeKeyKeyword("IdempotencyKey")
 	SATenantID           = temporal.NewSearchAttributeKeyKeyword("TenantId")
@@ -32,21 +38,20 @@ var SearchAttributes = map[string]enumspb.IndexedValueType{
 	SAPurged.GetName():             enumspb.INDEXED_VALUE_TYPE_INT,
 }
 
-// IntentSearchAttributes are an intent's attributes at start: PROCESSING.
+// IntentSearchAttributes are an intent's attributes at start.
 func IntentSearchAttributes(in idem.Intent) temporal.SearchAttributes {
 	return temporal.NewSearchAttributes(
 		SAIdempotencyKey.ValueSet(in.Key),
 		SATenantID.ValueSet(in.TenantID),
 		SABizType.ValueSet(in.BizType),
 		SARequestFingerprint.ValueSet(in.Fingerprint),
-		SAIntentStatus.ValueSet(string(idem.StatusProcessing)),
 	)
 }
 
-// markStatus records how the intent ended in IntentStatus. A run started
-// without the attributes (before they existed, or on a namespace where
-// they could not be registered) is left as it is, which also keeps the
-// histories of such runs replaying: they never had this command.
+// markStatus records how the intent ended in IntentStatus, only on a run
+// started with it (by a gateway from before it was dropped): such a run's
+// history has this command, and must replay. Every other run is left as
+// it is: they never had it.
 func markStatus(ctx workflow.Context, status idem.Status) {
 	if _, ok := workflow.GetTypedSearchAttributes(ctx).GetKeyword(SAIntentStatus); !ok {
 		return

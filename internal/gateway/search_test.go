@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/idemflow/idemflow/internal/testenv"
+	enumspb "go.temporal.io/api/enums/v1"
 	"go.temporal.io/api/workflowservice/v1"
 )
 
@@ -47,11 +48,11 @@ func TestIntentsAreSearchableByKeyAndStatusAndTheirResultReadsAsJSON(t *testing.
 			time.Sleep(200 * time.Millisecond)
 		}
 	}
-	q := fmt.Sprintf(`IdempotencyKey = "find-me-1" AND TenantId = %q AND BizType = "ticket.create" AND IntentStatus = "SUCCESS"`, testenv.TenantA)
+	q := fmt.Sprintf(`IdempotencyKey = "find-me-1" AND TenantId = %q AND BizType = "ticket.create" AND ExecutionStatus = "Completed"`, testenv.TenantA)
 	if ids := find(q); len(ids) != 1 || !strings.HasSuffix(ids[0], "/find-me-1") {
 		t.Fatalf("%s: %v", q, ids)
 	}
-	q = fmt.Sprintf(`TenantId = %q AND IntentStatus = "FAILED"`, testenv.TenantA)
+	q = fmt.Sprintf(`TenantId = %q AND ExecutionStatus = "Failed"`, testenv.TenantA)
 	if ids := find(q); len(ids) != 1 || !strings.HasSuffix(ids[0], "/find-me-2") {
 		t.Fatalf("%s: %v", q, ids)
 	}
@@ -74,6 +75,21 @@ func TestIntentsAreSearchableByKeyAndStatusAndTheirResultReadsAsJSON(t *testing.
 	desc, err := s.Temporal.DescribeWorkflowExecution(ctx, wid, "")
 	if err != nil {
 		t.Fatal(err)
+	}
+	// How the intent ended is the run's ExecutionStatus: the run writes
+	// no search attribute of its own (#22), so its visibility is written
+	// at start and at close, as a bare workflow's is.
+	if _, ok := desc.GetWorkflowExecutionInfo().GetSearchAttributes().GetIndexedFields()["IntentStatus"]; ok {
+		t.Error("a new run still carries IntentStatus")
+	}
+	for it := s.Temporal.GetWorkflowHistory(ctx, wid, "", false, enumspb.HISTORY_EVENT_FILTER_TYPE_ALL_EVENT); it.HasNext(); {
+		ev, err := it.Next()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if ev.GetEventType() == enumspb.EVENT_TYPE_UPSERT_WORKFLOW_SEARCH_ATTRIBUTES {
+			t.Errorf("the run upserted search attributes: %v", ev.GetUpsertWorkflowSearchAttributesEventAttributes())
+		}
 	}
 	if sum := string(desc.GetExecutionConfig().GetUserMetadata().GetSummary().GetData()); !strings.Contains(sum, "ticket for") {
 		t.Errorf("summary %q", sum)
