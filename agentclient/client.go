@@ -19,6 +19,7 @@ import (
 
 	"github.com/google/uuid"
 	"github.com/gowebpki/jcs"
+	"go.opentelemetry.io/otel/propagation"
 )
 
 // Result is an intent's final answer.
@@ -385,6 +386,9 @@ func (c *Client) send(ctx context.Context, method, path, key string, body []byte
 		return nil, nil, err
 	}
 	req.Header.Set("Authorization", "Bearer "+c.Token)
+	// The caller's trace goes on: the gateway's spans for this intent
+	// join it (nothing is sent when ctx carries no span).
+	propagation.TraceContext{}.Inject(ctx, propagation.HeaderCarrier(req.Header))
 	if key != "" {
 		req.Header.Set("Idempotency-Key", key)
 	}

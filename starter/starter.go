@@ -17,6 +17,8 @@ import (
 	"github.com/idemflow/idemflow/idem"
 	"github.com/idemflow/idemflow/internal/problem"
 	"github.com/idemflow/idemflow/workflows"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/trace"
 	enumspb "go.temporal.io/api/enums/v1"
 	"go.temporal.io/api/serviceerror"
 	"go.temporal.io/sdk/client"
@@ -54,6 +56,9 @@ type Starter struct {
 	// Off where they could not be registered: a start with an unknown
 	// attribute would be refused.
 	SearchAttributes bool
+	// Tracer, when set, spans the claim, the start and the wait of each
+	// intent (nil: no spans).
+	Tracer trace.Tracer
 }
 
 // AnswerCache holds final SUCCESS records by (tenant, key). Such an answer
@@ -142,16 +147,24 @@ type Reply struct {
 // record: if that one died between the insert and the start, the retry
 // starts it, and the intent is not lost.
 func (s *Starter) Submit(ctx context.Context, in Intent) (Reply, error) {
+	claimCtx, span := s.span(ctx, "claim", in.Intent)
 	if rec, ok := s.Answers.get(in.TenantID, in.Key); ok {
+		span.SetAttributes(attribute.Bool("idemflow.answer_cache", true))
+		span.End()
 		if rec.Fingerprint != in.Fingerprint {
 			return Reply{OperationID: rec.ID}, &idem.KeyReusedError{Key: in.Key, BizType: rec.BizType, Asked: in.BizType}
 		}
 		return Reply{OperationID: rec.ID, WorkflowID: rec.WorkflowID, Done: true, Outcome: rec.Response, Replayed: true}, nil
 	}
-	claim, err := s.Records.Claim(ctx, idem.ClaimParams{
+	claim, err := s.Records.Claim(claimCtx, idem.ClaimParams{
 		TenantID: in.TenantID, Key: in.Key, BizType: in.BizType,
 		Fingerprint: in.Fingerprint, WorkflowID: in.WorkflowID,
 	})
+	span.SetAttributes(attribute.Bool("idemflow.owner", claim.Owner), attribute.String("idemflow.record_status", string(claim.Record.Status)))
+	if err != nil {
+		span.RecordError(err)
+	}
+	span.End()
 	var reused *idem.KeyReusedError
 	if errors.As(err, &reused) {
 		return Reply{OperationID: claim.Record.ID}, err
@@ -311,23 +324,31 @@ func (s *Starter) startAndWait(ctx context.Context, in Intent, wait time.Duratio
 		// normally.
 		EnableEagerStart: true,
 	}
-	run, err := s.Temporal.ExecuteWorkflow(ctx, opts, in.Workflow, in.Input(in.Intent))
+	startCtx, span := s.span(ctx, "start", in.Intent)
+	run, err := s.Temporal.ExecuteWorkflow(startCtx, opts, in.Workflow, in.Input(in.Intent))
 	if err != nil && unknownSearchAttribute(err) {
 		// Registered a moment ago, the server's cache may not know them
 		// yet: start without them rather than refuse the intent.
 		s.Logger.Warn("start without search attributes", "workflow_id", in.WorkflowID, "error", err)
 		opts.TypedSearchAttributes = temporal.SearchAttributes{}
-		run, err = s.Temporal.ExecuteWorkflow(ctx, opts, in.Workflow, in.Input(in.Intent))
+		run, err = s.Temporal.ExecuteWorkflow(startCtx, opts, in.Workflow, in.Input(in.Intent))
 	}
 	if err != nil {
+		span.RecordError(err)
+		span.End()
 		return nil, fmt.Errorf("%w: start workflow %s: %w", ErrUnavailable, in.WorkflowID, err)
 	}
+	span.SetAttributes(attribute.String("idemflow.run_id", run.GetRunID()))
+	span.End()
 	if wait <= 0 {
 		return nil, errPending // wait=0: answered at once, nothing polled
 	}
 	waitCtx, cancel := context.WithTimeout(ctx, wait)
 	defer cancel()
+	waitCtx, span = s.span(waitCtx, "wait", in.Intent)
 	err = waitRun(waitCtx, run, settled.Done())
+	span.SetAttributes(attribute.Bool("idemflow.woken_here", errors.Is(err, errSettledHere)))
+	span.End()
 	if errors.Is(err, errSettledHere) {
 		return settled.Final(), nil
 	}
@@ -374,6 +395,18 @@ func waitRun(ctx context.Context, run client.WorkflowRun, settled <-chan struct{
 	case <-settled:
 		return errSettledHere
 	}
+}
+
+// span starts one of the intent's spans ("claim", "start", "wait").
+func (s *Starter) span(ctx context.Context, name string, in idem.Intent) (context.Context, trace.Span) {
+	if s.Tracer == nil {
+		// A span that records nothing (not the caller's, which must
+		// not be ended here).
+		return ctx, trace.SpanFromContext(context.Background())
+	}
+	return s.Tracer.Start(ctx, "idemflow."+name, trace.WithAttributes(
+		attribute.String("idemflow.tenant", in.TenantID), attribute.String("idemflow.biz_type", in.BizType),
+		attribute.String("idemflow.workflow_id", in.WorkflowID)))
 }
 
 func (s *Starter) logger() *slog.Logger {

@@ -58,7 +58,7 @@ func runBench(ctx context.Context, env *Env, args []string) error {
 		return err
 	}
 	tc, err := dialTemporal(ctx, env.Logger, firstNonEmpty(*temporalAddr, devEnv["TEMPORAL_ADDRESS"], "127.0.0.1:7233"),
-		firstNonEmpty(*namespace, devEnv["TEMPORAL_NAMESPACE"], "default"), temporalTLS{}, nil)
+		firstNonEmpty(*namespace, devEnv["TEMPORAL_NAMESPACE"], "default"), temporalTLS{}, client.Options{})
 	if err != nil {
 		return err
 	}
@@ -172,7 +172,7 @@ func delayedReplica(ctx context.Context, env *Env, c common, pgRTT, temporalRTT 
 	if err != nil {
 		return nil, fmt.Errorf("bench: measure the PostgreSQL link: %w", err)
 	}
-	d.temporal, err = dialTemporal(ctx, env.Logger, tLink.Addr, c.namespace, temporalTLS{}, nil)
+	d.temporal, err = dialTemporal(ctx, env.Logger, tLink.Addr, c.namespace, temporalTLS{}, client.Options{})
 	if err != nil {
 		return nil, err
 	}

@@ -19,6 +19,7 @@ import (
 	"github.com/idemflow/idemflow/internal/registry"
 	"github.com/idemflow/idemflow/internal/schedule"
 	"github.com/idemflow/idemflow/internal/tenant"
+	"github.com/idemflow/idemflow/internal/tracing"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"go.temporal.io/api/workflowservice/v1"
@@ -127,13 +128,28 @@ type deps struct {
 	namespace string
 	// searchable: the namespace has the intents' search attributes.
 	searchable bool
+	// tracing is on when the OTEL_* variables ask for it.
+	tracing *tracing.Tracing
 }
 
 func openDeps(ctx context.Context, logger *slog.Logger, set *registry.Set, tools *httptool.Set, c common) (*deps, error) {
 	if c.databaseURL == "" {
 		return nil, fmt.Errorf("%w: DATABASE_URL (or --database-url) is required", errUsage)
 	}
-	pool, err := pgxpool.New(ctx, c.databaseURL)
+	tr, err := tracing.FromEnv(ctx, lookupEnv, "idemflow")
+	if err != nil {
+		return nil, fmt.Errorf("%w: tracing: %w", errUsage, err)
+	}
+	interceptors, err := tr.Interceptors()
+	if err != nil {
+		return nil, err
+	}
+	poolCfg, err := pgxpool.ParseConfig(c.databaseURL)
+	if err != nil {
+		return nil, fmt.Errorf("open database: %w", err)
+	}
+	tr.Pool(poolCfg)
+	pool, err := pgxpool.NewWithConfig(ctx, poolCfg)
 	if err != nil {
 		return nil, fmt.Errorf("open database: %w", err)
 	}
@@ -142,7 +158,7 @@ func openDeps(ctx context.Context, logger *slog.Logger, set *registry.Set, tools
 		return nil, fmt.Errorf("reach database: %w", err)
 	}
 	reg := metrics.New()
-	tc, err := dialTemporal(ctx, logger, c.temporal, c.namespace, c.tls, reg.SDK)
+	tc, err := dialTemporal(ctx, logger, c.temporal, c.namespace, c.tls, client.Options{MetricsHandler: reg.SDK, Interceptors: interceptors})
 	if err != nil {
 		pool.Close()
 		return nil, err
@@ -187,12 +203,16 @@ func openDeps(ctx context.Context, logger *slog.Logger, set *registry.Set, tools
 		Set:        set,
 		namespace:  c.namespace,
 		searchable: searchable,
+		tracing:    tr,
 	}, nil
 }
 
-func dialTemporal(ctx context.Context, logger *slog.Logger, hostPort, namespace string, conn temporalTLS, mh client.MetricsHandler) (client.Client, error) {
+// dialTemporal connects a client; base carries what a process adds (its
+// metrics handler, its tracing interceptors).
+func dialTemporal(ctx context.Context, logger *slog.Logger, hostPort, namespace string, conn temporalTLS, base client.Options) (client.Client, error) {
 	sdkLogger := slog.New(&levelFloor{Handler: logger.Handler(), floor: slog.LevelWarn}).With("component", "temporal-sdk")
-	opts := client.Options{HostPort: hostPort, Namespace: namespace, Logger: sdklog.NewStructuredLogger(sdkLogger), MetricsHandler: mh}
+	opts := client.Options{HostPort: hostPort, Namespace: namespace, Logger: sdklog.NewStructuredLogger(sdkLogger),
+		MetricsHandler: base.MetricsHandler, Interceptors: base.Interceptors}
 	if err := conn.apply(&opts); err != nil {
 		return nil, err
 	}
@@ -236,6 +256,11 @@ func (d *deps) Close() {
 	d.Temporal.Close()
 	_ = d.Metrics.Close()
 	d.Pool.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if err := d.tracing.Shutdown(ctx); err != nil {
+		d.Logger.Warn("flush traces", "error", err)
+	}
 }
 
 func (d *deps) gateway() *gateway.Gateway {
@@ -243,6 +268,8 @@ func (d *deps) gateway() *gateway.Gateway {
 	g.Starter.SearchAttributes = d.searchable
 	g.Set = d.Set
 	g.Metrics = gateway.NewMetricsOn(d.Metrics.Registry)
+	g.Tracing = d.tracing
+	g.Starter.Tracer = d.tracing.Tracer()
 	return g
 }
 

@@ -16,6 +16,7 @@ import (
 	"go.temporal.io/api/enums/v1"
 	"go.temporal.io/api/history/v1"
 	"go.temporal.io/api/serviceerror"
+	"go.temporal.io/sdk/client"
 )
 
 // inspection is everything known about one intent.
@@ -149,7 +150,7 @@ func runInspect(ctx context.Context, env *Env, args []string) error {
 const ExitNotFound = 4
 
 func inspectWorkflow(ctx context.Context, env *Env, c common, run *inspectRun) error {
-	tc, err := dialTemporal(ctx, env.Logger, c.temporal, c.namespace, c.tls, nil)
+	tc, err := dialTemporal(ctx, env.Logger, c.temporal, c.namespace, c.tls, client.Options{})
 	if err != nil {
 		return err
 	}

@@ -147,7 +147,7 @@ func runSchedule(ctx context.Context, env *Env, args []string) error {
 	if err := c.resolveTemporal(); err != nil {
 		return err
 	}
-	tc, err := dialTemporal(ctx, env.Logger, c.temporal, c.namespace, c.tls, nil)
+	tc, err := dialTemporal(ctx, env.Logger, c.temporal, c.namespace, c.tls, client.Options{})
 	if err != nil {
 		return err
 	}

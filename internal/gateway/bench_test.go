@@ -11,6 +11,9 @@ import (
 	"github.com/idemflow/idemflow/idem"
 	"github.com/idemflow/idemflow/internal/registry"
 	"github.com/idemflow/idemflow/internal/testenv"
+	"github.com/idemflow/idemflow/internal/tracing"
+	sdktrace "go.opentelemetry.io/otel/sdk/trace"
+	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 )
 
 // BenchmarkFirstTicket: a new intent each time, through HTTP, PostgreSQL
@@ -31,6 +34,31 @@ func benchFirstTicket(b *testing.B, wake bool) {
 		if r := benchSend(b, s, "/v1/tickets", fmt.Sprintf("bench-first-%d", i), ticketBody); r.Status != 201 {
 			b.Fatalf("%d %s", r.Status, r.Body)
 		}
+	}
+}
+
+// BenchmarkFirstTicketTracing: a new ticket with tracing "off", as serve
+// runs without OTEL_* variables (nothing installed; the starter's spans
+// are the no-op tracer's), beside "untraced" (no tracer at all: what off
+// costs is the difference) and "on" (every span recorded in memory).
+func BenchmarkFirstTicketTracing(b *testing.B) {
+	for _, mode := range []string{"untraced", "off", "on"} {
+		b.Run(mode, func(b *testing.B) {
+			var tr *tracing.Tracing
+			if mode == "on" {
+				tr = tracing.New(sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(tracetest.NewSpanRecorder())))
+			}
+			s := testenv.NewStack(b, testenv.Options{Tracing: tr})
+			if mode == "untraced" {
+				s.Gateway.Starter.Tracer = nil
+			}
+			b.ReportAllocs()
+			for i := 0; b.Loop(); i++ {
+				if r := benchSend(b, s, "/v1/tickets", fmt.Sprintf("bench-traced-%d", i), ticketBody); r.Status != 201 {
+					b.Fatalf("%d %s", r.Status, r.Body)
+				}
+			}
+		})
 	}
 }
 

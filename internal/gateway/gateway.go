@@ -26,9 +26,12 @@ import (
 	"github.com/idemflow/idemflow/internal/registry"
 	"github.com/idemflow/idemflow/internal/tenant"
 	"github.com/idemflow/idemflow/internal/tickets"
+	"github.com/idemflow/idemflow/internal/tracing"
 	"github.com/idemflow/idemflow/op"
 	"github.com/idemflow/idemflow/starter"
 	"github.com/jackc/pgx/v5/pgxpool"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/trace"
 	"go.temporal.io/sdk/client"
 )
 
@@ -60,6 +63,9 @@ type Gateway struct {
 	// default); dev on a terminal lowers it to DEBUG, to keep its console
 	// for people.
 	RequestLogLevel slog.Level
+	// Tracing, when on, makes each request a span (a child of the
+	// caller's traceparent) that the intent's spans descend from.
+	Tracing *tracing.Tracing
 
 	// waiting holds one token per request waiting for its intent: each
 	// holds a goroutine and a Temporal long poll. When it is full, a
@@ -155,7 +161,7 @@ func (g *Gateway) Handler() http.Handler {
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
 		writeNotFound(w, "no route for "+r.Method+" "+r.URL.Path)
 	})
-	return g.logRequests(mux)
+	return g.Tracing.Handler(g.logRequests(mux))
 }
 
 func (g *Gateway) operations() []*op.Operation { return g.set().Operations() }
@@ -573,6 +579,18 @@ func (g *Gateway) logRequests(next http.Handler) http.Handler {
 			attrs = append(attrs, slog.String("workflow_id", info.workflowID))
 		}
 		g.logger().LogAttrs(r.Context(), g.RequestLogLevel, "http", attrs...)
+		if span := trace.SpanFromContext(r.Context()); span.IsRecording() {
+			// Known once routed: the span is named by its route, and
+			// says which intent it was and whether it was a replay.
+			span.SetName(route)
+			span.SetAttributes(attribute.String("http.route", route), attribute.Bool("idemflow.replayed", rec.Header().Get(HeaderReplayed) == "true"))
+			if info.tenantID != "" {
+				span.SetAttributes(attribute.String("idemflow.tenant", info.tenantID))
+			}
+			if info.workflowID != "" {
+				span.SetAttributes(attribute.String("idemflow.workflow_id", info.workflowID))
+			}
+		}
 	})
 }
 

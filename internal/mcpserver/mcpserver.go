@@ -27,6 +27,7 @@ import (
 	"github.com/idemflow/idemflow/op"
 	"github.com/modelcontextprotocol/go-sdk/auth"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
+	"go.opentelemetry.io/otel/propagation"
 )
 
 // keyRule is repeated in every side-effecting tool's description: a model
@@ -138,7 +139,7 @@ func (t tools) call(ctx context.Context, req *mcp.CallToolRequest, key, path str
 	if err != nil {
 		return nil, Result{}, err
 	}
-	ctx, cancel := context.WithTimeout(ctx, t.cfg.CallTimeout)
+	ctx, cancel := context.WithTimeout(withTraceOf(ctx, req), t.cfg.CallTimeout)
 	defer cancel()
 	res, err := t.client(req).Do(ctx, agentclient.Intent{Key: key, Method: http.MethodPost, Path: path, Body: raw})
 	if err != nil {
@@ -216,6 +217,26 @@ func (t tools) operation(o *op.Operation) mcp.ToolHandlerFor[map[string]json.Raw
 		}
 		return t.call(ctx, req, key, path, in)
 	}
+}
+
+// withTraceOf returns ctx with the trace context an MCP client sent in
+// the call's _meta (traceparent, tracestate: the OpenTelemetry convention
+// for MCP), so that the gateway request the call makes (agentclient
+// sends its traceparent) joins the agent's trace.
+func withTraceOf(ctx context.Context, req *mcp.CallToolRequest) context.Context {
+	if req == nil || req.Params == nil {
+		return ctx
+	}
+	carrier := propagation.MapCarrier{}
+	for _, k := range []string{"traceparent", "tracestate"} {
+		if v, ok := req.Params.Meta[k].(string); ok {
+			carrier[k] = v
+		}
+	}
+	if len(carrier) == 0 {
+		return ctx
+	}
+	return propagation.TraceContext{}.Extract(ctx, carrier)
 }
 
 // MetaKey is the _meta member in which an MCP client that has a durable

@@ -19,6 +19,7 @@ import (
 	"github.com/idemflow/idemflow/internal/registry"
 	"github.com/idemflow/idemflow/internal/schedule"
 	"github.com/idemflow/idemflow/internal/tenant"
+	"github.com/idemflow/idemflow/internal/tracing"
 	"github.com/idemflow/idemflow/op"
 	"github.com/idemflow/idemflow/worker"
 	"github.com/idemflow/idemflow/workflows"
@@ -73,6 +74,9 @@ type Options struct {
 	// Client are the base options of the Temporal client the gateway and
 	// the worker share (interceptors: see RPCs).
 	Client client.Options
+	// Tracing, when on, traces the stack as serve does: its pool, its
+	// Temporal client and its gateway.
+	Tracing *tracing.Tracing
 }
 
 // NewStack starts a Stack; everything stops when the test ends.
@@ -84,7 +88,17 @@ func NewStack(t testing.TB, opts Options) *Stack {
 		t.Fatal(err)
 	}
 	dbURL := Database(t, set.Schemas()...)
-	pool := PoolOn(t, dbURL, func(c *pgxpool.Config) { c.ConnConfig.Tracer = opts.Tracer })
+	pool := PoolOn(t, dbURL, func(c *pgxpool.Config) {
+		if opts.Tracer != nil {
+			c.ConnConfig.Tracer = opts.Tracer
+		}
+		opts.Tracing.Pool(c)
+	})
+	interceptors, err := opts.Tracing.Interceptors()
+	if err != nil {
+		t.Fatal(err)
+	}
+	opts.Client.Interceptors = append(opts.Client.Interceptors, interceptors...)
 	var ts *temporaltest.TestServer
 	if tt, ok := t.(*testing.T); ok {
 		ts = temporaltest.NewServer(temporaltest.WithT(tt), temporaltest.WithBaseClientOptions(opts.Client))
@@ -131,6 +145,8 @@ func NewStack(t testing.TB, opts Options) *Stack {
 	s.Gateway = gateway.New(pool, s.Temporal, records, logger)
 	s.Gateway.Starter.SearchAttributes = true
 	s.Gateway.Set = set
+	s.Gateway.Tracing = opts.Tracing
+	s.Gateway.Starter.Tracer = opts.Tracing.Tracer()
 	s.Contract = gateway.OpenAPI()
 	if len(opts.Operations) > 0 {
 		if s.Contract, err = apispec.WithOperations(opts.Operations); err != nil {
