@@ -118,6 +118,41 @@ func opened(in idem.Intent, l idem.Locked) (rec idem.Record, done bool, err erro
 	return rec, false, nil
 }
 
+// open begins an execution's transaction on conn. The common case, a
+// record open for in, costs one round trip (idem.OpenQuery), and l is the
+// record as in names it. Otherwise that transaction is rolled back and
+// another reads the record under its lock, with the savepoint: l says what
+// it found.
+func open(ctx context.Context, conn *pgx.Conn, in idem.Intent) (pgx.Tx, idem.Locked, error) {
+	q, err := idem.OpenQuery(conn.PgConn(), in, stepSavepoint)
+	if err != nil {
+		return nil, idem.Locked{}, err
+	}
+	tx, err := conn.BeginTx(ctx, pgx.TxOptions{BeginQuery: q})
+	if err == nil {
+		return tx, idem.Locked{Found: true, Record: idem.Record{TenantID: in.TenantID, Key: in.Key, BizType: in.BizType,
+			Fingerprint: in.Fingerprint, WorkflowID: in.WorkflowID, Attempts: in.Attempt, Status: idem.StatusProcessing}}, nil
+	}
+	if !idem.NotOpen(err) {
+		return nil, idem.Locked{}, fmt.Errorf("begin: %w", err)
+	}
+	if _, err := conn.Exec(ctx, "ROLLBACK"); err != nil {
+		return nil, idem.Locked{}, fmt.Errorf("roll back the open: %w", err)
+	}
+	if tx, err = conn.Begin(ctx); err != nil {
+		return nil, idem.Locked{}, fmt.Errorf("begin: %w", err)
+	}
+	var l idem.Locked
+	b := &pgx.Batch{}
+	idem.QueueLock(b, in.TenantID, in.Key, &l)
+	b.Queue("SAVEPOINT " + stepSavepoint)
+	if err := tx.SendBatch(ctx, b).Close(); err != nil {
+		_ = tx.Rollback(context.WithoutCancel(ctx))
+		return nil, idem.Locked{}, fmt.Errorf("lock record: %w", err)
+	}
+	return tx, l, nil
+}
+
 // stepSavepoint is the savepoint a business step runs under.
 const stepSavepoint = "step"
 
@@ -132,10 +167,10 @@ func (stepTx) Commit(context.Context) error   { return errStepEnds }
 func (stepTx) Rollback(context.Context) error { return errStepEnds }
 
 // executeLocked is execute's transaction, pipelined so that a new intent
-// costs four round trips besides its step's own statements: BEGIN; the
-// record's lock, with whether its key is known, and the step's savepoint;
-// the savepoint's release, the key remembered and the record finished;
-// COMMIT.
+// costs two round trips besides its step's own statements: one that
+// opens it (BEGIN, the record's lock and the step's savepoint:
+// idem.OpenQuery), and one that releases the savepoint, remembers the key,
+// finishes the record and commits.
 func (a *Activities) executeLocked(ctx context.Context, in idem.Intent, req interface{ Fingerprint() (string, error) },
 	step func(tx pgx.Tx) (idem.Outcome, error)) (idem.Outcome, error) {
 	fingerprint, err := req.Fingerprint()
@@ -145,23 +180,25 @@ func (a *Activities) executeLocked(ctx context.Context, in idem.Intent, req inte
 	if fingerprint != in.Fingerprint {
 		return idem.Outcome{}, temporal.NewNonRetryableApplicationError("the request does not match the intent's fingerprint", idem.ErrTypeForged, nil)
 	}
-	tx, err := a.DB.Begin(ctx)
+	conn, err := a.DB.Acquire(ctx)
 	if err != nil {
-		return idem.Outcome{}, fmt.Errorf("begin: %w", err)
+		return idem.Outcome{}, fmt.Errorf("acquire: %w", err)
 	}
-	defer tx.Rollback(context.WithoutCancel(ctx)) //nolint:errcheck // no-op after commit
-
-	// The savepoint is taken after the lock, so that rolling back to it
-	// (a rejection) keeps the record locked: FAILED (no row) is then
-	// written in the same transaction, with no moment for anyone else to
-	// step in.
-	var l idem.Locked
-	b := &pgx.Batch{}
-	idem.QueueLock(b, in.TenantID, in.Key, &l)
-	b.Queue("SAVEPOINT " + stepSavepoint)
-	if err := tx.SendBatch(ctx, b).Close(); err != nil {
-		return idem.Outcome{}, fmt.Errorf("lock record: %w", err)
+	// A connection left inside a transaction (an error below) is closed
+	// by the pool, never reused.
+	defer conn.Release()
+	tx, l, err := open(ctx, conn.Conn(), in)
+	if err != nil {
+		return idem.Outcome{}, err
 	}
+	// Committed by the last batch, the transaction needs no ROLLBACK;
+	// until then, any return rolls it back.
+	committed := false
+	defer func() {
+		if !committed {
+			_ = tx.Rollback(context.WithoutCancel(ctx))
+		}
+	}()
 	rec, done, err := opened(in, l)
 	if err != nil || done {
 		return rec.Response, err
@@ -197,7 +234,7 @@ func (a *Activities) executeLocked(ctx context.Context, in idem.Intent, req inte
 		err = errUnstorable
 	}
 	var final idem.Record
-	b = &pgx.Batch{}
+	b := &pgx.Batch{}
 	switch {
 	case errors.As(err, &rejected):
 		a.Metrics.Rejected(in.BizType, rejected.Code)
@@ -223,12 +260,15 @@ func (a *Activities) executeLocked(ctx context.Context, in idem.Intent, req inte
 			return idem.Outcome{}, err
 		}
 	}
+	b.Queue("COMMIT")
 	if err := tx.SendBatch(ctx, b).Close(); err != nil {
-		return idem.Outcome{}, err
+		// Anything after a failed statement was skipped, COMMIT too: the
+		// deferred rollback ends the transaction. A connection lost
+		// meanwhile leaves the commit unknown, and the retry finds out
+		// under the lock.
+		return idem.Outcome{}, fmt.Errorf("finish: %w", err)
 	}
-	if err := tx.Commit(ctx); err != nil {
-		return idem.Outcome{}, fmt.Errorf("commit: %w", err)
-	}
+	committed = true
 	a.Records.Settled(rec.TenantID, rec.Key, &final)
 	if rejected != nil {
 		a.Logger.InfoContext(ctx, "intent rejected", "tenant", rec.TenantID, "key", rec.Key, "code", rejected.Code)

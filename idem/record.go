@@ -424,6 +424,39 @@ func (s *Store) finished(rec Record, row pgx.Row) (Record, error) {
 	return r, nil
 }
 
+// OpenQuery is the statement that opens an execution's transaction in one
+// round trip, for pgx.TxOptions.BeginQuery: BEGIN; the lock of in's record,
+// which must be open for in (PROCESSING, in's fingerprint, and a key
+// idempotency_key does not know: the common case, a claim that just
+// inserted it); and SAVEPOINT savepoint, after the lock, so that rolling
+// back to it keeps the record locked. A record that is not open makes the
+// lock fail with ErrNotOpen's SQLSTATE, in a transaction the caller must
+// roll back; it then reads the record under its lock (QueueLock) to learn
+// why. The values are written into the text, as a BEGIN takes no
+// parameters, escaped by pgconn (which checks the connection's settings).
+func OpenQuery(pg *pgconn.PgConn, in Intent, savepoint string) (string, error) {
+	var lits [3]string
+	for i, v := range []string{in.TenantID, in.Key, in.Fingerprint} {
+		e, err := pg.EscapeString(v)
+		if err != nil {
+			return "", err
+		}
+		lits[i] = "'" + e + "'"
+	}
+	t, k, f := lits[0], lits[1], lits[2]
+	return `BEGIN; SELECT 1 / count(*) FROM (SELECT 1 FROM idempotency_record
+		WHERE tenant_id = ` + t + ` AND idem_key = ` + k + ` AND status = 'PROCESSING' AND fingerprint = ` + f + `
+		AND NOT EXISTS (SELECT 1 FROM idempotency_key WHERE tenant_id = ` + t + ` AND idem_key = ` + k + `)
+		FOR UPDATE) AS open; SAVEPOINT ` + savepoint, nil
+}
+
+// NotOpen reports the error of OpenQuery's lock on a record that is not
+// open for its intent (division_by_zero: count(*) of the open rows is 0).
+func NotOpen(err error) bool {
+	var pgErr *pgconn.PgError
+	return errors.As(err, &pgErr) && pgErr.Code == "22012"
+}
+
 // Locked is an execution's first read: its record under the row lock,
 // and whether idempotency_key knows its key (a business row was written
 // under it, by an earlier execution or, with other parameters, another

@@ -20,7 +20,7 @@ import (
 // counts are asserted, so that a change that adds a round trip to every
 // intent is seen here first (#18 asks that they not grow with the
 // operations declared, #22 that they shrink: a new ticket was 13 SQL
-// round trips, now 6).
+// round trips, now 4).
 //
 // The same counts hold with 20 more operations declared: what a new
 // intent costs does not grow with the operations a process knows.
@@ -89,18 +89,19 @@ func countStatements(t *testing.T, ops []*op.Operation) {
 		}
 	}
 	ticket := testenv.Request{Path: "/v1/tickets", Token: tok, Key: "cost-1", Body: ticketBody}
-	// 6: the claim (one statement: read the record, insert it unless the
-	// key is known), then the step's transaction: BEGIN; the record's
-	// lock, with whether its key is known, and the savepoint (one batch);
-	// the ticket; the savepoint's release, the key remembered and the
-	// record settled (one batch); COMMIT. The worker hands the committed
-	// record to the waiting request: no read after the wake-up.
+	// 4: the claim (one statement: read the record, insert it unless the
+	// key is known); the step's transaction opened (BEGIN, the record's
+	// lock, which also checks that the key is not known, and the
+	// savepoint, in one simple query); the ticket; the savepoint's
+	// release, the key remembered, the record settled and COMMIT (one
+	// batch). The worker hands the committed record to the waiting
+	// request: no read after the wake-up.
 	//
 	// Temporal: the eager start (the first workflow task comes back in
 	// its answer), the workflow task's completion (the local activity ran
 	// inside it), and the history long poll the request waits on beside
 	// the wake-up, cut short by it.
-	count("a new ticket", ticket, 201, cost{sql: 6, rpc: []string{"StartWorkflowExecution", "RespondWorkflowTaskCompleted", "GetWorkflowExecutionHistory"}})
+	count("a new ticket", ticket, 201, cost{sql: 4, rpc: []string{"StartWorkflowExecution", "RespondWorkflowTaskCompleted", "GetWorkflowExecutionHistory"}})
 	count("its replay from the answer cache", ticket, 201, cost{})
 	s.Gateway.Starter.Answers = nil // a replica without it in memory
 	count("its replay from PostgreSQL", ticket, 201, cost{sql: 1})
