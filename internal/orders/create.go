@@ -15,6 +15,7 @@ import (
 	"github.com/idemflow/idemflow/internal/apperr"
 	"github.com/idemflow/idemflow/op"
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 )
 
 // Create is the declaration of order creation: POST /v1/orders, the MCP
@@ -51,7 +52,7 @@ var Create = op.Define(op.Spec[CreateRequest, event]{
 // and redeeming its coupon, and moves it INIT -> CREATED. A business
 // rejection is an *apperr.RejectedError; the caller rolls back. It returns
 // the answer to store.
-func create(ctx context.Context, tx idem.Querier, in op.In[CreateRequest], now time.Time) (Order, []byte, error) {
+func create(ctx context.Context, tx pgx.Tx, in op.In[CreateRequest], now time.Time) (Order, []byte, error) {
 	req := in.Request
 	it := idem.Intent{TenantID: in.TenantID, Key: in.Key, BizType: BizCreate, Fingerprint: in.Fingerprint, WorkflowID: in.WorkflowID}
 	o := Order{
@@ -65,41 +66,44 @@ func create(ctx context.Context, tx idem.Querier, in op.In[CreateRequest], now t
 	if err := applyCoupon(ctx, tx, &o); err != nil {
 		return Order{}, nil, err
 	}
-	if _, err := tx.Exec(ctx, `INSERT INTO purchase_order
+	// What follows depends on nothing it returns but counts: one batch,
+	// one round trip, whatever the number of lines. A line out of stock
+	// stops it, and the caller rolls back what the rest wrote.
+	b := &pgx.Batch{}
+	b.Queue(`INSERT INTO purchase_order
 		(order_no, tenant_id, idem_key, fingerprint, workflow_id, customer_id, status, subtotal_minor,
 		 discount_minor, total_minor, currency, coupon_code, created_at, updated_at)
 		VALUES ($1,$2,$3,$4,$5,$6,'INIT',$7,$8,$9,$10,NULLIF($11,''),$12,$12)`,
 		o.OrderNo, o.TenantID, o.IdempotencyKey, o.Fingerprint, o.WorkflowID, o.CustomerID,
-		o.SubtotalMinor, o.DiscountMinor, o.TotalMinor, o.Currency, o.CouponCode, o.CreatedAt); err != nil {
-		return Order{}, nil, fmt.Errorf("insert order: %w", err)
-	}
+		o.SubtotalMinor, o.DiscountMinor, o.TotalMinor, o.Currency, o.CouponCode, o.CreatedAt)
 	for _, l := range o.Items {
-		if _, err := tx.Exec(ctx, `INSERT INTO order_item (order_no, tenant_id, sku, quantity, unit_price_minor) VALUES ($1,$2,$3,$4,$5)`,
-			o.OrderNo, o.TenantID, l.SKU, l.Quantity, l.UnitPriceMinor); err != nil {
-			return Order{}, nil, fmt.Errorf("insert order item: %w", err)
-		}
-		tag, err := tx.Exec(ctx, `UPDATE product SET stock = stock - $3, reserved = reserved + $3
-			WHERE tenant_id = $1 AND sku = $2 AND stock >= $3`, o.TenantID, l.SKU, l.Quantity)
-		if err != nil {
-			return Order{}, nil, fmt.Errorf("reserve stock: %w", err)
-		}
-		if tag.RowsAffected() != 1 {
-			return Order{}, nil, &apperr.RejectedError{Code: "out-of-stock", Reason: l.SKU + " is out of stock"}
-		}
+		b.Queue(`INSERT INTO order_item (order_no, tenant_id, sku, quantity, unit_price_minor) VALUES ($1,$2,$3,$4,$5)`,
+			o.OrderNo, o.TenantID, l.SKU, l.Quantity, l.UnitPriceMinor)
+		b.Queue(`UPDATE product SET stock = stock - $3, reserved = reserved + $3
+			WHERE tenant_id = $1 AND sku = $2 AND stock >= $3`, o.TenantID, l.SKU, l.Quantity).
+			Exec(func(tag pgconn.CommandTag) error {
+				if tag.RowsAffected() != 1 {
+					return &apperr.RejectedError{Code: "out-of-stock", Reason: l.SKU + " is out of stock"}
+				}
+				return nil
+			})
 	}
 	if o.CouponCode != "" {
-		if _, err := tx.Exec(ctx, `INSERT INTO coupon_redemption (code, tenant_id, customer_id, order_no) VALUES ($1,$2,$3,$4)`,
-			o.CouponCode, o.TenantID, o.CustomerID, o.OrderNo); err != nil {
-			return Order{}, nil, fmt.Errorf("redeem coupon: %w", err)
-		}
+		b.Queue(`INSERT INTO coupon_redemption (code, tenant_id, customer_id, order_no) VALUES ($1,$2,$3,$4)`,
+			o.CouponCode, o.TenantID, o.CustomerID, o.OrderNo)
 	}
-	if err := setStatus(ctx, tx, o.TenantID, o.OrderNo, StatusInit, StatusCreated, now); err != nil {
+	if err := queueSetStatus(b, o.TenantID, o.OrderNo, StatusInit, StatusCreated, now); err != nil {
 		return Order{}, nil, err
 	}
 	o.Status = StatusCreated
 	body := o.Body()
-	if err := addEvent(ctx, tx, o.OrderNo, it, StatusInit, StatusCreated, body); err != nil {
-		return Order{}, nil, err
+	queueEvent(b, o.OrderNo, it, StatusInit, StatusCreated, body)
+	if err := tx.SendBatch(ctx, b).Close(); err != nil {
+		var rejected *apperr.RejectedError
+		if errors.As(err, &rejected) {
+			return Order{}, nil, rejected
+		}
+		return Order{}, nil, fmt.Errorf("write order: %w", err)
 	}
 	return o, body, nil
 }

@@ -9,15 +9,23 @@ import (
 	"time"
 
 	"github.com/idemflow/idemflow/idem"
+	"github.com/jackc/pgx/v5"
 )
 
 func addEvent(ctx context.Context, q idem.Querier, orderNo string, it idem.Intent, from, to Status, body []byte) error {
-	if _, err := q.Exec(ctx, `INSERT INTO order_event (order_no, tenant_id, idem_key, fingerprint, from_status, to_status, response_body)
-		VALUES ($1,$2,$3,$4,$5,$6,$7)`, orderNo, it.TenantID, it.Key, it.Fingerprint, from, to, body); err != nil {
+	if _, err := q.Exec(ctx, eventSQL, orderNo, it.TenantID, it.Key, it.Fingerprint, from, to, body); err != nil {
 		return fmt.Errorf("order event: %w", err)
 	}
 	return nil
 }
+
+// queueEvent queues addEvent's INSERT on b.
+func queueEvent(b *pgx.Batch, orderNo string, it idem.Intent, from, to Status, body []byte) {
+	b.Queue(eventSQL, orderNo, it.TenantID, it.Key, it.Fingerprint, from, to, body)
+}
+
+const eventSQL = `INSERT INTO order_event (order_no, tenant_id, idem_key, fingerprint, from_status, to_status, response_body)
+	VALUES ($1,$2,$3,$4,$5,$6,$7)`
 
 // Event is one applied state change of an order, for operators.
 type Event struct {

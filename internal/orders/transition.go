@@ -11,10 +11,13 @@ import (
 	"github.com/idemflow/idemflow/idem"
 	"github.com/idemflow/idemflow/internal/apperr"
 	"github.com/idemflow/idemflow/internal/payments"
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 )
 
-// setStatus is the only way an order's status changes: one UPDATE that
-// names the expected state, checked by the rows it affected.
+// setStatus is the only way an order's status changes (with its queued
+// form, queueSetStatus): one UPDATE that names the expected state, checked
+// by the rows it affected.
 func setStatus(ctx context.Context, q idem.Querier, tenantID, orderNo string, from, to Status, now time.Time) error {
 	if err := checkTransition(orderNo, from, to); err != nil {
 		return err
@@ -32,6 +35,23 @@ func setStatus(ctx context.Context, q idem.Querier, tenantID, orderNo string, fr
 		return fmt.Errorf("order %s: %w", orderNo, err)
 	}
 	return apperr.InvalidTransition("order "+orderNo, string(cur), string(to))
+}
+
+// queueSetStatus queues setStatus's UPDATE on b, for an order this
+// transaction just wrote in the state from: a row not changed is an error.
+func queueSetStatus(b *pgx.Batch, tenantID, orderNo string, from, to Status, now time.Time) error {
+	if err := checkTransition(orderNo, from, to); err != nil {
+		return err
+	}
+	b.Queue(`UPDATE purchase_order SET status = $4, updated_at = $5
+		WHERE order_no = $1 AND tenant_id = $2 AND status = $3`, orderNo, tenantID, from, to, now).
+		Exec(func(tag pgconn.CommandTag) error {
+			if tag.RowsAffected() != 1 {
+				return fmt.Errorf("order %s %s->%s: not in %s", orderNo, from, to, from)
+			}
+			return nil
+		})
+	return nil
 }
 
 // Transition applies an action within tx and returns the answer to store.
