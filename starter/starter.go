@@ -375,15 +375,34 @@ func (s *Starter) startAndWait(ctx context.Context, in Intent, wait time.Duratio
 	return nil, fmt.Errorf("%w: wait for workflow %s: %w", ErrUnavailable, in.WorkflowID, err)
 }
 
-// errSettledHere: this process's worker settled the record.
+// errSettledHere: the record was settled and this process was told
+// (its own worker, or another process's by NOTIFY).
 var errSettledHere = errors.New("settled in this process")
 
-// waitRun waits for the run to end, or for this process's worker to settle
-// the intent's record (settled), whichever comes first. The run is still
-// watched: another process may settle it, or the run may end unsettled.
+// HistoryPollAfter is how long a waiting request relies on the wake-up
+// alone before it also long-polls the run's history. Every settle wakes it
+// (in this process, or by NOTIFY from another), a business rejection, a
+// run that gave up and a cancel included: the poll is for what settles
+// nothing (an operator's terminate, a settle that failed, a lost
+// notification). Most intents end well within it, and then cost neither
+// the poll's RPC nor the server's work for it.
+const HistoryPollAfter = 500 * time.Millisecond
+
+// waitRun waits for the run to end, or for the intent's record to be
+// settled (settled), whichever comes first. Past HistoryPollAfter the run
+// is watched too: it may end unsettled.
 func waitRun(ctx context.Context, run client.WorkflowRun, settled <-chan struct{}) error {
 	if settled == nil {
 		return run.Get(ctx, nil)
+	}
+	grace := time.NewTimer(HistoryPollAfter)
+	defer grace.Stop()
+	select {
+	case <-settled:
+		return errSettledHere
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-grace.C:
 	}
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
