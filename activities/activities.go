@@ -20,6 +20,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
+	"go.opentelemetry.io/otel/trace"
 	"go.temporal.io/sdk/client"
 	"go.temporal.io/sdk/temporal"
 )
@@ -36,6 +37,8 @@ type Activities struct {
 	Metrics *metrics.Worker
 	// Tools are the HTTP tools this worker calls (HTTPTool), if any.
 	Tools *httptool.Set
+	// Tracer, when set, spans each call to a tool's downstream.
+	Tracer trace.Tracer
 }
 
 // New returns the activities over db.

@@ -12,6 +12,8 @@ import (
 	"github.com/idemflow/idemflow/internal/problem"
 	"github.com/idemflow/idemflow/op"
 	"github.com/jackc/pgx/v5"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/trace"
 	"go.temporal.io/sdk/temporal"
 )
 
@@ -70,7 +72,7 @@ func (a HTTPTool) run(ctx context.Context, in op.Input) (idem.Outcome, error) {
 		return out, err
 	}
 	if next == stepLookup {
-		found := t.Find(ctx, key)
+		found := a.traced(ctx, "lookup", t, func(ctx context.Context) httptool.Result { return t.Find(ctx, key) })
 		switch found.Verdict {
 		case httptool.Succeeded:
 			return a.finish(ctx, in.Intent, t, found)
@@ -84,7 +86,25 @@ func (a HTTPTool) run(ctx context.Context, in op.Input) (idem.Outcome, error) {
 			return idem.Outcome{}, retryAfter(fmt.Errorf("look up %s: %w", t, found.Err), time.Second)
 		}
 	}
-	return a.finish(ctx, in.Intent, t, t.Send(ctx, key, request))
+	return a.finish(ctx, in.Intent, t, a.traced(ctx, "send", t, func(ctx context.Context) httptool.Result { return t.Send(ctx, key, request) }))
+}
+
+// traced spans one request to the tool's downstream ("send", "lookup"),
+// which carries the span as its traceparent: an instrumented downstream's
+// own spans join the intent's trace.
+func (a *Activities) traced(ctx context.Context, what string, t *httptool.Tool, call func(context.Context) httptool.Result) httptool.Result {
+	if a.Tracer == nil {
+		return call(ctx)
+	}
+	ctx, span := a.Tracer.Start(ctx, "idemflow.tool."+what, trace.WithSpanKind(trace.SpanKindClient),
+		trace.WithAttributes(attribute.String("idemflow.tool", t.Name)))
+	defer span.End()
+	res := call(ctx)
+	span.SetAttributes(attribute.Int("http.response.status_code", res.Answer.Status), attribute.String("idemflow.verdict", res.Verdict.String()))
+	if res.Err != nil {
+		span.RecordError(res.Err)
+	}
+	return res
 }
 
 // begin is the first transaction: under the record's lock it decides what
@@ -294,7 +314,9 @@ func (a *Activities) settleToolCall(ctx context.Context, in idem.Intent, t *http
 	if wait := t.Timeout() + httptool.Grace - call.SinceSent; wait > 0 {
 		return nil, retryAfter(fmt.Errorf("%s: the last request may still be running; looked up once its timeout has passed", t), wait)
 	}
-	found := t.Find(ctx, idem.DownstreamKey(in.TenantID, in.Key, t.Name))
+	found := a.traced(ctx, "lookup", t, func(ctx context.Context) httptool.Result {
+		return t.Find(ctx, idem.DownstreamKey(in.TenantID, in.Key, t.Name))
+	})
 	switch found.Verdict {
 	case httptool.Succeeded:
 		return func(ctx context.Context, tx pgx.Tx) error {

@@ -186,6 +186,7 @@ func openDeps(ctx context.Context, logger *slog.Logger, set *registry.Set, tools
 	acts := activities.New(pool, records, tc, logger)
 	acts.Metrics = reg.Worker
 	acts.Tools = tools
+	acts.Tracer = tr.Tracer()
 	activities.ExportVerdicts(reg.Worker)
 	for bizType, codes := range set.Rejections() {
 		for _, code := range codes {

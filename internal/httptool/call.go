@@ -12,6 +12,7 @@ import (
 	"strings"
 
 	"github.com/idemflow/idemflow/idem"
+	"go.opentelemetry.io/otel/propagation"
 )
 
 // Verdict is what a downstream's answer says about the effect.
@@ -30,6 +31,19 @@ const (
 	// Absent: a lookup's 404; the key did nothing.
 	Absent
 )
+
+// String names the verdict, for logs and spans.
+func (v Verdict) String() string {
+	switch v {
+	case Succeeded:
+		return "succeeded"
+	case Rejected:
+		return "rejected"
+	case Absent:
+		return "absent"
+	}
+	return "unknown"
+}
 
 // MaxAnswer bounds a downstream answer idemflow stores and replays.
 const MaxAnswer = 1 << 20
@@ -113,6 +127,8 @@ func (t *Tool) do(ctx context.Context, method, u string, h http.Header, body []b
 		return Result{Err: fmt.Errorf("%s %s: %w", method, u, err)}
 	}
 	req.Header = h
+	// The caller's trace goes on (nothing is written without one).
+	propagation.TraceContext{}.Inject(ctx, propagation.HeaderCarrier(req.Header))
 	resp, err := t.client.Do(req)
 	if err != nil {
 		return Result{Err: fmt.Errorf("%s %s: %w", method, u, unwrapURL(err))}

@@ -125,6 +125,7 @@ func NewStack(t testing.TB, opts Options) *Stack {
 		t:           t,
 	}
 	s.Activities.Tools = opts.Tools
+	s.Activities.Tracer = opts.Tracing.Tracer()
 	tenants := tenant.NewStore(pool)
 	for _, id := range []string{TenantA, TenantB} {
 		tok, err := tenant.NewToken()

@@ -3,12 +3,15 @@ package tracing_test
 import (
 	"context"
 	"fmt"
+	"net/http"
+	"net/http/httptest"
 	"slices"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/idemflow/idemflow/agentclient"
+	"github.com/idemflow/idemflow/internal/httptool"
 	"github.com/idemflow/idemflow/internal/mcpserver"
 	"github.com/idemflow/idemflow/internal/testenv"
 	"github.com/idemflow/idemflow/internal/tracing"
@@ -219,5 +222,61 @@ func TestTheGoClientAndTheMCPServerSendTraceparent(t *testing.T) {
 	tid, _ = trace.TraceIDFromHex("8bf92f3577b34da6a3ce929d0e0e4736")
 	if p := parentOf(tid); p != "00f067aa0ba902b7" {
 		t.Errorf("the MCP call: the gateway's span has parent %s, not the agent's", p)
+	}
+}
+
+// An HTTP tool's call to its downstream is a span of the intent's trace,
+// and the request carries it as its traceparent: the downstream's own
+// spans join the trace.
+func TestAnHTTPToolsCallCarriesTheIntentsTrace(t *testing.T) {
+	got := make(chan string, 4)
+	downstream := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		got <- r.Header.Get("traceparent")
+		w.Header().Set("Content-Type", "application/json")
+		w.WriteHeader(http.StatusCreated)
+		_, _ = w.Write([]byte(`{"refund_id":"r-1"}`))
+	}))
+	defer downstream.Close()
+	tools, err := httptool.Parse([]byte(`
+tools:
+  - name: refund
+    description: Refund a payment.
+    input_schema: {type: object, required: [payment_id], properties: {payment_id: {type: string}}}
+    call: {method: POST, url: "`+downstream.URL+`/refunds", key_header: Idempotency-Key, timeout: 2s}
+`), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rec := tracetest.NewSpanRecorder()
+	tp := sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(rec))
+	s := testenv.NewStack(t, testenv.Options{Tools: tools, Tracing: tracing.New(tp)})
+	const traceID = "9bf92f3577b34da6a3ce929d0e0e4736"
+	r := s.Do(testenv.Request{Path: "/v1/tools/refund", Token: s.Tokens[testenv.TenantA], Key: "tool-traced",
+		Body: `{"payment_id":"p-1"}`, Header: map[string]string{"traceparent": "00-" + traceID + "-00f067aa0ba902b7-01"}})
+	if r.Status != 201 {
+		t.Fatalf("%d %s", r.Status, r.Body)
+	}
+	var parent string
+	select {
+	case parent = <-got:
+	case <-time.After(5 * time.Second):
+		t.Fatal("the downstream was not called")
+	}
+	tid, _ := trace.TraceIDFromHex(traceID)
+	var send sdktrace.ReadOnlySpan
+	deadline := time.Now().Add(5 * time.Second)
+	for send == nil && time.Now().Before(deadline) {
+		for _, sp := range rec.Ended() {
+			if sp.SpanContext().TraceID() == tid && sp.Name() == "idemflow.tool.send" {
+				send = sp
+			}
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	if send == nil {
+		t.Fatalf("no idemflow.tool.send span in the intent's trace:\n%s", treeOf(rec.Ended(), tid))
+	}
+	if want := "00-" + traceID + "-" + send.SpanContext().SpanID().String() + "-01"; parent != want {
+		t.Errorf("the downstream got traceparent %q, want %q (the call's span)", parent, want)
 	}
 }
