@@ -109,6 +109,10 @@ type Spec[R, Row any] struct {
 	// Step writes the effect within tx, the transaction that holds the
 	// intent's record locked and finishes it in the same commit. It runs
 	// at most once per key to a commit; a Rejection rolls its writes back.
+	// It never ends tx (its Commit and Rollback fail); it may nest
+	// savepoints with Begin, and should queue statements that depend on
+	// no earlier answer in a pgx.Batch: each round trip is on the
+	// intent's critical path.
 	Step func(ctx context.Context, tx pgx.Tx, in In[R]) (Row, error)
 	// Lookup reads the row a key's step wrote, within q (found false, or
 	// ErrNotFound, when there is none). It is how a key whose record was
