@@ -34,9 +34,11 @@ func TestAStepCannotEndItsTransaction(t *testing.T) {
 			commitErr, rollbackErr = tx.Commit(ctx), tx.Rollback(ctx)
 			return struct{}{}, commitErr
 		},
-		Lookup: func(context.Context, op.Querier, string, string) (struct{}, bool, error) { return struct{}{}, false, nil },
-		View:   func(struct{}) op.Answer { return op.Answer{Body: map[string]string{}} },
-		Table:  "note",
+		Lookup: func(context.Context, op.Querier, string, string) (struct{}, bool, error) {
+			return struct{}{}, false, nil
+		},
+		View:  func(struct{}) op.Answer { return op.Answer{Body: map[string]string{}} },
+		Table: "note",
 	})
 	p, err := o.Prepare([]byte(`{"text":"hello"}`), nil)
 	if err != nil {
