@@ -336,7 +336,11 @@ func (r Report) Print(w io.Writer) {
 		fmt.Fprintf(w, "%-26s %7d  %-24s %9.0f %9s %9s %9s %6d %6d  %s\n",
 			row.Case, row.Clients, row.Target, row.Throughput, ms(row.P50), ms(row.P99), ms(row.P999), row.Accepted, row.Errors, ratio)
 	}
-	fmt.Fprintf(w, "peak RSS: bench process (load generator and references) %s", mib(r.PeakRSS))
+	what := "load generator and references"
+	if len(r.Links) > 0 {
+		what = "load generator, references and idemflow's replica"
+	}
+	fmt.Fprintf(w, "peak RSS: bench process (%s) %s", what, mib(r.PeakRSS))
 	if r.GatewayPeakRSS > 0 {
 		fmt.Fprintf(w, ", idemflow process %s", mib(r.GatewayPeakRSS))
 	}

@@ -53,3 +53,16 @@ func TestBenchMeasuresEveryCaseBesideItsReferences(t *testing.T) {
 		t.Errorf("peak RSS %d", rep.PeakRSS)
 	}
 }
+
+// A run through delayed links says so: each link's asked and measured
+// round trip, and that the bench process holds idemflow's replica.
+func TestAReportOverDelayedLinksStatesThem(t *testing.T) {
+	rep := bench.Report{Links: []bench.Link{{Name: "PostgreSQL", Asked: 2 * time.Millisecond, Measured: 2350 * time.Microsecond}}, PeakRSS: 1 << 20}
+	var out bytes.Buffer
+	rep.Print(&out)
+	for _, want := range []string{"link to PostgreSQL: asked +2.00ms per round trip, measured +2.35ms", "references and idemflow's replica) 1 MiB"} {
+		if !strings.Contains(out.String(), want) {
+			t.Errorf("the report lacks %q:\n%s", want, out.String())
+		}
+	}
+}
