@@ -17,6 +17,7 @@ import (
 	"github.com/idemflow/idemflow/internal/bench"
 	"github.com/idemflow/idemflow/internal/gateway"
 	"github.com/idemflow/idemflow/internal/netdelay"
+	"github.com/idemflow/idemflow/internal/pgurl"
 	"github.com/jackc/pgx/v5"
 	"go.temporal.io/sdk/client"
 )
@@ -138,7 +139,7 @@ func delayedReplica(ctx context.Context, env *Env, c common, pgRTT, temporalRTT 
 	if err != nil || (pgURL.Scheme != "postgres" && pgURL.Scheme != "postgresql") || pgURL.Host == "" {
 		return nil, fmt.Errorf("%w: --pg-latency needs the database as a postgres:// URL with a host", errUsage)
 	}
-	pgCfg, err := pgx.ParseConfig(c.databaseURL)
+	pgCfg, err := pgurl.ParseConfig(c.databaseURL)
 	if err != nil {
 		return nil, fmt.Errorf("%w: database URL: %w", errUsage, err)
 	}
@@ -155,12 +156,12 @@ func delayedReplica(ctx context.Context, env *Env, c common, pgRTT, temporalRTT 
 	pgURL.Host = pgLink.Addr
 	d.databaseURL = pgURL.String()
 
-	directDB, err := pgx.Connect(ctx, c.databaseURL)
+	directDB, err := pgurl.Connect(ctx, c.databaseURL)
 	if err != nil {
 		return nil, fmt.Errorf("bench: database: %w", err)
 	}
 	defer directDB.Close(context.WithoutCancel(ctx))
-	linkedDB, err := pgx.Connect(ctx, d.databaseURL)
+	linkedDB, err := pgurl.Connect(ctx, d.databaseURL)
 	if err != nil {
 		return nil, fmt.Errorf("bench: database through the link: %w", err)
 	}
