@@ -225,21 +225,18 @@ func (s *Store) Claim(ctx context.Context, p ClaimParams) (Claim, error) {
 	var inserted bool
 	rec, err := scanRecordAfter(s.db.QueryRow(ctx, claimSQL,
 		p.TenantID, p.Key, uuid.New(), p.BizType, p.Fingerprint, p.WorkflowID, ttl), &inserted)
-	switch {
-	case inserted:
+	if inserted {
 		return Claim{Record: rec, Owner: true}, nil
-	case err == nil && rec.Fingerprint != p.Fingerprint:
-		return Claim{Record: rec}, &KeyReusedError{Key: p.Key, BizType: rec.BizType, Asked: p.BizType}
-	case err == nil && rec.Status != StatusFailed:
-		return Claim{Record: rec}, nil
-	case err != nil && !errors.Is(err, apperr.ErrNotFound):
-		return Claim{}, fmt.Errorf("claim %s/%s: %w", p.TenantID, p.Key, err)
 	}
-	// A FAILED record to reopen, a purged key, or an insert that lost its
-	// race. A record can also vanish between two statements (purge), and a
-	// reopen can lose its race; a few rounds settle them all.
-	for range 5 {
-		rec, err := s.Get(ctx, p.TenantID, p.Key)
+	// The statement's read is the first round's. What it did not settle
+	// (a FAILED record to reopen, a purged key, an insert that lost its
+	// race) takes the rounds below; a record can also vanish between two
+	// statements (purge), and a reopen can lose its race: a few rounds
+	// settle them all.
+	for round := range 5 {
+		if round > 0 {
+			rec, err = s.Get(ctx, p.TenantID, p.Key)
+		}
 		if errors.Is(err, apperr.ErrNotFound) {
 			rec, owner, err := s.create(ctx, p, ttl)
 			if errors.Is(err, errRaced) {
