@@ -110,15 +110,27 @@ func PoolOn(t testing.TB, u string, configure func(*pgxpool.Config)) *pgxpool.Po
 // trips a pool makes, to count what one request costs (a cost is measured
 // in round trips, not in time: these machines are shared). A statement is
 // one; a batch is one, however many statements it pipelines.
-type Statements struct {
-	mu   sync.Mutex
-	sqls []string
+type Statements struct{ seen }
+
+// seen is what a counter saw since it was last taken.
+type seen struct {
+	mu    sync.Mutex
+	items []string
 }
 
-func (s *Statements) add(sql string) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	s.sqls = append(s.sqls, sql)
+func (l *seen) add(item string) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.items = append(l.items, item)
+}
+
+// Take returns what was seen since the last Take, and forgets it.
+func (l *seen) Take() []string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	out := l.items
+	l.items = nil
+	return out
 }
 
 func oneLine(sql string) string { return strings.Join(strings.Fields(sql), " ") }
@@ -148,30 +160,16 @@ func (s *Statements) TraceBatchQuery(context.Context, *pgx.Conn, pgx.TraceBatchQ
 // TraceBatchEnd implements pgx.BatchTracer.
 func (s *Statements) TraceBatchEnd(context.Context, *pgx.Conn, pgx.TraceBatchEndData) {}
 
-// Take returns the round trips made since the last Take, and forgets them.
-func (s *Statements) Take() []string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	out := s.sqls
-	s.sqls = nil
-	return out
-}
-
 // RPCs counts the Temporal RPCs a client makes, by method, for a
 // Stack's Options.Client: the worker's long polls are left out, as they
 // run whether or not an intent arrives.
-type RPCs struct {
-	mu      sync.Mutex
-	methods []string
-}
+type RPCs struct{ seen }
 
 // Interceptor is the gRPC client interceptor that counts.
 func (r *RPCs) Interceptor(ctx context.Context, method string, req, reply any, cc *grpc.ClientConn, invoker grpc.UnaryInvoker, opts ...grpc.CallOption) error {
 	name := method[strings.LastIndex(method, "/")+1:]
 	if !strings.HasPrefix(name, "Poll") {
-		r.mu.Lock()
-		r.methods = append(r.methods, name)
-		r.mu.Unlock()
+		r.add(name)
 	}
 	return invoker(ctx, method, req, reply, cc, opts...)
 }
@@ -180,15 +178,6 @@ func (r *RPCs) Interceptor(ctx context.Context, method string, req, reply any, c
 func (r *RPCs) ClientOptions() client.Options {
 	return client.Options{ConnectionOptions: client.ConnectionOptions{
 		DialOptions: []grpc.DialOption{grpc.WithChainUnaryInterceptor(r.Interceptor)}}}
-}
-
-// Take returns the RPCs made since the last Take, and forgets them.
-func (r *RPCs) Take() []string {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	out := r.methods
-	r.methods = nil
-	return out
 }
 
 // Count returns SELECT count(*) FROM table [WHERE ...].
