@@ -58,8 +58,9 @@ func runBench(ctx context.Context, env *Env, args []string) error {
 	if cfg.TenantID, err = tenantOf(ctx, g.url, g.token); err != nil {
 		return err
 	}
-	tc, err := dialTemporal(ctx, env.Logger, firstNonEmpty(*temporalAddr, devEnv["TEMPORAL_ADDRESS"], "127.0.0.1:7233"),
-		firstNonEmpty(*namespace, devEnv["TEMPORAL_NAMESPACE"], "default"), temporalTLS{}, client.Options{})
+	tAddr := firstNonEmpty(*temporalAddr, devEnv["TEMPORAL_ADDRESS"], "127.0.0.1:7233")
+	ns := firstNonEmpty(*namespace, devEnv["TEMPORAL_NAMESPACE"], "default")
+	tc, err := dialTemporal(ctx, env.Logger, tAddr, ns, temporalTLS{}, client.Options{})
 	if err != nil {
 		return err
 	}
@@ -69,8 +70,7 @@ func runBench(ctx context.Context, env *Env, args []string) error {
 		return fmt.Errorf("%w: a latency is a duration of 0 or more", errUsage)
 	}
 	if *pgLatency > 0 || *temporalLatency > 0 {
-		c := common{databaseURL: cfg.DatabaseURL, temporal: firstNonEmpty(*temporalAddr, devEnv["TEMPORAL_ADDRESS"], "127.0.0.1:7233"),
-			namespace: firstNonEmpty(*namespace, devEnv["TEMPORAL_NAMESPACE"], "default"), retention: durationFlag(idem.DefaultRetention)}
+		c := common{databaseURL: cfg.DatabaseURL, temporal: tAddr, namespace: ns, retention: durationFlag(idem.DefaultRetention)}
 		net, err := delayedReplica(ctx, env, c, *pgLatency, *temporalLatency, tc)
 		if err != nil {
 			return err
