@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net/http"
 	"time"
 
 	"github.com/idemflow/idemflow/idem"
@@ -43,6 +44,23 @@ func (a HTTPTool) Run(ctx context.Context, in op.Input) (idem.Outcome, error) {
 // step is what the first transaction decided.
 type step int
 
+// plan is what the first transaction decided, and what the answer to the
+// request it allows will mean.
+type plan struct {
+	next step
+	// sends is the row's count of requests sent, for markResend's
+	// compare-and-set.
+	sends int
+	// resend: a request under the key was sent before and its outcome is
+	// unknown, so the downstream may hold the key already. Its answer to
+	// this one then says less than to a first request: a refusal may be
+	// of the key, not of the call (resendAnswer).
+	resend bool
+	// sinceFirst is how long ago the first request under the key was
+	// sent, by the database's clock.
+	sinceFirst time.Duration
+}
+
 const (
 	stepSend   step = iota // send the call
 	stepLookup             // ask the downstream what the key did first
@@ -67,26 +85,59 @@ func (a HTTPTool) run(ctx context.Context, in op.Input) (idem.Outcome, error) {
 	}
 	key := idem.DownstreamKey(in.Intent.TenantID, in.Intent.Key, t.Name)
 
-	next, sends, out, err := a.begin(ctx, in.Intent, t)
-	if next == stepDone || err != nil {
+	p, out, err := a.begin(ctx, in.Intent, t)
+	if p.next == stepDone || err != nil {
 		return out, err
 	}
-	if next == stepLookup {
+	if p.next == stepLookup {
 		found := a.traced(ctx, "lookup", t, func(ctx context.Context) httptool.Result { return t.Find(ctx, key) })
 		switch found.Verdict {
 		case httptool.Succeeded:
 			return a.finish(ctx, in.Intent, t, found)
 		case httptool.Absent:
 			// The key did nothing: send, unless another execution sent
-			// since this one read the row.
-			if out, err := a.markResend(ctx, in.Intent, sends); err != nil || out != nil {
+			// since this one read the row. The downstream does not hold
+			// the key, so its answer means what a first one would.
+			if out, err := a.markResend(ctx, in.Intent, p.sends); err != nil || out != nil {
 				return deref(out), err
 			}
+			p.resend = false
 		default:
 			return idem.Outcome{}, retryAfter(fmt.Errorf("look up %s: %w", t, found.Err), time.Second)
 		}
 	}
-	return a.finish(ctx, in.Intent, t, a.traced(ctx, "send", t, func(ctx context.Context) httptool.Result { return t.Send(ctx, key, request) }))
+	res := a.traced(ctx, "send", t, func(ctx context.Context) httptool.Result { return t.Send(ctx, key, request) })
+	if p.resend {
+		res = resendAnswer(t, res, p.sinceFirst)
+	}
+	return a.finish(ctx, in.Intent, t, res)
+}
+
+// resendAnswer judges the answer to a request sent again after an unknown
+// outcome, under the same downstream key. The downstream may hold the key
+// from the request whose answer was lost, so a refusal need not mean that
+// nothing happened:
+//   - a 4xx rejection (a downstream that answers a repeated key with 422,
+//     or one that refuses a duplicate by its own rule) says nothing of the
+//     first request: the outcome is unknown for good;
+//   - a 409 is the key still in use: while the first request may still be
+//     running (its timeout and Grace since it was sent) it is waited out
+//     and sent again; after that, the downstream holds the key and will
+//     not say what it did: unknown for good too.
+//
+// A downstream that deduplicates answers the first answer again, which is
+// a 2xx or a rejection of the call itself that the first request got as
+// well; only a downstream that cannot say so ends unknown.
+func resendAnswer(t *httptool.Tool, res httptool.Result, sinceFirst time.Duration) httptool.Result {
+	status := res.Answer.Status
+	switch {
+	case res.Verdict == httptool.Rejected:
+	case status == http.StatusConflict && sinceFirst >= t.Timeout()+httptool.Grace:
+	default:
+		return res
+	}
+	return httptool.Result{Verdict: httptool.Unsettled, Answer: res.Answer,
+		Err: fmt.Errorf("got %d to the request sent again under the same key, which does not say whether the first request, whose answer was lost, took effect", status)}
 }
 
 // traced spans one request to the tool's downstream ("send", "lookup"),
@@ -109,17 +160,16 @@ func (a *Activities) traced(ctx context.Context, what string, t *httptool.Tool, 
 
 // begin is the first transaction: under the record's lock it decides what
 // this attempt does, and commits that a request is about to be sent
-// before one is. sends is the row's count of requests sent, for
-// markResend's compare-and-set.
-func (a HTTPTool) begin(ctx context.Context, in idem.Intent, t *httptool.Tool) (next step, sends int, out idem.Outcome, err error) {
+// before one is.
+func (a HTTPTool) begin(ctx context.Context, in idem.Intent, t *httptool.Tool) (p plan, out idem.Outcome, err error) {
 	var final error
 	err = pgx.BeginFunc(ctx, a.DB, func(tx pgx.Tx) error {
 		rec, done, err := lockOpen(ctx, tx, in)
 		if err != nil || done {
-			next, out = stepDone, rec.Response
+			p.next, out = stepDone, rec.Response
 			return err
 		}
-		next = stepDone
+		p.next = stepDone
 		prior, found, err := a.Records.Recall(ctx, tx, rec.TenantID, rec.Key)
 		if err != nil {
 			return err
@@ -137,7 +187,7 @@ func (a HTTPTool) begin(ctx context.Context, in idem.Intent, t *httptool.Tool) (
 		}
 		switch {
 		case !sent:
-			next = stepSend
+			p.next = stepSend
 			return httptool.MarkSending(ctx, tx, in, 0)
 		case call.Fingerprint != rec.Fingerprint || call.BizType != rec.BizType:
 			// A call sent under this key for another request, whose
@@ -150,27 +200,29 @@ func (a HTTPTool) begin(ctx context.Context, in idem.Intent, t *httptool.Tool) (
 			}
 			return a.Records.Finish(ctx, tx, rec, idem.StatusSuccess, out, "")
 		case call.State == httptool.OutcomeUnknown:
-			return a.reject(ctx, tx, rec, outcomeUnknown(t), &out, &final)
+			// Its answer says why; a purged record's retry says it again.
+			return a.reject(ctx, tx, rec, outcomeUnknown(t, atMostOnceReason), &out, &final)
 		case t.AtMostOnce():
-			return a.giveUp(ctx, tx, rec, t, &out, &final)
-		case t.HasLookup():
+			return a.giveUp(ctx, tx, rec, t, atMostOnceReason, &out, &final)
+		}
+		p.resend, p.sinceFirst = true, call.SinceFirstSent
+		if t.HasLookup() {
 			if wait := t.Timeout() + httptool.Grace - call.SinceSent; wait > 0 {
-				next = stepSend // nothing to commit; the error below says wait
+				p.next = stepSend // nothing to commit; the error below says wait
 				return retryAfter(fmt.Errorf("%s: a request sent %s ago may still be running; it is looked up once its timeout has passed",
 					t, call.SinceSent.Round(time.Millisecond)), wait)
 			}
-			next, sends = stepLookup, call.Sends
+			p.next, p.sends = stepLookup, call.Sends
 			return nil
-		default:
-			next = stepSend
-			return httptool.MarkSending(ctx, tx, in, call.Sends)
 		}
+		p.next = stepSend
+		return httptool.MarkSending(ctx, tx, in, call.Sends)
 	})
-	if next == stepDone && err == nil {
+	if p.next == stepDone && err == nil {
 		a.Records.Settled(in.TenantID, in.Key, nil)
 		err = final
 	}
-	return next, sends, out, err
+	return p, out, err
 }
 
 // markResend commits, under the record's lock, that the call is sent
@@ -197,6 +249,11 @@ func (a HTTPTool) markResend(ctx context.Context, in idem.Intent, sends int) (*i
 // outcome is unknown.
 func (a HTTPTool) finish(ctx context.Context, in idem.Intent, t *httptool.Tool, res httptool.Result) (idem.Outcome, error) {
 	if res.Verdict == httptool.Unknown && !t.AtMostOnce() {
+		if res.Answer.Status == http.StatusConflict {
+			// The key is in use by a request that may still be running:
+			// wait out its timeout before sending again.
+			return idem.Outcome{}, retryAfter(fmt.Errorf("%s: %w", t, res.Err), t.Timeout()+httptool.Grace)
+		}
 		wait := time.Duration(0)
 		if !t.Resends() {
 			wait = t.Timeout() + httptool.Grace
@@ -232,8 +289,10 @@ func (a HTTPTool) finish(ctx context.Context, in idem.Intent, t *httptool.Tool, 
 			final = temporal.NewNonRetryableApplicationError(fmt.Sprintf("%s: the downstream rejected the call with %d", t, out.Status),
 				idem.ErrTypeRejected, nil, out)
 			return a.Records.Finish(ctx, tx, rec, idem.StatusFailed, out, fmt.Sprintf("downstream answered %d", out.Status))
+		case httptool.Unsettled:
+			return a.giveUp(ctx, tx, rec, t, res.Err.Error(), &out, &final)
 		default:
-			return a.giveUp(ctx, tx, rec, t, &out, &final)
+			return a.giveUp(ctx, tx, rec, t, atMostOnceReason, &out, &final)
 		}
 	})
 	if err == nil {
@@ -259,19 +318,25 @@ func (a HTTPTool) reject(ctx context.Context, tx pgx.Tx, rec idem.Record, r *app
 	return nil
 }
 
-// giveUp ends an at_most_once tool's call whose outcome is unknown: the
-// row says so for good, and the record is FAILED with outcome-unknown.
-func (a HTTPTool) giveUp(ctx context.Context, tx pgx.Tx, rec idem.Record, t *httptool.Tool, out *idem.Outcome, final *error) error {
-	r := outcomeUnknown(t)
+// giveUp ends a call whose outcome is unknown for good (why says how): the
+// row says so, and the record is FAILED with outcome-unknown, final
+// (idem.Outcome.Final): nothing is sent again under this key.
+func (a HTTPTool) giveUp(ctx context.Context, tx pgx.Tx, rec idem.Record, t *httptool.Tool, why string, out *idem.Outcome, final *error) error {
+	r := outcomeUnknown(t, why)
 	if err := httptool.Settle(ctx, tx, rec.Intent(), httptool.OutcomeUnknown, problem.OutcomeUnknown(r.Reason).Outcome()); err != nil {
 		return err
 	}
 	return a.reject(ctx, tx, rec, r, out, final)
 }
 
-func outcomeUnknown(t *httptool.Tool) *apperr.RejectedError {
-	return &apperr.RejectedError{Code: httptool.CodeOutcomeUnknown, Status: 502,
-		Reason: "the call to " + t.Name + " got no answer that says whether it took effect; it may have. It is at_most_once: it is never sent again under this key"}
+// atMostOnceReason is why an at_most_once tool's unknown outcome is final.
+const atMostOnceReason = "got no answer that says whether it took effect. It is at_most_once"
+
+// outcomeUnknown is the rejection of a call whose outcome is unknown for
+// good; why completes "the call to NAME ...".
+func outcomeUnknown(t *httptool.Tool, why string) *apperr.RejectedError {
+	return &apperr.RejectedError{Code: httptool.CodeOutcomeUnknown, Status: idem.StatusOutcomeUnknown,
+		Reason: "the call to " + t.Name + " " + why + "; it may have taken effect, and it is never sent again under this key"}
 }
 
 func retryAfter(err error, wait time.Duration) error {
@@ -303,7 +368,7 @@ func (a *Activities) settleToolCall(ctx context.Context, in idem.Intent, t *http
 	*failed = problem.CallUnsettled()
 	switch {
 	case t.AtMostOnce():
-		unknown := problem.OutcomeUnknown(outcomeUnknown(t).Reason)
+		unknown := problem.OutcomeUnknown(outcomeUnknown(t, atMostOnceReason).Reason)
 		*failed = unknown
 		return func(ctx context.Context, tx pgx.Tx) error {
 			return httptool.Settle(ctx, tx, in, httptool.OutcomeUnknown, unknown.Outcome())

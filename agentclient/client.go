@@ -251,7 +251,7 @@ func (c *Client) Do(ctx context.Context, in Intent) (Result, error) {
 		if isRetryable(err) {
 			return Result{}, fmt.Errorf("intent %s: %w before a final answer (last: %v)", in.ID, context.DeadlineExceeded, err)
 		}
-		if refusedUnrecorded(res) && c.Store != nil && in.ID != "" {
+		if refusedUnrecorded(err) && c.Store != nil && in.ID != "" {
 			in.Refused = &res
 			if serr := c.Store.Save(ctx, in); serr != nil {
 				return Result{}, errors.Join(err, serr)
@@ -269,13 +269,16 @@ func (c *Client) Do(ctx context.Context, in Intent) (Result, error) {
 }
 
 // refusedUnrecorded reports an answer given before the server recorded
-// anything: a 400 for the body or key (not a stored unstorable-input), a
-// 413 or a 415.
-func refusedUnrecorded(res Result) bool {
-	switch res.Status {
-	case http.StatusBadRequest:
-		return problemType(res.Body) != "/problems/unstorable-input"
-	case http.StatusRequestEntityTooLarge, http.StatusUnsupportedMediaType:
+// anything: idemflow's own 400 for the body or key, 413 or 415. An
+// answer of the intent's own (Settled: a stored unstorable-input, a
+// downstream's 400) was recorded under the first body.
+func refusedUnrecorded(err error) bool {
+	var pe *ProblemError
+	if !errors.As(err, &pe) || pe.Settled {
+		return false
+	}
+	switch pe.Status {
+	case http.StatusBadRequest, http.StatusRequestEntityTooLarge, http.StatusUnsupportedMediaType:
 		return true
 	}
 	return false
@@ -315,24 +318,83 @@ func (c *Client) attempt(ctx context.Context, in Intent, n int) (Result, time.Du
 		// A timeout is not a failure: the first call may have succeeded.
 		return Result{}, 0, retryableError{fmt.Errorf("attempt %d: %w", n, err)}
 	}
-	res := Result{Status: resp.StatusCode, Body: body, Replayed: resp.Header.Get("Idempotent-Replayed") == "true"}
-	retryAfter := parseRetryAfter(resp.Header.Get("Retry-After"))
-	switch {
-	case resp.StatusCode == http.StatusAccepted:
+	res, action, err := judge(resp.StatusCode, resp.Header, body)
+	if action == actionPoll {
 		out, err := c.poll(ctx, resp.Header.Get("Location"))
 		if err != nil {
 			return res, 0, err
 		}
 		return out, 0, nil
-	case resp.StatusCode < 300:
-		return res, 0, nil
-	case problemType(body) == typeOutcomeUnknown:
-		return res, 0, problemError(resp.StatusCode, body) // final, though a 502
-	case resp.StatusCode == http.StatusConflict && problemType(body) == "/problems/request-in-progress",
-		resp.StatusCode == http.StatusTooManyRequests, resp.StatusCode >= 500:
-		return res, retryAfter, retryableError{problemError(resp.StatusCode, body)}
 	}
-	return res, 0, problemError(resp.StatusCode, body)
+	return res, parseRetryAfter(resp.Header.Get("Retry-After")), err
+}
+
+// action is what an answer asks of the client.
+type action int
+
+const (
+	actionDone  action = iota // the final answer, or a final error
+	actionPoll                // idemflow's 202: follow Location
+	actionRetry               // the same key again
+)
+
+// HeaderReplayed marks an answer as the intent's own, stored one: it is
+// on every such answer, whatever its status, and on no answer of
+// idemflow's about the request.
+const HeaderReplayed = "Idempotent-Replayed"
+
+// judge reads one answer to an intent (clients/testdata/answers.json is
+// its table, shared with the other clients). An answer with
+// Idempotent-Replayed is the intent's own, whatever its status: any 2xx is
+// its success (a downstream's 202 too), a 4xx the operation's rejection
+// (a downstream's too, never idemflow's refusal of the request), and a
+// 5xx one that ended without an answer, to be sent again (but
+// outcome-unknown, which is final). Without it, the answer is idemflow's
+// about the request: 202 is still running, 409 in progress, 429 and 5xx
+// are retried, and a 4xx is a refusal.
+func judge(status int, h http.Header, body []byte) (Result, action, error) {
+	settled := h.Get(HeaderReplayed) != ""
+	res := Result{Status: status, Body: body, Replayed: h.Get(HeaderReplayed) == "true"}
+	switch {
+	case status == http.StatusAccepted && !settled:
+		return res, actionPoll, nil
+	case status < 300:
+		return res, actionDone, nil
+	case problemType(body) == typeOutcomeUnknown && settled:
+		return res, actionDone, problemError(status, body, true) // final, though a 502
+	case !settled && status == http.StatusConflict && problemType(body) == "/problems/request-in-progress",
+		status == http.StatusTooManyRequests, status >= 500:
+		return res, actionRetry, retryableError{problemError(status, body, settled)}
+	}
+	return res, actionDone, problemError(status, body, settled)
+}
+
+// operationView is the part of GET /v1/operations/{id} a poll reads.
+type operationView struct {
+	Status            string          `json:"status"`
+	ResultStatus      int             `json:"result_status"`
+	ResultContentType string          `json:"result_content_type"`
+	Result            json.RawMessage `json:"result"`
+	ResultBase64      []byte          `json:"result_base64"`
+}
+
+// judgeOperation reads a polled operation: still running (actionPoll), or
+// its stored answer, judged as a replay of it would be. Its bytes are the
+// replay's: result_base64 when the view has it, else result as written.
+func judgeOperation(body []byte) (Result, action, error) {
+	var op operationView
+	if err := json.Unmarshal(body, &op); err != nil {
+		return Result{}, actionRetry, retryableError{fmt.Errorf("operation: %w", err)}
+	}
+	if op.Status == "processing" {
+		return Result{}, actionPoll, nil
+	}
+	answer := []byte(op.Result)
+	if op.ResultBase64 != nil {
+		answer = op.ResultBase64
+	}
+	h := http.Header{HeaderReplayed: {"true"}}
+	return judge(op.ResultStatus, h, answer)
 }
 
 // poll follows a 202's Location until the operation is done.
@@ -342,27 +404,16 @@ func (c *Client) poll(ctx context.Context, location string) (Result, error) {
 		resp, body, err := c.send(actx, http.MethodGet, location, "", nil)
 		cancel()
 		if err == nil && resp.StatusCode == http.StatusOK {
-			var op struct {
-				Status       string          `json:"status"`
-				ResultStatus int             `json:"result_status"`
-				Result       json.RawMessage `json:"result"`
-			}
-			if json.Unmarshal(body, &op) == nil && op.Status != "processing" {
-				res := Result{Status: op.ResultStatus, Body: op.Result, Replayed: true}
-				if (op.ResultStatus >= 500 || op.ResultStatus == http.StatusTooManyRequests) && problemType(op.Result) != typeOutcomeUnknown {
-					// Ended without an answer: send the intent again,
-					// with its key, as after a direct 5xx.
-					return res, retryableError{problemError(op.ResultStatus, op.Result)}
-				}
-				if op.ResultStatus >= 400 {
-					return res, problemError(op.ResultStatus, op.Result)
-				}
-				return res, nil
+			if res, action, err := judgeOperation(body); action != actionPoll {
+				// Done: its answer, as a replay would give it. One that
+				// ended without an answer is retryable: the intent is
+				// sent again with its key, as after a direct 5xx.
+				return res, err
 			}
 		} else if ctx.Err() != nil {
 			return Result{}, ctx.Err()
 		} else if err == nil && resp.StatusCode < 500 && resp.StatusCode != http.StatusTooManyRequests {
-			return Result{}, problemError(resp.StatusCode, body)
+			return Result{}, problemError(resp.StatusCode, body, false)
 		}
 		wait := c.backoff(n)
 		if err == nil {

@@ -11,10 +11,10 @@ import (
 var (
 	// ErrKeyReused: the key was used before with other parameters (422).
 	ErrKeyReused = errors.New("idempotency key reused with different parameters")
-	// ErrInvalidRequest: the request can never succeed as sent (400, or
-	// 415 for a body not sent as JSON). Unless the answer was a stored
-	// one (/problems/unstorable-input), nothing was recorded: fix the body
-	// with ReviseIntent and send it again under the same key.
+	// ErrInvalidRequest: idemflow refused the request as sent (400, or
+	// 415 for a body not sent as JSON). Nothing was recorded: fix the
+	// body with ReviseIntent and send it again under the same key. (A
+	// 400 of the intent's own, a downstream's, is ErrRejected.)
 	ErrInvalidRequest = errors.New("invalid request")
 	// ErrUnauthorized: the token is missing, unknown or revoked (401).
 	ErrUnauthorized = errors.New("unauthorized")
@@ -22,8 +22,11 @@ var (
 	ErrTooLarge = errors.New("request body too large")
 	// ErrNotFound: no such resource for this tenant (404).
 	ErrNotFound = errors.New("not found")
-	// ErrRejected: a business rule said no (out of stock, bad coupon,
-	// invalid transition); see *RejectedError for which.
+	// ErrRejected: the operation said no, and its answer is stored under
+	// the key: a business rule (out of stock, bad coupon, invalid
+	// transition), or an HTTP tool's downstream with a 4xx of its own;
+	// see *RejectedError for which. The same key with the same request
+	// may run again; other parameters need a new key.
 	ErrRejected = errors.New("rejected")
 	// ErrOutcomeUnknown: an at_most_once HTTP tool's call got no answer
 	// that says whether it took effect (502, /problems/outcome-unknown).
@@ -34,6 +37,10 @@ var (
 
 // typeOutcomeUnknown is the problem type of ErrOutcomeUnknown.
 const typeOutcomeUnknown = "/problems/outcome-unknown"
+
+// CodeDownstreamRejected is RejectedError.Code of an HTTP tool's call that
+// its downstream rejected (a 4xx of its own, whatever its body).
+const CodeDownstreamRejected = "downstream-rejected"
 
 // Problem is an RFC 9457 problem details body.
 type Problem struct {
@@ -55,9 +62,15 @@ type ProblemError struct {
 	Status  int
 	Problem Problem
 	// Body is the answer as it came, byte for byte: a retry with the same
-	// key answers the same bytes.
+	// key answers the same bytes. An HTTP tool's downstream may answer
+	// with any body, so Problem may be empty.
 	Body json.RawMessage
-	kind error
+	// Settled: the answer is the intent's own, stored under its key
+	// (it carried Idempotent-Replayed): a rejection by the operation or
+	// its downstream, not idemflow's refusal of the request. The key is
+	// spent on this request: other parameters need a new key.
+	Settled bool
+	kind    error
 }
 
 func (e *ProblemError) Error() string {
@@ -85,10 +98,29 @@ func problemType(body []byte) string {
 	return p.Type
 }
 
-func problemError(status int, body []byte) error {
+// problemError types an error answer; settled says it is the intent's
+// own (judge).
+func problemError(status int, body []byte, settled bool) error {
 	var p Problem
 	_ = json.Unmarshal(body, &p)
-	pe := ProblemError{Status: status, Problem: p, Body: body}
+	pe := ProblemError{Status: status, Problem: p, Body: body, Settled: settled}
+	if settled {
+		switch {
+		case p.Type == typeOutcomeUnknown:
+			pe.kind = ErrOutcomeUnknown
+		case status >= 400 && status < 500:
+			// The operation's rejection: a business rule's, whose
+			// problem names its code, or the downstream's, whatever its
+			// body says.
+			pe.kind = ErrRejected
+			code := CodeDownstreamRejected
+			if p.Code != "" && p.Type == "/problems/"+p.Code {
+				code = p.Code
+			}
+			return &RejectedError{ProblemError: pe, Code: code, CurrentState: p.CurrentState}
+		}
+		return &pe
+	}
 	switch {
 	case status == 400, status == 415:
 		pe.kind = ErrInvalidRequest

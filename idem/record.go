@@ -22,9 +22,21 @@ const (
 	// StatusSuccess: the business row exists and Response is its answer.
 	StatusSuccess Status = "SUCCESS"
 	// StatusFailed: nothing was written; a retry with the same parameters
-	// may execute again.
+	// may execute again, unless the answer is final (Outcome.Final).
 	StatusFailed Status = "FAILED"
 )
+
+// StatusOutcomeUnknown is the answer status of an intent whose effect's
+// outcome is unknown for good: an HTTP tool's call that got no answer
+// saying whether it took effect, and that may never be sent again (it is
+// at_most_once, or the downstream refused the resend). Only
+// /problems/outcome-unknown answers with it.
+const StatusOutcomeUnknown = 502
+
+// Final reports whether a FAILED record with this answer is final: a retry
+// gets it again as a replay, and never runs again. Every other FAILED
+// record is reopened by a retry with the same parameters.
+func (o Outcome) Final() bool { return o.Status == StatusOutcomeUnknown }
 
 // Outcome is the answer an intent produced, stored so that every retry gets
 // it back byte for byte.
@@ -219,7 +231,8 @@ type Claim struct {
 // The unique (tenant_id, idem_key) constraint decides between concurrent
 // submissions: exactly one INSERT wins. A matching FAILED record is reopened
 // with a compare-and-set on its status, so that again only one caller runs
-// the retry. A different fingerprint is a *KeyReusedError.
+// the retry, unless its answer is final (Outcome.Final): that is answered
+// as it is. A different fingerprint is a *KeyReusedError.
 func (s *Store) Claim(ctx context.Context, p ClaimParams) (Claim, error) {
 	ttl := s.retention.For(p.BizType).Seconds()
 	var inserted bool
@@ -256,7 +269,7 @@ func (s *Store) Claim(ctx context.Context, p ClaimParams) (Claim, error) {
 		if rec.Fingerprint != p.Fingerprint {
 			return Claim{Record: rec}, &KeyReusedError{Key: p.Key, BizType: rec.BizType, Asked: p.BizType}
 		}
-		if rec.Status != StatusFailed {
+		if rec.Status != StatusFailed || rec.Response.Final() {
 			return Claim{Record: rec}, nil
 		}
 		reopened, err := scanRecord(s.db.QueryRow(ctx, `

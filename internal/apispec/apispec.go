@@ -96,18 +96,24 @@ func WithOperations(ops []*op.Operation) ([]byte, error) {
 }
 
 // toolResponses rewrites a declared operation's answers for an HTTP tool,
-// whose answer is its downstream's: any 2xx (but idemflow's own 202,
-// still running), any 4xx as the downstream's rejection, each with the
-// downstream's own media type, and 502 for an at_most_once call whose
-// outcome is unknown.
+// whose answer is its downstream's: any 2xx (a 202 too, told apart from
+// idemflow's own still-running 202 by Idempotent-Replayed), any 4xx as the
+// downstream's rejection, each with the downstream's own media type, and
+// 502 for a call whose outcome is unknown for good.
 func toolResponses(responses map[string]any) {
 	anyBody := map[string]any{"*/*": map[string]any{"schema": map[string]any{}}}
 	created := responses["201"]
 	delete(responses, "201")
 	answer := created.(map[string]any)
-	answer["description"] = "The downstream's answer (any 2xx but 202) as it came: its status, body and Content-Type, or (Idempotent-Replayed: true) the first answer again, byte for byte."
+	answer["description"] = "The downstream's answer (any 2xx) as it came: its status, body and Content-Type, or (Idempotent-Replayed: true) the first answer again, byte for byte."
 	answer["content"] = anyBody
 	responses["2XX"] = answer
+	accepted := responses["202"].(map[string]any)
+	accepted["description"] = "Either idemflow's own 202, still running (Location: /v1/operations/{id}, an Operation body, no Idempotent-Replayed): poll Location or retry with the same key; " +
+		"or the downstream's own 202, its settled answer as it came (Idempotent-Replayed: false, or true on a replay): the call took effect as the downstream accepted it, and nothing is to be polled at idemflow."
+	accepted["headers"].(map[string]any)["Idempotent-Replayed"] = map[string]any{"$ref": "#/components/headers/Idempotent-Replayed"}
+	// Either body: idemflow's Operation, or the downstream's own, JSON or not.
+	accepted["content"] = map[string]any{"application/json": map[string]any{"schema": map[string]any{}}, "*/*": anyBody["*/*"]}
 	for code, r := range responses {
 		if code[0] != '4' {
 			continue
@@ -116,12 +122,13 @@ func toolResponses(responses map[string]any) {
 		content["*/*"] = anyBody["*/*"]
 	}
 	responses["4XX"] = map[string]any{
-		"description": "The downstream rejected the call (a 4xx other than 408, 409, 425 and 429): nothing happened there. Its answer as it came, stored and replayed.",
-		"headers":     map[string]any{"Idempotent-Replayed": map[string]any{"$ref": "#/components/headers/Idempotent-Replayed"}},
-		"content":     anyBody,
+		"description": "With Idempotent-Replayed: the downstream rejected the call (a 4xx other than 408, 409, 425 and 429): nothing happened there; its answer as it came, stored and replayed. " +
+			"The key is spent on these parameters: a retry with the same key and body sends the call again, other parameters need a new key. Without Idempotent-Replayed it is idemflow's own refusal, as described for each status.",
+		"headers": map[string]any{"Idempotent-Replayed": map[string]any{"$ref": "#/components/headers/Idempotent-Replayed"}},
+		"content": anyBody,
 	}
 	responses["502"] = map[string]any{
-		"description": "/problems/outcome-unknown: an at_most_once tool's call got no answer that says whether it took effect. Final: it is never sent again under this key.",
+		"description": "/problems/outcome-unknown: the call got no answer that says whether it took effect, and may not be sent again (an at_most_once tool, or a resend the downstream refused). Final: it is never sent again under this key, and a retry replays this answer.",
 		"headers":     map[string]any{"Idempotent-Replayed": map[string]any{"$ref": "#/components/headers/Idempotent-Replayed"}},
 		"content":     map[string]any{"application/problem+json": map[string]any{"schema": map[string]any{"$ref": "#/components/schemas/Problem"}}},
 	}

@@ -53,7 +53,9 @@ func (v *Invalid) Err() error {
 type RejectedError struct {
 	Code   string // stable, machine-readable: "out-of-stock", "invalid-coupon"
 	Reason string
-	// Status is the HTTP status to answer with; 0 means 422.
+	// Status is the HTTP status to answer with; 0 means 422. 502 is
+	// outcome-unknown's alone: a FAILED record answered 502 is final
+	// (idem.Outcome.Final), never reopened by a retry.
 	Status int
 	// CurrentState is set for "invalid-transition": the state the
 	// resource is in.

@@ -65,9 +65,15 @@ type Refund struct {
 const MaxAmount = 1_000_000
 
 type keyed struct {
-	body   []byte // the request, to tell a reuse with other parameters
-	status int
-	answer []byte
+	body []byte // the request, to tell a reuse with other parameters
+	reply
+}
+
+// reply is an answer: its status, body and media type.
+type reply struct {
+	status      int
+	body        []byte
+	contentType string
 }
 
 // Server is the service. The zero value is not ready: use New.
@@ -77,6 +83,15 @@ type Server struct {
 	// Token, if set, is the bearer token every request must carry (401
 	// otherwise), as a real service's would.
 	Token string
+	// Accepted answers a refund 202 (queued) instead of 201, as an API
+	// that takes work to do later does.
+	Accepted bool
+	// Text answers a refund as text/plain instead of JSON.
+	Text bool
+	// RepeatedKey, if set, is the keyed API's answer status to a key it
+	// has seen (409 or 422, as some APIs answer a duplicate) instead of
+	// the first answer again.
+	RepeatedKey int
 
 	mu      sync.Mutex
 	refunds []Refund
@@ -214,15 +229,24 @@ func decode(w http.ResponseWriter, r *http.Request) (request, []byte, bool) {
 }
 
 // refund makes the effect, under s.mu: the answer, or a rejection.
-func (s *Server) refund(req request, key string) (int, []byte) {
+func (s *Server) refund(req request, key string) reply {
 	if req.AmountCents > MaxAmount {
-		return 422, mustJSON(map[string]string{"error": "amount_exceeds_capture", "detail": fmt.Sprintf("at most %d cents can be refunded", MaxAmount)})
+		return jsonReply(422, map[string]string{"error": "amount_exceeds_capture", "detail": fmt.Sprintf("at most %d cents can be refunded", MaxAmount)})
 	}
 	rf := Refund{ID: fmt.Sprintf("re_%d", len(s.refunds)+1), PaymentID: req.PaymentID, AmountCents: req.AmountCents,
 		ExternalID: req.ExternalID, IdempotencyKey: key, Status: "succeeded"}
+	status := http.StatusCreated
+	if s.Accepted {
+		rf.Status, status = "queued", http.StatusAccepted
+	}
 	s.refunds = append(s.refunds, rf)
-	return 201, mustJSON(rf)
+	if s.Text {
+		return reply{status, fmt.Appendf(nil, "refund %s of %d cents: %s", rf.ID, rf.AmountCents, rf.Status), "text/plain; charset=utf-8"}
+	}
+	return jsonReply(status, rf)
 }
+
+func jsonReply(status int, v any) reply { return reply{status, mustJSON(v), "application/json"} }
 
 func (s *Server) postKeyed(w http.ResponseWriter, r *http.Request) {
 	req, body, ok := decode(w, r)
@@ -234,19 +258,20 @@ func (s *Server) postKeyed(w http.ResponseWriter, r *http.Request) {
 		writeJSON(w, 400, map[string]string{"error": "Idempotency-Key is required"})
 		return
 	}
-	s.post(w, func() (int, []byte) {
+	s.post(w, func() reply {
 		k, seen := s.keys[key]
 		switch {
 		case seen && !bytes.Equal(k.body, body):
-			return 422, mustJSON(map[string]string{"error": "this key was used with other parameters"})
+			return jsonReply(422, map[string]string{"error": "this key was used with other parameters"})
+		case seen && s.RepeatedKey != 0:
+			return jsonReply(s.RepeatedKey, map[string]string{"error": "duplicate request: this key was used before"})
 		case !seen:
-			status, answer := s.refund(req, key)
-			k = &keyed{body: body, status: status, answer: answer}
-			if status < 300 {
+			k = &keyed{body: body, reply: s.refund(req, key)}
+			if k.status < 300 {
 				s.keys[key] = k
 			}
 		}
-		return k.status, k.answer
+		return k.reply
 	})
 }
 
@@ -259,12 +284,12 @@ func (s *Server) postPlain(w http.ResponseWriter, r *http.Request) {
 		writeJSON(w, 400, map[string]string{"error": "external_id is required"})
 		return
 	}
-	s.post(w, func() (int, []byte) { return s.refund(req, "") })
+	s.post(w, func() reply { return s.refund(req, "") })
 }
 
 // post picks a POST's fault, makes its effect with commit under s.mu
 // (none for Fail) and answers as the fault says.
-func (s *Server) post(w http.ResponseWriter, commit func() (int, []byte)) {
+func (s *Server) post(w http.ResponseWriter, commit func() reply) {
 	s.mu.Lock()
 	fault := s.next()
 	if fault == Slow {
@@ -277,9 +302,9 @@ func (s *Server) post(w http.ResponseWriter, commit func() (int, []byte)) {
 		writeJSON(w, 503, map[string]string{"error": "unavailable"})
 		return
 	}
-	status, body := commit()
+	r := commit()
 	s.mu.Unlock()
-	answer(w, fault, s.Late, status, body)
+	answer(w, fault, s.Late, r)
 }
 
 func (s *Server) lookup(w http.ResponseWriter, r *http.Request) {
@@ -296,7 +321,7 @@ func (s *Server) lookup(w http.ResponseWriter, r *http.Request) {
 }
 
 // answer sends a committed effect's answer, or fails to, as fault says.
-func answer(w http.ResponseWriter, fault Fault, late time.Duration, status int, body []byte) {
+func answer(w http.ResponseWriter, fault Fault, late time.Duration, r reply) {
 	switch fault {
 	case Drop:
 		if hj, ok := w.(http.Hijacker); ok {
@@ -309,9 +334,9 @@ func answer(w http.ResponseWriter, fault Fault, late time.Duration, status int, 
 	case Late:
 		time.Sleep(late)
 	}
-	w.Header().Set("Content-Type", "application/json")
-	w.WriteHeader(status)
-	_, _ = w.Write(body)
+	w.Header().Set("Content-Type", r.contentType)
+	w.WriteHeader(r.status)
+	_, _ = w.Write(r.body)
 }
 
 func writeJSON(w http.ResponseWriter, status int, v any) {

@@ -362,18 +362,15 @@ func labelOf(reply starter.Reply, err error) string {
 	return LabelInProgress
 }
 
-// writeOutcome writes a stored answer. A replay carries
+// writeOutcome writes a stored answer: the intent's own, whatever its
+// status (a downstream's 202 or 4xx too). Every such answer carries
+// Idempotent-Replayed, and no answer of idemflow's about the request does
+// (its 202 still running, 409 in progress, 4xx refusals, 5xx): that is
+// how a client tells the two apart. A replay carries
 // Idempotent-Replayed: true and is otherwise byte-identical to the first.
 func writeOutcome(w http.ResponseWriter, out idem.Outcome, replayed bool) {
 	h := w.Header()
-	switch {
-	case out.ContentType != "":
-		h.Set("Content-Type", out.ContentType)
-	case out.Status >= 400:
-		h.Set("Content-Type", problem.ContentType)
-	default:
-		h.Set("Content-Type", "application/json")
-	}
+	h.Set("Content-Type", mediaType(out))
 	if out.Location != "" {
 		h.Set("Location", out.Location)
 	}
@@ -382,18 +379,33 @@ func writeOutcome(w http.ResponseWriter, out idem.Outcome, replayed bool) {
 	_, _ = w.Write(out.Body)
 }
 
+// mediaType is a stored answer's Content-Type.
+func mediaType(out idem.Outcome) string {
+	switch {
+	case out.ContentType != "":
+		return out.ContentType
+	case out.Status >= 400:
+		return problem.ContentType
+	}
+	return "application/json"
+}
+
 type operationView struct {
-	OperationID    string          `json:"operation_id"`
-	Status         string          `json:"status"`
-	BizType        string          `json:"biz_type"`
-	IdempotencyKey string          `json:"idempotency_key"`
-	WorkflowID     string          `json:"workflow_id"`
-	Attempts       int             `json:"attempts,omitempty"`
-	CreatedAt      *time.Time      `json:"created_at,omitempty"`
-	UpdatedAt      *time.Time      `json:"updated_at,omitempty"`
-	ResultStatus   int             `json:"result_status,omitempty"`
-	ResultLocation string          `json:"result_location,omitempty"`
-	Result         json.RawMessage `json:"result,omitempty"`
+	OperationID    string     `json:"operation_id"`
+	Status         string     `json:"status"`
+	BizType        string     `json:"biz_type"`
+	IdempotencyKey string     `json:"idempotency_key"`
+	WorkflowID     string     `json:"workflow_id"`
+	Attempts       int        `json:"attempts,omitempty"`
+	CreatedAt      *time.Time `json:"created_at,omitempty"`
+	UpdatedAt      *time.Time `json:"updated_at,omitempty"`
+	ResultStatus   int        `json:"result_status,omitempty"`
+	ResultLocation string     `json:"result_location,omitempty"`
+	// ResultContentType, and Result or ResultBase64, are the answer a
+	// replay gives: its media type, and its bytes.
+	ResultContentType string          `json:"result_content_type,omitempty"`
+	Result            json.RawMessage `json:"result,omitempty"`
+	ResultBase64      []byte          `json:"result_base64,omitempty"`
 }
 
 var operationStatus = map[idem.Status]string{
@@ -441,11 +453,29 @@ func operationOf(rec idem.Record) any {
 	}
 	if rec.Status != idem.StatusProcessing {
 		v.ResultStatus, v.ResultLocation = rec.Response.Status, rec.Response.Location
-		if json.Valid(rec.Response.Body) {
+		v.ResultContentType = mediaType(rec.Response)
+		if writtenAsIs(rec.Response.Body) {
 			v.Result = json.RawMessage(rec.Response.Body)
+		} else {
+			v.ResultBase64 = rec.Response.Body
 		}
 	}
 	return v
+}
+
+// writtenAsIs reports whether body is JSON that writeJSON writes as it is,
+// byte for byte (compact, nothing it escapes): then the view's result is
+// the answer's bytes. Any other answer (text, a downstream's indented
+// JSON) goes in result_base64, so that a poll reads what a replay would.
+func writtenAsIs(body []byte) bool {
+	if !json.Valid(body) {
+		return false
+	}
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(json.RawMessage(body)); err != nil {
+		return false
+	}
+	return bytes.Equal(bytes.TrimSuffix(buf.Bytes(), []byte("\n")), body)
 }
 
 // getTenant names the caller's tenant: a cheap way for a front end (the MCP

@@ -30,6 +30,9 @@ const (
 	Rejected
 	// Absent: a lookup's 404; the key did nothing.
 	Absent
+	// Unsettled: an answer that leaves the outcome unknown for good
+	// (activities' resendAnswer): nothing is sent again.
+	Unsettled
 )
 
 // String names the verdict, for logs and spans.
@@ -41,6 +44,8 @@ func (v Verdict) String() string {
 		return "rejected"
 	case Absent:
 		return "absent"
+	case Unsettled:
+		return "unsettled"
 	}
 	return "unknown"
 }
@@ -105,6 +110,10 @@ func (t *Tool) Find(ctx context.Context, downstreamKey string) Result {
 	switch res.Answer.Status {
 	case http.StatusOK:
 		res.Verdict = Succeeded
+		if s := t.spec.Lookup.FoundStatus; s != 0 {
+			// Answered as the call's own success would be.
+			res.Answer.Status = s
+		}
 	case http.StatusNotFound:
 		res.Verdict = Absent
 	default:

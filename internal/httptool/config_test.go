@@ -94,6 +94,7 @@ func TestABadToolsFileIsRefusedNamingTheToolAndField(t *testing.T) {
 		{"a method that reads", edit("method: POST", "method: GET"), `tool refund_create: call.method: "GET"`},
 		{"a relative URL", edit("url: http://billing.internal:9000/refunds\n", "url: /refunds\n"), "tool refund_create: call.url:"},
 		{"a lookup without {key}", edit("external_id={key}", "external_id=x"), "tool refund_create: lookup.url: must hold {key}"},
+		{"a found_status that is no success", edit("external_id={key}\n", "external_id={key}\n      found_status: 404\n"), "tool refund_create: lookup.found_status: 404 is not a 2xx"},
 		{"a timeout past the bound", edit("timeout: 5s", "timeout: 30s"), "tool refund_create: call.timeout:"},
 		{"an unset variable", edit("${BILLING_TOKEN}", "${BILLING_KEY}"), "tool refund_create: call.headers.Authorization: $BILLING_KEY is not set"},
 		{"a key field the agent sends", edit("maxLength: 64}", "maxLength: 64}\n        external_id: {type: string}"), "tool refund_create: call.key_field:"},

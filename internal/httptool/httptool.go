@@ -86,6 +86,10 @@ type LookupSpec struct {
 	URL string `yaml:"url"`
 	// Headers default to the call's.
 	Headers map[string]string `yaml:"headers"`
+	// FoundStatus is the status a found effect is answered with: the
+	// call's own success status (201, say), so that one intent's answer
+	// does not depend on which fault happened. 0 keeps the lookup's 200.
+	FoundStatus int `yaml:"found_status"`
 }
 
 // Tool is a loaded tool: its operation, and what its calls need.
@@ -216,6 +220,9 @@ func newTool(spec Spec, getenv func(string) (string, bool), client *http.Client)
 		if c.KeyHeader == "" && c.KeyField == "" {
 			return nil, errors.New("lookup: needs call.key_header or call.key_field, or the downstream never learns the key it is looked up by")
 		}
+		if l.FoundStatus != 0 && (l.FoundStatus < 200 || l.FoundStatus > 299) {
+			return nil, fmt.Errorf("lookup.found_status: %d is not a 2xx status (what the call answers when it succeeds)", l.FoundStatus)
+		}
 		if l.Headers != nil {
 			if t.lookupHeaders, err = resolveHeaders("lookup.headers", l.Headers, getenv); err != nil {
 				return nil, err
@@ -247,7 +254,7 @@ func newTool(spec Spec, getenv func(string) (string, bool), client *http.Client)
 		Lookup:      recall,
 		Rejections: map[string]string{
 			CodeRejected:       "The downstream service rejected the call (a 4xx answer): nothing happened there. The answer is the service's own.",
-			CodeOutcomeUnknown: "An at_most_once tool's call got no answer that says whether it took effect; it is never sent again under this key.",
+			CodeOutcomeUnknown: "The call got no answer that says whether it took effect, and it may not be sent again: it is at_most_once, or the downstream refused the request sent again under the same key. It is never sent again under this key.",
 		},
 	})
 	if err != nil {

@@ -27,8 +27,9 @@ const (
 	Sending State = "sending"
 	// Done: the downstream's answer is stored.
 	Done State = "done"
-	// OutcomeUnknown: an at_most_once call's outcome stayed unknown;
-	// final.
+	// OutcomeUnknown: the call's outcome stayed unknown, and it may not
+	// be sent again (an at_most_once call, or a resend the downstream
+	// refused); final.
 	OutcomeUnknown State = "unknown"
 )
 
@@ -38,10 +39,11 @@ type Call struct {
 	Fingerprint string
 	State       State
 	Sends       int
-	// SinceSent is how long ago the last request was sent, by the
-	// database's clock (every send is stamped by it).
-	SinceSent time.Duration
-	Answer    idem.Outcome
+	// SinceSent and SinceFirstSent are how long ago the last and the
+	// first request were sent, by the database's clock (every send is
+	// stamped by it).
+	SinceSent, SinceFirstSent time.Duration
+	Answer                    idem.Outcome
 }
 
 // Get reads the call of (tenantID, key) within q; found is false when no
@@ -49,12 +51,12 @@ type Call struct {
 func Get(ctx context.Context, q idem.Querier, tenantID, key string) (c Call, found bool, err error) {
 	var status *int32
 	var contentType *string
-	var since float64
+	var since, sinceFirst float64
 	err = q.QueryRow(ctx, `
 		SELECT biz_type, fingerprint, state, sends, extract(epoch FROM now() - last_sent_at)::float8,
-			response_status, response_body, response_content_type
+			extract(epoch FROM now() - first_sent_at)::float8, response_status, response_body, response_content_type
 		FROM tool_call WHERE tenant_id = $1 AND idem_key = $2`, tenantID, key).
-		Scan(&c.BizType, &c.Fingerprint, &c.State, &c.Sends, &since, &status, &c.Answer.Body, &contentType)
+		Scan(&c.BizType, &c.Fingerprint, &c.State, &c.Sends, &since, &sinceFirst, &status, &c.Answer.Body, &contentType)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return Call{}, false, nil
 	}
@@ -62,6 +64,7 @@ func Get(ctx context.Context, q idem.Querier, tenantID, key string) (c Call, fou
 		return Call{}, false, fmt.Errorf("read tool call %s/%s: %w", tenantID, key, err)
 	}
 	c.SinceSent = time.Duration(since * float64(time.Second))
+	c.SinceFirstSent = time.Duration(sinceFirst * float64(time.Second))
 	if status != nil {
 		c.Answer.Status = int(*status)
 	}

@@ -59,6 +59,7 @@ tools:
       timeout: 300ms
     lookup:
       url: %[1]s/plain/refunds?external_id={key}
+      found_status: 201
   - name: refund_once
     description: Refund, at most once.%[2]s
     at_most_once: true
@@ -145,12 +146,13 @@ func TestEveryIntentHasOneEffectDownstreamUnderDuplicatesAndFaults(t *testing.T)
 			}
 			wg.Wait()
 			close(answers)
-			// A call's answer is 201; one a lookup found after a lost answer
-			// is the lookup's 200. Either way every duplicate gets it.
+			// A call's answer is 201, and so is one a lookup found after a
+			// lost answer (found_status): one intent's answer does not
+			// depend on which fault happened. Every duplicate gets it.
 			first := map[string][]byte{}
 			status := map[string]int{}
 			for a := range answers {
-				if a.err != nil || (a.res.Status != http.StatusCreated && a.res.Status != http.StatusOK) {
+				if a.err != nil || a.res.Status != http.StatusCreated {
 					t.Fatalf("%s: %d %s %v", a.key, a.res.Status, a.res.Body, a.err)
 				}
 				if prev, ok := first[a.key]; ok && !bytes.Equal(prev, a.res.Body) {
@@ -220,14 +222,15 @@ func TestAtMostOnceAnUnknownOutcomeIsFinal(t *testing.T) {
 	f := newFixture(t)
 	f.ds.Inject(downstream.Drop)
 	first := f.post(testenv.TenantA, "refund_once", "once-1", `{"payment_id":"pay-1","amount_cents":100}`)
-	if first.Status != http.StatusBadGateway || !bytes.Contains(first.Body, []byte("/problems/outcome-unknown")) {
-		t.Fatalf("first: %d %s", first.Status, first.Body)
+	if first.Status != http.StatusBadGateway || !bytes.Contains(first.Body, []byte("/problems/outcome-unknown")) || first.Header.Get("Idempotent-Replayed") != "false" {
+		t.Fatalf("first: %d %v %s", first.Status, first.Header, first.Body)
 	}
 	posts := f.ds.Posts()
 	for range 3 {
+		// A replay of the answer, and says so: nothing runs again.
 		again := f.post(testenv.TenantA, "refund_once", "once-1", `{"payment_id":"pay-1","amount_cents":100}`)
-		if again.Status != http.StatusBadGateway || !bytes.Equal(again.Body, first.Body) {
-			t.Fatalf("retry: %d %s, first %s", again.Status, again.Body, first.Body)
+		if again.Status != http.StatusBadGateway || !bytes.Equal(again.Body, first.Body) || again.Header.Get("Idempotent-Replayed") != "true" {
+			t.Fatalf("retry: %d %v %s, first %s", again.Status, again.Header, again.Body, first.Body)
 		}
 	}
 	if f.ds.Posts() != posts || f.effects(testenv.TenantA, "once-1", "refund_once") != 1 {
@@ -297,8 +300,10 @@ func TestReconcileSettlesAStaleToolIntentByLookupWithoutSending(t *testing.T) {
 	if f.ds.Posts() != posts {
 		t.Fatal("reconcile sent a call")
 	}
+	// Found by reconcile's lookup, answered as the call would be
+	// (found_status: 201).
 	r := f.post(testenv.TenantA, "refund_plain", "sent", `{"payment_id":"pay-s","amount_cents":300}`)
-	if r.Status != http.StatusOK || !bytes.Contains(r.Body, []byte(`"payment_id":"pay-s"`)) || r.Header.Get("Idempotent-Replayed") != "true" {
+	if r.Status != http.StatusCreated || !bytes.Contains(r.Body, []byte(`"payment_id":"pay-s"`)) || r.Header.Get("Idempotent-Replayed") != "true" {
 		t.Fatalf("the settled intent: %d %s", r.Status, r.Body)
 	}
 	if rec, err := f.s.Records.Get(ctx, testenv.TenantA, "once"); err != nil || !bytes.Contains(rec.Response.Body, []byte("/problems/outcome-unknown")) {

@@ -6,6 +6,7 @@ package mcpserver
 import (
 	"context"
 	"crypto/sha256"
+	"encoding/base64"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -15,6 +16,7 @@ import (
 	"strings"
 	"sync"
 	"time"
+	"unicode/utf8"
 
 	"github.com/google/jsonschema-go/jsonschema"
 	"github.com/hashicorp/golang-lru/v2/expirable"
@@ -80,10 +82,48 @@ func New(cfg Config) *mcp.Server {
 		ops = registry.Builtin().Operations()
 	}
 	for _, o := range ops {
-		mcp.AddTool(s, &mcp.Tool{Name: o.Tool, Description: o.Description + keyRule, InputSchema: operationSchema(o)}, strict(t.operation(o)))
+		addTool(s, &mcp.Tool{Name: o.Tool, Description: o.Description + keyRule, InputSchema: operationSchema(o)}, t.operation(o))
 	}
-	mcp.AddTool(s, &mcp.Tool{Name: "get_operation", Description: "Report an operation's status (processing, succeeded, failed) and, when done, its result. Read-only."}, strict(t.getOperation))
+	addTool(s, &mcp.Tool{Name: "get_operation", Description: "Report an operation's status (processing, succeeded, failed) and, when done, its result. Read-only.",
+		InputSchema: schemaOf[OperationArgs]()}, t.getOperation)
 	return s
+}
+
+// addTool adds a tool whose arguments strict alone decodes, and the
+// gateway validates, naming every field that breaks a rule, as it does for
+// HTTP. The SDK's own validation (mcp.AddTool's) reads every number as a
+// double, so it would judge 9007199254740992 where 9007199254740993 was
+// sent, and words its errors for no model.
+func addTool[In any](s *mcp.Server, tool *mcp.Tool, h mcp.ToolHandlerFor[In, Result]) {
+	tool.OutputSchema = schemaOf[Result]()
+	h = strict(h)
+	s.AddTool(tool, func(ctx context.Context, req *mcp.CallToolRequest) (*mcp.CallToolResult, error) {
+		var zero In
+		res, out, err := h(ctx, req, zero)
+		if err != nil {
+			var failed mcp.CallToolResult
+			failed.SetError(err)
+			return &failed, nil
+		}
+		if res == nil {
+			res = &mcp.CallToolResult{}
+		}
+		raw, err := json.Marshal(out)
+		if err != nil {
+			return nil, fmt.Errorf("marshal the result: %w", err)
+		}
+		res.StructuredContent = json.RawMessage(raw)
+		res.Content = []mcp.Content{&mcp.TextContent{Text: string(raw)}}
+		return res, nil
+	})
+}
+
+func schemaOf[T any]() *jsonschema.Schema {
+	schema, err := jsonschema.For[T](nil)
+	if err != nil {
+		panic(fmt.Errorf("mcpserver: the schema of %T: %w", *new(T), err))
+	}
+	return schema
 }
 
 // operationSchema is a declared operation's input schema: its request's
@@ -169,6 +209,11 @@ func explain(key string, err error) error {
 	case errors.Is(err, agentclient.ErrKeyReused):
 		return fmt.Errorf("CONFLICT: idempotency_key %q was already used with different arguments, so nothing was done. "+
 			"If you are retrying, resend the original arguments; if this is a new intent, use a new key", key)
+	case errors.As(err, &rej) && rej.Code == agentclient.CodeDownstreamRejected:
+		// The service's own refusal, in its own words; recorded under the
+		// key, so corrected arguments under it would be a conflict.
+		return fmt.Errorf("REJECTED by the service (HTTP %d): %s. Nothing was changed there. This answer is recorded under idempotency_key %q: "+
+			"the same arguments under it get it again; to send different arguments, use a NEW key", rej.Status, clipText(rej.Body), key)
 	case errors.As(err, &rej):
 		msg := fmt.Sprintf("REJECTED (%s): %s. Nothing was changed", rej.Code, rej.Problem.Detail)
 		if rej.CurrentState != "" {
@@ -184,6 +229,15 @@ func explain(key string, err error) error {
 		return fmt.Errorf("NO ANSWER YET: the request may still complete. Call again with the SAME idempotency_key %q and the same arguments; it cannot run twice: %w", key, err)
 	}
 	return err
+}
+
+// clipText is a downstream's answer, as a model reads it: at most 2 KiB.
+func clipText(b []byte) string {
+	const most = 2 << 10
+	if len(b) > most {
+		return strings.ToValidUTF8(string(b[:most]), "") + "…"
+	}
+	return string(b)
 }
 
 // operation is a declared operation's handler: its path parameters go
@@ -251,7 +305,16 @@ func (t tools) getOperation(ctx context.Context, req *mcp.CallToolRequest, in Op
 	if err != nil {
 		return nil, Result{}, err
 	}
-	return result(res)
+	out, r, err := result(res)
+	if b64, ok := r.Result["result_base64"].(string); ok {
+		// A model reads text, not base64: an answer that is text (a
+		// downstream's) is given as it is.
+		if b, err := base64.StdEncoding.DecodeString(b64); err == nil && utf8.Valid(b) {
+			delete(r.Result, "result_base64")
+			r.Result["result"] = string(b)
+		}
+	}
+	return out, r, err
 }
 
 // HTTPOptions bound what MCP over HTTP keeps in memory.

@@ -55,7 +55,7 @@ var Descriptions = map[string]string{
 	TypeMethodNotAllowed:  "The method is not allowed on this resource.",
 	TypeCanceled:          "An operator canceled or terminated this request's workflow before it wrote anything. Nothing was written. Retry with the same key to execute it again.",
 	TypeTooManySessions:   "MCP over HTTP: this tenant has as many open sessions as it may hold. Close one, or wait for an idle one to expire, then connect again.",
-	TypeOutcomeUnknown:    "An at_most_once HTTP tool's call got no answer that says whether it took effect (a timeout, a dropped connection, a 5xx). It may or may not have happened. This answer is final: idemflow never sends the call again under this key. Check with the downstream service before you act on it.",
+	TypeOutcomeUnknown:    "An HTTP tool's call got no answer that says whether it took effect, and it may not be sent again: an at_most_once tool's call met a timeout, a dropped connection or a 5xx, or the downstream refused the request sent again under the same key after such an answer (a 4xx, or a 409 that outlasted the first request). It may or may not have happened. This answer is final: idemflow never sends the call again under this key. Check with the downstream service before you act on it.",
 	TypeUnsupportedMedia:  "The body is not sent as application/json. Nothing was recorded: send Content-Type: application/json (or none) and retry with the same key.",
 
 	// Business rejections (TypeRejectedPrefix + code): recorded FAILED,
@@ -132,10 +132,10 @@ func CallUnsettled() Problem {
 		"the retry looks its effect up or resends it under the same downstream key, so it cannot take effect twice")
 }
 
-// OutcomeUnknown is the final answer of an at_most_once HTTP tool's call
-// whose outcome stayed unknown.
+// OutcomeUnknown is the final answer of an HTTP tool's call whose outcome
+// stayed unknown and that may never be sent again (idem.Outcome.Final).
 func OutcomeUnknown(detail string) Problem {
-	p := New(TypeOutcomeUnknown, http.StatusBadGateway, detail)
+	p := New(TypeOutcomeUnknown, idem.StatusOutcomeUnknown, detail)
 	p.Title = "The call's outcome is unknown"
 	p.Code = "outcome-unknown"
 	return p

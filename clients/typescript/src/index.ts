@@ -25,8 +25,15 @@ export class ProblemError extends Error {
   constructor(
     readonly status: number,
     readonly problem: Problem,
-    /** The answer as it came, byte for byte. */
+    /** The answer as it came, byte for byte (an HTTP tool's downstream may answer with any body). */
     readonly body: string,
+    /**
+     * The answer is the intent's own, stored under its key (it carried
+     * Idempotent-Replayed): the operation's or its downstream's rejection,
+     * not idemflow's refusal of the request. The key is spent on this
+     * request: other parameters need a new key.
+     */
+    readonly settled = false,
   ) {
     super(problem.detail ? `${status} ${problem.type}: ${problem.detail}` : `HTTP ${status}`);
     this.name = new.target.name;
@@ -35,13 +42,21 @@ export class ProblemError extends Error {
 
 /** The key was used before with other parameters (422): nothing was done. */
 export class KeyReusedError extends ProblemError {}
-/** A business rule (or an HTTP tool's downstream) said no; nothing was changed. */
+/**
+ * The operation said no, and its answer is stored under the key: a
+ * business rule (out of stock, an invalid transition), or an HTTP tool's
+ * downstream with a 4xx of its own (code downstream-rejected). Nothing was
+ * changed; the same key with the same request may run again, other
+ * parameters need a new key.
+ */
 export class RejectedError extends ProblemError {
   get code(): string {
-    return this.problem.code ?? (this.problem.type ?? "").replace(/^\/problems\//, "");
+    const p = this.problem;
+    if (!this.settled) return p.code ?? (p.type ?? "").replace(/^\/problems\//, "");
+    return p.code && p.type === `/problems/${p.code}` ? p.code : downstreamRejected;
   }
 }
-/** The request can never succeed as sent (400, 415): nothing was recorded. */
+/** idemflow refused the request as sent (400, 413, 415): nothing was recorded, so the same key may carry a corrected body. */
 export class InvalidRequestError extends ProblemError {}
 /** The token is missing, unknown or revoked (401). */
 export class UnauthorizedError extends ProblemError {}
@@ -53,20 +68,37 @@ export class NotFoundError extends ProblemError {}
  */
 export class OutcomeUnknownError extends ProblemError {}
 
-const outcomeUnknown = "/problems/outcome-unknown";
+/** The body was over the server's limit (413): nothing was recorded. */
+export class TooLargeError extends InvalidRequestError {}
 
-function problemError(status: number, body: string): ProblemError {
-  let p: Problem = {};
+const outcomeUnknown = "/problems/outcome-unknown";
+/** RejectedError.code of an HTTP tool's call that its downstream rejected. */
+export const downstreamRejected = "downstream-rejected";
+/**
+ * On every answer that is the intent's own, stored one (whatever its
+ * status), and on no answer of idemflow's about the request.
+ */
+export const headerReplayed = "Idempotent-Replayed";
+
+function parseProblem(body: string): Problem {
   try {
-    p = JSON.parse(body) as Problem;
+    const p = JSON.parse(body) as unknown;
+    return p && typeof p === "object" ? (p as Problem) : {};
   } catch {
-    // a downstream's answer need not be JSON
+    return {}; // a downstream's answer need not be JSON
   }
-  if (p.type === outcomeUnknown) return new OutcomeUnknownError(status, p, body);
+}
+
+/** Types an error answer; settled says it is the intent's own (judge). */
+function problemError(status: number, body: string, settled: boolean): ProblemError {
+  const p = parseProblem(body);
+  if (settled) {
+    if (p.type === outcomeUnknown) return new OutcomeUnknownError(status, p, body, true);
+    if (status >= 400 && status < 500) return new RejectedError(status, p, body, true);
+    return new ProblemError(status, p, body, true);
+  }
   if (p.type === "/problems/idempotency-key-reused") return new KeyReusedError(status, p, body);
-  // A 4xx that is no problem of idemflow's is an HTTP tool's downstream
-  // rejecting the call, replayed as it came.
-  if (!p.type && status >= 400 && status < 500) return new RejectedError(status, p, body);
+  if (status === 413) return new TooLargeError(status, p, body);
   if (status === 400 || status === 415) return new InvalidRequestError(status, p, body);
   if (status === 401) return new UnauthorizedError(status, p, body);
   if (status === 404) return new NotFoundError(status, p, body);
@@ -74,6 +106,57 @@ function problemError(status: number, body: string): ProblemError {
     return new RejectedError(status, p, body);
   }
   return new ProblemError(status, p, body);
+}
+
+/** What an answer asks of the client (see judge). */
+export type Judgement =
+  | { action: "success"; result: Result }
+  | { action: "poll" }
+  | { action: "retry"; error: ProblemError; waitMs: number }
+  | { action: "fail"; error: ProblemError };
+
+/**
+ * judge reads one answer to an intent, by the table every client shares
+ * (clients/testdata/answers.json). An answer with Idempotent-Replayed is
+ * the intent's own, whatever its status: any 2xx is its success (a
+ * downstream's 202 too), a 4xx the operation's rejection (a downstream's
+ * too, never idemflow's refusal of the request), a 5xx one that ended
+ * without an answer, sent again (but outcome-unknown, which is final).
+ * Without it, the answer is idemflow's about the request: 202 still
+ * running, 409 in progress, 429 and 5xx retried, a 4xx a refusal.
+ */
+export function judge(status: number, headers: { get(name: string): string | null }, raw: string): Judgement {
+  const replayedHeader = headers.get(headerReplayed);
+  const settled = replayedHeader !== null && replayedHeader !== "";
+  if (status === 202 && !settled) return { action: "poll" };
+  if (status < 300) return { action: "success", result: result(status, raw, replayedHeader === "true") };
+  const type = problemType(raw);
+  if (settled && type === outcomeUnknown) return { action: "fail", error: problemError(status, raw, true) };
+  if ((!settled && status === 409 && type === "/problems/request-in-progress") || status === 429 || status >= 500) {
+    return { action: "retry", error: problemError(status, raw, settled), waitMs: parseRetryAfter(headers.get("Retry-After")) };
+  }
+  return { action: "fail", error: problemError(status, raw, settled) };
+}
+
+/** The part of GET /v1/operations/{id} a poll reads. */
+interface OperationView {
+  status: string;
+  result_status?: number;
+  result_content_type?: string;
+  result?: unknown;
+  result_base64?: string;
+}
+
+/**
+ * judgeOperation reads a polled operation: still running (poll), or its
+ * stored answer, judged as a replay of it would be, with the replay's
+ * bytes (result_base64 when the view has it, else result).
+ */
+export function judgeOperation(text: string): Judgement {
+  const op = JSON.parse(text) as OperationView;
+  if (op.status === "processing") return { action: "poll" };
+  const raw = op.result_base64 !== undefined ? Buffer.from(op.result_base64, "base64").toString("utf8") : JSON.stringify(op.result ?? {});
+  return judge(op.result_status ?? 500, new Headers({ [headerReplayed]: "true" }), raw);
 }
 
 /** One intent: its key, fixed once, and the request it stands for. */
@@ -165,8 +248,7 @@ export class Client {
   }
 
   #backoff(n: number): number {
-    const ceil = Math.min(this.#o.maxBackoffMs, this.#o.initialBackoffMs * 2 ** Math.min(n - 1, 20));
-    return Math.random() * ceil;
+    return Math.random() * backoffCeiling(this.#o.initialBackoffMs, this.#o.maxBackoffMs, n);
   }
 
   async #send(method: string, path: string, key: string | undefined, body: unknown, signal?: AbortSignal) {
@@ -197,15 +279,17 @@ export class Client {
       throw new Retryable(e);
     }
     const { resp, text } = got;
-    const retryAfter = parseRetryAfter(resp.headers.get("Retry-After"));
-    if (resp.status === 202) return this.#poll(resp.headers.get("Location") ?? "", end, signal);
-    if (resp.status < 300) return result(resp.status, text, resp.headers.get("Idempotent-Replayed") === "true");
-    const type = problemType(text);
-    if (type === outcomeUnknown) throw problemError(resp.status, text);
-    if ((resp.status === 409 && type === "/problems/request-in-progress") || resp.status === 429 || resp.status >= 500) {
-      throw new Retryable(problemError(resp.status, text), retryAfter);
+    const j = judge(resp.status, resp.headers, text);
+    switch (j.action) {
+      case "poll":
+        return this.#poll(resp.headers.get("Location") ?? "", end, signal);
+      case "success":
+        return j.result;
+      case "retry":
+        throw new Retryable(j.error, j.waitMs);
+      case "fail":
+        throw j.error;
     }
-    throw problemError(resp.status, text);
   }
 
   async #poll(location: string, end: number, signal?: AbortSignal): Promise<Result> {
@@ -215,19 +299,15 @@ export class Client {
         const { resp, text } = await this.#send("GET", location, undefined, undefined, signal);
         wait = parseRetryAfter(resp.headers.get("Retry-After"));
         if (resp.status === 200) {
-          const op = JSON.parse(text) as { status: string; result_status?: number; result?: unknown };
-          if (op.status !== "processing") {
-            const status = op.result_status ?? 500;
-            const raw = JSON.stringify(op.result ?? {});
-            if ((status >= 500 || status === 429) && problemType(raw) !== outcomeUnknown) {
-              // Ended without an answer: send the intent again, with its key.
-              throw new Retryable(problemError(status, raw));
-            }
-            if (status >= 400) throw problemError(status, raw);
-            return result(status, raw, true);
-          }
+          // Done: its answer, as a replay would give it. One that ended
+          // without an answer is retried: the intent is sent again with
+          // its key.
+          const j = judgeOperation(text);
+          if (j.action === "success") return j.result;
+          if (j.action === "retry") throw new Retryable(j.error);
+          if (j.action === "fail") throw j.error;
         } else if (resp.status < 500 && resp.status !== 429) {
-          throw problemError(resp.status, text);
+          throw problemError(resp.status, text, false);
         }
       } catch (e) {
         if (e instanceof ProblemError || e instanceof Retryable || signal?.aborted) throw e;
@@ -246,6 +326,14 @@ function result(status: number, raw: string, replayed: boolean): Result {
     // kept as text: an HTTP tool's downstream may answer with any body
   }
   return { status, body, raw, replayed };
+}
+
+/**
+ * The longest pause before attempt n+1: capped exponential, from which
+ * full jitter draws (as in every client).
+ */
+export function backoffCeiling(initialMs: number, maxMs: number, n: number): number {
+  return Math.min(maxMs, initialMs * 2 ** Math.min(n - 1, 20));
 }
 
 function problemType(body: string): string | undefined {

@@ -69,8 +69,11 @@ export function idemflowTool<S>(client: Client, f: IdemflowToolFields<S>) {
         r = await client.do({ key, method: "POST", path, body: f.body ? f.body(args) : args }, { signal: config?.signal });
       } catch (e) {
         if (e instanceof ProblemError) {
-          // A final refusal is the model's to read, not a crash of the run.
-          return JSON.stringify({ http_status: e.status, replayed: false, error: e.problem, key });
+          // A final refusal is the model's to read, not a crash of the
+          // run. error names it: a rejection stored under the key (the
+          // operation's or its downstream's, whose body is as it came), or
+          // idemflow's refusal of the arguments, which nothing recorded.
+          return JSON.stringify({ http_status: e.status, replayed: false, error: e.name, problem: e.problem, body: e.body, key });
         }
         throw e;
       }

@@ -4,14 +4,15 @@
 import assert from "node:assert/strict";
 import { randomUUID } from "node:crypto";
 import { createServer, request as httpRequest, type Server } from "node:http";
-import { mkdtemp } from "node:fs/promises";
+import { mkdtemp, readFile } from "node:fs/promises";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { test } from "node:test";
 import { Client as MCPClient } from "@modelcontextprotocol/sdk/client/index.js";
 import { StreamableHTTPClientTransport } from "@modelcontextprotocol/sdk/client/streamableHttp.js";
 import {
-  Client, deriveKey, FileStore, IntentMismatchError, InvalidRequestError, KeyReusedError, NotFoundError, RejectedError, UnauthorizedError,
+  backoffCeiling, Client, deriveKey, FileStore, IntentMismatchError, InvalidRequestError, judge, judgeOperation, type Judgement, KeyReusedError,
+  NotFoundError, OutcomeUnknownError, RejectedError, TooLargeError, UnauthorizedError,
 } from "../src/index.js";
 import { durableKey, NoDurableIdentityError } from "../src/langgraph.js";
 
@@ -117,3 +118,51 @@ test("over MCP, a key the client derives from its call ID in _meta replaces the 
     await mcp.close();
   }
 });
+
+// The table every client reads answers by (clients/testdata/answers.json),
+// shared with the Go and Python clients' tests.
+test("the shared answer vectors", async () => {
+  const v = JSON.parse(await readFile(new URL("../../../testdata/answers.json", import.meta.url), "utf8")) as {
+    answers: { name: string; status: number; headers: Record<string, string>; body: string; expect: Expectation }[];
+    operations: { name: string; view: unknown; expect: Expectation & { content_type?: string } }[];
+    backoff: { initial_ms: number; max_ms: number; attempt: number; ceiling_ms: number }[];
+  };
+  assert.ok(v.answers.length > 0 && v.operations.length > 0 && v.backoff.length > 0);
+  for (const a of v.answers) check(a.name, judge(a.status, new Headers(a.headers), a.body), a.expect);
+  for (const o of v.operations) check(`operation ${o.name}`, judgeOperation(JSON.stringify(o.view)), o.expect);
+  for (const b of v.backoff) {
+    assert.equal(backoffCeiling(b.initial_ms, b.max_ms, b.attempt), b.ceiling_ms, `backoff ${JSON.stringify(b)}`);
+  }
+});
+
+interface Expectation {
+  action: string;
+  replayed?: boolean;
+  error?: string;
+  code?: string;
+  revisable?: boolean;
+  wait_ms?: number;
+  status?: number;
+  body?: string;
+}
+
+const errorClasses: Record<string, Function> = {
+  "invalid-request": InvalidRequestError, unauthorized: UnauthorizedError, "not-found": NotFoundError, "too-large": TooLargeError,
+  "key-reused": KeyReusedError, rejected: RejectedError, "outcome-unknown": OutcomeUnknownError,
+};
+
+function check(name: string, j: Judgement, e: Expectation) {
+  assert.equal(j.action, e.action, `${name}: ${JSON.stringify(j)}`);
+  if (j.action === "success") {
+    if (e.replayed !== undefined) assert.equal(j.result.replayed, e.replayed, `${name}: replayed`);
+    if (e.status !== undefined) assert.deepEqual([j.result.status, j.result.raw], [e.status, e.body], `${name}: answer`);
+  }
+  if (j.action === "fail" || j.action === "retry") {
+    if (e.error) assert.ok(j.error instanceof errorClasses[e.error], `${name}: ${j.error.name}, want ${e.error}`);
+    if (e.code) assert.equal((j.error as RejectedError).code, e.code, `${name}: code`);
+    if (e.revisable !== undefined) {
+      assert.equal(j.error instanceof InvalidRequestError && !j.error.settled, e.revisable, `${name}: revisable`);
+    }
+  }
+  if (j.action === "retry" && e.wait_ms !== undefined) assert.equal(j.waitMs, e.wait_ms, `${name}: wait`);
+}
