@@ -28,6 +28,7 @@ import (
 	"github.com/idemflow/idemflow/internal/ijson"
 	"github.com/jackc/pgx/v5"
 	validator "github.com/santhosh-tekuri/jsonschema/v6"
+	"github.com/santhosh-tekuri/jsonschema/v6/kind"
 	"golang.org/x/text/language"
 	"golang.org/x/text/message"
 )
@@ -384,9 +385,14 @@ func outcome(a Answer) (idem.Outcome, error) {
 // validate decodes body into req by the rules every agent-sent JSON follows
 // (ijson), then holds it to the schema, every failing rule as a field
 // error.
+//
+// The decoder stops at the first member the request does not know; the
+// schema (which allows no other members) then names every one, and every
+// other rule the body breaks, so that one answer lists them all.
 func (o *Operation) validate(body []byte, req any) error {
-	if err := ijson.Decode(body, req); err != nil {
-		return err
+	decodeErr := ijson.Decode(body, req)
+	if decodeErr != nil && !ijson.IsUnknownMember(decodeErr) {
+		return decodeErr
 	}
 	inst, err := validator.UnmarshalJSON(bytes.NewReader(body))
 	if err != nil {
@@ -400,12 +406,20 @@ func (o *Operation) validate(body []byte, req any) error {
 	} else if err != nil {
 		return err
 	}
-	return nil
+	return decodeErr
 }
 
 var printer = message.NewPrinter(language.English)
 
 func addLeaves(inv *apperr.Invalid, e *validator.ValidationError) {
+	if extra, ok := e.ErrorKind.(*kind.AdditionalProperties); ok {
+		// Each member is named as a field of its own, as the decoder
+		// names one.
+		for _, name := range extra.Properties {
+			inv.Add(ijson.FieldOf(append(slices.Clone(e.InstanceLocation), name)), ijson.UnknownMember)
+		}
+		return
+	}
 	if len(e.Causes) == 0 {
 		inv.Add(ijson.FieldOf(e.InstanceLocation), "%s", e.ErrorKind.LocalizedString(printer))
 		return

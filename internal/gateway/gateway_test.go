@@ -418,3 +418,26 @@ func TestWrongMethodIs405Problem(t *testing.T) {
 	r = s.Do(testenv.Request{Method: "GET", Path: "/v2/nothing"})
 	assertProblem(t, r, "/problems/not-found")
 }
+
+// One 400 names every field that breaks a rule, unknown members included,
+// not only the first the decoder met.
+func TestEveryBrokenRuleIsNamedInOneAnswer(t *testing.T) {
+	s := testenv.NewStack(t, testenv.Options{})
+	r := ticket(s, testenv.TenantA, "k", `{"customer_id":"c","title":"","assignee":"bob","due":"friday","priority":"asap"}`)
+	var p struct {
+		Errors []struct{ Field, Reason string } `json:"errors"`
+	}
+	_ = json.Unmarshal(r.Body, &p)
+	named := map[string]bool{}
+	for _, e := range p.Errors {
+		named[e.Field] = true
+	}
+	for _, f := range []string{"assignee", "due", "title", "priority"} {
+		if !named[f] {
+			t.Errorf("the 400 does not name %s: %d %s", f, r.Status, r.Body)
+		}
+	}
+	if n := countRecords(t, s); n != 0 {
+		t.Fatalf("%d records", n)
+	}
+}

@@ -19,9 +19,10 @@ import (
 )
 
 // Decode decodes one JSON object into v as I-JSON (RFC 7493): it
-// rejects invalid UTF-8, duplicate member names, names that match a field
-// only in another case, unknown fields, wrong types, trailing data and text
-// PostgreSQL cannot store (U+0000), each as a field-level
+// rejects invalid UTF-8, numbers that cannot be exchanged exactly
+// (checkNumbers: each one named), duplicate member names, names that match
+// a field only in another case, unknown fields, wrong types, trailing data
+// and text PostgreSQL cannot store (U+0000), each as a field-level
 // *apperr.InvalidError. Go's encoding/json would accept the first three
 // silently (invalid UTF-8 turned into U+FFFD, the last duplicate winning,
 // any case matching), so that differently encoded bodies could share a
@@ -38,6 +39,9 @@ func Decode(body []byte, v any) error {
 		return inv.Err()
 	case !utf8.Valid(body):
 		inv.Add("body", "is not valid UTF-8")
+		return inv.Err()
+	}
+	if checkNumbers(body, &inv); inv.Err() != nil {
 		return inv.Err()
 	}
 	err := jsonv2.Unmarshal(body, v, jsonv2.RejectUnknownMembers(true))
@@ -57,7 +61,8 @@ func Decode(body []byte, v any) error {
 		}
 		inv.Add("body", "is not valid JSON at byte %d: %s", syntaxErr.ByteOffset, syntaxErr.Err)
 	case errors.As(err, &semErr) && errors.Is(err, jsonv2.ErrUnknownName):
-		inv.Add(fieldName(semErr.JSONPointer), "is not a known field (names are case-sensitive)")
+		inv.Add(fieldName(semErr.JSONPointer), UnknownMember)
+		return unknownMember{inv.Err()}
 	case errors.As(err, &semErr) && semErr.GoType != nil:
 		inv.Add(fieldName(semErr.JSONPointer), "must be %s, got JSON %s", jsonKind(semErr.GoType.Kind().String()), kindName(semErr.JSONKind))
 	default:
@@ -144,4 +149,24 @@ func jsonKind(goKind string) string {
 		return "an object"
 	}
 	return "a " + goKind
+}
+
+// UnknownMember is the reason given for a member the target does not
+// know.
+const UnknownMember = "is not a known field (names are case-sensitive)"
+
+// unknownMember is Decode's error when the body is sound but for a member
+// the target does not know. The decoder stops at the first; a caller with
+// a schema that forbids unknown members names them all, and every other
+// rule the body breaks (IsUnknownMember).
+type unknownMember struct{ err error }
+
+func (u unknownMember) Error() string { return u.err.Error() }
+func (u unknownMember) Unwrap() error { return u.err }
+
+// IsUnknownMember reports whether err is Decode's for an unknown member,
+// the body being otherwise sound as far as the decoder read.
+func IsUnknownMember(err error) bool {
+	var u unknownMember
+	return errors.As(err, &u)
 }
