@@ -144,7 +144,7 @@ func openDeps(ctx context.Context, logger *slog.Logger, set *registry.Set, tools
 	if err != nil {
 		return nil, err
 	}
-	poolCfg, err := pgxpool.ParseConfig(c.databaseURL)
+	poolCfg, err := pgurl.ParsePoolConfig(c.databaseURL)
 	if err != nil {
 		return nil, fmt.Errorf("open database: %w", err)
 	}

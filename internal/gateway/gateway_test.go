@@ -441,3 +441,27 @@ func TestEveryBrokenRuleIsNamedInOneAnswer(t *testing.T) {
 		t.Fatalf("%d records", n)
 	}
 }
+
+// An intent completes on a database whose settings the one-statement open
+// does not like (pgconn's EscapeString needs standard-conforming strings
+// and a UTF8 client encoding): idemflow pins them on its connections, so
+// no setting leaves an intent PROCESSING.
+func TestAnIntentCompletesWhateverTheDatabasesStringSettings(t *testing.T) {
+	for name, setup := range map[string]testenv.Setup{
+		"standard_conforming_strings off": {Settings: []string{"standard_conforming_strings = off"}},
+		"SQL_ASCII":                       {Create: "ENCODING 'SQL_ASCII' LC_COLLATE 'C' LC_CTYPE 'C' TEMPLATE template0"},
+	} {
+		t.Run(name, func(t *testing.T) {
+			s := testenv.NewStack(t, testenv.Options{Database: setup})
+			body := `{"customer_id":"c-ü","title":"Drucker brennt: 'sofort' \\ bitte","priority":"high"}`
+			first := ticket(s, testenv.TenantA, `k-'q\`, body)
+			again := ticket(s, testenv.TenantA, `k-'q\`, body)
+			if first.Status != 201 || again.Status != 201 || !bytes.Equal(first.Body, again.Body) || !bytes.Contains(first.Body, []byte("Drucker brennt: 'sofort'")) {
+				t.Fatalf("first %d %s, again %d %s", first.Status, first.Body, again.Status, again.Body)
+			}
+			if n := countTickets(t, s); n != 1 {
+				t.Fatalf("%d tickets", n)
+			}
+		})
+	}
+}

@@ -1,5 +1,6 @@
-// Package pgurl opens single PostgreSQL connections from the URLs idemflow
-// documents. Its one job: a URL that works for the pool works everywhere.
+// Package pgurl opens PostgreSQL connections from the URLs idemflow
+// documents. Its one job: a URL that works for the pool works everywhere,
+// with the session settings idemflow depends on pinned.
 // pgxpool takes its own parameters (pool_max_conns and the other pool_*)
 // out of the URL, while pgx.Connect sends every parameter it does not know
 // to the server as a run-time setting, which the server refuses
@@ -15,10 +16,36 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 )
 
-// ParseConfig parses url as pgxpool.ParseConfig does and returns the
-// settings of one connection.
-func ParseConfig(url string) (*pgx.ConnConfig, error) {
+// ParsePoolConfig parses url for a pool, with the session settings
+// idemflow's statements depend on pinned (see pinned).
+func ParsePoolConfig(url string) (*pgxpool.Config, error) {
 	pc, err := pgxpool.ParseConfig(url)
+	if err != nil {
+		return nil, err
+	}
+	for _, p := range pinned {
+		pc.ConnConfig.RuntimeParams[p.name] = p.value
+	}
+	return pc, nil
+}
+
+// pinned are the session settings every idemflow connection asks for at
+// start-up, whatever the database, its role or the URL set: the execution's
+// one-statement open inlines values with pgconn's EscapeString, which
+// refuses to run unless strings are standard-conforming and the client
+// encoding is UTF8. A database with standard_conforming_strings = off, or
+// one created SQL_ASCII (whose client encoding follows it), would
+// otherwise fail every execution as retryable, and leave its intents
+// PROCESSING until they gave up.
+var pinned = [...]struct{ name, value string }{
+	{"standard_conforming_strings", "on"},
+	{"client_encoding", "UTF8"},
+}
+
+// ParseConfig parses url as ParsePoolConfig does and returns the settings
+// of one connection.
+func ParseConfig(url string) (*pgx.ConnConfig, error) {
+	pc, err := ParsePoolConfig(url)
 	if err != nil {
 		return nil, err
 	}

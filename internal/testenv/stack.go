@@ -77,6 +77,8 @@ type Options struct {
 	// Tracing, when on, traces the stack as serve does: its pool, its
 	// Temporal client and its gateway.
 	Tracing *tracing.Tracing
+	// Database shapes the stack's database (DatabaseWith).
+	Database Setup
 }
 
 // NewStack starts a Stack; everything stops when the test ends.
@@ -87,7 +89,7 @@ func NewStack(t testing.TB, opts Options) *Stack {
 	if err != nil {
 		t.Fatal(err)
 	}
-	dbURL := Database(t, set.Schemas()...)
+	dbURL := DatabaseWith(t, opts.Database, set.Schemas()...)
 	pool := PoolOn(t, dbURL, func(c *pgxpool.Config) {
 		if opts.Tracer != nil {
 			c.ConnConfig.Tracer = opts.Tracer

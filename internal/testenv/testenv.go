@@ -15,6 +15,7 @@ import (
 
 	"github.com/idemflow/idemflow/idem"
 	"github.com/idemflow/idemflow/internal/devserver"
+	"github.com/idemflow/idemflow/internal/pgurl"
 	"github.com/idemflow/idemflow/migrations"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -37,7 +38,22 @@ func AdminURL() string {
 // schemas) and drops it when the test ends. It returns the database's URL.
 func Database(t testing.TB, schemas ...migrations.Schema) string {
 	t.Helper()
-	u := EmptyDatabase(t)
+	return DatabaseWith(t, Setup{}, schemas...)
+}
+
+// Setup shapes a test database as a user's server may: Create is added to
+// CREATE DATABASE (ENCODING 'SQL_ASCII' ...), and each of Settings is set
+// on it (ALTER DATABASE ... SET standard_conforming_strings = off) before
+// anything connects to it.
+type Setup struct {
+	Create   string
+	Settings []string
+}
+
+// DatabaseWith is Database on a database made as setup says.
+func DatabaseWith(t testing.TB, setup Setup, schemas ...migrations.Schema) string {
+	t.Helper()
+	u := emptyDatabase(t, setup)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	if _, _, err := migrations.MigrateURL(ctx, u, schemas...); err != nil {
@@ -50,6 +66,11 @@ func Database(t testing.TB, schemas ...migrations.Schema) string {
 // and drops it when the test ends. It returns the database's URL.
 func EmptyDatabase(t testing.TB) string {
 	t.Helper()
+	return emptyDatabase(t, Setup{})
+}
+
+func emptyDatabase(t testing.TB, setup Setup) string {
+	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	admin, err := pgx.Connect(ctx, AdminURL())
@@ -60,8 +81,13 @@ func EmptyDatabase(t testing.TB) string {
 	b := make([]byte, 6)
 	_, _ = rand.Read(b)
 	name := "idemflow_test_" + hex.EncodeToString(b)
-	if _, err := admin.Exec(ctx, "CREATE DATABASE "+name); err != nil {
+	if _, err := admin.Exec(ctx, "CREATE DATABASE "+name+" "+setup.Create); err != nil {
 		t.Fatalf("testenv: create database: %v", err)
+	}
+	for _, set := range setup.Settings {
+		if _, err := admin.Exec(ctx, "ALTER DATABASE "+name+" SET "+set); err != nil {
+			t.Fatalf("testenv: set %s: %v", set, err)
+		}
 	}
 	t.Cleanup(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
@@ -93,7 +119,7 @@ func Pool(t testing.TB) (*pgxpool.Pool, string) {
 // PoolOn opens a pool on the database at u, configured by configure.
 func PoolOn(t testing.TB, u string, configure func(*pgxpool.Config)) *pgxpool.Pool {
 	t.Helper()
-	cfg, err := pgxpool.ParseConfig(u)
+	cfg, err := pgurl.ParsePoolConfig(u)
 	if err != nil {
 		t.Fatalf("testenv: pool: %v", err)
 	}
