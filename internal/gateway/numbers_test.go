@@ -28,11 +28,13 @@ type measureRequest struct {
 // 9007199254740992, and 1e400 would fail the fingerprint with a 500.
 func TestNumbersThatCannotBeExchangedExactlyAreA400NamingTheField(t *testing.T) {
 	measure := op.Define(op.Spec[measureRequest, struct{}]{
-		Name:   "measure",
-		Step:   func(context.Context, pgx.Tx, op.In[measureRequest]) (struct{}, error) { return struct{}{}, nil },
-		Lookup: func(context.Context, op.Querier, string, string) (struct{}, bool, error) { return struct{}{}, false, nil },
-		View:   func(struct{}) op.Answer { return op.Answer{Body: map[string]string{}} },
-		Table:  "measure",
+		Name: "measure",
+		Step: func(context.Context, pgx.Tx, op.In[measureRequest]) (struct{}, error) { return struct{}{}, nil },
+		Lookup: func(context.Context, op.Querier, string, string) (struct{}, bool, error) {
+			return struct{}{}, false, nil
+		},
+		View:  func(struct{}) op.Answer { return op.Answer{Body: map[string]string{}} },
+		Table: "measure",
 	})
 	tools, err := httptool.Parse([]byte(`
 tools:
@@ -73,7 +75,7 @@ tools:
 			r := s.Do(testenv.Request{Path: tg.route, Token: s.Tokens[testenv.TenantA], Key: key, Body: tg.body(n),
 				Header: map[string]string{"Prefer": "wait=0"}})
 			var p struct {
-				Type   string                          `json:"type"`
+				Type   string                           `json:"type"`
 				Errors []struct{ Field, Reason string } `json:"errors"`
 			}
 			_ = json.Unmarshal(r.Body, &p)
