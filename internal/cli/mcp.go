@@ -21,9 +21,11 @@ type gatewayFlags struct {
 	url, token, dataDir string
 }
 
+// Their variables are read by parseFlags, as every flag's are, never into
+// a default that help would print: a token is a secret.
 func (g *gatewayFlags) register(fs *flag.FlagSet) {
-	fs.StringVar(&g.url, "url", os.Getenv("IDEMFLOW_URL"), "gateway base URL (env IDEMFLOW_URL; default: from the dev stack's dev.env)")
-	fs.StringVar(&g.token, "token", os.Getenv("IDEMFLOW_TOKEN"), "API token (env IDEMFLOW_TOKEN; default: from dev.env)")
+	fs.StringVar(&g.url, "url", "", "gateway base URL; default: from the dev stack's dev.env (env IDEMFLOW_URL)")
+	fs.StringVar(&g.token, "token", "", "API token; default: from dev.env (env IDEMFLOW_TOKEN)")
 	fs.StringVar(&g.dataDir, "data-dir", "./.idemflow", "where 'idemflow dev' keeps dev.env (env IDEMFLOW_DATA_DIR)")
 }
 
