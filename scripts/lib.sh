@@ -20,7 +20,16 @@ postgres_reachable() {
 # server in its data directory). It installs the distribution's package
 # when neither is true.
 ensure_postgres_installed() {
-  if postgres_reachable 5432 || have_postgres_binaries; then
+  if postgres_reachable 5432; then
+    return 0
+  fi
+  ensure_postgres_binaries
+}
+
+# ensure_postgres_binaries installs the distribution's PostgreSQL when its
+# binaries are missing: a private server needs them (the tests start one).
+ensure_postgres_binaries() {
+  if have_postgres_binaries; then
     return 0
   fi
   echo "PostgreSQL is not installed; installing the distribution's package..." >&2

@@ -35,6 +35,10 @@ type common struct {
 	namespace   string
 	retention   durationFlag
 	tls         temporalTLS
+	// devPool bounds the pool when the URL sets no pool_max_conns, as a
+	// dev stack needs (0: pgxpool's default, the larger of 4 and the
+	// CPUs, which on a laptop is 16).
+	devPool int32
 }
 
 func (c *common) register(fs *flag.FlagSet) {
@@ -147,6 +151,9 @@ func openDeps(ctx context.Context, logger *slog.Logger, set *registry.Set, tools
 	poolCfg, err := pgurl.ParsePoolConfig(c.databaseURL)
 	if err != nil {
 		return nil, fmt.Errorf("open database: %w", err)
+	}
+	if c.devPool > 0 && !strings.Contains(c.databaseURL, "pool_max_conns") {
+		poolCfg.MaxConns = min(poolCfg.MaxConns, c.devPool)
 	}
 	tr.Pool(poolCfg)
 	pool, err := pgxpool.NewWithConfig(ctx, poolCfg)

@@ -125,6 +125,9 @@ func runDev(ctx context.Context, env *Env, args []string) error {
 	}
 	defer ui.Stop()
 
+	// A dev stack shares its server with others (a second stack, the
+	// tests): it holds a handful of connections, not one per core.
+	c.devPool = devPoolMaxConns
 	d, err := openDeps(ctx, log, env.Set, env.Tools, c)
 	if err != nil {
 		return err
@@ -170,6 +173,10 @@ then find it: idemflow inspect %s demo-1, or IdempotencyKey="demo-1" in the Web 
 		}
 	}})
 }
+
+// devPoolMaxConns bounds a dev stack's own pool, unless its URL sets
+// pool_max_conns.
+const devPoolMaxConns = 8
 
 // chooseTemporalStore points the embedded Temporal at PostgreSQL, in
 // databases named after idemflow's (<db>_temporal and
@@ -251,13 +258,18 @@ func runPostgres(ctx context.Context, env *Env, args []string) error {
 	dataDir := fs.String("data-dir", "./.idemflow", "where a private server keeps its files (env IDEMFLOW_DATA_DIR)")
 	port := fs.Int("port", devserver.DefaultPrivatePort, "port of a private server")
 	stop := fs.Bool("stop", false, "stop the private server in --data-dir instead")
+	private := fs.Bool("private", false, "only the private server on --port (started when it is not running), never a machine's own on 5432; it has room for many connections (max_connections 300)")
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
 	if *stop {
 		return devserver.StopPrivatePostgres(ctx, *dataDir)
 	}
-	pg, err := devserver.EnsurePostgres(ctx, *dataDir, *port, env.Logger)
+	ensure := devserver.EnsurePostgres
+	if *private {
+		ensure = devserver.EnsurePrivatePostgres
+	}
+	pg, err := ensure(ctx, *dataDir, *port, env.Logger)
 	if err != nil {
 		return err
 	}

@@ -48,11 +48,23 @@ var localCandidates = []string{
 // EnsurePostgres finds a reachable PostgreSQL or starts a private one in
 // dataDir/postgres from the installed binaries.
 func EnsurePostgres(ctx context.Context, dataDir string, port int, logger *slog.Logger) (*Postgres, error) {
+	return ensurePostgres(ctx, dataDir, port, logger, localCandidates)
+}
+
+// EnsurePrivatePostgres is EnsurePostgres that never takes a machine's
+// own server: the private one on port, running or started. The tests use
+// it, so that a user's server (a default max_connections of 100, with a
+// dev stack on it) never decides whether they pass.
+func EnsurePrivatePostgres(ctx context.Context, dataDir string, port int, logger *slog.Logger) (*Postgres, error) {
+	return ensurePostgres(ctx, dataDir, port, logger, nil)
+}
+
+func ensurePostgres(ctx context.Context, dataDir string, port int, logger *slog.Logger, candidates []string) (*Postgres, error) {
 	if port == 0 {
 		port = DefaultPrivatePort
 	}
 	private := fmt.Sprintf("postgres://postgres@127.0.0.1:%d/postgres?sslmode=disable&connect_timeout=2", port)
-	for _, u := range append([]string{private}, localCandidates...) {
+	for _, u := range append([]string{private}, candidates...) {
 		if ping(ctx, u) == nil {
 			logger.Info("using running PostgreSQL", "url", redact(u))
 			return &Postgres{AdminURL: u}, nil
