@@ -10,6 +10,7 @@ import (
 	"bufio"
 	"bytes"
 	"context"
+	"fmt"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -22,6 +23,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/idemflow/idemflow/internal/downstream"
+	"github.com/idemflow/idemflow/internal/httptool"
 	"github.com/idemflow/idemflow/internal/mcpserver"
 	"github.com/idemflow/idemflow/internal/testenv"
 )
@@ -46,9 +49,28 @@ func env(s *testenv.Stack, base string) []string {
 
 // The client's own tests (node --test) against the stack: retries, typed
 // errors, the store, MCP's durable key.
+//
+// Its HTTP tools answer as downstreams do: refund_queued's with a 202 (the
+// refund queued), refund_text's with text/plain.
 func TestTheTypeScriptClientAgainstTheStack(t *testing.T) {
 	bin := node(t)
-	s := testenv.NewStack(t, testenv.Options{})
+	queued, text := downstream.New(), downstream.New()
+	queued.Accepted, text.Text = true, true
+	file := ""
+	for name, ds := range map[string]*downstream.Server{"refund_queued": queued, "refund_text": text} {
+		srv := httptest.NewServer(ds.Handler())
+		t.Cleanup(srv.Close)
+		file += fmt.Sprintf(`
+  - name: %s
+    description: Refund part of a payment.
+    input_schema: {type: object, required: [payment_id, amount_cents], properties: {payment_id: {type: string}, amount_cents: {type: integer}}}
+    call: {method: POST, url: %q, key_header: Idempotency-Key}`, name, srv.URL+"/keyed/refunds")
+	}
+	tools, err := httptool.Parse([]byte("tools:"+file), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := testenv.NewStack(t, testenv.Options{Tools: tools})
 	mcp := httptest.NewServer(mcpserver.HTTPHandler(mcpserver.Config{BaseURL: s.URL, CallTimeout: 30 * time.Second}, mcpserver.HTTPOptions{}))
 	t.Cleanup(mcp.Close)
 	cmd := exec.Command(bin, "--test", "--test-concurrency=1", "dist/test/client.test.js")

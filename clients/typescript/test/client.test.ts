@@ -119,6 +119,43 @@ test("over MCP, a key the client derives from its call ID in _meta replaces the 
   }
 });
 
+const refund = (cents: number) => ({ payment_id: "pay-ts", amount_cents: cents });
+
+test("a downstream's 202 is the call's answer, not idemflow's still running", async () => {
+  const key = randomUUID();
+  const first = await client().do({ key, path: "/v1/tools/refund_queued", body: refund(100) });
+  const again = await client().do({ key, path: "/v1/tools/refund_queued", body: refund(100) });
+  assert.equal(first.status, 202);
+  assert.equal(first.replayed, false);
+  assert.equal((first.body as { status: string }).status, "queued");
+  assert.equal(again.replayed, true);
+  assert.equal(again.raw, first.raw);
+});
+
+test("a downstream's 4xx is a rejection stored under the key, not idemflow's refusal", async () => {
+  const key = randomUUID();
+  await assert.rejects(client().do({ key, path: "/v1/tools/refund_queued", body: refund(2_000_000) }), (e: unknown) => {
+    assert.ok(e instanceof RejectedError && !(e instanceof InvalidRequestError), String(e));
+    assert.equal(e.code, "downstream-rejected");
+    assert.equal(e.settled, true);
+    assert.match(e.body, /amount_exceeds_capture/);
+    return true;
+  });
+  // As it says: other parameters under that key are a conflict.
+  await assert.rejects(client().do({ key, path: "/v1/tools/refund_queued", body: refund(5) }), KeyReusedError);
+});
+
+test("a polled answer is the replay's bytes, a downstream's text too", async () => {
+  const key = randomUUID();
+  const polling = new Client({ baseURL: url, token, attemptTimeoutMs: 2000, initialBackoffMs: 20, maxBackoffMs: 200, waitSeconds: 0 });
+  const polled = await polling.do({ key, path: "/v1/tools/refund_text", body: refund(100) });
+  const replay = await client().do({ key, path: "/v1/tools/refund_text", body: refund(100) });
+  assert.equal(polled.status, 201);
+  assert.match(polled.raw, /^refund re_\d+ of 100 cents/);
+  assert.equal(polled.raw, replay.raw);
+  assert.equal(replay.replayed, true);
+});
+
 // The table every client reads answers by (clients/testdata/answers.json),
 // shared with the Go and Python clients' tests.
 test("the shared answer vectors", async () => {
