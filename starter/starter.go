@@ -69,8 +69,14 @@ type AnswerCache struct {
 	lru *lru.Cache[string, idem.Record]
 }
 
-// DefaultAnswerCacheSize bounds the cache (answers are about 1 KiB each).
-const DefaultAnswerCacheSize = 10000
+// DefaultAnswerCacheSize bounds the cache by entries; MaxCachedAnswer
+// bounds each one, so that the cache holds at most about 40 MiB of
+// answers (a ticket's is about 600 bytes; an HTTP tool's downstream may
+// answer with up to 1 MiB, which is read from PostgreSQL instead).
+const (
+	DefaultAnswerCacheSize = 10000
+	MaxCachedAnswer        = 4 << 10
+)
 
 // NewAnswerCache keeps up to size answers.
 func NewAnswerCache(size int) *AnswerCache {
@@ -91,7 +97,7 @@ func (c *AnswerCache) get(tenantID, key string) (idem.Record, bool) {
 }
 
 func (c *AnswerCache) keep(rec idem.Record) {
-	if c != nil && rec.Status == idem.StatusSuccess {
+	if c != nil && rec.Status == idem.StatusSuccess && len(rec.Response.Body) <= MaxCachedAnswer {
 		c.lru.Add(answerKey(rec.TenantID, rec.Key), rec)
 	}
 }

@@ -118,25 +118,7 @@ func Run(ctx context.Context, cfg Config) (Report, error) {
 	defer refs.Close()
 
 	run := uuid.NewString()[:8]
-	hc := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 256}, Timeout: 70 * time.Second}
-	post := func(ctx context.Context, url, token, key, body string) (int, error) {
-		req, err := http.NewRequestWithContext(ctx, http.MethodPost, url, strings.NewReader(body))
-		if err != nil {
-			return 0, err
-		}
-		req.Header.Set("Content-Type", "application/json")
-		req.Header.Set("Idempotency-Key", key)
-		if token != "" {
-			req.Header.Set("Authorization", "Bearer "+token)
-		}
-		resp, err := hc.Do(req)
-		if err != nil {
-			return 0, err
-		}
-		_, _ = io.Copy(io.Discard, resp.Body)
-		resp.Body.Close()
-		return resp.StatusCode, nil
-	}
+	post := newPoster()
 	ticket := func(c, n int) string {
 		return fmt.Sprintf(`{"customer_id":"bench-%d","title":"bench ticket %d"}`, c, n)
 	}
@@ -297,6 +279,29 @@ func load(ctx context.Context, clients int, d time.Duration, do func(ctx context
 		st.Throughput = float64(len(lat)) / elapsed.Seconds()
 	}
 	return st
+}
+
+// newPoster returns the load generator's POST: one intent, its status.
+func newPoster() func(ctx context.Context, url, token, key, body string) (int, error) {
+	hc := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 256}, Timeout: 70 * time.Second}
+	return func(ctx context.Context, url, token, key, body string) (int, error) {
+		req, err := http.NewRequestWithContext(ctx, http.MethodPost, url, strings.NewReader(body))
+		if err != nil {
+			return 0, err
+		}
+		req.Header.Set("Content-Type", "application/json")
+		req.Header.Set("Idempotency-Key", key)
+		if token != "" {
+			req.Header.Set("Authorization", "Bearer "+token)
+		}
+		resp, err := hc.Do(req)
+		if err != nil {
+			return 0, err
+		}
+		_, _ = io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+		return resp.StatusCode, nil
+	}
 }
 
 func quantile(sorted []time.Duration, q float64) time.Duration {

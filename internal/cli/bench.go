@@ -33,12 +33,20 @@ func runBench(ctx context.Context, env *Env, args []string) error {
 	clients := fs.String("clients", "1,64", "concurrent clients, comma-separated")
 	pgLatency := fs.Duration("pg-latency", 0, "add this round-trip time to every link to PostgreSQL, idemflow's and the references' alike: the run then measures a serve replica of its own, started in this process behind the delayed links (e.g. 2ms)")
 	temporalLatency := fs.Duration("temporal-latency", 0, "add this round-trip time to every link to Temporal, as --pg-latency does")
+	soak := fs.Duration("soak", 0, "instead of the cases, hold a steady mix of new tickets and replays this long (e.g. 30m), print each process's memory, goroutines, connections and records every --interval, and judge their growth (exit 3 when anything grew)")
+	interval := fs.Duration("interval", time.Minute, "with --soak: how often to sample")
+	soakClients := fs.Int("soak-clients", 8, "with --soak: concurrent clients")
+	metrics := fs.String("metrics", "", "with --soak: /metrics URLs of the idemflow processes to watch, comma-separated (default: the gateway's own)")
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
 	devEnv, err := g.resolve()
 	if err != nil {
 		return err
+	}
+	if *soak > 0 {
+		return runSoak(ctx, env, bench.SoakConfig{URL: g.url, Token: g.token, DatabaseURL: firstNonEmpty(*dbURL, devEnv["DATABASE_URL"]),
+			Duration: *soak, Interval: *interval, Clients: *soakClients, ReplayEvery: 4, Out: env.Stdout}, *metrics)
 	}
 	cfg := bench.Config{URL: g.url, Token: g.token, Duration: *duration, Progress: env.Stderr,
 		DatabaseURL: firstNonEmpty(*dbURL, devEnv["DATABASE_URL"])}
@@ -83,6 +91,28 @@ func runBench(ctx context.Context, env *Env, args []string) error {
 		return err
 	}
 	rep.Print(env.Stdout)
+	return nil
+}
+
+// runSoak runs bench --soak: exit 3 when anything grew.
+func runSoak(ctx context.Context, env *Env, cfg bench.SoakConfig, metrics string) error {
+	if cfg.DatabaseURL == "" {
+		return fmt.Errorf("%w: --database-url (or DATABASE_URL, or a dev.env) is required", errUsage)
+	}
+	if cfg.Clients < 1 || cfg.Interval <= 0 || cfg.Duration < 3*cfg.Interval {
+		return fmt.Errorf("%w: --soak must hold at least three --interval, with --soak-clients of 1 or more", errUsage)
+	}
+	cfg.Metrics = []string{strings.TrimRight(cfg.URL, "/") + "/metrics"}
+	if metrics != "" {
+		cfg.Metrics = strings.Split(metrics, ",")
+	}
+	rep, err := bench.Soak(ctx, cfg)
+	if err != nil {
+		return err
+	}
+	if !rep.Flat {
+		return exitCodeError{code: 3, err: fmt.Errorf("soak: %s", strings.Join(rep.Growths, "; "))}
+	}
 	return nil
 }
 

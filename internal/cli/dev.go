@@ -102,10 +102,11 @@ func runDev(ctx context.Context, env *Env, args []string) error {
 	log.Info("database migrated", "from", from, "to", to)
 
 	tcfg := devserver.TemporalConfig{
-		DataDir:   filepath.Join(*dataDir, "temporal"),
-		Port:      *temporalPort,
-		Namespace: c.namespace,
-		Retention: time.Duration(*nsRetention),
+		DataDir:      filepath.Join(*dataDir, "temporal"),
+		Port:         *temporalPort,
+		Namespace:    c.namespace,
+		Retention:    time.Duration(*nsRetention),
+		HistoryCache: tf.historyCache,
 	}
 	if err := chooseTemporalStore(log, &tcfg, *store, c.databaseURL); err != nil {
 		return err
@@ -294,10 +295,11 @@ func runTemporal(ctx context.Context, env *Env, args []string) error {
 		return fmt.Errorf("%w: temporal needs --database-url", errUsage)
 	}
 	tcfg := devserver.TemporalConfig{
-		DataDir:   filepath.Join(*dataDir, "temporal"),
-		Port:      *port,
-		Namespace: *namespace,
-		Retention: time.Duration(*nsRetention),
+		DataDir:      filepath.Join(*dataDir, "temporal"),
+		Port:         *port,
+		Namespace:    *namespace,
+		Retention:    time.Duration(*nsRetention),
+		HistoryCache: tf.historyCache,
 	}
 	if err := chooseTemporalStore(env.Logger, &tcfg, "postgres", *dbURL); err != nil {
 		return err
@@ -325,6 +327,7 @@ type temporalFlags struct {
 	port, uiPort int
 	dataDir      string
 	retention    *durationFlag
+	historyCache int
 }
 
 // register adds the flags; uiPort is the Web UI's default port (0: none).
@@ -339,6 +342,8 @@ func (t *temporalFlags) register(fs *flag.FlagSet, uiPort int) {
 	r := durationFlag(72 * time.Hour)
 	t.retention = &r
 	fs.Var(t.retention, "temporal-retention", "how long Temporal keeps closed workflows (env IDEMFLOW_TEMPORAL_RETENTION)")
+	fs.IntVar(&t.historyCache, "temporal-history-cache", devserver.DefaultHistoryCache,
+		"workflows whose state the embedded Temporal's history cache keeps; 0 leaves Temporal's default of 128,000, which fills a dev box's memory (env IDEMFLOW_TEMPORAL_HISTORY_CACHE)")
 }
 
 // startTemporal starts the embedded server; stop stops it, logging a
