@@ -16,6 +16,7 @@ import (
 
 	"github.com/idemflow/idemflow/internal/demo"
 	"github.com/idemflow/idemflow/internal/devserver"
+	"github.com/idemflow/idemflow/internal/metrics"
 	"github.com/idemflow/idemflow/internal/orders"
 	"github.com/idemflow/idemflow/internal/pgurl"
 	"github.com/idemflow/idemflow/internal/tenant"
@@ -288,11 +289,21 @@ func runTemporal(ctx context.Context, env *Env, args []string) error {
 	var tf temporalFlags
 	tf.register(fs, 0)
 	port, uiPort, dataDir, nsRetention := &tf.port, &tf.uiPort, &tf.dataDir, tf.retention
+	metricsAddr := fs.String("metrics-addr", "", "serve this process's /metrics (its memory and goroutines, for bench --soak) on this address, e.g. 127.0.0.1:9465 (env IDEMFLOW_METRICS_ADDR)")
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
 	if *dbURL == "" {
 		return fmt.Errorf("%w: temporal needs --database-url", errUsage)
+	}
+	if *metricsAddr != "" {
+		ln, err := net.Listen("tcp", *metricsAddr)
+		if err != nil {
+			return fmt.Errorf("metrics: %w", err)
+		}
+		srv := newHTTPServer(metrics.New().Handler(), false)
+		defer srv.Close()
+		go func() { _ = srv.Serve(ln) }()
 	}
 	tcfg := devserver.TemporalConfig{
 		DataDir:      filepath.Join(*dataDir, "temporal"),
