@@ -2,6 +2,7 @@ package activities
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"net/http"
@@ -200,8 +201,9 @@ func (a HTTPTool) begin(ctx context.Context, in idem.Intent, t *httptool.Tool) (
 			}
 			return a.Records.Finish(ctx, tx, rec, idem.StatusSuccess, out, "")
 		case call.State == httptool.OutcomeUnknown:
-			// Its answer says why; a purged record's retry says it again.
-			return a.reject(ctx, tx, rec, outcomeUnknown(t, atMostOnceReason), &out, &final)
+			// Settled unknown for good before its record was purged: the
+			// same answer again, with the reason it gave then.
+			return a.reject(ctx, tx, rec, unknownAgain(t, call.Answer), &out, &final)
 		case t.AtMostOnce():
 			return a.giveUp(ctx, tx, rec, t, atMostOnceReason, &out, &final)
 		}
@@ -327,6 +329,19 @@ func (a HTTPTool) giveUp(ctx context.Context, tx pgx.Tx, rec idem.Record, t *htt
 		return err
 	}
 	return a.reject(ctx, tx, rec, r, out, final)
+}
+
+// unknownAgain is the rejection of a call settled unknown for good, from
+// the answer stored then (problem.OutcomeUnknown's, whose detail is the
+// reason): answered again, it is the same bytes.
+func unknownAgain(t *httptool.Tool, stored idem.Outcome) *apperr.RejectedError {
+	var p struct {
+		Detail string `json:"detail"`
+	}
+	if json.Unmarshal(stored.Body, &p) != nil || p.Detail == "" {
+		return outcomeUnknown(t, atMostOnceReason)
+	}
+	return &apperr.RejectedError{Code: httptool.CodeOutcomeUnknown, Status: idem.StatusOutcomeUnknown, Reason: p.Detail}
 }
 
 // atMostOnceReason is why an at_most_once tool's unknown outcome is final.

@@ -200,6 +200,15 @@ func TestARefusedResendLeavesTheOutcomeUnknownNeverNothingHappened(t *testing.T)
 			if again.Status != http.StatusBadGateway || again.Header.Get("Idempotent-Replayed") != "true" || !bytes.Equal(again.Body, first.Body) {
 				t.Fatalf("retry: %d %v %s", again.Status, again.Header, again.Body)
 			}
+			// Its record purged, the key gets the same answer, and sends
+			// nothing: what idemflow knows of the call outlives it.
+			if _, err := f.s.Pool.Exec(context.Background(), `DELETE FROM idempotency_record WHERE idem_key = 'r-1'`); err != nil {
+				t.Fatal(err)
+			}
+			purged := f.post(testenv.TenantA, "refund_keyed", "r-1", body)
+			if purged.Status != http.StatusBadGateway || !bytes.Equal(purged.Body, first.Body) {
+				t.Fatalf("after a purge: %d %s, first %s", purged.Status, purged.Body, first.Body)
+			}
 			if f.ds.Posts() != posts || f.effects(testenv.TenantA, "r-1", "refund_keyed") != 1 {
 				t.Fatalf("after the answer: %d posts, then %d; %d effects", posts, f.ds.Posts(), f.effects(testenv.TenantA, "r-1", "refund_keyed"))
 			}
