@@ -1,11 +1,15 @@
 package gateway
 
 import (
+	"bytes"
+	"encoding/base64"
+	"encoding/json"
 	"errors"
 	"net/http"
 	"testing"
 	"time"
 
+	"github.com/idemflow/idemflow/idem"
 	"github.com/idemflow/idemflow/internal/apperr"
 	"github.com/idemflow/idemflow/internal/ijson"
 	"github.com/idemflow/idemflow/internal/tickets"
@@ -97,5 +101,33 @@ func TestDecodeStrictRejectsWhatIJSONForbids(t *testing.T) {
 				t.Fatalf("%s: got %v, want an error on %q", tc.body, err, tc.field)
 			}
 		})
+	}
+}
+
+// The operation view carries the replay's bytes whatever they are: JSON
+// that it writes as it is in result, anything else in result_base64, an
+// empty answer (a downstream's 204) as an empty result_base64, never as
+// nothing.
+func TestTheOperationViewCarriesTheReplaysBytes(t *testing.T) {
+	for _, body := range []string{`{"a":1}`, "{\n  \"a\": 1\n}", `{"a":"<b>"}`, "plain text", ""} {
+		v := operationOf(idem.Record{Status: idem.StatusSuccess, Response: idem.Outcome{Status: 200, Body: idem.Answer(body)}}).(operationView)
+		var got []byte
+		switch {
+		case v.Result != nil && v.ResultBase64 == nil:
+			var buf bytes.Buffer
+			_ = json.NewEncoder(&buf).Encode(v)
+			var back struct {
+				Result json.RawMessage `json:"result"`
+			}
+			_ = json.Unmarshal(buf.Bytes(), &back)
+			got = back.Result
+		case v.Result == nil && v.ResultBase64 != nil:
+			got, _ = base64.StdEncoding.DecodeString(*v.ResultBase64)
+		default:
+			t.Fatalf("%q: result %q and result_base64 %v: want exactly one", body, v.Result, v.ResultBase64)
+		}
+		if string(got) != body {
+			t.Errorf("%q: the view gives %q", body, got)
+		}
 	}
 }

@@ -6,6 +6,7 @@ package gateway
 import (
 	"bytes"
 	"context"
+	"encoding/base64"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -405,7 +406,9 @@ type operationView struct {
 	// replay gives: its media type, and its bytes.
 	ResultContentType string          `json:"result_content_type,omitempty"`
 	Result            json.RawMessage `json:"result,omitempty"`
-	ResultBase64      []byte          `json:"result_base64,omitempty"`
+	// ResultBase64 is set, empty for an empty answer (a 204), whenever
+	// Result is not.
+	ResultBase64 *string `json:"result_base64,omitempty"`
 }
 
 var operationStatus = map[idem.Status]string{
@@ -457,7 +460,8 @@ func operationOf(rec idem.Record) any {
 		if writtenAsIs(rec.Response.Body) {
 			v.Result = json.RawMessage(rec.Response.Body)
 		} else {
-			v.ResultBase64 = rec.Response.Body
+			b64 := base64.StdEncoding.EncodeToString(rec.Response.Body)
+			v.ResultBase64 = &b64
 		}
 	}
 	return v
