@@ -137,11 +137,11 @@ func newProxy(t *testing.T, gateway string, f fault) *proxy {
 
 // runAgent runs the agent for thread with the given tools and returns its
 // output, once it is done.
-func runAgent(t *testing.T, bin string, environ []string, thread, tools string) string {
+func runAgent(t *testing.T, bin string, environ []string, thread, tools string, extra ...string) string {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	cmd := exec.CommandContext(ctx, bin, "dist/agent/agent.js", "--thread", thread, "--tools", tools)
+	cmd := exec.CommandContext(ctx, bin, append([]string{"dist/agent/agent.js", "--thread", thread, "--tools", tools}, extra...)...)
 	cmd.Env = environ
 	out, err := cmd.CombinedOutput()
 	t.Logf("agent %s (%s):\n%s", thread, tools, out)
@@ -197,7 +197,9 @@ func killMidCall(t *testing.T, bin string, environ []string, p *proxy, thread, t
 // and restarted on the same thread, resumes from its checkpoint: the tool
 // call runs again under the key derived from the thread and the call's ID,
 // and there is exactly one ticket and one order; where it had executed,
-// the resumed call's answer is a replay. The control, plain HTTP tools
+// the resumed call's answer is a replay. A human review step before the
+// resume (updateState writing the pending model message back, which gives
+// the tool's task a new ID) keeps the key. The control, plain HTTP tools
 // with a fresh key per call, makes a second ticket under the same kill.
 func TestALangGraphAgentKilledMidToolCallResumesWithoutADuplicate(t *testing.T) {
 	bin := node(t)
@@ -211,10 +213,12 @@ func TestALangGraphAgentKilledMidToolCallResumesWithoutADuplicate(t *testing.T) 
 		tools    string
 		tickets  int
 		replayed string
+		review   bool
 	}{
-		{"answer lost", answerLost, "idemflow", 1, `"replayed":true`},
-		{"before received", beforeReceived, "idemflow", 1, `"replayed":false`},
-		{"control, answer lost", answerLost, "naive", 2, ""},
+		{"answer lost", answerLost, "idemflow", 1, `"replayed":true`, false},
+		{"before received", beforeReceived, "idemflow", 1, `"replayed":false`, false},
+		{"review step, answer lost", answerLost, "idemflow", 1, `"replayed":true`, true},
+		{"control, answer lost", answerLost, "naive", 2, "", false},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			thread := "thread-" + strings.ReplaceAll(c.name, " ", "-")
@@ -222,9 +226,16 @@ func TestALangGraphAgentKilledMidToolCallResumesWithoutADuplicate(t *testing.T) 
 			p := newProxy(t, s.URL, c.fault)
 			environ := env(s, p.URL)
 			killMidCall(t, bin, environ, p, thread, c.tools)
-			out := runAgent(t, bin, environ, thread, c.tools)
+			var extra []string
+			if c.review {
+				extra = []string{"--review"}
+			}
+			out := runAgent(t, bin, environ, thread, c.tools, extra...)
 			if !strings.Contains(out, "resuming "+thread+" at tools") {
 				t.Fatal("the restarted agent did not resume from its checkpoint at the tool call")
+			}
+			if c.review && !strings.Contains(out, "reviewed "+thread) {
+				t.Fatal("the restarted agent did not pass the review step")
 			}
 			t.Logf("%s: %d tickets, %d orders after the kill and the resume", c.name, count("ticket", thread), count("purchase_order", thread))
 			if n := count("ticket", thread); n != c.tickets {

@@ -5,7 +5,10 @@
 // checkpoint. --tools naive makes the control: plain HTTP tools that make
 // a fresh key on every call.
 //
-//   node dist/agent/agent.js --thread T [--tools idemflow|naive]
+//   node dist/agent/agent.js --thread T [--tools idemflow|naive] [--review]
+// --review: a resumed run first passes a human review step, LangGraph's
+// usual one: updateState writes the pending model message back, unchanged,
+// which writes a new checkpoint (and gives the tool's task a new ID).
 // with IDEMFLOW_URL, IDEMFLOW_TOKEN and DATABASE_URL set.
 
 import { randomUUID } from "node:crypto";
@@ -20,7 +23,7 @@ import { z } from "zod";
 import { Client } from "../src/index.js";
 import { idemflowTool } from "../src/langgraph.js";
 
-const { values } = parseArgs({ options: { thread: { type: "string" }, tools: { type: "string", default: "idemflow" } } });
+const { values } = parseArgs({ options: { thread: { type: "string" }, tools: { type: "string", default: "idemflow" }, review: { type: "boolean", default: false } } });
 const thread = values.thread!;
 const url = process.env.IDEMFLOW_URL!;
 const token = process.env.IDEMFLOW_TOKEN!;
@@ -82,6 +85,12 @@ const config = { configurable: { thread_id: thread } };
 const state = await graph.getState(config);
 const resuming = state.next.length > 0;
 console.log(resuming ? `resuming ${thread} at ${state.next.join(",")}` : `starting ${thread}`);
+if (resuming && values.review) {
+  const pending = state.values.messages[state.values.messages.length - 1];
+  await graph.updateState(config, { messages: [pending] });
+  const after = await graph.getState(config);
+  console.log(`reviewed ${thread}: checkpoint ${state.config.configurable?.checkpoint_id} -> ${after.config.configurable?.checkpoint_id}, next ${after.next.join(",")}`);
+}
 // durability "sync": the model's message, with its tool call's ID, is
 // checkpointed before the tool runs. With LangGraph's default ("async") a
 // crash can lose that step, and the model, asked again, writes a new ID:

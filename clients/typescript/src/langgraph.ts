@@ -5,9 +5,13 @@
 // instead of taking effect twice.
 //
 // LangGraph checkpoints the model's message, with its tool_calls[].id,
-// before the tool node runs; a resumed run runs the tool node again with
-// the same thread, namespace and tool-call ID. The key is derived from
-// those and the tool's name: no store of its own.
+// before the tool node runs (durability "sync"); a resumed run runs the
+// tool node again with the same thread, node path and tool-call ID. The
+// key is derived from those and the tool's name: no store of its own. Not
+// from the checkpoint namespace's task IDs: LangGraph derives a task ID
+// from the checkpoint the step started from, so anything that writes a
+// checkpoint between the crash and the resume (updateState in a review
+// step) would change it, and with it the key.
 
 import { tool } from "@langchain/core/tools";
 import type { ToolRunnableConfig } from "@langchain/core/tools";
@@ -16,9 +20,23 @@ import { Client, deriveKey, ProblemError, type Result } from "./index.js";
 /** The run has no durable identity to derive a key from. */
 export class NoDurableIdentityError extends Error {}
 
+/** The scheme of a tool call's key (lg1 included the task IDs). */
+export const keyScheme = "lg2";
+
 /**
- * The key of one tool call: from the run's thread_id and checkpoint_ns and
- * the call's ID, with the tool's name. It throws NoDurableIdentityError
+ * The checkpoint namespace without its task IDs: "inner:<id>|tools:<id>"
+ * is "inner|tools". LangGraph refuses ":" and "|" in node names, so the
+ * path is what the graph's structure names, the same on every resume.
+ */
+export function nodePath(checkpointNs: string): string {
+  if (!checkpointNs) return "";
+  return checkpointNs.split("|").map((part) => part.split(":", 1)[0]).join("|");
+}
+
+/**
+ * The key of one tool call: from the run's thread_id, the node path of its
+ * checkpoint_ns and the call's ID, with the tool's name (the vectors in
+ * clients/testdata/keys.json). It throws NoDurableIdentityError
  * when the run has no thread (no checkpointer, or invoked without
  * configurable.thread_id) or the call no ID: a random key would protect
  * nothing across a resume, and is never made in silence.
@@ -26,13 +44,13 @@ export class NoDurableIdentityError extends Error {}
 export function durableKey(config: ToolRunnableConfig | undefined, toolName: string): string {
   const threadId = config?.configurable?.thread_id;
   const callId = config?.toolCall?.id;
-  if (typeof threadId !== "string" && typeof threadId !== "number") {
+  if ((typeof threadId !== "string" && typeof threadId !== "number") || threadId === "") {
     throw new NoDurableIdentityError(`${toolName}: the run has no thread_id (compile the graph with a checkpointer and invoke it with configurable.thread_id), so no key can survive a resume`);
   }
   if (!callId) {
     throw new NoDurableIdentityError(`${toolName}: the call has no tool-call ID (call the tool through a ToolNode, or with a ToolCall), so no key can survive a resume`);
   }
-  return deriveKey("lg1", String(threadId), String(config?.configurable?.checkpoint_ns ?? ""), callId, toolName);
+  return deriveKey(keyScheme, String(threadId), nodePath(String(config?.configurable?.checkpoint_ns ?? "")), callId, toolName);
 }
 
 export interface IdemflowToolFields<S> {

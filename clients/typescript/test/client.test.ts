@@ -91,7 +91,7 @@ test("a durable key needs a durable identity, and is never made at random", () =
   assert.equal(durableKey(config, "create_ticket"), durableKey(structuredClone(config), "create_ticket"));
   assert.notEqual(durableKey(config, "create_ticket"), durableKey({ ...config, configurable: { thread_id: "t-2" } }, "create_ticket"));
   assert.notEqual(durableKey(config, "create_ticket"), durableKey(config, "create_order"));
-  assert.match(durableKey(config, "create_ticket"), /^lg1_[A-Za-z0-9_-]{42}$/);
+  assert.match(durableKey(config, "create_ticket"), /^lg2_[A-Za-z0-9_-]{42}$/);
   assert.throws(() => durableKey({ toolCall: config.toolCall }, "create_ticket"), NoDurableIdentityError);
   assert.throws(() => durableKey({ configurable: { thread_id: "t-1" } }, "create_ticket"), NoDurableIdentityError);
 });
@@ -169,6 +169,26 @@ test("the shared answer vectors", async () => {
   for (const o of v.operations) check(`operation ${o.name}`, judgeOperation(JSON.stringify(o.view)), o.expect);
   for (const b of v.backoff) {
     assert.equal(backoffCeiling(b.initial_ms, b.max_ms, b.attempt), b.ceiling_ms, `backoff ${JSON.stringify(b)}`);
+  }
+});
+
+test("the shared key vectors", async () => {
+  const v = JSON.parse(await readFile(new URL("../../../testdata/keys.json", import.meta.url), "utf8")) as {
+    derive: { scheme: string; parts: string[]; key: string }[];
+    langgraph: { name: string; thread_id: string | null; checkpoint_ns: string; tool_call_id: string | null; tool: string; key?: string; error?: string }[];
+  };
+  assert.ok(v.derive.length > 0 && v.langgraph.length > 0);
+  for (const d of v.derive) assert.equal(deriveKey(d.scheme, ...d.parts), d.key, `deriveKey ${JSON.stringify(d.parts)}`);
+  for (const c of v.langgraph) {
+    const config = {
+      configurable: { ...(c.thread_id === null ? {} : { thread_id: c.thread_id }), checkpoint_ns: c.checkpoint_ns },
+      ...(c.tool_call_id === null ? {} : { toolCall: { id: c.tool_call_id, name: c.tool, args: {} } }),
+    };
+    if (c.error) {
+      assert.throws(() => durableKey(config, c.tool), (e: Error) => e instanceof NoDurableIdentityError && e.message.includes(c.error!), c.name);
+    } else {
+      assert.equal(durableKey(config, c.tool), c.key, c.name);
+    }
   }
 });
 
