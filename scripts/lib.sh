@@ -56,9 +56,34 @@ ensure_package() {
   DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq "$2" >/dev/null
 }
 
-# ensure_python3: the Python agent example (examples/python) is tested
-# against the real stack.
-ensure_python3() { ensure_package python3 python3 "the Python agent example's test"; }
+# ensure_python3: the Python package (clients/python) is tested against
+# the real stack; its virtual environment needs Debian's python3-venv.
+ensure_python3() {
+  ensure_package python3 python3 "the Python client's tests"
+  python3 -c 'import ensurepip, venv' 2>/dev/null && return 0
+  local v
+  v=$(python3 -c 'import sys; print(f"{sys.version_info[0]}.{sys.version_info[1]}")')
+  echo "python3 cannot make a virtual environment; installing the distribution's python${v}-venv..." >&2
+  local sudo=""
+  [ "$(id -u)" = 0 ] || sudo="sudo"
+  $sudo apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq "python${v}-venv" >/dev/null
+}
+
+# build_python installs the Python client's locked packages into
+# clients/python/.venv (pip install --require-hashes, from
+# requirements.lock: every file's hash is checked), then the package itself
+# (editable, with the build backend the lock pinned). Python 3.10 or later.
+build_python() {
+  python3 -c 'import sys; sys.exit(sys.version_info < (3, 10))' || die "the Python client needs Python 3.10 or later, found $(python3 --version)"
+  echo "installing the Python client's locked packages (pip --require-hashes)..." >&2
+  (
+    cd clients/python
+    [ -x .venv/bin/python ] || python3 -m venv .venv
+    .venv/bin/pip install -q --disable-pip-version-check --require-hashes --no-deps -r requirements.lock
+    .venv/bin/pip install -q --disable-pip-version-check --no-deps --no-build-isolation -e .
+  )
+}
 
 # ensure_chromium: the Web UI browser test (TestWebUIFindsAnIntentByItsKey)
 # drives Debian's Chromium headless.

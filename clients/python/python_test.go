@@ -1,0 +1,90 @@
+// Package python holds idemflow's Python client (src/idemflow), its
+// LangGraph and Temporal integrations, and the test that runs its pytest
+// suite against the real stack: the client's own tests, the LangGraph
+// agent SIGKILLed at four points and resumed, a Temporal agent's worker
+// SIGKILLed inside a tool activity, and the official MCP SDK over stdio
+// and streamable HTTP. scripts/test.sh installs the locked packages into
+// .venv first (python3 -m venv; pip install --require-hashes).
+package python
+
+import (
+	"fmt"
+	"net/http/httptest"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/idemflow/idemflow/internal/downstream"
+	"github.com/idemflow/idemflow/internal/httptool"
+	"github.com/idemflow/idemflow/internal/mcpserver"
+	"github.com/idemflow/idemflow/internal/testenv"
+)
+
+// venv is the Python of the package's virtual environment, with the locked
+// packages installed.
+func venv(t *testing.T) string {
+	t.Helper()
+	py, err := filepath.Abs(filepath.Join(".venv", "bin", "python"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(py); err != nil {
+		t.Fatal("the Python package is not installed: run scripts/test.sh, or in clients/python: python3 -m venv .venv && " +
+			".venv/bin/pip install --require-hashes --no-deps -r requirements.lock && .venv/bin/pip install --no-deps --no-build-isolation -e .")
+	}
+	return py
+}
+
+// The package's pytest suite against the stack (see the package comment).
+//
+// Its HTTP tools answer as downstreams do: refund_queued's with a 202 (the
+// refund queued), and with a 422 above the captured amount.
+func TestThePythonPackageAgainstTheStack(t *testing.T) {
+	py := venv(t)
+	bin, err := filepath.Abs(filepath.Join("..", "..", "bin", "idemflow"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(bin); err != nil {
+		t.Fatal("bin/idemflow is not built (the MCP test runs it over stdio): run scripts/test.sh, or go build -o bin/idemflow ./cmd/idemflow")
+	}
+	queued := downstream.New()
+	queued.Accepted = true
+	srv := httptest.NewServer(queued.Handler())
+	t.Cleanup(srv.Close)
+	tools, err := httptool.Parse([]byte(fmt.Sprintf(`tools:
+  - name: refund_queued
+    description: Refund part of a payment.
+    input_schema: {type: object, required: [payment_id, amount_cents], properties: {payment_id: {type: string}, amount_cents: {type: integer}}}
+    call: {method: POST, url: %q, key_header: Idempotency-Key}`, srv.URL+"/keyed/refunds")), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := testenv.NewStack(t, testenv.Options{Tools: tools})
+	mcp := httptest.NewServer(mcpserver.HTTPHandler(mcpserver.Config{BaseURL: s.URL, CallTimeout: 30 * time.Second}, mcpserver.HTTPOptions{}))
+	t.Cleanup(mcp.Close)
+
+	args := []string{"-m", "pytest", "-q", "-p", "no:cacheprovider", "tests"}
+	if run := os.Getenv("IDEMFLOW_PYTEST_K"); run != "" {
+		args = append(args, "-k", run)
+	}
+	cmd := exec.Command(py, args...)
+	cmd.Env = append(os.Environ(),
+		"IDEMFLOW_URL="+s.URL,
+		"IDEMFLOW_TOKEN="+s.Tokens[testenv.TenantA],
+		"IDEMFLOW_TOKEN_B="+s.Tokens[testenv.TenantB],
+		"IDEMFLOW_MCP_URL="+mcp.URL+"/",
+		"IDEMFLOW_BIN="+bin,
+		"DATABASE_URL="+s.DatabaseURL,
+		"TEMPORAL_ADDRESS="+s.Server.GetFrontendHostPort(),
+		"TEMPORAL_NAMESPACE="+s.Server.GetDefaultNamespace(),
+		"PYTHONUNBUFFERED=1",
+	)
+	out, err := cmd.CombinedOutput()
+	t.Log(string(out))
+	if err != nil {
+		t.Fatalf("pytest: %v", err)
+	}
+}

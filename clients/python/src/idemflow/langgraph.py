@@ -1,0 +1,141 @@
+"""The LangGraph integration: a tool whose idempotency key is derived from
+the framework's own durable identity of the call, so that a run resumed
+from its checkpoint (after a crash, a deploy, or a human review step),
+which calls the tool again, replays the first answer instead of taking
+effect twice.
+
+LangGraph checkpoints the model's message, with its tool_calls[].id, before
+the tool node runs (with durability="sync"); a resumed run runs the tool
+node again with the same thread, the same node path and the same tool-call
+ID. The key is derived from those and the tool's name, never from the
+checkpoint namespace's task IDs: LangGraph derives a task ID from the
+checkpoint the step started from, so anything that writes a checkpoint
+between the crash and the resume (update_state in a review step) would
+change it, and with it the key.
+
+Needs the ``langgraph`` extra: ``pip install 'idemflow[langgraph]'``.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Mapping
+from typing import Annotated, Any, Union
+
+from langchain_core.runnables import RunnableConfig
+from langchain_core.tools import BaseTool, InjectedToolCallId, StructuredTool
+from pydantic import BaseModel, create_model
+
+from .answers import Result
+from .client import AsyncClient, Client, Intent
+from .errors import NoDurableIdentityError, ProblemError
+from .keys import derive_key
+
+__all__ = ["durable_key", "node_path", "idemflow_tool", "KEY_SCHEME"]
+
+#: The scheme of a LangGraph tool call's key (lg1 included the task IDs).
+KEY_SCHEME = "lg2"
+
+
+def node_path(checkpoint_ns: str) -> str:
+    """The checkpoint namespace without its task IDs: "inner:<id>|tools:<id>"
+    is "inner|tools". LangGraph refuses ":" and "|" in node names, so the
+    path is what the graph's structure names, the same on every resume."""
+    if not checkpoint_ns:
+        return ""
+    return "|".join(part.split(":", 1)[0] for part in checkpoint_ns.split("|"))
+
+
+def durable_key(config: Mapping[str, Any] | None, tool_call_id: str | None, tool_name: str) -> str:
+    """The key of one tool call: from the run's thread_id, the node path of
+    its checkpoint namespace, the call's ID and the tool's name.
+
+    Raises NoDurableIdentityError when the run has no thread (no
+    checkpointer, or invoked without configurable.thread_id) or the call no
+    ID: a random key would protect nothing across a resume, and is never
+    made in silence.
+    """
+    configurable = (config or {}).get("configurable") or {}
+    thread_id = configurable.get("thread_id")
+    if thread_id is None or thread_id == "":
+        raise NoDurableIdentityError(
+            f"{tool_name}: the run has no thread_id (compile the graph with a checkpointer and invoke it with "
+            'config={"configurable": {"thread_id": ...}}), so no key can survive a resume'
+        )
+    if not tool_call_id:
+        raise NoDurableIdentityError(
+            f"{tool_name}: the call has no tool-call ID (call the tool through a ToolNode, or invoke it with a ToolCall), "
+            "so no key can survive a resume"
+        )
+    return derive_key(KEY_SCHEME, str(thread_id), node_path(str(configurable.get("checkpoint_ns") or "")), tool_call_id, tool_name)
+
+
+def _answer(r: Result) -> str:
+    return json.dumps({"http_status": r.status, "replayed": r.replayed, "result": r.body}, ensure_ascii=False)
+
+
+def _refusal(e: ProblemError, key: str) -> str:
+    # A final refusal is the model's to read, not a crash of the run: a
+    # rejection stored under the key (the operation's or its downstream's,
+    # whose body is as it came), or idemflow's refusal of the arguments,
+    # which nothing recorded.
+    return json.dumps({**e.to_dict(), "replayed": False, "key": key}, ensure_ascii=False)
+
+
+def idemflow_tool(
+    client: Union[Client, AsyncClient],
+    *,
+    name: str,
+    description: str,
+    path: Union[str, Callable[[dict[str, Any]], str]],
+    args_schema: type[BaseModel],
+    body: Callable[[dict[str, Any]], Any] | None = None,
+    deadline: float = 300.0,
+) -> BaseTool:
+    """A LangGraph tool that runs one of idemflow's operations (a ticket, an
+    order, a declared operation, an HTTP tool) exactly once per tool call,
+    however often a resumed run calls it.
+
+    path is the operation's (/v1/tickets, /v1/tools/refund_create) or a
+    function of the arguments; body makes the request's body from them
+    (default: the arguments). The tool returns JSON to the model:
+    {http_status, replayed, result}, or for a final refusal {http_status,
+    error, problem, body, key}. With an AsyncClient the tool is async.
+    """
+    # The call's ID reaches the tool through LangChain's injection: the
+    # model sees args_schema, the function also gets tool_call_id.
+    schema = create_model(
+        args_schema.__name__,
+        __base__=args_schema,
+        tool_call_id=(Annotated[str, InjectedToolCallId], ...),
+    )
+
+    def prepare(kwargs: dict[str, Any], config: RunnableConfig) -> tuple[str, Intent]:
+        call_id = kwargs.pop("tool_call_id", None)
+        key = durable_key(config, call_id, name)
+        args = args_schema(**kwargs).model_dump(mode="json")
+        p = path(args) if callable(path) else path
+        return key, Intent(key, p, body(args) if body else args)
+
+    if isinstance(client, AsyncClient):
+        aclient = client
+
+        async def arun(config: RunnableConfig, **kwargs: Any) -> str:
+            key, intent = prepare(kwargs, config)
+            try:
+                return _answer(await aclient.do(intent, deadline=deadline))
+            except ProblemError as e:
+                return _refusal(e, key)
+
+        return StructuredTool.from_function(coroutine=arun, name=name, description=description, args_schema=schema)
+
+    sclient = client
+
+    def run(config: RunnableConfig, **kwargs: Any) -> str:
+        key, intent = prepare(kwargs, config)
+        try:
+            return _answer(sclient.do(intent, deadline=deadline))
+        except ProblemError as e:
+            return _refusal(e, key)
+
+    return StructuredTool.from_function(func=run, name=name, description=description, args_schema=schema)

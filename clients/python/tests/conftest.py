@@ -1,0 +1,49 @@
+"""The stack the tests run against: python_test.go starts it (a real
+PostgreSQL, the embedded Temporal server, the gateway) and passes its
+addresses in the environment. A test that needs it fails, never skips,
+when it is missing."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+
+import psycopg
+import pytest
+
+import idemflow
+
+
+def need(name: str) -> str:
+    v = os.environ.get(name)
+    if not v:
+        pytest.fail(f"{name} is not set: run the suite through 'go test ./clients/python' (scripts/test.sh does), which starts the stack")
+    return v
+
+
+@pytest.fixture
+def url() -> str:
+    return need("IDEMFLOW_URL")
+
+
+@pytest.fixture
+def token() -> str:
+    return need("IDEMFLOW_TOKEN")
+
+
+@pytest.fixture
+def client(url: str, token: str) -> Iterator[idemflow.Client]:
+    with idemflow.Client(url, token, attempt_timeout=3, initial_backoff=0.02, max_backoff=0.2) as c:
+        yield c
+
+
+@pytest.fixture
+def db() -> Iterator[psycopg.Connection]:
+    with psycopg.connect(need("DATABASE_URL"), autocommit=True) as conn:
+        yield conn
+
+
+def count(db: psycopg.Connection, table: str, customer_id: str) -> int:
+    row = db.execute(f"SELECT count(*) FROM {table} WHERE customer_id = %s", (customer_id,)).fetchone()
+    assert row is not None
+    return int(row[0])

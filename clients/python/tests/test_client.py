@@ -1,0 +1,239 @@
+"""The client's rules against the real stack: replays, an answer lost on
+the wire, typed errors never retried, Retry-After honoured, the store, a
+downstream's own answers, and the token never logged."""
+
+from __future__ import annotations
+
+import asyncio
+import http.server
+import logging
+import threading
+import time
+import uuid
+from collections.abc import Iterator
+from typing import Any
+
+import httpx
+import pytest
+
+import idemflow
+from idemflow import Intent
+
+
+def ticket(title: str) -> dict[str, str]:
+    return {"customer_id": "c-py", "title": title, "priority": "high"}
+
+
+def test_a_replay_returns_the_first_answer_marked_replayed(client: idemflow.Client) -> None:
+    key = str(uuid.uuid4())
+    first = client.do(Intent(key, "/v1/tickets", ticket("once")))
+    again = client.do(Intent(key, "/v1/tickets", ticket("once")))
+    assert (first.status, first.replayed) == (201, False)
+    assert again.replayed is True
+    assert again.raw == first.raw
+
+
+def test_the_async_client_keeps_the_same_rules(url: str, token: str) -> None:
+    async def main() -> tuple[idemflow.Result, ...]:
+        async with idemflow.AsyncClient(url, token, attempt_timeout=3) as c:
+            key = str(uuid.uuid4())
+            # Three at once, as parallel retries of one intent: one effect.
+            return tuple(await asyncio.gather(*(c.do(Intent(key, "/v1/tickets", ticket("async"))) for _ in range(3))))
+
+    answers = asyncio.run(main())
+    assert len({a.body["ticket_id"] for a in answers}) == 1
+    assert sorted(a.replayed for a in answers) == [False, True, True]
+
+
+class _Proxy:
+    """Forwards to the gateway; drops the first answer (the connection is
+    closed once the gateway answered), and records every key it saw."""
+
+    def __init__(self, upstream: str) -> None:
+        self.keys: list[str | None] = []
+        dropped = threading.Event()
+        proxy = self
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"
+
+            def do_POST(self) -> None:
+                body = self.rfile.read(int(self.headers.get("Content-Length") or 0))
+                proxy.keys.append(self.headers.get("Idempotency-Key"))
+                headers = {k: v for k, v in self.headers.items() if k.lower() not in ("host", "content-length", "connection")}
+                r = httpx.post(upstream + self.path, content=body, headers=headers, timeout=30)
+                if not dropped.is_set():
+                    dropped.set()
+                    self.close_connection = True
+                    return  # the answer never leaves
+                self.send_response(r.status_code)
+                for k, v in r.headers.items():
+                    if k.lower() not in ("content-length", "transfer-encoding", "connection", "content-encoding"):
+                        self.send_header(k, v)
+                self.send_header("Content-Length", str(len(r.content)))
+                self.end_headers()
+                self.wfile.write(r.content)
+
+            def log_message(self, *args: Any) -> None:
+                pass
+
+        self.server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+
+    def close(self) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+
+
+@pytest.fixture
+def proxy(url: str) -> Iterator[_Proxy]:
+    p = _Proxy(url)
+    yield p
+    p.close()
+
+
+def test_an_answer_lost_on_the_wire_is_retried_under_the_same_key_and_replays(proxy: _Proxy, token: str) -> None:
+    with idemflow.Client(proxy.url, token, attempt_timeout=3, initial_backoff=0.02, max_backoff=0.2) as c:
+        r = c.do(Intent(str(uuid.uuid4()), "/v1/tickets", ticket("lost answer")))
+    assert r.status == 201
+    assert r.replayed is True, "the retry's answer is the stored one"
+    assert len(proxy.keys) >= 2 and len(set(proxy.keys)) == 1, proxy.keys
+
+
+def test_final_answers_are_typed_errors_never_retried(url: str, token: str) -> None:
+    attempts: list[int] = []
+    with idemflow.Client(url, token, attempt_timeout=3, initial_backoff=0.02, on_attempt=lambda n, _: attempts.append(n)) as c:
+        key = str(uuid.uuid4())
+        c.do(Intent(key, "/v1/tickets", ticket("first")))
+        attempts.clear()
+        with pytest.raises(idemflow.KeyReusedError):
+            c.do(Intent(key, "/v1/tickets", ticket("changed")))
+        with pytest.raises(idemflow.InvalidRequestError) as bad:
+            c.do(Intent(str(uuid.uuid4()), "/v1/tickets", {"title": ""}))
+        assert bad.value.revisable and not bad.value.settled
+        assert "customer_id" in bad.value.problem["detail"], bad.value.problem
+        with pytest.raises(idemflow.NotFoundError):
+            c.do(Intent(str(uuid.uuid4()), "/v1/orders/ORD-NOPE/pay", {"payment_ref": "p"}))
+        order = c.do(Intent(str(uuid.uuid4()), "/v1/orders", {"customer_id": "c-py", "items": [{"sku": "SKU-MOUSE", "quantity": 1}]}))
+        c.do(Intent(str(uuid.uuid4()), f"/v1/orders/{order.body['order_no']}/cancel", {}))
+        attempts.clear()
+        with pytest.raises(idemflow.RejectedError) as rejected:
+            c.do(Intent(str(uuid.uuid4()), f"/v1/orders/{order.body['order_no']}/pay", {"payment_ref": "p"}))
+        assert rejected.value.code == "invalid-transition"
+        assert attempts == [1], "a final answer is not sent again"
+    with idemflow.Client(url, "not-a-token") as c, pytest.raises(idemflow.UnauthorizedError):
+        c.do(Intent(str(uuid.uuid4()), "/v1/tickets", ticket("x")))
+
+
+class _Scripted:
+    """A server that answers from a script, recording when each request came."""
+
+    def __init__(self, script: list[tuple[int, dict[str, str], str]]) -> None:
+        self.seen: list[tuple[float, str | None]] = []
+        outer = self
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"
+
+            def do_POST(self) -> None:
+                self.rfile.read(int(self.headers.get("Content-Length") or 0))
+                outer.seen.append((time.monotonic(), self.headers.get("Idempotency-Key")))
+                status, headers, body = script[min(len(outer.seen), len(script)) - 1]
+                self.send_response(status)
+                for k, v in headers.items():
+                    self.send_header(k, v)
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body.encode())
+
+            def log_message(self, *args: Any) -> None:
+                pass
+
+        self.server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+
+
+def test_retry_after_is_honoured_and_409_429_5xx_are_retried() -> None:
+    problem = '{{"type":"/problems/{}","status":{}}}'
+    s = _Scripted(
+        [
+            (409, {"Retry-After": "1"}, problem.format("request-in-progress", 409)),
+            (429, {}, problem.format("slow-down", 429)),
+            (503, {}, problem.format("service-unavailable", 503)),
+            (201, {"Idempotent-Replayed": "false"}, '{"ticket_id":"t-1"}'),
+        ]
+    )
+    try:
+        with idemflow.Client(s.url, "t", initial_backoff=0.01, max_backoff=0.02) as c:
+            r = c.do(Intent("k-1", "/v1/tickets", ticket("scripted")))
+    finally:
+        s.server.shutdown()
+    assert r.body == {"ticket_id": "t-1"}
+    assert [k for _, k in s.seen] == ["k-1"] * 4
+    # The pause after the 409 is its Retry-After (1 s), not the backoff.
+    assert s.seen[1][0] - s.seen[0][0] >= 0.95
+
+
+def test_outcome_unknown_is_final() -> None:
+    s = _Scripted([(502, {"Idempotent-Replayed": "false"}, '{"type":"/problems/outcome-unknown","status":502,"code":"outcome-unknown"}')])
+    try:
+        with idemflow.Client(s.url, "t", initial_backoff=0.01) as c, pytest.raises(idemflow.OutcomeUnknownError):
+            c.do(Intent("k-2", "/v1/tools/refund", {}))
+    finally:
+        s.server.shutdown()
+    assert len(s.seen) == 1
+
+
+def test_the_store_keeps_an_intents_key_across_restarts(client: idemflow.Client, tmp_path: Any) -> None:
+    db = tmp_path / "intents.db"
+    with idemflow.SQLiteStore(db) as a, idemflow.SQLiteStore(db) as b:
+        assert a.open("step-1", "POST", "/v1/tickets", ticket("stored")).key == b.open("step-1", "POST", "/v1/tickets", ticket("stored")).key
+        with pytest.raises(idemflow.IntentMismatchError):
+            b.open("step-1", "POST", "/v1/tickets", ticket("other"))
+    with idemflow.SQLiteStore(db) as store:
+        first = client.run(store, "step-1", "POST", "/v1/tickets", ticket("stored"))
+    with idemflow.SQLiteStore(db) as store:  # a restarted agent
+        resumed = client.run(store, "step-1", "POST", "/v1/tickets", ticket("stored"))
+    assert resumed.raw == first.raw and resumed.replayed
+
+
+def test_after_a_refusal_the_same_step_carries_a_corrected_body(client: idemflow.Client, tmp_path: Any) -> None:
+    with idemflow.SQLiteStore(tmp_path / "intents.db") as store:
+        with pytest.raises(idemflow.InvalidRequestError):
+            client.run(store, "step-2", "POST", "/v1/tickets", {"customer_id": "c-py", "title": ""})
+        key = store.open("step-2", "POST", "/v1/tickets", {"customer_id": "c-py", "title": ""}).key
+        fixed = client.run(store, "step-2", "POST", "/v1/tickets", ticket("corrected"))
+        assert fixed.status == 201 and fixed.body["idempotency_key"] == key
+        with pytest.raises(idemflow.IntentMismatchError):
+            store.open("step-2", "POST", "/v1/tickets", ticket("changed after it was recorded"))
+
+
+def refund(cents: int) -> dict[str, Any]:
+    return {"payment_id": "pay-py", "amount_cents": cents}
+
+
+def test_a_downstreams_202_is_the_calls_answer_and_its_4xx_a_rejection(client: idemflow.Client) -> None:
+    key = str(uuid.uuid4())
+    first = client.do(Intent(key, "/v1/tools/refund_queued", refund(100)))
+    again = client.do(Intent(key, "/v1/tools/refund_queued", refund(100)))
+    assert (first.status, first.replayed, again.replayed) == (202, False, True)
+    assert again.raw == first.raw
+    with pytest.raises(idemflow.RejectedError) as e:
+        client.do(Intent(str(uuid.uuid4()), "/v1/tools/refund_queued", refund(2_000_000)))
+    assert not isinstance(e.value, idemflow.InvalidRequestError)
+    assert e.value.code == idemflow.DOWNSTREAM_REJECTED and e.value.settled
+
+
+def test_the_token_is_never_logged(url: str, token: str, caplog: pytest.LogCaptureFixture) -> None:
+    caplog.set_level(logging.DEBUG)
+    with idemflow.Client(url, token) as c:
+        c.do(Intent(str(uuid.uuid4()), "/v1/tickets", ticket("logged")))
+        with pytest.raises(idemflow.KeyReusedError) as e:
+            key = str(uuid.uuid4())
+            c.do(Intent(key, "/v1/tickets", ticket("a")))
+            c.do(Intent(key, "/v1/tickets", ticket("b")))
+        text = caplog.text + repr(c) + str(e.value) + repr(e.value)
+    assert caplog.records, "nothing was logged at DEBUG: the check would be empty"
+    assert token not in text

@@ -1,0 +1,115 @@
+"""The vectors every client shares (clients/testdata): how an answer is
+read and how a key is derived. The Go and TypeScript tests read the same
+files, so that the clients cannot drift."""
+
+from __future__ import annotations
+
+import base64
+import json
+import pathlib
+from typing import Any
+
+import pytest
+
+import idemflow
+from idemflow.answers import Fail, Judgement, Poll, Retry, Success
+from idemflow.langgraph import durable_key
+from idemflow.keys import derive_key
+
+TESTDATA = pathlib.Path(__file__).resolve().parents[2] / "testdata"
+ANSWERS = json.loads((TESTDATA / "answers.json").read_text())
+KEYS = json.loads((TESTDATA / "keys.json").read_text())
+
+ERRORS: dict[str, type[idemflow.ProblemError]] = {
+    "invalid-request": idemflow.InvalidRequestError,
+    "unauthorized": idemflow.UnauthorizedError,
+    "not-found": idemflow.NotFoundError,
+    "too-large": idemflow.TooLargeError,
+    "key-reused": idemflow.KeyReusedError,
+    "rejected": idemflow.RejectedError,
+    "outcome-unknown": idemflow.OutcomeUnknownError,
+}
+
+
+def test_the_vectors_are_there() -> None:
+    assert ANSWERS["answers"] and ANSWERS["operations"] and ANSWERS["backoff"]
+    assert KEYS["derive"] and KEYS["langgraph"] and KEYS["temporal"]
+
+
+def check(name: str, j: Judgement, e: dict[str, Any]) -> None:
+    assert j.action == e["action"], f"{name}: {j}"
+    if isinstance(j, Success):
+        if "replayed" in e:
+            assert j.result.replayed == e["replayed"], f"{name}: replayed"
+        if "status" in e:
+            assert (j.result.status, j.result.raw) == (e["status"], e["body"]), f"{name}: answer"
+    if isinstance(j, (Fail, Retry)):
+        if "error" in e:
+            assert isinstance(j.error, ERRORS[e["error"]]), f"{name}: {type(j.error).__name__}, want {e['error']}"
+        if "code" in e:
+            assert isinstance(j.error, idemflow.RejectedError) and j.error.code == e["code"], f"{name}: code"
+        if "revisable" in e:
+            assert j.error.revisable == e["revisable"], f"{name}: revisable"
+    if isinstance(j, Retry) and "wait_ms" in e:
+        assert j.wait * 1000 == e["wait_ms"], f"{name}: wait"
+
+
+@pytest.mark.parametrize("a", ANSWERS["answers"], ids=lambda a: a["name"])
+def test_answer(a: dict[str, Any]) -> None:
+    check(a["name"], idemflow.judge(a["status"], a["headers"], a["body"]), a["expect"])
+
+
+@pytest.mark.parametrize("o", ANSWERS["operations"], ids=lambda o: o["name"])
+def test_polled_operation(o: dict[str, Any]) -> None:
+    check(o["name"], idemflow.judge_operation(json.dumps(o["view"])), o["expect"])
+
+
+@pytest.mark.parametrize("b", ANSWERS["backoff"], ids=lambda b: f"attempt {b['attempt']}")
+def test_backoff_ceiling(b: dict[str, Any]) -> None:
+    assert idemflow.backoff_ceiling(b["initial_ms"], b["max_ms"], b["attempt"]) == b["ceiling_ms"]
+
+
+@pytest.mark.parametrize("d", KEYS["derive"], ids=lambda d: "/".join([d["scheme"], *d["parts"]]))
+def test_derive_key(d: dict[str, Any]) -> None:
+    assert derive_key(d["scheme"], *d["parts"]) == d["key"]
+
+
+@pytest.mark.parametrize("c", KEYS["langgraph"], ids=lambda c: c["name"])
+def test_langgraph_key(c: dict[str, Any]) -> None:
+    configurable = {"checkpoint_ns": c["checkpoint_ns"]}
+    if c["thread_id"] is not None:
+        configurable["thread_id"] = c["thread_id"]
+    config = {"configurable": configurable}
+    if "error" in c:
+        with pytest.raises(idemflow.NoDurableIdentityError, match=c["error"]):
+            durable_key(config, c["tool_call_id"], c["tool"])
+    else:
+        assert durable_key(config, c["tool_call_id"], c["tool"]) == c["key"]
+
+
+@pytest.mark.parametrize("c", KEYS["temporal"], ids=lambda c: c["name"])
+def test_temporal_key(c: dict[str, Any]) -> None:
+    import dataclasses
+
+    from temporalio.testing import ActivityEnvironment
+
+    from idemflow.temporal import activity_key
+
+    env = ActivityEnvironment()
+    env.info = dataclasses.replace(env.info, workflow_id=c["workflow_id"], activity_id=c["activity_id"], activity_type=c["tool"])
+    assert env.run(lambda: activity_key(scope=c["scope"])) == c["key"]
+    assert env.run(lambda: activity_key(c["tool"], scope=c["scope"])) == c["key"]
+
+
+def test_no_activity_no_key() -> None:
+    from idemflow.temporal import activity_key
+
+    with pytest.raises(idemflow.NoDurableIdentityError, match="not in a Temporal activity"):
+        activity_key("create_ticket")
+
+
+def test_a_polled_base64_answer_is_its_bytes() -> None:
+    raw = '{"a": 1}'
+    view = {"status": "succeeded", "result_status": 200, "result_base64": base64.b64encode(raw.encode()).decode()}
+    j = idemflow.judge_operation(json.dumps(view))
+    assert isinstance(j, Success) and j.result.raw == raw and not isinstance(j, Poll)
