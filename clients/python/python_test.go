@@ -66,7 +66,8 @@ func TestThePythonPackageAgainstTheStack(t *testing.T) {
 	mcp := httptest.NewServer(mcpserver.HTTPHandler(mcpserver.Config{BaseURL: s.URL, CallTimeout: 30 * time.Second}, mcpserver.HTTPOptions{}))
 	t.Cleanup(mcp.Close)
 
-	args := []string{"-m", "pytest", "-q", "-p", "no:cacheprovider", "tests"}
+	// -s: the kill tests print their counts.
+	args := []string{"-m", "pytest", "-q", "-s", "-p", "no:cacheprovider", "tests"}
 	if run := os.Getenv("IDEMFLOW_PYTEST_K"); run != "" {
 		args = append(args, "-k", run)
 	}

@@ -19,6 +19,8 @@ import pytest
 import idemflow
 from idemflow import Intent
 
+from .wire import Proxy
+
 
 def ticket(title: str) -> dict[str, str]:
     return {"customer_id": "c-py", "title": title, "priority": "high"}
@@ -45,55 +47,14 @@ def test_the_async_client_keeps_the_same_rules(url: str, token: str) -> None:
     assert sorted(a.replayed for a in answers) == [False, True, True]
 
 
-class _Proxy:
-    """Forwards to the gateway; drops the first answer (the connection is
-    closed once the gateway answered), and records every key it saw."""
-
-    def __init__(self, upstream: str) -> None:
-        self.keys: list[str | None] = []
-        dropped = threading.Event()
-        proxy = self
-
-        class Handler(http.server.BaseHTTPRequestHandler):
-            protocol_version = "HTTP/1.1"
-
-            def do_POST(self) -> None:
-                body = self.rfile.read(int(self.headers.get("Content-Length") or 0))
-                proxy.keys.append(self.headers.get("Idempotency-Key"))
-                headers = {k: v for k, v in self.headers.items() if k.lower() not in ("host", "content-length", "connection")}
-                r = httpx.post(upstream + self.path, content=body, headers=headers, timeout=30)
-                if not dropped.is_set():
-                    dropped.set()
-                    self.close_connection = True
-                    return  # the answer never leaves
-                self.send_response(r.status_code)
-                for k, v in r.headers.items():
-                    if k.lower() not in ("content-length", "transfer-encoding", "connection", "content-encoding"):
-                        self.send_header(k, v)
-                self.send_header("Content-Length", str(len(r.content)))
-                self.end_headers()
-                self.wfile.write(r.content)
-
-            def log_message(self, *args: Any) -> None:
-                pass
-
-        self.server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
-        threading.Thread(target=self.server.serve_forever, daemon=True).start()
-
-    def close(self) -> None:
-        self.server.shutdown()
-        self.server.server_close()
-
-
 @pytest.fixture
-def proxy(url: str) -> Iterator[_Proxy]:
-    p = _Proxy(url)
+def proxy(url: str) -> Iterator[Proxy]:
+    p = Proxy(url, "answer-lost")
     yield p
     p.close()
 
 
-def test_an_answer_lost_on_the_wire_is_retried_under_the_same_key_and_replays(proxy: _Proxy, token: str) -> None:
+def test_an_answer_lost_on_the_wire_is_retried_under_the_same_key_and_replays(proxy: Proxy, token: str) -> None:
     with idemflow.Client(proxy.url, token, attempt_timeout=3, initial_backoff=0.02, max_backoff=0.2) as c:
         r = c.do(Intent(str(uuid.uuid4()), "/v1/tickets", ticket("lost answer")))
     assert r.status == 201

@@ -1,0 +1,161 @@
+"""A LangGraph agent for the kill tests (test_langgraph_kills.py): a graph
+whose deterministic fake chat model calls a tool to create a ticket, then
+one to create an order, over a PostgreSQL checkpointer. Run again with the
+same --thread, it resumes from its checkpoint.
+
+    python -m tests.agents.langgraph_agent --thread T [--tools idemflow|naive] [--review]
+
+with IDEMFLOW_URL, IDEMFLOW_TOKEN and DATABASE_URL set.
+
+--tools naive makes the control: tools that make a fresh key on every call.
+--review: a resumed run first passes a human review step, LangGraph's
+usual one: update_state writes the pending model message back, unchanged
+(a new checkpoint, and a new task ID for the tool node).
+IDEMFLOW_AGENT_PAUSE stops the run where a test kills it: "model" inside
+the model step that asks for the order, "between" in the tool node after
+the ticket's call returned, before its result was checkpointed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import time
+import uuid
+from typing import Any
+
+import httpx
+from langchain_core.language_models.fake_chat_models import GenericFakeChatModel
+from langchain_core.messages import AIMessage, HumanMessage, ToolMessage
+from langchain_core.runnables import RunnableConfig
+from langchain_core.tools import BaseTool, StructuredTool
+from langgraph.checkpoint.postgres import PostgresSaver
+from langgraph.graph import END, START, MessagesState, StateGraph
+from langgraph.prebuilt import ToolNode, tools_condition
+from pydantic import BaseModel
+
+import idemflow
+from idemflow.langgraph import idemflow_tool
+
+
+class Ticket(BaseModel):
+    customer_id: str
+    title: str
+
+
+class Item(BaseModel):
+    sku: str
+    quantity: int
+
+
+class Order(BaseModel):
+    customer_id: str
+    items: list[Item]
+
+
+def pause(point: str) -> None:
+    if os.environ.get("IDEMFLOW_AGENT_PAUSE") == point:
+        print(f"PAUSED {point}", flush=True)
+        time.sleep(600)
+
+
+def naive_tool(name: str, path: str, schema: type[BaseModel], url: str, token: str) -> BaseTool:
+    def call(**args: Any) -> str:
+        # The bug of the incident: a key made at call time, new on every call.
+        r = httpx.post(
+            url + path,
+            json=schema(**args).model_dump(),
+            headers={"Authorization": f"Bearer {token}", "Idempotency-Key": str(uuid.uuid4()), "Prefer": "wait=5"},
+            timeout=30,
+        )
+        return json.dumps({"http_status": r.status_code, "replayed": r.headers.get("Idempotent-Replayed") == "true", "result": r.json()})
+
+    return StructuredTool.from_function(func=call, name=name, description=name, args_schema=schema)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--thread", required=True)
+    ap.add_argument("--tools", default="idemflow", choices=["idemflow", "naive"])
+    ap.add_argument("--review", action="store_true")
+    a = ap.parse_args()
+    url, token, thread = os.environ["IDEMFLOW_URL"], os.environ["IDEMFLOW_TOKEN"], a.thread
+
+    # The client's attempts time out fast, so that a dropped answer is
+    # retried at once (the kill comes first).
+    client = idemflow.Client(url, token, attempt_timeout=3, initial_backoff=0.05, max_backoff=0.5)
+    if a.tools == "naive":
+        tools = [
+            naive_tool("create_ticket", "/v1/tickets", Ticket, url, token),
+            naive_tool("create_order", "/v1/orders", Order, url, token),
+        ]
+    else:
+        tools = [
+            idemflow_tool(client, name="create_ticket", description="Create a support ticket.", path="/v1/tickets", args_schema=Ticket),
+            idemflow_tool(client, name="create_order", description="Create a purchase order.", path="/v1/orders", args_schema=Order),
+        ]
+
+    # The script: the model's next message follows from the tool results it
+    # has seen, so a resumed run asks for the next step, never the last
+    # again. Each tool call's ID is new when the model writes it: only the
+    # checkpoint keeps it.
+    def agent(state: MessagesState) -> dict[str, Any]:
+        done = sum(1 for m in state["messages"] if isinstance(m, ToolMessage))
+        steps = [
+            {"name": "create_ticket", "args": {"customer_id": thread, "title": "Printer on fire"}},
+            {"name": "create_order", "args": {"customer_id": thread, "items": [{"sku": "SKU-MOUSE", "quantity": 1}]}},
+        ]
+        if done == 1:
+            pause("model")
+        if done < len(steps):
+            msg = AIMessage("", tool_calls=[{**steps[done], "id": f"call_{uuid.uuid4().hex}", "type": "tool_call"}])
+        else:
+            msg = AIMessage("Both are done.")
+        model = GenericFakeChatModel(messages=iter([msg]))
+        return {"messages": [model.invoke(state["messages"])]}
+
+    tool_node = ToolNode(tools)
+
+    def run_tools(state: MessagesState, config: RunnableConfig) -> Any:
+        out = tool_node.invoke(state, config)
+        if any(isinstance(m, ToolMessage) and m.name == "create_ticket" for m in out["messages"]):
+            pause("between")
+        return out
+
+    with PostgresSaver.from_conn_string(os.environ["DATABASE_URL"]) as checkpointer:
+        checkpointer.setup()
+        graph = (
+            StateGraph(MessagesState)
+            .add_node("agent", agent)
+            .add_node("tools", run_tools)
+            .add_edge(START, "agent")
+            .add_conditional_edges("agent", tools_condition, ["tools", END])
+            .add_edge("tools", "agent")
+            .compile(checkpointer=checkpointer)
+        )
+        config: RunnableConfig = {"configurable": {"thread_id": thread}}
+        state = graph.get_state(config)
+        resuming = bool(state.next)
+        print(f"resuming {thread} at {','.join(state.next)}" if resuming else f"starting {thread}", flush=True)
+        if resuming and a.review:
+            pending = state.values["messages"][-1]
+            graph.update_state(config, {"messages": [pending]})
+            after = graph.get_state(config)
+            before_id = state.config["configurable"]["checkpoint_id"]
+            print(f"reviewed {thread}: checkpoint {before_id} -> {after.config['configurable']['checkpoint_id']}, next {','.join(after.next)}", flush=True)
+        # durability "sync": the model's message, with its tool call's ID,
+        # is checkpointed before the tool runs. With "async" a crash can
+        # lose that step, and the model, asked again, writes a new ID: a
+        # new key.
+        out = graph.invoke(None if resuming else {"messages": [HumanMessage("Open a ticket, then order a mouse.")]}, config, durability="sync")
+        for m in out["messages"]:
+            if isinstance(m, ToolMessage):
+                print(f"tool {m.name} {m.content}", flush=True)
+    client.close()
+    print("DONE", flush=True)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

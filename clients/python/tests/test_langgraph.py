@@ -1,0 +1,175 @@
+"""A LangGraph agent (a real StateGraph, a PostgreSQL checkpointer, a
+deterministic fake chat model) SIGKILLed at four points and restarted on
+the same thread ends with exactly one ticket and one order; so does one
+that passes a review step (update_state) before the resume. The naive
+control, a fresh key per call, makes a second ticket under the first kill.
+Also: the tool's errors, as the model reads them."""
+
+from __future__ import annotations
+
+import json
+import os
+import queue
+import signal
+import subprocess
+import sys
+import threading
+import uuid
+from collections.abc import Callable
+from typing import Any
+
+import psycopg
+import pytest
+from langchain_core.messages import AIMessage
+from langgraph.graph import START, MessagesState, StateGraph
+from langgraph.prebuilt import ToolNode
+from pydantic import BaseModel
+
+import idemflow
+from idemflow.langgraph import idemflow_tool
+
+from .conftest import count
+from .wire import Proxy
+
+HERE = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def agent_env(url: str, **extra: str) -> dict[str, str]:
+    return {**os.environ, "IDEMFLOW_URL": url, "PYTHONUNBUFFERED": "1", **extra}
+
+
+def start(thread: str, tools: str, env: dict[str, str], *extra: str) -> subprocess.Popen[str]:
+    return subprocess.Popen(
+        [sys.executable, "-m", "tests.agents.langgraph_agent", "--thread", thread, "--tools", tools, *extra],
+        cwd=HERE,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+
+
+def kill_when(p: subprocess.Popen[str], ready: Callable[[str], bool], event: threading.Event | None = None) -> list[str]:
+    """SIGKILLs the agent once a line of its says so (or event is set)."""
+    lines: queue.Queue[str | None] = queue.Queue()
+
+    def read() -> None:
+        assert p.stdout is not None
+        for line in p.stdout:
+            lines.put(line.rstrip("\n"))
+        lines.put(None)
+
+    threading.Thread(target=read, daemon=True).start()
+    seen: list[str] = []
+    while True:
+        if event is not None and event.wait(0.05):
+            break
+        try:
+            line = lines.get(timeout=0.05 if event is not None else 90)
+        except queue.Empty:
+            if event is None:
+                p.kill()
+                pytest.fail(f"the agent never reached the kill point: {seen}")
+            continue
+        if line is None:
+            pytest.fail(f"the agent ended before it was killed: {seen}")
+        seen.append(line)
+        if ready(line):
+            break
+    p.send_signal(signal.SIGKILL)
+    p.wait(30)
+    assert not any("DONE" in s for s in seen), f"the agent finished before it was killed: {seen}"
+    return seen
+
+
+def finish(thread: str, tools: str, env: dict[str, str], *extra: str) -> str:
+    p = start(thread, tools, env, *extra)
+    out, _ = p.communicate(timeout=120)
+    assert p.returncode == 0 and "DONE" in out, f"the agent did not finish ({p.returncode}):\n{out}"
+    return out
+
+
+def tool_answer(out: str, tool: str) -> dict[str, Any]:
+    for line in out.splitlines():
+        if line.startswith(f"tool {tool} "):
+            return json.loads(line.split(" ", 2)[2])
+    raise AssertionError(f"no answer of {tool} in:\n{out}")
+
+
+CASES = [
+    # name, fault (a proxy's, or the agent's own pause), tools, review, tickets, the resumed ticket call's answer replayed
+    ("answer lost", "answer-lost", "idemflow", False, 1, True),
+    ("before received", "before-received", "idemflow", False, 1, False),
+    ("during the model step", "model", "idemflow", False, 1, None),
+    ("between two tool calls", "between", "idemflow", False, 1, True),
+    ("review step, answer lost", "answer-lost", "idemflow", True, 1, True),
+    ("control, answer lost", "answer-lost", "naive", False, 2, None),
+]
+
+
+@pytest.mark.parametrize("name,fault,tools,review,tickets,replayed", CASES, ids=[c[0] for c in CASES])
+def test_a_killed_langgraph_agent_resumes_without_a_duplicate(
+    name: str, fault: str, tools: str, review: bool, tickets: int, replayed: bool | None, url: str, db: psycopg.Connection
+) -> None:
+    thread = f"py-{name.replace(' ', '-').replace(',', '')}-{uuid.uuid4().hex[:6]}"
+    extra = ("--review",) if review else ()
+    proxy = Proxy(url, fault, hold=True) if fault in ("answer-lost", "before-received") else None  # type: ignore[arg-type]
+    try:
+        base = proxy.url if proxy else url
+        if proxy:
+            kill_when(start(thread, tools, agent_env(base)), lambda _: False, proxy.hit)
+        else:
+            kill_when(start(thread, tools, agent_env(base, IDEMFLOW_AGENT_PAUSE=fault)), lambda line: line == f"PAUSED {fault}")
+        out = finish(thread, tools, agent_env(base), *extra)
+    finally:
+        if proxy:
+            proxy.close()
+    assert f"resuming {thread} at" in out, out
+    if review:
+        assert f"reviewed {thread}" in out, out
+    n_tickets, n_orders = count(db, "ticket", thread), count(db, "purchase_order", thread)
+    print(f"{name}: {n_tickets} tickets, {n_orders} orders after the kill and the resume")
+    assert (n_tickets, n_orders) == (tickets, 1), out
+    if replayed is not None:
+        assert tool_answer(out, "create_ticket")["replayed"] is replayed, out
+
+
+class Ticket(BaseModel):
+    customer_id: str
+    title: str
+
+
+def one_call(tool: Any, args: dict[str, Any], config: dict[str, Any]) -> str:
+    graph = StateGraph(MessagesState).add_node("tools", ToolNode([tool])).add_edge(START, "tools").compile()
+    msg = AIMessage("", tool_calls=[{"name": tool.name, "args": args, "id": "call_1", "type": "tool_call"}])
+    out = graph.invoke({"messages": [msg]}, config)
+    return str(out["messages"][-1].content)
+
+
+def test_arguments_the_operation_refuses_are_a_readable_tool_error_not_a_retry_loop(url: str, token: str) -> None:
+    attempts: list[int] = []
+    with idemflow.Client(url, token, on_attempt=lambda n, _: attempts.append(n)) as c:
+        tool = idemflow_tool(c, name="create_ticket", description="Create a ticket.", path="/v1/tickets", args_schema=Ticket)
+        answer = json.loads(one_call(tool, {"customer_id": "c-py", "title": ""}, {"configurable": {"thread_id": str(uuid.uuid4())}}))
+    assert attempts == [1]
+    assert answer["http_status"] == 400 and answer["error"] == "InvalidRequestError", answer
+    assert "title" in answer["problem"]["detail"], answer
+
+
+def test_a_run_without_a_thread_raises_naming_it(client: idemflow.Client) -> None:
+    tool = idemflow_tool(client, name="create_ticket", description="Create a ticket.", path="/v1/tickets", args_schema=Ticket)
+    with pytest.raises(idemflow.NoDurableIdentityError, match="thread_id"):
+        one_call(tool, {"customer_id": "c-py", "title": "t"}, {})
+
+
+def test_a_call_without_an_id_raises_naming_it(client: idemflow.Client) -> None:
+    tool = idemflow_tool(client, name="create_ticket", description="Create a ticket.", path="/v1/tickets", args_schema=Ticket)
+    with pytest.raises(Exception) as e:
+        tool.invoke({"customer_id": "c-py", "title": "t"}, {"configurable": {"thread_id": "t-1"}})
+    print(f"a call without an ID: {type(e.value).__name__}: {e.value}")
+    assert "ToolCall" in str(e.value) or "tool-call ID" in str(e.value)
+
+
+def test_the_model_sees_the_operations_schema_not_the_injected_id(client: idemflow.Client) -> None:
+    tool = idemflow_tool(client, name="create_ticket", description="Create a ticket.", path="/v1/tickets", args_schema=Ticket)
+    assert set(tool.tool_call_schema.model_json_schema()["properties"]) == {"customer_id", "title"}

@@ -1,0 +1,85 @@
+"""A proxy between an agent and the gateway that faults the first call of
+one operation, for the tests that kill an agent mid call."""
+
+from __future__ import annotations
+
+import http.server
+import threading
+from typing import Any, Literal
+
+import httpx
+
+Fault = Literal["answer-lost", "before-received"]
+
+
+class Proxy:
+    """Forwards every request to upstream, but the first POST to path:
+    answer-lost forwards it and drops the answer (the connection is held
+    until the caller dies or gives up), before-received never forwards it.
+    hit is set once the fault happened; keys holds every POST's key.
+    hold keeps the faulted connection open until the caller closes it (an
+    agent to be killed waiting); without it, it is closed at once (the
+    caller sees a broken connection and retries)."""
+
+    def __init__(self, upstream: str, fault: Fault, path: str = "/v1/tickets", hold: bool = False) -> None:
+        self.keys: list[str | None] = []
+        self.hit = threading.Event()
+        first = threading.Lock()
+        taken = [False]
+        outer = self
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"
+
+            def _forward(self, method: str) -> None:
+                body = self.rfile.read(int(self.headers.get("Content-Length") or 0))
+                if method == "POST":
+                    outer.keys.append(self.headers.get("Idempotency-Key"))
+                faulted = False
+                if method == "POST" and self.path == path:
+                    with first:
+                        faulted, taken[0] = not taken[0], True
+                if faulted and fault == "before-received":
+                    outer.hit.set()
+                    self._hold()
+                    return  # it goes no further
+                headers = {k: v for k, v in self.headers.items() if k.lower() not in ("host", "content-length", "connection")}
+                r = httpx.request(method, upstream + self.path, content=body, headers=headers, timeout=60)
+                if faulted:
+                    outer.hit.set()
+                    self._hold()
+                    return  # the answer never leaves
+                self.send_response(r.status_code)
+                for k, v in r.headers.items():
+                    if k.lower() not in ("content-length", "transfer-encoding", "connection", "content-encoding"):
+                        self.send_header(k, v)
+                self.send_header("Content-Length", str(len(r.content)))
+                self.end_headers()
+                self.wfile.write(r.content)
+
+            def _hold(self) -> None:
+                self.close_connection = True
+                if hold:
+                    self.connection.settimeout(120)
+                    try:
+                        self.rfile.read(1)  # b"" once the caller is gone
+                    except OSError:
+                        pass
+
+            def do_POST(self) -> None:
+                self._forward("POST")
+
+            def do_GET(self) -> None:
+                self._forward("GET")
+
+            def log_message(self, *args: Any) -> None:
+                pass
+
+        self.server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.server.daemon_threads = True
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+
+    def close(self) -> None:
+        self.server.shutdown()
+        self.server.server_close()
