@@ -1,0 +1,87 @@
+"""The official MCP Python SDK (the mcp package) as a real client of
+idemflow's MCP server, over stdio (`idemflow mcp`) and over streamable
+HTTP: nothing of idemflow's own client code sits between them."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import uuid
+from collections.abc import AsyncIterator, Callable
+from contextlib import AbstractAsyncContextManager, asynccontextmanager
+from typing import Any
+
+import httpx2
+import pytest
+from mcp import ClientSession, StdioServerParameters
+from mcp.client.stdio import get_default_environment, stdio_client
+from mcp.client.streamable_http import streamable_http_client
+
+from .conftest import need
+
+META_KEY = "io.idemflow/idempotency-key"
+
+
+@asynccontextmanager
+async def over_stdio() -> AsyncIterator[ClientSession]:
+    params = StdioServerParameters(
+        command=need("IDEMFLOW_BIN"),
+        args=["mcp"],
+        env={**get_default_environment(), "IDEMFLOW_URL": need("IDEMFLOW_URL"), "IDEMFLOW_TOKEN": need("IDEMFLOW_TOKEN")},
+    )
+    async with stdio_client(params) as (read, write), ClientSession(read, write) as session:
+        await session.initialize()
+        yield session
+
+
+@asynccontextmanager
+async def over_http() -> AsyncIterator[ClientSession]:
+    headers = {"Authorization": f"Bearer {need('IDEMFLOW_TOKEN')}"}
+    async with (
+        httpx2.AsyncClient(headers=headers, timeout=30) as http,
+        streamable_http_client(need("IDEMFLOW_MCP_URL"), http_client=http) as streams,
+        ClientSession(streams[0], streams[1]) as session,
+    ):
+        await session.initialize()
+        yield session
+
+
+def text(result: Any) -> str:
+    return "".join(getattr(c, "text", "") for c in result.content)
+
+
+TRANSPORTS: dict[str, Callable[[], AbstractAsyncContextManager[ClientSession]]] = {"stdio": over_stdio, "streamable HTTP": over_http}
+
+
+@pytest.mark.parametrize("transport", list(TRANSPORTS))
+def test_the_official_mcp_sdk_calls_idemflows_tools(transport: str) -> None:
+    async def main() -> None:
+        async with TRANSPORTS[transport]() as session:
+            tools = {t.name: t for t in (await session.list_tools()).tools}
+            assert {"create_ticket", "create_order", "get_operation"} <= set(tools), sorted(tools)
+            assert "title" in tools["create_ticket"].input_schema["properties"]
+
+            key = f"py-mcp-{uuid.uuid4()}"
+            args = {"idempotency_key": "written-by-the-model", "customer_id": "c-mcp-py", "title": "via the MCP SDK"}
+            # The client's durable key, in _meta, names the intent, whatever
+            # key the model wrote.
+            first = await session.call_tool("create_ticket", args, meta={META_KEY: key})
+            again = await session.call_tool("create_ticket", {**args, "idempotency_key": "another-from-the-model"}, meta={META_KEY: key})
+            assert not first.is_error and not again.is_error, (text(first), text(again))
+            one, two = first.structured_content, again.structured_content
+            assert one is not None and two is not None
+            assert (one["replayed"], two["replayed"]) == (False, True)
+            assert two["result"]["ticket_id"] == one["result"]["ticket_id"]
+            assert one["result"]["idempotency_key"] == key
+            assert json.loads(text(first))["result"]["ticket_id"] == one["result"]["ticket_id"], "the text a model reads is the same JSON"
+            print(f"MCP over {transport}: replay of {one['result']['ticket_id']}: replayed={two['replayed']}")
+
+            changed = await session.call_tool("create_ticket", {**args, "title": "changed"}, meta={META_KEY: key})
+            assert changed.is_error and "CONFLICT" in text(changed), text(changed)
+
+            bad = await session.call_tool("create_ticket", {"idempotency_key": f"py-bad-{uuid.uuid4()}", "customer_id": "c-mcp-py", "title": 7})
+            assert bad.is_error and "title" in text(bad), text(bad)
+            print(f"MCP over {transport}: changed arguments: {text(changed)[:90]}...; bad arguments: {text(bad)[:120]}")
+
+    asyncio.run(main())
+
