@@ -1,5 +1,6 @@
-// Package python holds a stdlib-only Python agent (agent.py) and the test
-// that runs it against the real stack.
+// Package python holds a Python agent (agent.py) on the idemflow package
+// (clients/python), and the test that runs it against the real stack with
+// the package's virtual environment (scripts/test.sh installs it).
 package python
 
 import (
@@ -17,15 +18,26 @@ import (
 	"github.com/idemflow/idemflow/internal/testenv"
 )
 
+// python is the Python of clients/python/.venv, where the idemflow package
+// and its locked dependencies are installed.
+func python(t *testing.T) string {
+	t.Helper()
+	py, err := filepath.Abs(filepath.Join("..", "..", "clients", "python", ".venv", "bin", "python"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(py); err != nil {
+		t.Fatal("the idemflow Python package is not installed in clients/python/.venv: run scripts/test.sh (README, Agents: Python)")
+	}
+	return py
+}
+
 // The agent is killed between two attempts of one intent (its first
 // attempt timed out: the worker is not running yet), then started again
 // with the same intent ID: it resumes with the same key, and exactly one
 // ticket exists.
 func TestPythonAgentSurvivesAKillBetweenAttempts(t *testing.T) {
-	py, err := exec.LookPath("python3")
-	if err != nil {
-		t.Fatalf("python3 is needed for the Python agent example: %v", err)
-	}
+	py := python(t)
 	s := testenv.NewStack(t, testenv.Options{NoWorker: true})
 	db := filepath.Join(t.TempDir(), "intents.db")
 	args := []string{"agent.py", "--url", s.URL, "--token", s.Tokens[testenv.TenantA], "--db", db,
@@ -92,10 +104,7 @@ func TestPythonAgentSurvivesAKillBetweenAttempts(t *testing.T) {
 // 400, 401, 404, 413 and 422 are answers, not failures: one attempt, then
 // the agent says why and stops.
 func TestPythonAgentDoesNotRetryAnAnswer(t *testing.T) {
-	py, err := exec.LookPath("python3")
-	if err != nil {
-		t.Fatalf("python3 is needed for the Python agent example: %v", err)
-	}
+	py := python(t)
 	s := testenv.NewStack(t, testenv.Options{})
 	for _, tc := range []struct{ name, token, title string }{
 		{"invalid body (400)", s.Tokens[testenv.TenantA], strings.Repeat("t", 201)},
@@ -117,10 +126,7 @@ func TestPythonAgentDoesNotRetryAnAnswer(t *testing.T) {
 // refused with a message, not a traceback. Without --db the intents go to
 // .idemflow/ under the working directory, never into the repository.
 func TestPythonAgentRevisesWhatWasRefusedBeforeAnythingWasRecorded(t *testing.T) {
-	py, err := exec.LookPath("python3")
-	if err != nil {
-		t.Fatalf("python3 is needed for the Python agent example: %v", err)
-	}
+	py := python(t)
 	s := testenv.NewStack(t, testenv.Options{})
 	agent, err := filepath.Abs("agent.py")
 	if err != nil {

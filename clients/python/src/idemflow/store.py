@@ -27,6 +27,11 @@ class StoredIntent:
     body: Any
     #: (status, raw answer) once the intent has a final answer.
     result: tuple[int, str] | None = None
+    #: The intent was stored before this open (a resumed one).
+    resumed: bool = False
+    #: What changed, when this open replaced a request idemflow had
+    #: refused (nothing recorded) with a corrected one under the same key.
+    revised: str = ""
 
 
 class Store(Protocol):
@@ -96,14 +101,20 @@ class SQLiteStore:
                     self._db.execute("COMMIT")
                     return StoredIntent(step_id, key, method, path, body)
                 key, m, p, b, refused, status, raw = row
+                revised = ""
                 if (m, p, b) != (method, path, want):
+                    diff = f"stored {m} {p}, asked {method} {path}" if (m, p) != (method, path) else f"stored body {b}, asked body {want}"
                     if not refused or status is not None:
-                        raise IntentMismatchError(f"intent {step_id} was stored as {m} {p} with another body: use a new step ID")
+                        raise IntentMismatchError(
+                            f"intent {step_id}: {diff}; its key may already be recorded with the stored request, so use a new step ID for a new intent"
+                        )
                     self._db.execute(
                         "UPDATE intent SET method = ?, path = ?, body = ?, refused = 0 WHERE step_id = ?", (method, path, want, step_id)
                     )
+                    revised = diff
                 self._db.execute("COMMIT")
-                return StoredIntent(step_id, key, method, path, body, (status, raw) if status is not None else None)
+                result = (status, raw) if status is not None else None
+                return StoredIntent(step_id, key, method, path, body, result, resumed=True, revised=revised)
             except BaseException:
                 if self._db.in_transaction:
                     self._db.execute("ROLLBACK")
