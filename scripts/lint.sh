@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # gofmt, go vet, staticcheck and Temporal's workflowcheck (determinism of
 # workflow code). The two analysers run from their own modules, pinned, so
-# they never change idemflow's dependency versions.
+# they never change idemflow's dependency versions. Then ruff and mypy
+# (strict) on the Python package, from its locked virtual environment
+# (build_python makes it; scripts/test.sh runs that first).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 . scripts/lib.sh
@@ -14,4 +16,11 @@ go vet -tags nodev ./internal/cli
 go build -tags nodev -o /dev/null ./cmd/idemflow
 go run honnef.co/go/tools/cmd/staticcheck@v0.8.2 ./...
 go run go.temporal.io/sdk/contrib/tools/workflowcheck@v0.6.0 ./...
+[ -x clients/python/.venv/bin/mypy ] || die "clients/python/.venv is missing: run scripts/test.sh, or (. scripts/lib.sh; build_python)"
+(
+  cd clients/python
+  .venv/bin/ruff check src tests ../../examples/python
+  .venv/bin/ruff format --check src tests ../../examples/python
+  .venv/bin/mypy src
+)
 echo "lint: clean" >&2

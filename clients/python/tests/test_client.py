@@ -13,7 +13,6 @@ import uuid
 from collections.abc import Iterator
 from typing import Any
 
-import httpx
 import pytest
 
 import idemflow

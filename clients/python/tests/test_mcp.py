@@ -84,4 +84,3 @@ def test_the_official_mcp_sdk_calls_idemflows_tools(transport: str) -> None:
             print(f"MCP over {transport}: changed arguments: {text(changed)[:90]}...; bad arguments: {text(bad)[:120]}")
 
     asyncio.run(main())
-

@@ -13,8 +13,8 @@ import pytest
 
 import idemflow
 from idemflow.answers import Fail, Judgement, Poll, Retry, Success
-from idemflow.langgraph import durable_key
 from idemflow.keys import derive_key
+from idemflow.langgraph import durable_key
 
 TESTDATA = pathlib.Path(__file__).resolve().parents[2] / "testdata"
 ANSWERS = json.loads((TESTDATA / "answers.json").read_text())

@@ -8,11 +8,11 @@ import base64
 import json
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any, Literal, Union
+from typing import Any, Literal
 
 from .errors import OUTCOME_UNKNOWN, ProblemError, parse_problem, problem_error
 
-__all__ = ["HEADER_REPLAYED", "Result", "Success", "Poll", "Retry", "Fail", "Judgement", "judge", "judge_operation", "backoff_ceiling"]
+__all__ = ["HEADER_REPLAYED", "Fail", "Judgement", "Poll", "Result", "Retry", "Success", "backoff_ceiling", "judge", "judge_operation"]
 
 #: On every answer that is the intent's own, stored one (whatever its
 #: status), and on no answer of idemflow's about the request.
@@ -65,7 +65,7 @@ class Fail:
     action: Literal["fail"] = "fail"
 
 
-Judgement = Union[Success, Poll, Retry, Fail]
+Judgement = Success | Poll | Retry | Fail
 
 
 def _header(headers: Mapping[str, str], name: str) -> str | None:
@@ -126,4 +126,4 @@ def judge_operation(text: str) -> Judgement:
 def backoff_ceiling(initial: float, maximum: float, n: int) -> float:
     """The longest pause before attempt n+1: capped exponential, from which
     full jitter draws (as in every client)."""
-    return min(maximum, initial * 2 ** min(n - 1, 20))
+    return float(min(maximum, initial * 2.0 ** min(n - 1, 20)))

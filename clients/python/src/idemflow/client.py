@@ -17,7 +17,7 @@ import random
 import time
 from collections.abc import Callable, Generator
 from dataclasses import dataclass, field
-from typing import Any, Union
+from typing import Any
 
 import httpx
 
@@ -25,7 +25,7 @@ from .answers import Fail, Poll, Result, Retry, Success, backoff_ceiling, judge,
 from .errors import DeadlineError, ProblemError, problem_error
 from .store import Store
 
-__all__ = ["Intent", "Client", "AsyncClient"]
+__all__ = ["AsyncClient", "Client", "Intent"]
 
 
 @dataclass(frozen=True)
@@ -58,9 +58,9 @@ class _Answer:
     text: str
 
 
-_Step = Union[_Send, _Sleep]
+_Step = _Send | _Sleep
 # What a step is answered with: an answer, a transport error, or None.
-_Reply = Union[_Answer, Exception, None]
+_Reply = _Answer | Exception | None
 
 
 class _Again(Exception):
@@ -198,7 +198,8 @@ class Client(_Base):
             try:
                 step = gen.send(reply)
             except StopIteration as done:
-                return done.value
+                result: Result = done.value
+                return result
             if isinstance(step, _Sleep):
                 time.sleep(step.seconds)
                 reply = None
@@ -258,7 +259,8 @@ class AsyncClient(_Base):
             try:
                 step = gen.send(reply)
             except StopIteration as done:
-                return done.value
+                result: Result = done.value
+                return result
             if isinstance(step, _Sleep):
                 await asyncio.sleep(step.seconds)
                 reply = None
@@ -284,4 +286,3 @@ class AsyncClient(_Base):
             raise
         await asyncio.to_thread(store.done, step_id, r)
         return r
-

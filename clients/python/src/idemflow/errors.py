@@ -7,19 +7,19 @@ import json
 from typing import Any
 
 __all__ = [
+    "DOWNSTREAM_REJECTED",
+    "DeadlineError",
     "IdemflowError",
-    "ProblemError",
-    "KeyReusedError",
-    "RejectedError",
+    "IntentMismatchError",
     "InvalidRequestError",
-    "TooLargeError",
-    "UnauthorizedError",
+    "KeyReusedError",
+    "NoDurableIdentityError",
     "NotFoundError",
     "OutcomeUnknownError",
-    "DeadlineError",
-    "IntentMismatchError",
-    "NoDurableIdentityError",
-    "DOWNSTREAM_REJECTED",
+    "ProblemError",
+    "RejectedError",
+    "TooLargeError",
+    "UnauthorizedError",
 ]
 
 #: RejectedError.code of an HTTP tool's call that its downstream rejected.

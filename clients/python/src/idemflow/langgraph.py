@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable, Mapping
-from typing import Annotated, Any, Union
+from typing import Annotated, Any
 
 from langchain_core.runnables import RunnableConfig
 from langchain_core.tools import BaseTool, InjectedToolCallId, StructuredTool
@@ -31,7 +31,7 @@ from .client import AsyncClient, Client, Intent
 from .errors import NoDurableIdentityError, ProblemError
 from .keys import derive_key
 
-__all__ = ["durable_key", "node_path", "idemflow_tool", "KEY_SCHEME"]
+__all__ = ["KEY_SCHEME", "durable_key", "idemflow_tool", "node_path"]
 
 #: The scheme of a LangGraph tool call's key (lg1 included the task IDs).
 KEY_SCHEME = "lg2"
@@ -64,8 +64,7 @@ def durable_key(config: Mapping[str, Any] | None, tool_call_id: str | None, tool
         )
     if not tool_call_id:
         raise NoDurableIdentityError(
-            f"{tool_name}: the call has no tool-call ID (call the tool through a ToolNode, or invoke it with a ToolCall), "
-            "so no key can survive a resume"
+            f"{tool_name}: the call has no tool-call ID (call the tool through a ToolNode, or invoke it with a ToolCall), so no key can survive a resume"
         )
     return derive_key(KEY_SCHEME, str(thread_id), node_path(str(configurable.get("checkpoint_ns") or "")), tool_call_id, tool_name)
 
@@ -83,11 +82,11 @@ def _refusal(e: ProblemError, key: str) -> str:
 
 
 def idemflow_tool(
-    client: Union[Client, AsyncClient],
+    client: Client | AsyncClient,
     *,
     name: str,
     description: str,
-    path: Union[str, Callable[[dict[str, Any]], str]],
+    path: str | Callable[[dict[str, Any]], str],
     args_schema: type[BaseModel],
     body: Callable[[dict[str, Any]], Any] | None = None,
     deadline: float = 300.0,

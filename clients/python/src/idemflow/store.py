@@ -15,7 +15,7 @@ from typing import Any, Protocol
 from .answers import Result
 from .errors import IntentMismatchError
 
-__all__ = ["Store", "StoredIntent", "SQLiteStore"]
+__all__ = ["SQLiteStore", "Store", "StoredIntent"]
 
 
 @dataclass(frozen=True)
@@ -95,9 +95,7 @@ class SQLiteStore:
                 ).fetchone()
                 if row is None:
                     key = str(uuid.uuid4())
-                    self._db.execute(
-                        "INSERT INTO intent (step_id, key, method, path, body) VALUES (?, ?, ?, ?, ?)", (step_id, key, method, path, want)
-                    )
+                    self._db.execute("INSERT INTO intent (step_id, key, method, path, body) VALUES (?, ?, ?, ?, ?)", (step_id, key, method, path, want))
                     self._db.execute("COMMIT")
                     return StoredIntent(step_id, key, method, path, body)
                 key, m, p, b, refused, status, raw = row
@@ -108,9 +106,7 @@ class SQLiteStore:
                         raise IntentMismatchError(
                             f"intent {step_id}: {diff}; its key may already be recorded with the stored request, so use a new step ID for a new intent"
                         )
-                    self._db.execute(
-                        "UPDATE intent SET method = ?, path = ?, body = ?, refused = 0 WHERE step_id = ?", (method, path, want, step_id)
-                    )
+                    self._db.execute("UPDATE intent SET method = ?, path = ?, body = ?, refused = 0 WHERE step_id = ?", (method, path, want, step_id))
                     revised = diff
                 self._db.execute("COMMIT")
                 result = (status, raw) if status is not None else None
@@ -122,9 +118,7 @@ class SQLiteStore:
 
     def done(self, step_id: str, result: Result) -> None:
         with self._lock:
-            self._db.execute(
-                "UPDATE intent SET result_status = ?, result_raw = ?, refused = 0 WHERE step_id = ?", (result.status, result.raw, step_id)
-            )
+            self._db.execute("UPDATE intent SET result_status = ?, result_raw = ?, refused = 0 WHERE step_id = ?", (result.status, result.raw, step_id))
 
     def refused(self, step_id: str) -> None:
         with self._lock:

@@ -16,7 +16,7 @@ from temporalio import activity
 from .errors import NoDurableIdentityError
 from .keys import derive_key
 
-__all__ = ["activity_key", "KEY_SCHEME"]
+__all__ = ["KEY_SCHEME", "activity_key"]
 
 #: The scheme of a Temporal activity's key.
 KEY_SCHEME = "tp1"
