@@ -44,7 +44,7 @@ func Decode(body []byte, v any) error {
 	if checkNumbers(body, &inv); inv.Err() != nil {
 		return inv.Err()
 	}
-	err := jsonv2.Unmarshal(body, v, jsonv2.RejectUnknownMembers(true))
+	err := jsonv2.Unmarshal(body, v, jsonv2.RejectUnknownMembers(true), jsonv2.WithUnmarshalers(integers))
 	var syntaxErr *jsontext.SyntacticError
 	var semErr *jsonv2.SemanticError
 	switch {
@@ -63,6 +63,10 @@ func Decode(body []byte, v any) error {
 	case errors.As(err, &semErr) && errors.Is(err, jsonv2.ErrUnknownName):
 		inv.Add(fieldName(semErr.JSONPointer), UnknownMember)
 		return unknownMember{inv.Err()}
+	case errors.As(err, &semErr) && errors.As(err, new(notAnInteger)):
+		var n notAnInteger
+		errors.As(err, &n)
+		inv.Add(fieldName(semErr.JSONPointer), "%s", n.reason)
 	case errors.As(err, &semErr) && semErr.GoType != nil:
 		inv.Add(fieldName(semErr.JSONPointer), "must be %s, got JSON %s", jsonKind(semErr.GoType.Kind().String()), kindName(semErr.JSONKind))
 	default:
