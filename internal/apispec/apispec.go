@@ -12,7 +12,10 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"sort"
+	"strings"
 
+	"github.com/idemflow/idemflow/internal/problem"
 	"github.com/idemflow/idemflow/op"
 )
 
@@ -92,7 +95,101 @@ func WithOperations(ops []*op.Operation) ([]byte, error) {
 		}
 		paths[o.Route] = map[string]any{"post": item}
 	}
+	if err := addLinks(paths); err != nil {
+		return nil, err
+	}
+	if err := enumerateProblems(paths); err != nil {
+		return nil, err
+	}
 	return json.Marshal(doc)
+}
+
+// HeaderOperationID names the intent's operation on its answers, so that
+// GET /v1/operations/{id} can be read from any of them (a link follows
+// it).
+const HeaderOperationID = "Operation-Id"
+
+// addLinks writes the links a client (or Schemathesis's stateful run)
+// follows from an answer to the next call: from every intent's answer
+// (any 2xx, idemflow's 202 included) to its operation, through the
+// Operation-Id header; from a ticket to its read; from an order, and from
+// each transition of it, to its read and its transitions.
+func addLinks(paths map[string]any) error {
+	operation := map[string]any{"operationId": "getOperation",
+		"parameters":  map[string]any{"id": "$response.header." + HeaderOperationID},
+		"description": "The intent's operation: its state and stored answer."}
+	for _, item := range paths {
+		post, ok := dig(item, "post").(map[string]any)
+		if !ok {
+			continue
+		}
+		responses, _ := post["responses"].(map[string]any)
+		if _, intent := responses["202"]; !intent {
+			continue // not an intent (no key, nothing runs)
+		}
+		for code, r := range responses {
+			if code[0] != '2' {
+				continue
+			}
+			answer := r.(map[string]any)
+			headers, _ := answer["headers"].(map[string]any)
+			if headers == nil {
+				headers = map[string]any{}
+				answer["headers"] = headers
+			}
+			headers[HeaderOperationID] = map[string]any{"$ref": "#/components/headers/" + HeaderOperationID}
+			link(answer, "getOperation", operation)
+		}
+	}
+	ticket, ok := dig(paths, "/v1/tickets", "post", "responses", "201").(map[string]any)
+	if !ok {
+		return errors.New("apispec: the contract has no 201 of POST /v1/tickets to link from")
+	}
+	link(ticket, "getTicket", map[string]any{"operationId": "getTicket", "parameters": map[string]any{"id": "$response.body#/ticket_id"}})
+	transitions := []string{"getOrder", "payOrder", "cancelOrder", "refundOrder", "fulfillOrder"}
+	orderLinks := func(answer map[string]any, orderNo string) {
+		for _, id := range transitions {
+			link(answer, id, map[string]any{"operationId": id, "parameters": map[string]any{"order_no": orderNo}})
+		}
+	}
+	created, ok := dig(paths, "/v1/orders", "post", "responses", "201").(map[string]any)
+	if !ok {
+		return errors.New("apispec: the contract has no 201 of POST /v1/orders to link from")
+	}
+	orderLinks(created, "$response.body#/order_no")
+	for _, action := range []string{"pay", "cancel", "refund", "fulfill"} {
+		done, ok := dig(paths, "/v1/orders/{order_no}/"+action, "post", "responses", "200").(map[string]any)
+		if !ok {
+			return fmt.Errorf("apispec: the contract has no 200 of POST /v1/orders/{order_no}/%s to link from", action)
+		}
+		orderLinks(done, "$request.path.order_no")
+	}
+	return nil
+}
+
+func link(answer map[string]any, name string, l map[string]any) {
+	links, _ := answer["links"].(map[string]any)
+	if links == nil {
+		links = map[string]any{}
+		answer["links"] = links
+	}
+	links[name] = l
+}
+
+// enumerateProblems lists the problem types GET /problems/{slug}
+// describes, so that a slug is one of them rather than any string.
+func enumerateProblems(paths map[string]any) error {
+	params, ok := dig(paths, "/problems/{slug}", "get", "parameters").([]any)
+	if !ok || len(params) == 0 {
+		return errors.New("apispec: the contract has no GET /problems/{slug} parameter")
+	}
+	var slugs []any
+	for typ := range problem.Descriptions {
+		slugs = append(slugs, strings.TrimPrefix(typ, "/problems/"))
+	}
+	sort.Slice(slugs, func(i, j int) bool { return slugs[i].(string) < slugs[j].(string) })
+	params[0].(map[string]any)["schema"] = map[string]any{"type": "string", "enum": slugs}
+	return nil
 }
 
 // toolResponses rewrites a declared operation's answers for an HTTP tool,

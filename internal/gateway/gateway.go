@@ -21,6 +21,7 @@ import (
 
 	"github.com/google/uuid"
 	"github.com/idemflow/idemflow/idem"
+	"github.com/idemflow/idemflow/internal/apispec"
 	"github.com/idemflow/idemflow/internal/apperr"
 	"github.com/idemflow/idemflow/internal/ijson"
 	"github.com/idemflow/idemflow/internal/problem"
@@ -324,10 +325,12 @@ func (g *Gateway) submit(w http.ResponseWriter, r *http.Request, in starter.Inte
 		p.OperationID = reply.OperationID.String()
 		writeProblem(w, p)
 	case LabelExecuted, LabelReplayed:
+		w.Header().Set(apispec.HeaderOperationID, reply.OperationID.String())
 		writeOutcome(w, reply.Outcome, reply.Replayed)
 	case LabelAccepted:
 		loc := "/v1/operations/" + reply.OperationID.String()
 		w.Header().Set("Location", loc)
+		w.Header().Set(apispec.HeaderOperationID, reply.OperationID.String())
 		w.Header().Set("Retry-After", "1")
 		writeJSON(w, http.StatusAccepted, operationView{
 			OperationID: reply.OperationID.String(), Status: "processing",
