@@ -78,14 +78,18 @@ func DefineJSON(s JSONSpec) (*Operation, error) {
 		if err := o.validate(body, &v); err != nil {
 			return nil, "", err
 		}
-		if err := v.Compact(); err != nil {
+		// The canonical form (RFC 8785) is what the fingerprint covers,
+		// and so what is kept and sent on: a downstream gets 5382 however
+		// the agent wrote it (5382.0 reached one as written, and a strict
+		// decoder there refused what idemflow had accepted).
+		if err := v.Canonicalize(); err != nil {
 			return nil, "", err
 		}
 		return json.RawMessage(v), cmp.Or(s.Summary, s.Name), nil
 	}
-	// The request is kept as the agent wrote it (compacted); the
-	// fingerprint covers its RFC 8785 canonical form (idem.Fingerprint),
-	// so key order and number spelling do not make a retry a conflict.
+	// The request is kept in its RFC 8785 canonical form, which the
+	// fingerprint covers (idem.Fingerprint), so key order and number
+	// spelling do not make a retry a conflict, nor reach a downstream.
 	o.decode = func(raw json.RawMessage) (any, error) { return raw, nil }
 	o.covered = func(req any) any { return req }
 	o.recall = func(ctx context.Context, q Querier, tenantID, key string) (idem.Outcome, bool, error) {

@@ -215,6 +215,26 @@ func TestADownstreamRejectionIsTheAnswerAndNothingHappened(t *testing.T) {
 	}
 }
 
+// A downstream gets the request in the canonical form the fingerprint
+// covers: an integer the agent wrote 5382.0 arrives as 5382, which a strict
+// decoder there takes (Schemathesis sent 5382.0; the downstream, a Go
+// service, refused it as sent). The same request written 5382 is the same
+// intent, a replay.
+func TestADownstreamGetsTheRequestTheFingerprintCovers(t *testing.T) {
+	f := newFixture(t)
+	r := f.post(testenv.TenantA, "refund_keyed", "canon-1", `{"amount_cents":5382.0, "payment_id":"pay-1"}`)
+	if r.Status != http.StatusCreated {
+		t.Fatalf("amount_cents 5382.0: %d %s", r.Status, r.Body)
+	}
+	again := f.post(testenv.TenantA, "refund_keyed", "canon-1", `{"payment_id":"pay-1","amount_cents":5382}`)
+	if again.Status != http.StatusCreated || again.Header.Get("Idempotent-Replayed") != "true" || !bytes.Equal(again.Body, r.Body) {
+		t.Fatalf("the same request written 5382: %d %s %s", again.Status, again.Header.Get("Idempotent-Replayed"), again.Body)
+	}
+	if refunds := f.ds.Refunds(); len(refunds) != 1 || refunds[0].AmountCents != 5382 {
+		t.Fatalf("the downstream made %+v", refunds)
+	}
+}
+
 // An at_most_once tool's unknown outcome is final: the answer is
 // /problems/outcome-unknown, and a retry under the same key never sends
 // the call again.
