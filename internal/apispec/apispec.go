@@ -59,8 +59,13 @@ func WithOperations(ops []*op.Operation) ([]byte, error) {
 		return nil, errors.New("apispec: the contract has no POST /v1/tickets to derive operations from")
 	}
 	for _, o := range ops {
+		schema, err := deepCopy(o.BodySchema())
+		if err != nil {
+			return nil, err
+		}
+		noNUL(schema)
 		body := map[string]any{"required": !o.EmptyBodyAllowed(), "content": map[string]any{
-			"application/json": map[string]any{"schema": o.BodySchema()}}}
+			"application/json": map[string]any{"schema": schema}}}
 		if item, ok := dig(paths, o.Route, "post").(map[string]any); ok {
 			// A built-in operation's path is written in the document, but
 			// for its request's schema: that is the declaration's.
@@ -102,6 +107,56 @@ func WithOperations(ops []*op.Operation) ([]byte, error) {
 		return nil, err
 	}
 	return json.Marshal(doc)
+}
+
+// NoNULPattern is the rule of every string idemflow stores: no U+0000,
+// which PostgreSQL's text and jsonb cannot hold (ijson refuses it).
+const NoNULPattern = `^[^\x00]*$`
+
+// noNUL writes NoNULPattern into every string of a request schema that has
+// no pattern of its own (one that has is written to exclude it), so that
+// the contract refuses what the server refuses (Schemathesis sent U+0000 in
+// a reason and got a 400 for schema-valid data).
+func noNUL(schema any) {
+	switch s := schema.(type) {
+	case map[string]any:
+		if isString(s["type"]) {
+			if _, ok := s["pattern"]; !ok && s["enum"] == nil && s["const"] == nil {
+				s["pattern"] = NoNULPattern
+			}
+		}
+		for _, k := range []string{"properties", "patternProperties", "$defs", "definitions", "dependentSchemas"} {
+			if m, ok := s[k].(map[string]any); ok {
+				for _, v := range m {
+					noNUL(v)
+				}
+			}
+		}
+		for _, k := range []string{"items", "additionalProperties", "contains", "not", "if", "then", "else", "propertyNames", "unevaluatedItems", "unevaluatedProperties"} {
+			noNUL(s[k])
+		}
+		for _, k := range []string{"allOf", "anyOf", "oneOf", "prefixItems"} {
+			noNUL(s[k])
+		}
+	case []any:
+		for _, v := range s {
+			noNUL(v)
+		}
+	}
+}
+
+func isString(t any) bool {
+	switch t := t.(type) {
+	case string:
+		return t == "string"
+	case []any:
+		for _, v := range t {
+			if v == "string" {
+				return true
+			}
+		}
+	}
+	return false
 }
 
 // HeaderOperationID names the intent's operation on its answers, so that

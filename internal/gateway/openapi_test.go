@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/http"
+	"regexp"
 	"slices"
 	"strings"
 	"testing"
@@ -156,5 +157,49 @@ func TestTheLinksLeadWhereTheySay(t *testing.T) {
 	}
 	if err := json.Unmarshal(r.Body, &view); err != nil || r.Status != 202 || r.Header.Get("Operation-Id") != view.OperationID {
 		t.Fatalf("202: Operation-Id %q, body %s", r.Header.Get("Operation-Id"), r.Body)
+	}
+}
+
+// The contract refuses what the server refuses: every string of every
+// request body excludes U+0000 (ijson refuses it: PostgreSQL cannot store
+// it), by NoNULPattern or a pattern of its own (Schemathesis sent U+0000 in
+// a reason, schema-valid, and got a 400).
+func TestEveryRequestStringExcludesNUL(t *testing.T) {
+	doc, err := testenv.LoadContract()
+	if err != nil {
+		t.Fatal(err)
+	}
+	strings := 0
+	var walk func(where string, s *openapi3.Schema)
+	walk = func(where string, s *openapi3.Schema) {
+		if s == nil {
+			return
+		}
+		if s.Type.Is("string") && s.Enum == nil {
+			strings++
+			re, err := regexp.Compile(s.Pattern)
+			if s.Pattern == "" || err != nil || re.MatchString("a\x00b") {
+				t.Errorf("%s: pattern %q lets U+0000 through", where, s.Pattern)
+			}
+		}
+		for name, p := range s.Properties {
+			walk(where+"."+name, p.Value)
+		}
+		if s.Items != nil {
+			walk(where+"[]", s.Items.Value)
+		}
+	}
+	for path, item := range doc.Paths.Map() {
+		for method, op := range item.Operations() {
+			if op.RequestBody == nil {
+				continue
+			}
+			for mt, c := range op.RequestBody.Value.Content {
+				walk(fmt.Sprintf("%s %s %s", method, path, mt), c.Schema.Value)
+			}
+		}
+	}
+	if strings < 10 {
+		t.Fatalf("%d request strings, want every built-in's", strings)
 	}
 }

@@ -43,6 +43,10 @@ func createRules(s *op.Schema) {
 	items := s.Properties["items"]
 	items.Type, items.Types = "array", nil // never null
 	items.MinItems, items.MaxItems = op.Ptr(1), op.Ptr(maxItems)
+	// Each SKU at most once (Normalize): JSON Schema can say no two lines
+	// are equal, not that no two name one SKU; the description says the rest.
+	items.UniqueItems = true
+	items.Description = "One line per SKU: a SKU sent twice is refused (400); send one line with the total quantity."
 	items.Items.Properties["sku"].Pattern = skuPattern
 	items.Items.Properties["quantity"].Minimum = op.Ptr(1.0)
 	items.Items.Properties["quantity"].Maximum = op.Ptr(float64(maxQuantity))
