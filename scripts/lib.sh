@@ -104,6 +104,19 @@ build_typescript() {
   (cd clients/typescript && npm ci --no-audit --no-fund --loglevel=error && npm run --silent build)
 }
 
+# build_schemathesis installs Schemathesis, pinned with hashes
+# (internal/schemathesis/requirements.lock), into internal/schemathesis/.venv
+# for the run against the served contract. It needs Python 3.11 or later.
+build_schemathesis() {
+  python3 -c 'import sys; sys.exit(sys.version_info < (3, 11))' || die "Schemathesis needs Python 3.11 or later, found $(python3 --version)"
+  echo "installing Schemathesis from its lock (pip --require-hashes)..." >&2
+  (
+    cd internal/schemathesis
+    [ -x .venv/bin/python ] || python3 -m venv .venv
+    .venv/bin/pip install -q --disable-pip-version-check --require-hashes --no-deps -r requirements.lock
+  )
+}
+
 # build_idemflow builds the binary into bin/. The Go build cache makes every
 # build after the first (which compiles the Temporal server, ~9 min on two
 # cores) take seconds: never clean it.

@@ -19,6 +19,7 @@ echo "== build" >&2
 build_idemflow
 build_typescript
 build_python
+build_schemathesis
 
 if [ -z "${IDEMFLOW_TEST_DATABASE_URL:-}" ]; then
   # A private server of the tests' own, never the machine's on 5432: a

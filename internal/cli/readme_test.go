@@ -68,7 +68,7 @@ var longRunning = regexp.MustCompile(`bin/idemflow (serve|dev|worker|gateway|cha
 
 // Every command line the README shows runs as written, against a dev
 // stack, from a directory laid out as a clone's: bin/idemflow, .idemflow/
-// with dev.env and the demo token, examples/. Only the placeholders (…,
+// with dev.env and the demo token, examples/, clients/. Only the placeholders (…,
 // example hosts, KEY) are replaced. Lines that need what this machine lacks
 // (Docker) or that are the suite itself are named in the log, not run.
 func TestEveryReadmeCommandLineRuns(t *testing.T) {
@@ -94,8 +94,13 @@ func TestEveryReadmeCommandLineRuns(t *testing.T) {
 	if out, err := build.CombinedOutput(); err != nil {
 		t.Fatalf("go build: %v\n%s", err, out)
 	}
-	if err := os.Symlink(filepath.Join(repo, "examples"), filepath.Join(root, "examples")); err != nil {
-		t.Fatal(err)
+	// examples/ and clients/ as a clone has them: the Python quickstart
+	// installs ./clients/python, and examples/python runs with the
+	// package's environment (scripts/test.sh made it).
+	for _, dir := range []string{"examples", "clients"} {
+		if err := os.Symlink(filepath.Join(repo, dir), filepath.Join(root, dir)); err != nil {
+			t.Fatal(err)
+		}
 	}
 	// The commands find the stack through dev.env alone, as a user's
 	// shell would: none of the stack's variables is set.

@@ -1,0 +1,272 @@
+"""idemflow's own checks, run by Schemathesis beside its built-in ones
+(SCHEMATHESIS_HOOKS=hooks; schemathesis_test.go sets it), and the one hook
+that keeps schema-valid requests from colliding on a key.
+
+Every check reads the exchange Schemathesis made, sends what it needs to
+the same server, and, for "nothing recorded", looks into the database:
+
+- idemflow_replay: a stored 2xx of a POST, sent again with the same key and
+  body, is the same status and bytes, with Idempotent-Replayed: true.
+- idemflow_changed_body: the same key with one field changed to another
+  valid value is 422 /problems/idempotency-key-reused.
+- idemflow_nothing_recorded: idemflow's own 4xx refusal of a POST left no
+  record and no row under the key.
+- idemflow_tenant_isolation: the same request under the other tenant's
+  token is not a replay of the first tenant's answer.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import os
+import threading
+from typing import Any
+
+import psycopg
+import requests
+import schemathesis
+from schemathesis import Case
+from schemathesis.core.transport import Response
+
+URL = os.environ["IDEMFLOW_URL"].rstrip("/")
+TOKEN_B = os.environ["IDEMFLOW_TOKEN_B"]
+DATABASE_URL = os.environ["DATABASE_URL"]
+RUN = os.environ.get("IDEMFLOW_RUN_ID", "run")
+REPLAYED = "Idempotent-Replayed"
+
+# Tables holding a row per (tenant, key): the records, the recall table,
+# and every effect's.
+KEYED_TABLES = ["idempotency_record", "idempotency_key", "ticket", "purchase_order", "order_event", "tool_call", "refund_request"]
+
+_lock = threading.Lock()
+_counter = itertools.count()
+# Keys a request of this run may have recorded something under: a refusal
+# under one of them proves nothing about what it left.
+_recorded_keys: set[str] = set()
+# How often each of idemflow's checks judged an exchange (not skipped it).
+_judged: dict[str, int] = {}
+
+
+def judged(name: str) -> bool:
+    with _lock:
+        _judged[name] = _judged.get(name, 0) + 1
+    return True
+
+
+def header(response: Response, name: str) -> str | None:
+    for k, v in response.headers.items():
+        if k.lower() == name.lower():
+            return v[0] if isinstance(v, list) else v
+    return None
+
+
+def request_key(response: Response) -> str | None:
+    req = response.request
+    if req.method != "POST":
+        return None
+    return req.headers.get("Idempotency-Key")
+
+
+def unquote(key: str) -> str:
+    """The key an RFC 8941 quoted form stands for (idem.ParseKey's rule)."""
+    key = key.strip()
+    if len(key) >= 2 and key[0] == '"' and key[-1] == '"':
+        return key[1:-1].replace('\\"', '"').replace("\\\\", "\\")
+    return key
+
+
+def valid_key(key: str) -> bool:
+    k = unquote(key)
+    return 1 <= len(k) <= 255 and all(0x21 <= ord(c) <= 0x7E and c != "," for c in k)
+
+
+def resend(response: Response, **changes: Any) -> requests.Response:
+    req = response.request
+    headers = {k: v for k, v in req.headers.items() if k.lower() not in ("content-length",)}
+    headers.update(changes.pop("headers", {}))
+    body = changes.pop("body", req.body)
+    return requests.request(req.method or "POST", req.url or "", headers=headers, data=body, timeout=60)
+
+
+def stored_success(response: Response) -> bool:
+    return request_key(response) is not None and header(response, REPLAYED) is not None and 200 <= response.status_code < 300
+
+
+@schemathesis.hook
+def before_call(ctx: Any, case: Case, kwargs: dict[str, Any]) -> None:
+    """A schema-valid request gets a key of its own (the generated one with
+    a suffix, in its own form): Hypothesis draws the same few keys again
+    and again, and a key reused with another body is refused by design,
+    which would hide the operation from every other check. Negative cases
+    keep their keys as drawn."""
+    meta = case.meta
+    if meta is None or not meta.generation.mode.is_positive:
+        return
+    body = case.body
+    if case.method == "POST" and case.path == "/v1/orders" and isinstance(body, dict) and isinstance(body.get("items"), list):
+        # One line per SKU: a rule across items that JSON Schema cannot
+        # state (uniqueItems says no two lines are equal, not that no two
+        # name one SKU); the document says it in words, and the server
+        # refuses a SKU sent twice with a 400.
+        seen: set[Any] = set()
+        body["items"] = [i for i in body["items"] if not (isinstance(i, dict) and (i.get("sku") in seen or seen.add(i.get("sku"))))]
+    if not case.headers:
+        return
+    for name in list(case.headers):
+        if name.lower() != "idempotency-key":
+            continue
+        key = str(case.headers[name])
+        suffix = f"-{RUN}-{next(_counter)}"
+        if key.startswith('"') and key.endswith('"') and len(key) >= 2:
+            inner = key[1:-1][: 255 - len(suffix) - 2]
+            inner = inner[:-1] if inner.endswith("\\") and not inner.endswith("\\\\") else inner
+            case.headers[name] = f'"{inner}{suffix}"'
+        else:
+            case.headers[name] = key[: 255 - len(suffix)] + suffix
+
+
+@schemathesis.hook
+def after_call(ctx: Any, case: Case, response: Response) -> None:
+    key = request_key(response)
+    if key is None:
+        return
+    # Anything but idemflow's refusal before a record may have recorded
+    # something under the key.
+    if response.status_code not in (400, 401, 404, 405, 413, 415) or header(response, REPLAYED) is not None:
+        with _lock:
+            _recorded_keys.add(unquote(key))
+
+
+@schemathesis.check
+def idemflow_replay(ctx: Any, response: Response, case: Case) -> bool | None:
+    """A stored 2xx, sent again with the same key and body, is the same
+    status and bytes, marked Idempotent-Replayed: true."""
+    if not stored_success(response):
+        return None
+    again = resend(response)
+    assert again.status_code == response.status_code, f"the replay is {again.status_code}, the first answer {response.status_code}"
+    assert again.content == response.content, f"the replay's body differs from the first answer's:\n{again.content!r}\n{response.content!r}"
+    assert again.headers.get(REPLAYED) == "true", f"the replay says {REPLAYED}: {again.headers.get(REPLAYED)}"
+    return judged("idemflow_replay")
+
+
+def _change(value: Any, schema: dict[str, Any]) -> Any:
+    """Another valid value for a field, or None when this one cannot be
+    changed safely (an enum, a pattern, a format)."""
+    if any(k in schema for k in ("enum", "const", "pattern", "format")):
+        return None
+    if isinstance(value, bool):
+        return None
+    if isinstance(value, int):
+        lo, hi = schema.get("minimum"), schema.get("maximum")
+        for v in (value + 1, value - 1):
+            if (lo is None or v >= lo) and (hi is None or v <= hi):
+                return v
+        return None
+    if isinstance(value, str):
+        hi = schema.get("maxLength")
+        if value and value[-1] != "x":
+            return value[:-1] + "x"
+        if hi is None or len(value) < hi:
+            return value + "y" if value.endswith("x") else value + "x"
+        return None
+    return None
+
+
+_document: dict[str, Any] = {}
+
+
+def _deref(node: Any) -> Any:
+    """node with its local $ref followed (the served document's own)."""
+    seen = 0
+    while isinstance(node, dict) and "$ref" in node and seen < 16:
+        target: Any = _document
+        for part in node["$ref"].removeprefix("#/").split("/"):
+            target = target[part]
+        node, seen = target, seen + 1
+    return node
+
+
+def _field_schemas(case: Case) -> dict[str, Any]:
+    """The request body's properties, by name, from the served document."""
+    with _lock:
+        if not _document:
+            _document.update(requests.get(URL + "/openapi.json", timeout=30).json())
+    op = _deref(_document["paths"].get(case.path, {}).get(case.method.lower(), {}))
+    schema = _deref(((op.get("requestBody") or {}).get("content") or {}).get("application/json", {}).get("schema", {}))
+    props = schema.get("properties", {}) if isinstance(schema, dict) else {}
+    return {name: _deref(p) for name, p in props.items()} if isinstance(props, dict) else {}
+
+
+@schemathesis.check
+def idemflow_changed_body(ctx: Any, response: Response, case: Case) -> bool | None:
+    """The same key with one field changed to another valid value is
+    refused: 422 /problems/idempotency-key-reused, nothing executed."""
+    if not stored_success(response) or not response.request.body:
+        return None
+    try:
+        body = json.loads(response.request.body)
+    except ValueError:
+        return None
+    if not isinstance(body, dict):
+        return None
+    schemas = _field_schemas(case)
+    for field, value in body.items():
+        changed = _change(value, schemas.get(field, {}) if isinstance(schemas.get(field), dict) else {})
+        if changed is None:
+            continue
+        again = resend(response, body=json.dumps({**body, field: changed}).encode())
+        problem = again.json() if again.headers.get("Content-Type", "").startswith("application/problem+json") else {}
+        assert again.status_code == 422 and problem.get("type") == "/problems/idempotency-key-reused", (
+            f"the key with {field} changed from {value!r} to {changed!r} was answered {again.status_code}: {again.text[:300]}"
+        )
+        return judged("idemflow_changed_body")
+    return None
+
+
+@schemathesis.check
+def idemflow_nothing_recorded(ctx: Any, response: Response, case: Case) -> bool | None:
+    """idemflow's own refusal of a POST (400, 401, 404, 405, 413, 415,
+    without Idempotent-Replayed) left no record and no row under the key."""
+    key = request_key(response)
+    if key is None or response.status_code not in (400, 401, 404, 405, 413, 415) or header(response, REPLAYED) is not None:
+        return None
+    if not valid_key(key):
+        return None  # nothing can be stored under it
+    k = unquote(key)
+    with _lock:
+        if k in _recorded_keys:
+            return None  # an earlier request recorded it: this refusal proves nothing
+    with psycopg.connect(DATABASE_URL) as conn:
+        found = {t: conn.execute(f"SELECT count(*) FROM {t} WHERE idem_key = %s", (k,)).fetchone()[0] for t in KEYED_TABLES}
+    left = {t: n for t, n in found.items() if n}
+    assert not left, f"a {response.status_code} refusal left rows under key {k!r}: {left}"
+    return judged("idemflow_nothing_recorded")
+
+
+@schemathesis.check
+def idemflow_tenant_isolation(ctx: Any, response: Response, case: Case) -> bool | None:
+    """The same request under the other tenant's token is that tenant's
+    own intent, never a replay of this one's answer."""
+    if not stored_success(response):
+        return None
+    other = resend(response, headers={"Authorization": f"Bearer {TOKEN_B}"})
+    assert other.headers.get(REPLAYED) != "true", f"the other tenant got this tenant's answer replayed: {other.status_code} {other.text[:300]}"
+    if 200 <= other.status_code < 300:
+        assert other.content != response.content, "the other tenant got this tenant's answer, byte for byte"
+    return judged("idemflow_tenant_isolation")
+
+
+@schemathesis.check
+class IdemflowChecksRan:
+    """Fails the run when one of idemflow's checks never judged an
+    exchange: a check that never runs cannot fail, and proves nothing."""
+
+    def after_run(self, ctx: Any) -> None:
+        names = ["idemflow_replay", "idemflow_changed_body", "idemflow_nothing_recorded", "idemflow_tenant_isolation"]
+        with _lock:
+            counts = {n: _judged.get(n, 0) for n in names}
+        print("idemflow's checks judged: " + ", ".join(f"{n} {c}" for n, c in counts.items()), flush=True)
+        missing = [n for n, c in counts.items() if c == 0]
+        assert not missing, f"idemflow's checks never judged an exchange: {missing}"
