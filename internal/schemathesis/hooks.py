@@ -44,14 +44,14 @@ _counter = itertools.count()
 # Keys a request of this run may have recorded something under: a refusal
 # under one of them proves nothing about what it left.
 _recorded_keys: set[str] = set()
-# How often each of idemflow's checks judged an exchange (not skipped it).
+# How often each of idemflow's checks judged an exchange (passed or
+# failed it, not skipped it).
 _judged: dict[str, int] = {}
 
 
-def judged(name: str) -> bool:
+def judged(name: str) -> None:
     with _lock:
         _judged[name] = _judged.get(name, 0) + 1
-    return True
 
 
 def header(response: Response, name: str) -> str | None:
@@ -144,11 +144,12 @@ def idemflow_replay(ctx: Any, response: Response, case: Case) -> bool | None:
     status and bytes, marked Idempotent-Replayed: true."""
     if not stored_success(response):
         return None
+    judged("idemflow_replay")
     again = resend(response)
     assert again.status_code == response.status_code, f"the replay is {again.status_code}, the first answer {response.status_code}"
     assert again.content == response.content, f"the replay's body differs from the first answer's:\n{again.content!r}\n{response.content!r}"
     assert again.headers.get(REPLAYED) == "true", f"the replay says {REPLAYED}: {again.headers.get(REPLAYED)}"
-    return judged("idemflow_replay")
+    return True
 
 
 def _change(value: Any, schema: dict[str, Any]) -> Any:
@@ -216,12 +217,13 @@ def idemflow_changed_body(ctx: Any, response: Response, case: Case) -> bool | No
         changed = _change(value, schemas.get(field, {}) if isinstance(schemas.get(field), dict) else {})
         if changed is None:
             continue
+        judged("idemflow_changed_body")
         again = resend(response, body=json.dumps({**body, field: changed}).encode())
         problem = again.json() if again.headers.get("Content-Type", "").startswith("application/problem+json") else {}
         assert again.status_code == 422 and problem.get("type") == "/problems/idempotency-key-reused", (
             f"the key with {field} changed from {value!r} to {changed!r} was answered {again.status_code}: {again.text[:300]}"
         )
-        return judged("idemflow_changed_body")
+        return True
     return None
 
 
@@ -238,11 +240,12 @@ def idemflow_nothing_recorded(ctx: Any, response: Response, case: Case) -> bool 
     with _lock:
         if k in _recorded_keys:
             return None  # an earlier request recorded it: this refusal proves nothing
+    judged("idemflow_nothing_recorded")
     with psycopg.connect(DATABASE_URL) as conn:
         found = {t: conn.execute(f"SELECT count(*) FROM {t} WHERE idem_key = %s", (k,)).fetchone()[0] for t in KEYED_TABLES}
     left = {t: n for t, n in found.items() if n}
     assert not left, f"a {response.status_code} refusal left rows under key {k!r}: {left}"
-    return judged("idemflow_nothing_recorded")
+    return True
 
 
 @schemathesis.check
@@ -251,11 +254,12 @@ def idemflow_tenant_isolation(ctx: Any, response: Response, case: Case) -> bool 
     own intent, never a replay of this one's answer."""
     if not stored_success(response):
         return None
+    judged("idemflow_tenant_isolation")
     other = resend(response, headers={"Authorization": f"Bearer {TOKEN_B}"})
     assert other.headers.get(REPLAYED) != "true", f"the other tenant got this tenant's answer replayed: {other.status_code} {other.text[:300]}"
     if 200 <= other.status_code < 300:
         assert other.content != response.content, "the other tenant got this tenant's answer, byte for byte"
-    return judged("idemflow_tenant_isolation")
+    return True
 
 
 @schemathesis.check

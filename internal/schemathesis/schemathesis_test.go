@@ -153,9 +153,9 @@ func TestSchemathesisAgainstTheServedContract(t *testing.T) {
 	report, err := run.CombinedOutput()
 	t.Logf("schemathesis run:\n%s", report)
 	if err != nil {
-		t.Fatalf("schemathesis run (seed %d): %v", seed, err)
+		// The stack is still checked: a failure there says more.
+		t.Errorf("schemathesis run (seed %d): %v", seed, err)
 	}
-
 	afterwards(t, bin, dbURL, ds)
 }
 
