@@ -103,7 +103,7 @@ func WithOperations(ops []*op.Operation) ([]byte, error) {
 	if err := addLinks(paths); err != nil {
 		return nil, err
 	}
-	if err := enumerateProblems(paths); err != nil {
+	if err := enumerateProblems(paths, ops); err != nil {
 		return nil, err
 	}
 	return json.Marshal(doc)
@@ -232,15 +232,28 @@ func link(answer map[string]any, name string, l map[string]any) {
 }
 
 // enumerateProblems lists the problem types GET /problems/{slug}
-// describes, so that a slug is one of them rather than any string.
-func enumerateProblems(paths map[string]any) error {
+// describes (idemflow's, and each operation's rejection codes), so that a
+// slug is one of them rather than any string.
+func enumerateProblems(paths map[string]any, ops []*op.Operation) error {
 	params, ok := dig(paths, "/problems/{slug}", "get", "parameters").([]any)
 	if !ok || len(params) == 0 {
 		return errors.New("apispec: the contract has no GET /problems/{slug} parameter")
 	}
 	var slugs []any
+	seen := map[string]bool{}
+	add := func(slug string) {
+		if !seen[slug] {
+			seen[slug] = true
+			slugs = append(slugs, slug)
+		}
+	}
 	for typ := range problem.Descriptions {
-		slugs = append(slugs, strings.TrimPrefix(typ, "/problems/"))
+		add(strings.TrimPrefix(typ, "/problems/"))
+	}
+	for _, o := range ops {
+		for code := range o.Rejections {
+			add(code)
+		}
 	}
 	sort.Slice(slugs, func(i, j int) bool { return slugs[i].(string) < slugs[j].(string) })
 	params[0].(map[string]any)["schema"] = map[string]any{"type": "string", "enum": slugs}
