@@ -95,6 +95,11 @@ func runDev(ctx context.Context, env *Env, args []string) error {
 		if c.databaseURL, err = devserver.EnsureDatabase(ctx, pg.AdminURL, "idemflow"); err != nil {
 			return err
 		}
+	} else if created, err := devserver.EnsureDatabaseOf(ctx, c.databaseURL); err != nil {
+		return err
+	} else if created {
+		// As for Temporal's two databases: dev makes what it needs.
+		log.Info("created the database --database-url names", "database", databaseName(c.databaseURL))
 	}
 	from, to, err := migrations.MigrateURL(ctx, c.databaseURL, env.Set.Schemas()...)
 	if err != nil {
@@ -186,6 +191,14 @@ const devPoolMaxConns = 8
 // production and not bounded by one SQLite writer. A data directory that
 // already holds a SQLite store keeps it unless told otherwise: its
 // workflow histories are not moved.
+func databaseName(u string) string {
+	cfg, err := pgurl.ParseConfig(u)
+	if err != nil {
+		return "?"
+	}
+	return cfg.Database
+}
+
 func chooseTemporalStore(log *slog.Logger, cfg *devserver.TemporalConfig, store, databaseURL string) error {
 	sqliteFile := filepath.Join(cfg.DataDir, "temporal.db")
 	if store == "" {

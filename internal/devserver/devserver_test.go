@@ -6,6 +6,7 @@ import (
 	"io"
 	"log/slog"
 	"net/http"
+	"net/url"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -13,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/idemflow/idemflow/internal/pgurl"
 	"github.com/jackc/pgx/v5"
 	"go.temporal.io/api/workflowservice/v1"
 	"go.temporal.io/sdk/client"
@@ -234,5 +236,42 @@ func TestAStartCutShortLeavesNoServerRunning(t *testing.T) {
 	}
 	if cut == 0 {
 		t.Fatal("every start finished within 400ms: no start was cut short, so nothing was checked")
+	}
+}
+
+// dev creates the database --database-url names when it is missing, as it
+// creates Temporal's: once, and then finds it. A wrong password is not a
+// missing database, and creates nothing.
+func TestTheNamedDatabaseIsCreatedWhenMissing(t *testing.T) {
+	admin := testAdminURL()
+	name := "idemflow_missing_" + strconv.FormatInt(time.Now().UnixNano(), 36)
+	u, err := WithDatabase(admin, name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		conn, err := pgurl.Connect(context.Background(), admin)
+		if err == nil {
+			_, _ = conn.Exec(context.Background(), "DROP DATABASE IF EXISTS "+name)
+			conn.Close(context.Background())
+		}
+	})
+	for i, want := range []bool{true, false} {
+		created, err := EnsureDatabaseOf(context.Background(), u)
+		if err != nil || created != want {
+			t.Fatalf("call %d: created %v, %v; want %v", i+1, created, err, want)
+		}
+	}
+	conn, err := pgurl.Connect(context.Background(), u)
+	if err != nil {
+		t.Fatalf("the database is not there: %v", err)
+	}
+	conn.Close(context.Background())
+
+	wrong, _ := url.Parse(u)
+	wrong.User = url.UserPassword("no_such_role_here", "x")
+	wrong.Path = "/" + name + "_other"
+	if created, err := EnsureDatabaseOf(context.Background(), wrong.String()); err == nil || created {
+		t.Fatalf("an unknown role: created %v, %v; want the connection's error", created, err)
 	}
 }

@@ -17,6 +17,7 @@ import (
 
 	"github.com/idemflow/idemflow/internal/pgurl"
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 )
 
 // DefaultPrivatePort is where a private PostgreSQL listens (127.0.0.1 only),
@@ -276,6 +277,34 @@ func EnsureDatabase(ctx context.Context, adminURL, name string) (string, error) 
 		}
 	}
 	return WithDatabase(adminURL, name)
+}
+
+// EnsureDatabaseOf creates the database dbURL names when its server says
+// it does not exist (SQLSTATE 3D000), through the server's postgres
+// database with dbURL's credentials, and reports whether it did. Any other
+// failure to connect is returned as it is: a wrong password or host is
+// not a missing database.
+func EnsureDatabaseOf(ctx context.Context, dbURL string) (created bool, err error) {
+	conn, err := pgurl.Connect(ctx, dbURL)
+	if err == nil {
+		return false, conn.Close(context.Background())
+	}
+	var pgErr *pgconn.PgError
+	if !errors.As(err, &pgErr) || pgErr.Code != "3D000" {
+		return false, fmt.Errorf("connect %s: %w", redact(dbURL), err)
+	}
+	cfg, err := pgurl.ParseConfig(dbURL)
+	if err != nil {
+		return false, err
+	}
+	admin, err := WithDatabase(dbURL, "postgres")
+	if err != nil {
+		return false, err
+	}
+	if _, err := EnsureDatabase(ctx, admin, cfg.Database); err != nil {
+		return false, err
+	}
+	return true, nil
 }
 
 // WithDatabase returns dbURL pointing at database name.
