@@ -1,7 +1,12 @@
 // Package activities holds idemflow's Temporal activities: the only code
-// that writes business rows. Each runs in one database transaction that also
-// finishes the idempotency record, so a ticket never exists while its record
-// still says PROCESSING, and a retried activity finds its own earlier commit.
+// that writes business rows or calls an HTTP tool's downstream. An
+// operation with a step runs it in one database transaction that also
+// finishes the idempotency record, so a ticket never exists while its
+// record still says PROCESSING, and a retried activity finds its own
+// earlier commit. An HTTP tool's call cannot share a transaction with the
+// record: it runs between two, the first committing that a request is
+// about to leave, the second storing the answer and finishing the record
+// (HTTPTool).
 package activities
 
 import (

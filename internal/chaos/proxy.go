@@ -21,14 +21,14 @@ type Proxy struct {
 	ln     net.Listener
 
 	mu sync.Mutex
-	// DropRate: share of connections whose reply is discarded once the
+	// dropRate: share of connections whose reply is discarded once the
 	// server has begun to answer (the server acted; the caller never hears).
 	dropRate float64
-	// DelayRate: share of connections whose reply is held for Delay,
-	// past the caller's timeout, before it is sent on.
+	// delayRate: share of connections whose reply is held for delay, past
+	// the caller's timeout, before it is sent on.
 	delayRate float64
 	delay     time.Duration
-	// LatencyRate: share of connections that get Latency added to each
+	// latencyRate: share of connections that get latency added to each
 	// chunk in both directions.
 	latencyRate float64
 	latency     time.Duration

@@ -88,7 +88,7 @@ func (g *Gateway) Drain() { g.draining.Store(true) }
 // DefaultMaxWaiting bounds the requests that wait at once.
 const DefaultMaxWaiting = 1024
 
-// NewGateway wires a gateway over one pool and one Temporal client.
+// New wires a gateway over one pool and one Temporal client.
 func New(db *pgxpool.Pool, tc client.Client, records *idem.Store, logger *slog.Logger) *Gateway {
 	return &Gateway{
 		Starter: &starter.Starter{Temporal: tc, Records: records, Logger: logger, Answers: starter.NewAnswerCache(starter.DefaultAnswerCacheSize)},
