@@ -8,7 +8,6 @@ import (
 	"fmt"
 
 	"github.com/go-json-experiment/json/jsontext"
-	"github.com/idemflow/idemflow/idem"
 )
 
 // JSONSpec declares an operation whose request a JSON Schema describes
@@ -51,12 +50,8 @@ func DefineJSON(s JSONSpec) (*Operation, error) {
 	if schema["type"] != "object" {
 		return nil, errors.New("input_schema: its type must be object (the request is a JSON object)")
 	}
-	o := &Operation{
-		Name: s.Name, Description: s.Description, Table: s.Table, Rejections: s.Rejections,
-		Route: cmp.Or(s.Route, "/v1/"+s.Name), Tool: cmp.Or(s.Tool, s.Name), BizType: cmp.Or(s.BizType, s.Name),
-		Scope: cmp.Or(s.Scope, s.Name), Workflow: cmp.Or(s.Workflow, s.Name),
-	}
-	o.Activity = cmp.Or(s.Activity, o.BizType)
+	o := newOperation(s.Name, s.Description, s.Table, s.Rejections, nil,
+		names{s.Route, s.Tool, s.BizType, s.Scope, s.Workflow, s.Activity})
 	if len(pathParam.FindAllString(o.Route, -1)) > 0 {
 		return nil, errors.New("op: an operation from a file takes no path parameters")
 	}
@@ -92,17 +87,7 @@ func DefineJSON(s JSONSpec) (*Operation, error) {
 	// spelling do not make a retry a conflict, nor reach a downstream.
 	o.decode = func(raw json.RawMessage) (any, error) { return raw, nil }
 	o.covered = func(req any) any { return req }
-	o.recall = func(ctx context.Context, q Querier, tenantID, key string) (idem.Outcome, bool, error) {
-		a, found, err := s.Lookup(ctx, q, tenantID, key)
-		if errors.Is(err, ErrNotFound) {
-			return idem.Outcome{}, false, nil
-		}
-		if err != nil || !found {
-			return idem.Outcome{}, false, err
-		}
-		out, err := outcome(a)
-		return out, err == nil, err
-	}
+	o.recall = recallBy(s.Lookup, func(a Answer) Answer { return a })
 	return o, nil
 }
 

@@ -252,12 +252,8 @@ func define[R, Row any](s Spec[R, Row]) (*Operation, error) {
 	if reflect.TypeFor[R]().Kind() != reflect.Struct {
 		return nil, errors.New("the request must be a struct (a JSON object)")
 	}
-	o := &Operation{
-		Name: s.Name, Description: s.Description, Table: s.Table, Rejections: s.Rejections, Migrations: s.Migrations,
-		Route: cmp.Or(s.Route, "/v1/"+s.Name), Tool: cmp.Or(s.Tool, s.Name), BizType: cmp.Or(s.BizType, s.Name),
-		Scope: cmp.Or(s.Scope, s.Name), Workflow: cmp.Or(s.Workflow, s.Name),
-	}
-	o.Activity = cmp.Or(s.Activity, o.BizType)
+	o := newOperation(s.Name, s.Description, s.Table, s.Rejections, s.Migrations,
+		names{s.Route, s.Tool, s.BizType, s.Scope, s.Workflow, s.Activity})
 	for _, m := range pathParam.FindAllStringSubmatch(o.Route, -1) {
 		o.PathParams = append(o.PathParams, m[1])
 	}
@@ -330,18 +326,41 @@ func define[R, Row any](s Spec[R, Row]) (*Operation, error) {
 		}
 		return outcome(s.View(row))
 	}
-	o.recall = func(ctx context.Context, q Querier, tenantID, key string) (idem.Outcome, bool, error) {
-		row, found, err := s.Lookup(ctx, q, tenantID, key)
+	o.recall = recallBy(s.Lookup, s.View)
+	return o, nil
+}
+
+// names are an operation's names as declared; an empty one is derived
+// from the operation's name (newOperation).
+type names struct{ route, tool, bizType, scope, workflow, activity string }
+
+// newOperation is an operation with its names: each one declared, or
+// derived from name (the route /v1/{name}; the activity after the biz
+// type), for Define and DefineJSON alike.
+func newOperation(name, description, table string, rejections map[string]string, migrations fs.FS, n names) *Operation {
+	o := &Operation{
+		Name: name, Description: description, Table: table, Rejections: rejections, Migrations: migrations,
+		Route: cmp.Or(n.route, "/v1/"+name), Tool: cmp.Or(n.tool, name), BizType: cmp.Or(n.bizType, name),
+		Scope: cmp.Or(n.scope, name), Workflow: cmp.Or(n.workflow, name),
+	}
+	o.Activity = cmp.Or(n.activity, o.BizType)
+	return o
+}
+
+// recallBy makes an operation's recall from its lookup: the stored answer
+// of a key's effect, none when the lookup finds nothing (or ErrNotFound).
+func recallBy[T any](lookup func(context.Context, Querier, string, string) (T, bool, error), answer func(T) Answer) func(context.Context, Querier, string, string) (idem.Outcome, bool, error) {
+	return func(ctx context.Context, q Querier, tenantID, key string) (idem.Outcome, bool, error) {
+		found, ok, err := lookup(ctx, q, tenantID, key)
 		if errors.Is(err, ErrNotFound) {
 			return idem.Outcome{}, false, nil
 		}
-		if err != nil || !found {
+		if err != nil || !ok {
 			return idem.Outcome{}, false, err
 		}
-		out, err := outcome(s.View(row))
+		out, err := outcome(answer(found))
 		return out, err == nil, err
 	}
-	return o, nil
 }
 
 // applyRules runs rules on the derived schema, turning a rule that names a
