@@ -4,6 +4,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
+	"net"
+	"strings"
+	"syscall"
 	"time"
 
 	"github.com/idemflow/idemflow/internal/apperr"
@@ -236,8 +240,19 @@ type Claim struct {
 func (s *Store) Claim(ctx context.Context, p ClaimParams) (Claim, error) {
 	ttl := s.retention.For(p.BizType).Seconds()
 	var inserted bool
-	rec, err := scanRecordAfter(s.db.QueryRow(ctx, claimSQL,
-		p.TenantID, p.Key, uuid.New(), p.BizType, p.Fingerprint, p.WorkflowID, ttl), &inserted)
+	var rec Record
+	var err error
+	// A pooled connection is not pinged before use (pgurl.IdlePing): one
+	// that died while idle (a restart, a terminated backend) is found
+	// here, dropped by the pool, and the claim sent again on another. The
+	// claim is safe to repeat: it inserts the record once, or reads it.
+	for try := 0; ; try++ {
+		rec, err = scanRecordAfter(s.db.QueryRow(ctx, claimSQL,
+			p.TenantID, p.Key, uuid.New(), p.BizType, p.Fingerprint, p.WorkflowID, ttl), &inserted)
+		if try >= maxDeadConns || !ConnectionLost(err) || ctx.Err() != nil {
+			break
+		}
+	}
 	if inserted {
 		return Claim{Record: rec, Owner: true}, nil
 	}
@@ -495,6 +510,28 @@ func QueueLock(b *pgx.Batch, tenantID, key string, into *Locked) {
 			into.Found, into.Record = true, rec
 			return nil
 		})
+}
+
+// maxDeadConns bounds the claim's tries on connections found dead: a pool
+// holds a few idle ones, and after a restart each of them is.
+const maxDeadConns = 16
+
+// ConnectionLost reports an error that says the connection was gone before
+// the statement could run: a socket closed or reset, or the server's
+// operator-intervention errors (57P01 terminated by an administrator,
+// 57P02 crash shutdown, 57P03 cannot connect now).
+func ConnectionLost(err error) bool {
+	if err == nil {
+		return false
+	}
+	var pgErr *pgconn.PgError
+	if errors.As(err, &pgErr) {
+		return strings.HasPrefix(pgErr.Code, "57P")
+	}
+	var netErr net.Error
+	return pgconn.SafeToRetry(err) || errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) ||
+		errors.Is(err, syscall.ECONNRESET) || errors.Is(err, syscall.EPIPE) || errors.Is(err, net.ErrClosed) ||
+		(errors.As(err, &netErr) && !netErr.Timeout())
 }
 
 // notifyTimeout bounds one announcement to other processes.

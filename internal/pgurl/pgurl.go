@@ -11,6 +11,7 @@ package pgurl
 
 import (
 	"context"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -26,8 +27,20 @@ func ParsePoolConfig(url string) (*pgxpool.Config, error) {
 	for _, p := range pinned {
 		pc.ConnConfig.RuntimeParams[p.name] = p.value
 	}
+	pc.ShouldPing = shouldPing
 	return pc, nil
 }
+
+// IdlePing is how long a pooled connection may sit idle before it is
+// pinged when acquired. pgxpool's default, 1 s, pinged before nearly every
+// intent of an agent that calls tools seconds apart: a round trip on the
+// request's path for a failure a statement finds as well. A connection
+// found dead by its statement is replaced and the statement sent again,
+// where that is safe (idem.Store.Claim); past IdlePing, when a middlebox
+// may have dropped it silently, the ping stays.
+const IdlePing = 30 * time.Second
+
+func shouldPing(_ context.Context, p pgxpool.ShouldPingParams) bool { return p.IdleDuration > IdlePing }
 
 // pinned are the session settings every idemflow connection asks for at
 // start-up, whatever the database, its role or the URL set: the execution's
