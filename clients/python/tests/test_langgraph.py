@@ -12,7 +12,6 @@ import os
 import queue
 import signal
 import subprocess
-import sys
 import threading
 import uuid
 from collections.abc import Callable
@@ -28,38 +27,22 @@ from pydantic import BaseModel
 import idemflow
 from idemflow.langgraph import idemflow_tool
 
+from . import children
 from .conftest import count
 from .wire import Proxy
-
-HERE = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
 def agent_env(url: str, **extra: str) -> dict[str, str]:
     return {**os.environ, "IDEMFLOW_URL": url, "PYTHONUNBUFFERED": "1", **extra}
 
 
-def start(thread: str, tools: str, env: dict[str, str], *extra: str) -> subprocess.Popen[str]:
-    return subprocess.Popen(
-        [sys.executable, "-m", "tests.agents.langgraph_agent", "--thread", thread, "--tools", tools, *extra],
-        cwd=HERE,
-        env=env,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-    )
+def start(thread: str, tools: str, env: dict[str, str], *extra: str) -> tuple[subprocess.Popen[str], queue.Queue[str | None]]:
+    return children.start("tests.agents.langgraph_agent", "--thread", thread, "--tools", tools, *extra, env=env)
 
 
-def kill_when(p: subprocess.Popen[str], ready: Callable[[str], bool], event: threading.Event | None = None) -> list[str]:
+def kill_when(child: tuple[subprocess.Popen[str], queue.Queue[str | None]], ready: Callable[[str], bool], event: threading.Event | None = None) -> list[str]:
     """SIGKILLs the agent once a line of its says so (or event is set)."""
-    lines: queue.Queue[str | None] = queue.Queue()
-
-    def read() -> None:
-        assert p.stdout is not None
-        for line in p.stdout:
-            lines.put(line.rstrip("\n"))
-        lines.put(None)
-
-    threading.Thread(target=read, daemon=True).start()
+    p, lines = child
     seen: list[str] = []
     while True:
         if event is not None and event.wait(0.05):
@@ -83,8 +66,11 @@ def kill_when(p: subprocess.Popen[str], ready: Callable[[str], bool], event: thr
 
 
 def finish(thread: str, tools: str, env: dict[str, str], *extra: str) -> str:
-    p = start(thread, tools, env, *extra)
-    out, _ = p.communicate(timeout=120)
+    p, lines = start(thread, tools, env, *extra)
+    p.wait(timeout=120)
+    out = ""
+    while (line := lines.get(timeout=30)) is not None:
+        out += line + "\n"
     assert p.returncode == 0 and "DONE" in out, f"the agent did not finish ({p.returncode}):\n{out}"
     return out
 

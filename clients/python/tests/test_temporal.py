@@ -12,41 +12,21 @@ import os
 import queue
 import signal
 import subprocess
-import sys
-import threading
 import uuid
 
 import psycopg
 import pytest
 from temporalio.client import Client
 
+from . import children
 from .conftest import count, need
-
-HERE = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
 def worker(task_queue: str, keys: str, customer: str, pause: bool) -> tuple[subprocess.Popen[str], queue.Queue[str | None]]:
     env = {**os.environ, "IDEMFLOW_AGENT_KEYS": keys, "IDEMFLOW_AGENT_CUSTOMER": customer, "PYTHONUNBUFFERED": "1"}
     if pause:
         env["IDEMFLOW_AGENT_PAUSE"] = "after-effect"
-    p = subprocess.Popen(
-        [sys.executable, "-m", "tests.agents.temporal_agent", "--task-queue", task_queue],
-        cwd=HERE,
-        env=env,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-    )
-    lines: queue.Queue[str | None] = queue.Queue()
-
-    def read() -> None:
-        assert p.stdout is not None
-        for line in p.stdout:
-            lines.put(line.rstrip("\n"))
-        lines.put(None)
-
-    threading.Thread(target=read, daemon=True).start()
-    return p, lines
+    return children.start("tests.agents.temporal_agent", "--task-queue", task_queue, env=env)
 
 
 def wait_for(lines: queue.Queue[str | None], prefix: str) -> str:
