@@ -516,12 +516,15 @@ func QueueLock(b *pgx.Batch, tenantID, key string, into *Locked) {
 // holds a few idle ones, and after a restart each of them is.
 const maxDeadConns = 16
 
-// ConnectionLost reports an error that says the connection was gone before
-// the statement could run: a socket closed or reset, or the server's
-// operator-intervention errors (57P01 terminated by an administrator,
-// 57P02 crash shutdown, 57P03 cannot connect now).
+// ConnectionLost reports an error that says a pooled connection was gone
+// before the statement could run: a socket closed or reset, or the
+// server's operator-intervention errors (57P01 terminated by an
+// administrator, 57P02 crash shutdown). A failure to open a new connection
+// is not one: the server is down, and trying again at once would only
+// hammer it.
 func ConnectionLost(err error) bool {
-	if err == nil {
+	var connectErr *pgconn.ConnectError
+	if err == nil || errors.As(err, &connectErr) {
 		return false
 	}
 	var pgErr *pgconn.PgError
