@@ -126,28 +126,20 @@ func opened(in idem.Intent, l idem.Locked) (rec idem.Record, done bool, err erro
 	return rec, false, nil
 }
 
-// open begins an execution's transaction on conn. The common case, a
-// record open for in, costs one round trip (idem.OpenQuery), and l is the
-// record as in names it. Otherwise that transaction is rolled back and
-// another reads the record under its lock, with the savepoint: l says what
-// it found.
-func open(ctx context.Context, conn *pgx.Conn, in idem.Intent) (pgx.Tx, idem.Locked, error) {
-	q, err := idem.OpenQuery(conn.PgConn(), in, stepSavepoint)
+// lock begins an execution's transaction on conn the long way, when the
+// common path found the record not open for in (or the step sent no
+// statement to open it with): whatever the pipeline began is rolled back,
+// and a new transaction reads the record under its lock, with whether
+// idempotency_key knows the key, and sets the step's savepoint. l says
+// what it found.
+func lock(ctx context.Context, conn *pgx.Conn, in idem.Intent) (pgx.Tx, idem.Locked, error) {
+	if conn.PgConn().TxStatus() != 'I' {
+		if _, err := conn.Exec(ctx, "ROLLBACK"); err != nil {
+			return nil, idem.Locked{}, fmt.Errorf("roll back the open: %w", err)
+		}
+	}
+	tx, err := conn.Begin(ctx)
 	if err != nil {
-		return nil, idem.Locked{}, err
-	}
-	tx, err := conn.BeginTx(ctx, pgx.TxOptions{BeginQuery: q})
-	if err == nil {
-		return tx, idem.Locked{Found: true, Record: idem.Record{TenantID: in.TenantID, Key: in.Key, BizType: in.BizType,
-			Fingerprint: in.Fingerprint, WorkflowID: in.WorkflowID, Attempts: in.Attempt, Status: idem.StatusProcessing}}, nil
-	}
-	if !idem.NotOpen(err) {
-		return nil, idem.Locked{}, fmt.Errorf("begin: %w", err)
-	}
-	if _, err := conn.Exec(ctx, "ROLLBACK"); err != nil {
-		return nil, idem.Locked{}, fmt.Errorf("roll back the open: %w", err)
-	}
-	if tx, err = conn.Begin(ctx); err != nil {
 		return nil, idem.Locked{}, fmt.Errorf("begin: %w", err)
 	}
 	var l idem.Locked
@@ -175,10 +167,11 @@ func (stepTx) Commit(context.Context) error   { return errStepEnds }
 func (stepTx) Rollback(context.Context) error { return errStepEnds }
 
 // executeLocked is execute's transaction, pipelined so that a new intent
-// costs two round trips besides its step's own statements: one that
-// opens it (BEGIN, the record's lock and the step's savepoint:
-// idem.OpenQuery), and one that releases the savepoint, remembers the key,
-// finishes the record and commits.
+// costs two round trips: the step's first statement, sent behind what
+// opens the transaction (BEGIN, the record's lock and the step's
+// savepoint: openingTx), with whatever else the step sends; and one that
+// releases the savepoint, remembers the key, finishes the record, commits
+// and announces it (idem.Store.QueueSettled).
 func (a *Activities) executeLocked(ctx context.Context, in idem.Intent, req interface{ Fingerprint() (string, error) },
 	step func(tx pgx.Tx) (idem.Outcome, error)) (idem.Outcome, error) {
 	fingerprint, err := req.Fingerprint()
@@ -188,52 +181,69 @@ func (a *Activities) executeLocked(ctx context.Context, in idem.Intent, req inte
 	if fingerprint != in.Fingerprint {
 		return idem.Outcome{}, temporal.NewNonRetryableApplicationError("the request does not match the intent's fingerprint", idem.ErrTypeForged, nil)
 	}
-	conn, err := a.DB.Acquire(ctx)
+	pooled, err := a.DB.Acquire(ctx)
 	if err != nil {
 		return idem.Outcome{}, fmt.Errorf("acquire: %w", err)
 	}
 	// A connection left inside a transaction (an error below) is closed
 	// by the pool, never reused.
-	defer conn.Release()
-	tx, l, err := open(ctx, conn.Conn(), in)
-	if err != nil {
-		return idem.Outcome{}, err
-	}
+	defer pooled.Release()
+	conn := pooled.Conn()
 	// Committed by the last batch, the transaction needs no ROLLBACK;
-	// until then, any return rolls it back.
+	// until then, any return rolls back whatever began.
 	committed := false
 	defer func() {
-		if !committed {
-			_ = tx.Rollback(context.WithoutCancel(ctx))
+		if !committed && conn.PgConn().TxStatus() != 'I' {
+			_, _ = conn.Exec(context.WithoutCancel(ctx), "ROLLBACK")
 		}
 	}()
-	rec, done, err := opened(in, l)
-	if err != nil || done {
-		return rec.Response, err
-	}
 
-	// A row committed by an earlier execution is the answer; one written
-	// under this key with other parameters means this intent must not
-	// run. The claim inserts a record only for a key idempotency_key does
-	// not know, so this is the rare case (a purge raced the claim) and
-	// the only one that reads the business row.
+	// The common case: the record is open for in (the claim just
+	// inserted it), and the step's first statement opens the transaction.
+	first := &openingTx{conn: conn, in: in}
+	out, err := step(first)
+	rec := idem.Record{TenantID: in.TenantID, Key: in.Key, BizType: in.BizType, Fingerprint: in.Fingerprint,
+		WorkflowID: in.WorkflowID, Attempts: in.Attempt, Status: idem.StatusProcessing}
 	recalled := false
-	if l.KeyKnown {
-		prior, found, err := a.Records.Recall(ctx, tx, rec.TenantID, rec.Key)
-		if err != nil {
-			return idem.Outcome{}, err
+	switch first.state {
+	case stateOpen:
+	case stateBroken:
+		return idem.Outcome{}, first.err
+	default:
+		// A retry after an earlier execution, a purge that raced the
+		// claim, or a step that sent nothing: decide under the lock, and
+		// run the step again if the record is open after all.
+		tx, l, lockErr := lock(ctx, conn, in)
+		if lockErr != nil {
+			return idem.Outcome{}, lockErr
 		}
-		switch {
-		case found && prior.Fingerprint == rec.Fingerprint:
-			recalled = true
-			step = func(pgx.Tx) (idem.Outcome, error) { return prior.Outcome, nil }
-		case found:
-			rejection := keyReused(rec.Key, prior.BizType, rec.BizType)
-			step = func(pgx.Tx) (idem.Outcome, error) { return idem.Outcome{}, rejection }
+		var done bool
+		var openErr error
+		if rec, done, openErr = opened(in, l); openErr != nil || done {
+			return rec.Response, openErr
 		}
+		// A row committed by an earlier execution is the answer; one
+		// written under this key with other parameters means this intent
+		// must not run. The claim inserts a record only for a key
+		// idempotency_key does not know, so this is the rare case (a
+		// purge raced the claim) and the only one that reads the
+		// business row.
+		if l.KeyKnown {
+			prior, found, err := a.Records.Recall(ctx, tx, rec.TenantID, rec.Key)
+			if err != nil {
+				return idem.Outcome{}, err
+			}
+			switch {
+			case found && prior.Fingerprint == rec.Fingerprint:
+				recalled = true
+				step = func(pgx.Tx) (idem.Outcome, error) { return prior.Outcome, nil }
+			case found:
+				rejection := keyReused(rec.Key, prior.BizType, rec.BizType)
+				step = func(pgx.Tx) (idem.Outcome, error) { return idem.Outcome{}, rejection }
+			}
+		}
+		out, err = step(stepTx{tx})
 	}
-
-	out, err := step(stepTx{tx})
 	var rejected *apperr.RejectedError
 	if unstorable(err) {
 		// Input PostgreSQL cannot store (validation should have caught
@@ -248,7 +258,7 @@ func (a *Activities) executeLocked(ctx context.Context, in idem.Intent, req inte
 		a.Metrics.Rejected(in.BizType, rejected.Code)
 		// On its own: after a failed statement the transaction accepts
 		// nothing else, not even a batch's preparation, until then.
-		if _, err := tx.Exec(ctx, "ROLLBACK TO SAVEPOINT "+stepSavepoint); err != nil {
+		if _, err := conn.Exec(ctx, "ROLLBACK TO SAVEPOINT "+stepSavepoint); err != nil {
 			return idem.Outcome{}, fmt.Errorf("roll back rejected step: %w", err)
 		}
 		out = problem.Rejected(rejected).Outcome()
@@ -268,16 +278,23 @@ func (a *Activities) executeLocked(ctx context.Context, in idem.Intent, req inte
 			return idem.Outcome{}, err
 		}
 	}
-	b.Queue("COMMIT")
-	if err := tx.SendBatch(ctx, b).Close(); err != nil {
-		// Anything after a failed statement was skipped, COMMIT too: the
-		// deferred rollback ends the transaction. A connection lost
-		// meanwhile leaves the commit unknown, and the retry finds out
-		// under the lock.
-		return idem.Outcome{}, fmt.Errorf("finish: %w", err)
+	b.Queue("COMMIT").Exec(func(pgconn.CommandTag) error {
+		committed = true
+		return nil
+	})
+	a.Records.QueueSettled(b, rec.TenantID, rec.Key)
+	if err := conn.SendBatch(ctx, b).Close(); err != nil {
+		if !committed {
+			// Anything after a failed statement was skipped, COMMIT too:
+			// the deferred rollback ends the transaction. A connection
+			// lost meanwhile leaves the commit unknown, and the retry
+			// finds out under the lock.
+			return idem.Outcome{}, fmt.Errorf("finish: %w", err)
+		}
+		// Only the announcement, behind the commit, failed.
+		a.Logger.WarnContext(ctx, "announcing a settled record", "tenant", rec.TenantID, "key", rec.Key, "error", err)
 	}
-	committed = true
-	a.Records.Settled(rec.TenantID, rec.Key, &final)
+	a.Records.Waiters.Settled(rec.TenantID, rec.Key, &final)
 	if rejected != nil {
 		a.Logger.InfoContext(ctx, "intent rejected", "tenant", rec.TenantID, "key", rec.Key, "code", rejected.Code)
 		return idem.Outcome{}, temporal.NewNonRetryableApplicationError(rejected.Error(), idem.ErrTypeRejected, rejected, out)

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"strings"
 	"testing"
 
 	"github.com/idemflow/idemflow/activities"
@@ -104,5 +105,52 @@ func TestFailedAnswerHidesTheRawCause(t *testing.T) {
 	rec, _ := f.records.Get(context.Background(), "acme", "gave-up")
 	if rec.ErrorReason != reason {
 		t.Fatalf("the cause is kept for operators in error_reason: %q", rec.ErrorReason)
+	}
+}
+
+// A purge that raced a claim: the record was made again (PROCESSING) for a
+// key whose business row already exists, because the claim read
+// idempotency_key before the earlier intent committed. The execution then
+// finds the key known (the slow path, under the record's lock): with the
+// row's own parameters it answers with that row, with others it is
+// refused as a reused key, and nothing is written either way.
+func TestAnExecutionWhoseKeyIsAlreadyWrittenRecallsOrRefuses(t *testing.T) {
+	f := setup(t)
+	ctx := context.Background()
+	first := f.claim(t, "raced")
+	want, err := createTicket(f.acts, ctx, first)
+	if err != nil {
+		t.Fatal(err)
+	}
+	reopen := func(in ticketIntent) {
+		t.Helper()
+		if _, err := f.pool.Exec(ctx, `UPDATE idempotency_record SET status = 'PROCESSING', fingerprint = $2, response_status = NULL,
+			response_body = NULL, resource_path = NULL WHERE idem_key = $1`, in.Intent.Key, in.Intent.Fingerprint); err != nil {
+			t.Fatal(err)
+		}
+	}
+
+	other := first
+	other.Request.Title = "other parameters"
+	if other.Intent.Fingerprint, err = fingerprint(other.Request); err != nil {
+		t.Fatal(err)
+	}
+	reopen(other)
+	_, err = createTicket(f.acts, ctx, other)
+	var appErr *temporal.ApplicationError
+	if !errors.As(err, &appErr) || appErr.Type() != idem.ErrTypeRejected || !strings.Contains(err.Error(), "idempotency-key-reused") {
+		t.Fatalf("other parameters under a written key: %v, want the reused key refused", err)
+	}
+	if rec, err := f.records.Get(ctx, "acme", "raced"); err != nil || rec.Status != idem.StatusFailed {
+		t.Fatalf("record %s %v, want FAILED", rec.Status, err)
+	}
+
+	reopen(first)
+	got, err := createTicket(f.acts, ctx, first)
+	if err != nil || !bytes.Equal(got.Body, want.Body) {
+		t.Fatalf("the same parameters under a written key: %s %v, want the first answer %s", got.Body, err, want.Body)
+	}
+	if n := testenv.Count(t, f.pool, "ticket", "idem_key = 'raced'"); n != 1 {
+		t.Fatalf("%d tickets, want 1", n)
 	}
 }

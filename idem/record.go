@@ -449,33 +449,31 @@ func (s *Store) finished(rec Record, row pgx.Row) (Record, error) {
 	return r, nil
 }
 
-// OpenQuery is the statement that opens an execution's transaction in one
-// round trip, for pgx.TxOptions.BeginQuery: BEGIN; the lock of in's record,
-// which must be open for in (PROCESSING, in's fingerprint, and a key
-// idempotency_key does not know: the common case, a claim that just
-// inserted it); and SAVEPOINT savepoint, after the lock, so that rolling
-// back to it keeps the record locked. A record that is not open makes the
-// lock fail with ErrNotOpen's SQLSTATE, in a transaction the caller must
-// roll back; it then reads the record under its lock (QueueLock) to learn
-// why. The values are written into the text, as a BEGIN takes no
-// parameters, escaped by pgconn (which checks the connection's settings).
-func OpenQuery(pg *pgconn.PgConn, in Intent, savepoint string) (string, error) {
-	var lits [3]string
-	for i, v := range []string{in.TenantID, in.Key, in.Fingerprint} {
-		e, err := pg.EscapeString(v)
-		if err != nil {
-			return "", err
-		}
-		lits[i] = "'" + e + "'"
-	}
-	t, k, f := lits[0], lits[1], lits[2]
-	return `BEGIN; SELECT 1 / count(*) FROM (SELECT 1 FROM idempotency_record
-		WHERE tenant_id = ` + t + ` AND idem_key = ` + k + ` AND status = 'PROCESSING' AND fingerprint = ` + f + `
-		AND NOT EXISTS (SELECT 1 FROM idempotency_key WHERE tenant_id = ` + t + ` AND idem_key = ` + k + `)
-		FOR UPDATE) AS open; SAVEPOINT ` + savepoint, nil
+// QueueOpen queues on b what opens an execution's transaction, ahead of
+// the step's first statement in the same pipeline: BEGIN; the lock of
+// in's record, which must be open for in (PROCESSING, in's fingerprint,
+// and a key idempotency_key does not know: the common case, a claim that
+// just inserted it); and SAVEPOINT savepoint, after the lock, so that
+// rolling back to it keeps the record locked. A record that is not open
+// makes the lock fail with NotOpen's SQLSTATE: the transaction is aborted,
+// so nothing queued after it takes effect, and the caller rolls it back
+// and reads the record under its lock (QueueLock) to learn why.
+//
+// b must be empty: the BEGIN is pgx's (pgx.Batch.BeginTx), so that the
+// batch's results carry the transaction.
+func QueueOpen(b *pgx.Batch, in Intent, savepoint string) {
+	b.BeginTx(pgx.TxOptions{})
+	b.Queue(`SELECT 1 / count(*) FROM (SELECT 1 FROM idempotency_record
+		WHERE tenant_id = $1 AND idem_key = $2 AND status = 'PROCESSING' AND fingerprint = $3
+		AND NOT EXISTS (SELECT 1 FROM idempotency_key WHERE tenant_id = $1 AND idem_key = $2)
+		FOR UPDATE) AS open`, in.TenantID, in.Key, in.Fingerprint)
+	b.Queue("SAVEPOINT " + savepoint)
 }
 
-// NotOpen reports the error of OpenQuery's lock on a record that is not
+// OpenStatements is how many statements QueueOpen queues.
+const OpenStatements = 3
+
+// NotOpen reports the error of QueueOpen's lock on a record that is not
 // open for its intent (division_by_zero: count(*) of the open rows is 0).
 func NotOpen(err error) bool {
 	var pgErr *pgconn.PgError
@@ -540,15 +538,33 @@ func ConnectionLost(err error) bool {
 // notifyTimeout bounds one announcement to other processes.
 const notifyTimeout = 5 * time.Second
 
-// Settled announces a record its caller has just committed as final: to
-// the waiters of this process at once, and, with NotifyChannel set, to
-// other processes' listeners with pg_notify. The notification is sent on
-// its own, after the commit and off the caller's path, never inside the
-// business transaction: PostgreSQL serialises the commits of notifying
-// transactions on one global lock, and a listener that stalls with its
-// connection open fills the notification queue, after which every
-// notifying commit fails. A lost notification only delays a waiter in
-// another process, which also watches the run in Temporal.
+// QueueSettled queues on b, behind the COMMIT of a transaction that
+// settles (tenantID, key), its announcement to other processes' listeners
+// (with NotifyChannel set), so that it costs no round trip of its own.
+// The caller then wakes this process's waiters (Waiters.Settled).
+//
+// The notification is sent after the COMMIT, in a transaction of its own,
+// never inside the business transaction: PostgreSQL serialises the
+// commits of notifying transactions on one global lock, which would queue
+// every settling commit behind the others' WAL flush; and a listener that
+// stalls with its connection open fills the notification queue, after
+// which every notifying commit fails. Its own transaction commits without
+// waiting for the flush (synchronous_commit off), so the lock is held
+// briefly. Its failure is the batch's error although the COMMIT before it
+// took effect: the caller tells them apart by the COMMIT's own result. A
+// lost notification only delays a waiter in another process, which also
+// watches the run in Temporal.
+func (s *Store) QueueSettled(b *pgx.Batch, tenantID, key string) {
+	if s.NotifyChannel != "" {
+		b.Queue(`SELECT set_config('synchronous_commit', 'off', true), pg_notify($1, $2)`, s.NotifyChannel, tenantID+"/"+key)
+	}
+}
+
+// Settled announces a record its caller has just committed as final, for
+// callers that commit without a batch: to the waiters of this process at
+// once, and, with NotifyChannel set, to other processes' listeners with
+// pg_notify, on its own after the commit and off the caller's path (see
+// QueueSettled for why never inside the business transaction).
 //
 // final, when the caller has it, is the record as its transaction
 // committed it: this process's waiters take it instead of reading it.

@@ -3,11 +3,13 @@ package gateway_test
 import (
 	"context"
 	"fmt"
+	"regexp"
 	"slices"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/idemflow/idemflow/internal/roundtrip"
 	"github.com/idemflow/idemflow/internal/testenv"
 	"github.com/idemflow/idemflow/op"
 	"github.com/jackc/pgx/v5"
@@ -15,12 +17,14 @@ import (
 
 // What one intent costs, on the serve path (gateway and worker in one
 // process, sharing a pool and a Temporal client): SQL round trips counted
-// with a pgx tracer on the pool (a batch is one), and Temporal RPCs with a
-// gRPC interceptor on the client (the worker's long polls left out). The
-// counts are asserted, so that a change that adds a round trip to every
-// intent is seen here first (#18 asks that they not grow with the
-// operations declared, #22 that they shrink: a new ticket was 13 SQL
-// round trips, now 4).
+// at the wire (roundtrip.SQL: every message the pool's connections send, so a
+// ping, a preparation or a notification counts too; a pipeline is one),
+// and Temporal RPCs with a gRPC interceptor on the client (the worker's
+// long polls left out). The counts are asserted, so that a change that
+// adds a round trip to every intent is seen here first (#18 asks that
+// they not grow with the operations declared, #22 and #33 that they
+// shrink: a new ticket was 13 SQL round trips, then 5 at the wire, now
+// 3).
 //
 // The same counts hold with 20 more operations declared: what a new
 // intent costs does not grow with the operations a process knows.
@@ -52,14 +56,25 @@ type cost struct {
 }
 
 func countStatements(t *testing.T, ops []*op.Operation) {
-	sql, rpcs := &testenv.Statements{}, &testenv.RPCs{}
-	s := testenv.NewStack(t, testenv.Options{Tracer: sql, Client: rpcs.ClientOptions(), Operations: ops})
+	sql, rpcs := &roundtrip.SQL{}, &roundtrip.RPCs{}
+	s := testenv.NewStack(t, testenv.Options{Wire: sql, Client: rpcs.ClientOptions(), Operations: ops})
 	tok := s.Tokens[testenv.TenantA]
-	// The token lookup is cached after the first request: warm it, so that
-	// each count is the intent's own.
+	// The token lookup is cached after the first request, and pgx
+	// prepares a statement the first time a connection sends it (a round
+	// trip of its own): warm both with intents of other keys, so that
+	// each count is a steady intent's own.
 	s.Do(testenv.Request{Method: "GET", Path: "/v1/tenant", Token: tok})
+	warm := func(s *testenv.Stack, req testenv.Request) {
+		t.Helper()
+		for i := range 3 {
+			req.Key = fmt.Sprintf("warm-%s-%d", req.Key, i)
+			s.Do(req)
+			s.Do(req)
+		}
+	}
+	warm(s, testenv.Request{Path: "/v1/tickets", Token: tok, Key: "t", Body: ticketBody})
 
-	count := func(name string, req testenv.Request, status int, want cost) {
+	count := func(name string, req testenv.Request, status int, want cost) []string {
 		t.Helper()
 		sql.Take()
 		rpcs.Take()
@@ -87,21 +102,40 @@ func countStatements(t *testing.T, ops []*op.Operation) {
 		if !slices.Equal(gotRPC, want.rpc) {
 			t.Errorf("%s: Temporal RPCs %v, want %v", name, gotRPC, want.rpc)
 		}
+		return gotSQL
 	}
 	ticket := testenv.Request{Path: "/v1/tickets", Token: tok, Key: "cost-1", Body: ticketBody}
-	// 4: the claim (one statement: read the record, insert it unless the
+	// 3: the claim (one statement: read the record, insert it unless the
 	// key is known); the step's transaction opened (BEGIN, the record's
 	// lock, which also checks that the key is not known, and the
-	// savepoint, in one simple query); the ticket; the savepoint's
-	// release, the key remembered, the record settled and COMMIT (one
-	// batch). The worker hands the committed record to the waiting
-	// request: no read after the wake-up.
+	// savepoint) with the ticket's INSERT in one pipeline; the
+	// savepoint's release, the key remembered, the record settled,
+	// COMMIT and the notification to other processes (one pipeline). No
+	// ping: the connections were busy a moment ago. The worker hands the
+	// committed record to the waiting request: no read after the
+	// wake-up.
 	//
 	// Temporal: the eager start (the first workflow task comes back in
 	// its answer) and the workflow task's completion (the local activity
 	// ran inside it). The request was woken before it needed the run's
 	// history (starter.HistoryPollAfter).
-	count("a new ticket", ticket, 201, cost{sql: 4, rpc: []string{"StartWorkflowExecution", "RespondWorkflowTaskCompleted"}})
+	trips := count("a new ticket", ticket, 201, cost{sql: 3, rpc: []string{"StartWorkflowExecution", "RespondWorkflowTaskCompleted"}})
+	if last := trips[len(trips)-1]; !regexp.MustCompile(`COMMIT; .*pg_notify`).MatchString(last) {
+		t.Errorf("the notification is not in the commit's pipeline, after the COMMIT: %s", last)
+	}
+	// What a pgx tracer missed is counted: a pool's ping.
+	conn, err := s.Pool.Acquire(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	sql.Take()
+	if err := conn.Ping(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	conn.Release()
+	if got := sql.Take(); !slices.Equal(got, []string{"-- ping"}) {
+		t.Errorf("a ping: %q", got)
+	}
 	count("its replay from the answer cache", ticket, 201, cost{})
 	s.Gateway.Starter.Answers = nil // a replica without it in memory
 	count("its replay from PostgreSQL", ticket, 201, cost{sql: 1})
@@ -112,10 +146,11 @@ func countStatements(t *testing.T, ops []*op.Operation) {
 	// A duplicate of an intent still running (no worker takes it) is one
 	// statement, which finds the record PROCESSING, and one start, which
 	// attaches to the run.
-	idle := testenv.NewStack(t, testenv.Options{Tracer: sql, Client: rpcs.ClientOptions(), Operations: ops, NoWorker: true})
+	idle := testenv.NewStack(t, testenv.Options{Wire: sql, Client: rpcs.ClientOptions(), Operations: ops, NoWorker: true})
 	s = idle
 	tok = s.Tokens[testenv.TenantA]
 	s.Do(testenv.Request{Method: "GET", Path: "/v1/tenant", Token: tok})
+	warm(s, testenv.Request{Path: "/v1/tickets", Token: tok, Key: "i", Body: ticketBody, Header: map[string]string{"Prefer": "wait=0"}})
 	first := testenv.Request{Path: "/v1/tickets", Token: tok, Key: "cost-2", Body: ticketBody, Header: map[string]string{"Prefer": "wait=0"}}
 	count("a new ticket, answered at once", first, 202, cost{sql: 1, rpc: []string{"StartWorkflowExecution"}})
 	count("a duplicate that attaches to it", first, 409, cost{sql: 1, rpc: []string{"StartWorkflowExecution"}})

@@ -17,13 +17,13 @@ import (
 	"github.com/idemflow/idemflow/internal/httptool"
 	"github.com/idemflow/idemflow/internal/orders"
 	"github.com/idemflow/idemflow/internal/registry"
+	"github.com/idemflow/idemflow/internal/roundtrip"
 	"github.com/idemflow/idemflow/internal/schedule"
 	"github.com/idemflow/idemflow/internal/tenant"
 	"github.com/idemflow/idemflow/internal/tracing"
 	"github.com/idemflow/idemflow/op"
 	"github.com/idemflow/idemflow/worker"
 	"github.com/idemflow/idemflow/workflows"
-	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"go.temporal.io/sdk/client"
 	sdkworker "go.temporal.io/sdk/worker"
@@ -68,11 +68,11 @@ type Options struct {
 	// NoWorker leaves the worker stopped (StartWorker starts it), so that
 	// intents stay running.
 	NoWorker bool
-	// Tracer, if set, sees every statement the stack's pool sends (the
-	// gateway's and the worker's): see Statements.
-	Tracer pgx.QueryTracer
+	// Wire, if set, counts the round trips of the stack's pool (the
+	// gateway's and the worker's), at the protocol level.
+	Wire *roundtrip.SQL
 	// Client are the base options of the Temporal client the gateway and
-	// the worker share (interceptors: see RPCs).
+	// the worker share (interceptors: see roundtrip.RPCs).
 	Client client.Options
 	// Tracing, when on, traces the stack as serve does: its pool, its
 	// Temporal client and its gateway.
@@ -91,8 +91,8 @@ func NewStack(t testing.TB, opts Options) *Stack {
 	}
 	dbURL := DatabaseWith(t, opts.Database, set.Schemas()...)
 	pool := PoolOn(t, dbURL, func(c *pgxpool.Config) {
-		if opts.Tracer != nil {
-			c.ConnConfig.Tracer = opts.Tracer
+		if opts.Wire != nil {
+			opts.Wire.Pool(c)
 		}
 		opts.Tracing.Pool(c)
 	})
@@ -114,6 +114,8 @@ func NewStack(t testing.TB, opts Options) *Stack {
 	}
 	records := idem.NewStore(pool, idem.Retention{}, set.Recall)
 	records.Waiters = &idem.Waiters{}
+	// As serve's worker does: the settles announce themselves.
+	records.NotifyChannel = idem.SettledChannel
 	s := &Stack{
 		DatabaseURL: dbURL,
 		Pool:        pool,

@@ -8,8 +8,6 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"os"
-	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -19,8 +17,6 @@ import (
 	"github.com/idemflow/idemflow/migrations"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
-	"go.temporal.io/sdk/client"
-	"google.golang.org/grpc"
 )
 
 // DefaultAdminURL is the machine's own PostgreSQL with trust auth.
@@ -130,80 +126,6 @@ func PoolOn(t testing.TB, u string, configure func(*pgxpool.Config)) *pgxpool.Po
 	}
 	t.Cleanup(pool.Close)
 	return pool
-}
-
-// Statements is a pgx QueryTracer and BatchTracer that keeps the round
-// trips a pool makes, to count what one request costs (a cost is measured
-// in round trips, not in time: these machines are shared). A statement is
-// one; a batch is one, however many statements it pipelines.
-type Statements struct{ seen }
-
-// seen is what a counter saw since it was last taken.
-type seen struct {
-	mu    sync.Mutex
-	items []string
-}
-
-func (l *seen) add(item string) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	l.items = append(l.items, item)
-}
-
-// Take returns what was seen since the last Take, and forgets it.
-func (l *seen) Take() []string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	out := l.items
-	l.items = nil
-	return out
-}
-
-func oneLine(sql string) string { return strings.Join(strings.Fields(sql), " ") }
-
-// TraceQueryStart implements pgx.QueryTracer.
-func (s *Statements) TraceQueryStart(ctx context.Context, _ *pgx.Conn, data pgx.TraceQueryStartData) context.Context {
-	s.add(oneLine(data.SQL))
-	return ctx
-}
-
-// TraceQueryEnd implements pgx.QueryTracer.
-func (s *Statements) TraceQueryEnd(context.Context, *pgx.Conn, pgx.TraceQueryEndData) {}
-
-// TraceBatchStart implements pgx.BatchTracer: the batch is one entry.
-func (s *Statements) TraceBatchStart(ctx context.Context, _ *pgx.Conn, data pgx.TraceBatchStartData) context.Context {
-	var sqls []string
-	for _, q := range data.Batch.QueuedQueries {
-		sqls = append(sqls, oneLine(q.SQL))
-	}
-	s.add("batch [" + strings.Join(sqls, "; ") + "]")
-	return ctx
-}
-
-// TraceBatchQuery implements pgx.BatchTracer.
-func (s *Statements) TraceBatchQuery(context.Context, *pgx.Conn, pgx.TraceBatchQueryData) {}
-
-// TraceBatchEnd implements pgx.BatchTracer.
-func (s *Statements) TraceBatchEnd(context.Context, *pgx.Conn, pgx.TraceBatchEndData) {}
-
-// RPCs counts the Temporal RPCs a client makes, by method, for a
-// Stack's Options.Client: the worker's long polls are left out, as they
-// run whether or not an intent arrives.
-type RPCs struct{ seen }
-
-// Interceptor is the gRPC client interceptor that counts.
-func (r *RPCs) Interceptor(ctx context.Context, method string, req, reply any, cc *grpc.ClientConn, invoker grpc.UnaryInvoker, opts ...grpc.CallOption) error {
-	name := method[strings.LastIndex(method, "/")+1:]
-	if !strings.HasPrefix(name, "Poll") {
-		r.add(name)
-	}
-	return invoker(ctx, method, req, reply, cc, opts...)
-}
-
-// ClientOptions are client options with the interceptor in place.
-func (r *RPCs) ClientOptions() client.Options {
-	return client.Options{ConnectionOptions: client.ConnectionOptions{
-		DialOptions: []grpc.DialOption{grpc.WithChainUnaryInterceptor(r.Interceptor)}}}
 }
 
 // Count returns SELECT count(*) FROM table [WHERE ...].
