@@ -24,6 +24,7 @@ import (
 	"github.com/google/uuid"
 	"github.com/idemflow/idemflow/internal/orders"
 	"github.com/idemflow/idemflow/internal/progress"
+	"github.com/idemflow/idemflow/internal/roundtrip"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"go.temporal.io/sdk/client"
 )
@@ -48,6 +49,16 @@ type Config struct {
 	// Links, when set, are the delayed links the run goes through, as
 	// the report states them.
 	Links []Link
+	// SQL and RPCs, when set, count idemflow's round trips to PostgreSQL
+	// (its pool, at the wire) and its Temporal RPCs: its rows then report
+	// them per request. They can be counted only on a replica in this
+	// process (Links).
+	SQL  *roundtrip.SQL
+	RPCs *roundtrip.RPCs
+	// RefRPCs, when set, counts the RPCs of Temporal, the client the
+	// workflow reference runs on, so that its rows report them too. The
+	// PostgreSQL reference's round trips are always counted.
+	RefRPCs *roundtrip.RPCs
 }
 
 // Link is a delayed link to a dependency: the round trip it was asked to
@@ -67,6 +78,10 @@ type Row struct {
 	// the case it is compared with; zero for reference rows.
 	Ratio   float64
 	RatioTo string
+	// SQL and RPCs are the round trips to PostgreSQL and the Temporal
+	// RPCs per request, where Counted.
+	SQL, RPCs float64
+	Counted   bool
 }
 
 // Report is a whole run.
@@ -83,6 +98,37 @@ type Report struct {
 type target struct {
 	name string
 	do   func(ctx context.Context, client, n int) (int, error)
+	// sql and rpcs count the target's round trips, where they can be.
+	sql  *roundtrip.SQL
+	rpcs *roundtrip.RPCs
+}
+
+// clientID names client c of a run with clients concurrent ones, in keys
+// and bodies: a case run again with more clients must not replay the keys
+// of its run with fewer.
+func clientID(clients, c int) int { return clients<<20 | c }
+
+// measure runs t's load, with its round trips per request where counted.
+func (t target) measure(ctx context.Context, bc string, clients int, d time.Duration, tick func()) Row {
+	total := func() (sql, rpcs int) {
+		if t.sql != nil {
+			sql = t.sql.Total()
+		}
+		if t.rpcs != nil {
+			rpcs = t.rpcs.Total()
+		}
+		return sql, rpcs
+	}
+	sql0, rpcs0 := total()
+	row := Row{Case: bc, Target: t.name, Clients: clients, Stats: load(ctx, clients, d, func(ctx context.Context, c, n int) (int, error) {
+		return t.do(ctx, clientID(clients, c), n)
+	}, tick)}
+	sql1, rpcs1 := total()
+	if t.sql != nil && t.rpcs != nil && row.Requests > 0 {
+		row.Counted = true
+		row.SQL, row.RPCs = float64(sql1-sql0)/float64(row.Requests), float64(rpcs1-rpcs0)/float64(row.Requests)
+	}
+	return row
 }
 
 // Run measures every case and returns the report.
@@ -93,7 +139,14 @@ func Run(ctx context.Context, cfg Config) (Report, error) {
 	if len(cfg.Clients) == 0 {
 		cfg.Clients = []int{1, 64}
 	}
-	pool, err := pgxpool.New(ctx, cfg.DatabaseURL)
+	poolCfg, err := pgxpool.ParseConfig(cfg.DatabaseURL)
+	if err != nil {
+		return Report{}, fmt.Errorf("bench: database: %w", err)
+	}
+	// The PostgreSQL reference's round trips; the restock is not one.
+	refSQL := &roundtrip.SQL{}
+	refSQL.Pool(poolCfg)
+	pool, err := pgxpool.NewWithConfig(ctx, poolCfg)
 	if err != nil {
 		return Report{}, fmt.Errorf("bench: database: %w", err)
 	}
@@ -124,14 +177,22 @@ func Run(ctx context.Context, cfg Config) (Report, error) {
 	}
 	newKey := func(prefix string, c, n int) string { return fmt.Sprintf("bench-%s-%s-%d-%d", run, prefix, c, n) }
 	idemflow := func(path string, key func(c, n int) string, body func(c, n int) string) target {
-		return target{"idemflow", func(ctx context.Context, c, n int) (int, error) {
+		return target{name: "idemflow", sql: cfg.SQL, rpcs: cfg.RPCs, do: func(ctx context.Context, c, n int) (int, error) {
 			return post(ctx, cfg.URL+path, cfg.Token, key(c, n), body(c, n))
 		}}
 	}
 	ref := func(name, path string, key, body func(c, n int) string) target {
-		return target{name, func(ctx context.Context, c, n int) (int, error) {
+		t := target{name: name, do: func(ctx context.Context, c, n int) (int, error) {
 			return post(ctx, refs.URL+path, "", key(c, n), body(c, n))
 		}}
+		// Each reference uses one of the two: no RPC to Temporal from the
+		// PostgreSQL one, no SQL from the workflow's.
+		if path == "/pg" {
+			t.sql, t.rpcs = refSQL, &roundtrip.RPCs{}
+		} else if cfg.RefRPCs != nil {
+			t.sql, t.rpcs = &roundtrip.SQL{}, cfg.RefRPCs
+		}
+		return t
 	}
 	fixedTicket := func(c, _ int) string { return ticket(c, 0) }
 	replayKey := func(prefix string) func(c, n int) string {
@@ -152,6 +213,7 @@ func Run(ctx context.Context, cfg Config) (Report, error) {
 		{name: "ticket, replay", idemflow: idemflow("/v1/tickets", replayKey("t-replay"), fixedTicket), references: []target{pgReplay},
 			prepare: func(ctx context.Context, clients int) error {
 				for c := range clients {
+					c := clientID(clients, c)
 					if _, err := post(ctx, cfg.URL+"/v1/tickets", cfg.Token, newKey("t-replay", c, 0), ticket(c, 0)); err != nil {
 						return err
 					}
@@ -187,10 +249,10 @@ func Run(ctx context.Context, cfg Config) (Report, error) {
 					return rep, fmt.Errorf("bench: prepare %s: %w", bc.name, err)
 				}
 			}
-			row := Row{Case: bc.name, Target: "idemflow", Clients: clients, Stats: load(ctx, clients, cfg.Duration, bc.idemflow.do, tick)}
+			row := bc.idemflow.measure(ctx, bc.name, clients, cfg.Duration, tick)
 			var refRows []Row
 			for i, ref := range bc.references {
-				refRow := Row{Case: bc.name, Target: ref.name, Clients: clients, Stats: load(ctx, clients, cfg.Duration, ref.do, tick)}
+				refRow := ref.measure(ctx, bc.name, clients, cfg.Duration, tick)
 				if i == 0 && refRow.Throughput > 0 {
 					row.Ratio, row.RatioTo = row.Throughput/refRow.Throughput, ref.name
 				}
@@ -331,16 +393,21 @@ func (r Report) Print(w io.Writer) {
 		fmt.Fprintf(w, "link to %s: asked +%s per round trip, measured +%s (idemflow's serve replica in this process and the references both go through it)\n",
 			l.Name, ms(l.Asked), ms(l.Measured))
 	}
-	fmt.Fprintf(w, "%-26s %7s  %-24s %9s %9s %9s %9s %6s %6s  %s\n",
-		"case", "clients", "target", "req/s", "p50", "p99", "p99.9", "202", "errors", "ratio")
+	fmt.Fprintf(w, "%-26s %7s  %-24s %9s %9s %9s %9s %6s %6s %5s %5s  %s\n",
+		"case", "clients", "target", "req/s", "p50", "p99", "p99.9", "202", "errors", "SQL", "RPC", "ratio")
 	for _, row := range r.Rows {
 		ratio := ""
 		if row.RatioTo != "" {
 			ratio = fmt.Sprintf("%.2fx %s", row.Ratio, row.RatioTo)
 		}
-		fmt.Fprintf(w, "%-26s %7d  %-24s %9.0f %9s %9s %9s %6d %6d  %s\n",
-			row.Case, row.Clients, row.Target, row.Throughput, ms(row.P50), ms(row.P99), ms(row.P999), row.Accepted, row.Errors, ratio)
+		sql, rpcs := "-", "-"
+		if row.Counted {
+			sql, rpcs = fmt.Sprintf("%.2f", row.SQL), fmt.Sprintf("%.2f", row.RPCs)
+		}
+		fmt.Fprintf(w, "%-26s %7d  %-24s %9.0f %9s %9s %9s %6d %6d %5s %5s  %s\n",
+			row.Case, row.Clients, row.Target, row.Throughput, ms(row.P50), ms(row.P99), ms(row.P999), row.Accepted, row.Errors, sql, rpcs, ratio)
 	}
+	fmt.Fprintln(w, "SQL, RPC: round trips to PostgreSQL (at the wire) and Temporal RPCs (long polls left out) per request, where counted (-: idemflow in another process; see --pg-latency)")
 	what := "load generator and references"
 	if len(r.Links) > 0 {
 		what = "load generator, references and idemflow's replica"

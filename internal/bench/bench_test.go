@@ -8,17 +8,23 @@ import (
 	"time"
 
 	"github.com/idemflow/idemflow/internal/bench"
+	"github.com/idemflow/idemflow/internal/roundtrip"
 	"github.com/idemflow/idemflow/internal/testenv"
 )
 
 // The tool itself: every case and reference runs through the real gateway,
-// answers what the contract says, and the ratios are filled in. (No speed
-// is asserted: that is what the printed ratios are for.)
+// answers what the contract says, and the ratios and round trips are
+// filled in. (No speed is asserted: that is what the printed ratios are
+// for.) The stack and the workflow reference share one Temporal client
+// here, and one RPC counter: the cases run one after the other, and each
+// row counts what happened during its own.
 func TestBenchMeasuresEveryCaseBesideItsReferences(t *testing.T) {
-	s := testenv.NewStack(t, testenv.Options{})
+	sql, rpcs := &roundtrip.SQL{}, &roundtrip.RPCs{}
+	s := testenv.NewStack(t, testenv.Options{Wire: sql, Client: rpcs.ClientOptions()})
 	rep, err := bench.Run(context.Background(), bench.Config{
 		URL: s.URL, Token: s.Tokens[testenv.TenantA], TenantID: testenv.TenantA, DatabaseURL: s.DatabaseURL,
 		Temporal: s.Temporal, Duration: 500 * time.Millisecond, Clients: []int{1, 4},
+		SQL: sql, RPCs: rpcs, RefRPCs: rpcs,
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -41,6 +47,30 @@ func TestBenchMeasuresEveryCaseBesideItsReferences(t *testing.T) {
 		}
 		if row.Target == "idemflow" && !strings.Contains(row.Case, "422") && row.RatioTo == "" {
 			t.Errorf("%s x%d has no ratio", row.Case, row.Clients)
+		}
+		// Round trips per request: a new ticket's three SQL (and a few
+		// preparations on new connections), its start and its task's
+		// completion; the bare workflow's start, completion and result
+		// (a history long poll); the PostgreSQL reference's statements.
+		// A new key is new at every concurrency: were the keys of the
+		// run with 1 client sent again with 4, a new ticket would cost
+		// less than its three.
+		var sqlIn, rpcsIn [2]float64
+		switch row.Case + "/" + row.Target {
+		case "ticket, new key/idemflow":
+			sqlIn, rpcsIn = [2]float64{3, 3.5}, [2]float64{1.9, 2.5}
+		case "ticket, new key/bare Temporal workflow":
+			sqlIn, rpcsIn = [2]float64{0, 0}, [2]float64{3, 3.5}
+		case "ticket, new key/PostgreSQL only":
+			sqlIn, rpcsIn = [2]float64{1, 8}, [2]float64{0, 0}
+		case "ticket, replay/idemflow":
+			sqlIn, rpcsIn = [2]float64{0, 0.5}, [2]float64{0, 0}
+		default:
+			sqlIn, rpcsIn = [2]float64{0, 10}, [2]float64{0, 10}
+		}
+		if !row.Counted || row.SQL < sqlIn[0] || row.SQL > sqlIn[1] || row.RPCs < rpcsIn[0] || row.RPCs > rpcsIn[1] {
+			t.Errorf("%s %s x%d: counted %v, %.2f SQL and %.2f RPCs per request, want SQL in %v and RPCs in %v",
+				row.Case, row.Target, row.Clients, row.Counted, row.SQL, row.RPCs, sqlIn, rpcsIn)
 		}
 	}
 	for _, k := range []string{"ticket, new key/idemflow", "ticket, new key/bare Temporal workflow", "ticket, new key/PostgreSQL only",

@@ -18,6 +18,7 @@ import (
 	"github.com/idemflow/idemflow/internal/gateway"
 	"github.com/idemflow/idemflow/internal/netdelay"
 	"github.com/idemflow/idemflow/internal/pgurl"
+	"github.com/idemflow/idemflow/internal/roundtrip"
 	"github.com/jackc/pgx/v5"
 	"go.temporal.io/sdk/client"
 )
@@ -68,7 +69,9 @@ func runBench(ctx context.Context, env *Env, args []string) error {
 	}
 	tAddr := firstNonEmpty(*temporalAddr, devEnv["TEMPORAL_ADDRESS"], "127.0.0.1:7233")
 	ns := firstNonEmpty(*namespace, devEnv["TEMPORAL_NAMESPACE"], "default")
-	tc, err := dialTemporal(ctx, env.Logger, tAddr, ns, temporalTLS{}, client.Options{})
+	// The references' client counts their RPCs.
+	cfg.RefRPCs = &roundtrip.RPCs{}
+	tc, err := dialTemporal(ctx, env.Logger, tAddr, ns, temporalTLS{}, cfg.RefRPCs.ClientOptions())
 	if err != nil {
 		return err
 	}
@@ -79,12 +82,15 @@ func runBench(ctx context.Context, env *Env, args []string) error {
 	}
 	if *pgLatency > 0 || *temporalLatency > 0 {
 		c := common{databaseURL: cfg.DatabaseURL, temporal: tAddr, namespace: ns, retention: durationFlag(idem.DefaultRetention)}
-		net, err := delayedReplica(ctx, env, c, *pgLatency, *temporalLatency, tc)
+		// The replica in this process counts its round trips.
+		c.sql, c.rpcs = &roundtrip.SQL{}, &roundtrip.RPCs{}
+		net, err := delayedReplica(ctx, env, c, *pgLatency, *temporalLatency, tc, cfg.RefRPCs)
 		if err != nil {
 			return err
 		}
 		defer net.close()
 		cfg.URL, cfg.DatabaseURL, cfg.Temporal, cfg.GatewayPID, cfg.Links = net.url, net.databaseURL, net.temporal, 0, net.links
+		cfg.SQL, cfg.RPCs = c.sql, c.rpcs
 	}
 	rep, err := bench.Run(ctx, cfg)
 	if err != nil {
@@ -152,7 +158,7 @@ type delayed struct {
 // would across a network. The reconcile schedule is left to the stack's
 // own worker. Each link's added round trip is measured, as timers add
 // their own granularity.
-func delayedReplica(ctx context.Context, env *Env, c common, pgRTT, temporalRTT time.Duration, direct client.Client) (_ *delayed, err error) {
+func delayedReplica(ctx context.Context, env *Env, c common, pgRTT, temporalRTT time.Duration, direct client.Client, refRPCs *roundtrip.RPCs) (_ *delayed, err error) {
 	d := &delayed{}
 	var closers []func()
 	d.close = func() {
@@ -203,7 +209,7 @@ func delayedReplica(ctx context.Context, env *Env, c common, pgRTT, temporalRTT 
 	if err != nil {
 		return nil, fmt.Errorf("bench: measure the PostgreSQL link: %w", err)
 	}
-	d.temporal, err = dialTemporal(ctx, env.Logger, tLink.Addr, c.namespace, temporalTLS{}, client.Options{})
+	d.temporal, err = dialTemporal(ctx, env.Logger, tLink.Addr, c.namespace, temporalTLS{}, refRPCs.ClientOptions())
 	if err != nil {
 		return nil, err
 	}

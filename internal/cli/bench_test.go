@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/idemflow/idemflow/idem"
+	"github.com/idemflow/idemflow/internal/roundtrip"
 	"github.com/idemflow/idemflow/internal/testenv"
 )
 
@@ -24,7 +25,8 @@ func TestTheDelayedReplicaTakesAPoolURL(t *testing.T) {
 	env := &Env{Stdout: io.Discard, Stderr: io.Discard, Logger: s.Logger, Set: s.Set}
 	c := common{databaseURL: s.DatabaseURL + sep + "pool_max_conns=8", temporal: s.Server.GetFrontendHostPort(),
 		namespace: s.Server.GetDefaultNamespace(), retention: durationFlag(idem.DefaultRetention)}
-	d, err := delayedReplica(context.Background(), env, c, time.Millisecond, time.Millisecond, s.Temporal)
+	c.sql, c.rpcs = &roundtrip.SQL{}, &roundtrip.RPCs{}
+	d, err := delayedReplica(context.Background(), env, c, time.Millisecond, time.Millisecond, s.Temporal, &roundtrip.RPCs{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -34,5 +36,14 @@ func TestTheDelayedReplicaTakesAPoolURL(t *testing.T) {
 	}
 	if r := testenv.Do(t, d.url, testenv.Request{Method: "GET", Path: "/v1/tenant", Token: s.Tokens[testenv.TenantA]}); r.Status != 200 {
 		t.Fatalf("the replica: %d %s", r.Status, r.Body)
+	}
+	// Its round trips are counted, for the report (bench.Config.SQL).
+	sql0, rpcs0 := c.sql.Total(), c.rpcs.Total()
+	if r := testenv.Do(t, d.url, testenv.Request{Path: "/v1/tickets", Token: s.Tokens[testenv.TenantA], Key: "replica-1",
+		Body: `{"customer_id":"c-1","title":"Through the links"}`}); r.Status != 201 {
+		t.Fatalf("the replica: %d %s", r.Status, r.Body)
+	}
+	if c.sql.Total() == sql0 || c.rpcs.Total() == rpcs0 {
+		t.Errorf("the replica's round trips were not counted: SQL %d→%d, RPCs %d→%d", sql0, c.sql.Total(), rpcs0, c.rpcs.Total())
 	}
 }

@@ -17,6 +17,7 @@ import (
 	"github.com/idemflow/idemflow/internal/metrics"
 	"github.com/idemflow/idemflow/internal/pgurl"
 	"github.com/idemflow/idemflow/internal/registry"
+	"github.com/idemflow/idemflow/internal/roundtrip"
 	"github.com/idemflow/idemflow/internal/schedule"
 	"github.com/idemflow/idemflow/internal/tenant"
 	"github.com/idemflow/idemflow/internal/tracing"
@@ -39,6 +40,10 @@ type common struct {
 	// dev stack needs (0: pgxpool's default, the larger of 4 and the
 	// CPUs, which on a laptop is 16).
 	devPool int32
+	// sql and rpcs, when set, count the process's round trips to
+	// PostgreSQL and Temporal (bench's own replica).
+	sql  *roundtrip.SQL
+	rpcs *roundtrip.RPCs
 }
 
 func (c *common) register(fs *flag.FlagSet) {
@@ -156,6 +161,9 @@ func openDeps(ctx context.Context, logger *slog.Logger, set *registry.Set, tools
 		poolCfg.MaxConns = min(poolCfg.MaxConns, c.devPool)
 	}
 	tr.Pool(poolCfg)
+	if c.sql != nil {
+		c.sql.Pool(poolCfg)
+	}
 	pool, err := pgxpool.NewWithConfig(ctx, poolCfg)
 	if err != nil {
 		return nil, fmt.Errorf("open database: %w", err)
@@ -165,7 +173,11 @@ func openDeps(ctx context.Context, logger *slog.Logger, set *registry.Set, tools
 		return nil, fmt.Errorf("reach database: %w", err)
 	}
 	reg := metrics.New()
-	tc, err := dialTemporal(ctx, logger, c.temporal, c.namespace, c.tls, client.Options{MetricsHandler: reg.SDK, Interceptors: interceptors})
+	base := client.Options{MetricsHandler: reg.SDK, Interceptors: interceptors}
+	if c.rpcs != nil {
+		c.rpcs.Client(&base)
+	}
+	tc, err := dialTemporal(ctx, logger, c.temporal, c.namespace, c.tls, base)
 	if err != nil {
 		pool.Close()
 		return nil, err
@@ -221,6 +233,7 @@ func dialTemporal(ctx context.Context, logger *slog.Logger, hostPort, namespace 
 	sdkLogger := slog.New(&levelFloor{Handler: logger.Handler(), floor: slog.LevelWarn}).With("component", "temporal-sdk")
 	opts := client.Options{HostPort: hostPort, Namespace: namespace, Logger: sdklog.NewStructuredLogger(sdkLogger),
 		MetricsHandler: base.MetricsHandler, Interceptors: base.Interceptors}
+	opts.ConnectionOptions.DialOptions = base.ConnectionOptions.DialOptions
 	if err := conn.apply(&opts); err != nil {
 		return nil, err
 	}
