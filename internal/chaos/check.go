@@ -86,15 +86,21 @@ func (r *run) check(ctx context.Context, rep *Report) error {
 	return r.checkOrders(ctx, rep)
 }
 
-// settle waits until no record of the run is PROCESSING, or the horizon
-// and two reconcile runs have passed since the faults stopped.
+// settle waits until no record of the run is PROCESSING and none of its
+// workflows runs, or the horizon and two reconcile runs have passed since
+// the faults stopped. A record can settle before its run ends: a run
+// whose task's completion a fault lost (Temporal's store restarted, say)
+// ends on the task's retry, after its record was final.
 func (r *run) settle(ctx context.Context, rep *Report) error {
 	deadline := time.Now().Add(r.cfg.ProcessingTimeout + 2*r.cfg.ReconcileInterval + 20*time.Second)
 	for {
 		var n int
 		err := r.admin.QueryRow(ctx, `SELECT count(*) FROM idempotency_record WHERE tenant_id = ANY($1) AND status = 'PROCESSING'`, r.tenants[:]).Scan(&n)
 		if err == nil && n == 0 {
-			break
+			var running []string
+			if running, err = r.running(ctx); err == nil && len(running) == 0 {
+				break
+			}
 		}
 		if time.Now().After(deadline) {
 			break
@@ -107,6 +113,31 @@ func (r *run) settle(ctx context.Context, rep *Report) error {
 	}
 	rep.SettleTime = time.Since(r.startedAt) - rep.LoadTime
 	return nil
+}
+
+// running lists the workflows of the idemflow client's tenant that still
+// run.
+func (r *run) running(ctx context.Context) ([]string, error) {
+	if r.tc == nil {
+		return nil, nil
+	}
+	var ids []string
+	var token []byte
+	for {
+		resp, err := r.tc.ListWorkflow(ctx, &workflowservice.ListWorkflowExecutionsRequest{
+			Query: `ExecutionStatus = "Running"`, NextPageToken: token})
+		if err != nil {
+			return nil, fmt.Errorf("list running workflows: %w", err)
+		}
+		for _, e := range resp.Executions {
+			if strings.Contains(e.Execution.WorkflowId, "/"+r.tenants[0]+"/") {
+				ids = append(ids, e.Execution.WorkflowId)
+			}
+		}
+		if token = resp.NextPageToken; len(token) == 0 {
+			return ids, nil
+		}
+	}
 }
 
 // checkIntents checks each intent the idemflow client sent.
@@ -216,22 +247,13 @@ func (r *run) checkTemporal(ctx context.Context, rep *Report) error {
 		return nil
 	}
 	tenant := r.tenants[0]
-	var token []byte
-	for {
-		resp, err := r.tc.ListWorkflow(ctx, &workflowservice.ListWorkflowExecutionsRequest{
-			Query: `ExecutionStatus = "Running"`, NextPageToken: token})
-		if err != nil {
-			return fmt.Errorf("list running workflows: %w", err)
-		}
-		for _, e := range resp.Executions {
-			if strings.Contains(e.Execution.WorkflowId, "/"+tenant+"/") {
-				rep.Client.Stuck++
-				rep.violate("workflow %s still running", e.Execution.WorkflowId)
-			}
-		}
-		if token = resp.NextPageToken; len(token) == 0 {
-			break
-		}
+	running, err := r.running(ctx)
+	if err != nil {
+		return err
+	}
+	for _, id := range running {
+		rep.Client.Stuck++
+		rep.violate("workflow %s still running", id)
 	}
 	// Intents that ended without a run in Temporal: claimed, then the
 	// gateway died (or the caller left) before the start. Only reconcile
@@ -264,7 +286,7 @@ func (r *run) checkTemporal(ctx context.Context, rep *Report) error {
 	if !r.cfg.local() {
 		return nil // reconcile runs are the deployment's, not the run's
 	}
-	token = nil
+	var token []byte
 	for {
 		resp, err := r.tc.ListWorkflow(ctx, &workflowservice.ListWorkflowExecutionsRequest{
 			Query: `WorkflowType = "Reconcile" AND ExecutionStatus = "Completed"`, NextPageToken: token})
