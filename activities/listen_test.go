@@ -24,33 +24,15 @@ func TestSettledRecordsReachListenersInOtherProcesses(t *testing.T) {
 	f := setup(t)
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	gatewaySide := &idem.Waiters{}
-	go idem.Listen(ctx, f.dbURL, gatewaySide, slog.New(slog.NewTextHandler(io.Discard, nil)))
-	// Until LISTEN is in place, probe.
-	deadline := time.Now().Add(10 * time.Second)
-	for {
-		probe, stop := gatewaySide.Wait("probe", "p")
-		ch := probe.Done()
-		if _, err := f.pool.Exec(ctx, `SELECT pg_notify($1, 'probe/p')`, idem.SettledChannel); err != nil {
-			t.Fatal(err)
-		}
-		select {
-		case <-ch:
-		case <-time.After(100 * time.Millisecond):
-		}
-		stop()
-		if ch != nil && isClosed(ch) {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatal("LISTEN never took")
-		}
-	}
+	gateway := idem.NewStore(f.pool, idem.Retention{}, registry.Recall)
+	gateway.Waiters = &idem.Waiters{}
+	gatewaySide := gateway.Waiters
+	workerSide := idem.NewStore(f.pool, idem.Retention{}, registry.Recall)
+	workerSide.NotifyChannel = idem.SettledChannel
+	listening(t, ctx, f, gateway, workerSide)
 	in := f.claim(t, "notified")
 	settled, stop := gatewaySide.Wait("acme", "notified")
 	defer stop()
-	workerSide := idem.NewStore(f.pool, idem.Retention{}, registry.Recall)
-	workerSide.NotifyChannel = idem.SettledChannel
 	if _, err := createTicket(activities.New(f.pool, workerSide, nil, nil), ctx, in); err != nil {
 		t.Fatal(err)
 	}
@@ -61,6 +43,74 @@ func TestSettledRecordsReachListenersInOtherProcesses(t *testing.T) {
 	}
 	if settled.Final() != nil {
 		t.Fatal("a notification from another process handed over a record: it carries none")
+	}
+}
+
+// listening starts listener's Listen and returns once it hears notifier.
+func listening(t *testing.T, ctx context.Context, f fixture, listener, notifier *idem.Store) {
+	t.Helper()
+	go listener.Listen(ctx, f.dbURL, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		probe, stop := listener.Waiters.Wait("probe", "p")
+		ch := probe.Done()
+		b := &pgx.Batch{}
+		notifier.QueueSettled(b, "probe", "p")
+		if err := f.pool.SendBatch(ctx, b).Close(); err != nil {
+			t.Fatal(err)
+		}
+		select {
+		case <-ch:
+		case <-time.After(100 * time.Millisecond):
+		}
+		stop()
+		if isClosed(ch) {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("LISTEN never took")
+		}
+	}
+}
+
+// In a process that is gateway and worker at once (serve, dev), the
+// worker's settle wakes the waiting request at once, with the record; its
+// notification, on its way to other processes, comes back to the same
+// process's listener too, sometimes first, and must not wake the request
+// without the record (which then costs it a read: a fourth round trip on
+// a new intent). Notifications are delivered in the order sent: once
+// another store's has arrived, the process's own has been skipped.
+func TestAProcessDoesNotWakeItselfByItsOwnNotification(t *testing.T) {
+	f := setup(t)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	process := idem.NewStore(f.pool, idem.Retention{}, registry.Recall)
+	process.Waiters, process.NotifyChannel = &idem.Waiters{}, idem.SettledChannel
+	other := idem.NewStore(f.pool, idem.Retention{}, registry.Recall)
+	other.NotifyChannel = idem.SettledChannel
+	listening(t, ctx, f, process, other)
+
+	mine, stopMine := process.Waiters.Wait("acme", "mine")
+	defer stopMine()
+	theirs, stopTheirs := process.Waiters.Wait("acme", "theirs")
+	defer stopTheirs()
+	for _, n := range []struct {
+		store *idem.Store
+		key   string
+	}{{process, "mine"}, {other, "theirs"}} {
+		b := &pgx.Batch{}
+		n.store.QueueSettled(b, "acme", n.key)
+		if err := f.pool.SendBatch(ctx, b).Close(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	select {
+	case <-theirs.Done():
+	case <-time.After(5 * time.Second):
+		t.Fatal("another store's notification was not heard")
+	}
+	if isClosed(mine.Done()) {
+		t.Fatal("the process's own notification woke its waiter, without the record")
 	}
 }
 

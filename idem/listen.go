@@ -11,17 +11,23 @@ import (
 )
 
 // SettledChannel is the PostgreSQL notification channel on which a store
-// with NotifyChannel set announces settled records, as "<tenant>/<key>" (a tenant
-// ID has no '/').
+// with NotifyChannel set announces settled records, as
+// "<origin>/<tenant>/<key>": the store that settled it, then the record (an
+// origin and a tenant ID have no '/').
 const SettledChannel = "idemflow_settled"
 
-// Listen feeds w with the settled-record notifications of every process
-// whose store has NotifyChannel set, until ctx ends, reconnecting after errors. A
-// gateway in another process than the worker can then wake its waiting
-// requests without Temporal's history long poll.
-func Listen(ctx context.Context, databaseURL string, w *Waiters, logger *slog.Logger) {
+// payload is s's notification of (tenantID, key).
+func (s *Store) payload(tenantID, key string) string { return s.origin + "/" + tenantID + "/" + key }
+
+// Listen feeds s's Waiters with the settled-record notifications of every
+// other store whose NotifyChannel is set, until ctx ends, reconnecting
+// after errors. A gateway in another process than the worker can then
+// wake its waiting requests without Temporal's history long poll. s's own
+// notifications are skipped: its waiters were told at once, with the
+// record (Waiters.Settled), and a wake-up without it would cost a read.
+func (s *Store) Listen(ctx context.Context, databaseURL string, logger *slog.Logger) {
 	for ctx.Err() == nil {
-		err := listenOnce(ctx, databaseURL, w)
+		err := s.listenOnce(ctx, databaseURL)
 		if ctx.Err() != nil {
 			return
 		}
@@ -33,7 +39,7 @@ func Listen(ctx context.Context, databaseURL string, w *Waiters, logger *slog.Lo
 	}
 }
 
-func listenOnce(ctx context.Context, databaseURL string, w *Waiters) error {
+func (s *Store) listenOnce(ctx context.Context, databaseURL string) error {
 	conn, err := pgurl.Connect(ctx, databaseURL)
 	if err != nil {
 		return err
@@ -47,8 +53,12 @@ func listenOnce(ctx context.Context, databaseURL string, w *Waiters) error {
 		if err != nil {
 			return err
 		}
-		if tenantID, key, ok := strings.Cut(n.Payload, "/"); ok {
-			w.Settled(tenantID, key, nil)
+		origin, record, ok := strings.Cut(n.Payload, "/")
+		if !ok || origin == s.origin {
+			continue
+		}
+		if tenantID, key, ok := strings.Cut(record, "/"); ok {
+			s.Waiters.Settled(tenantID, key, nil)
 		}
 	}
 }

@@ -152,6 +152,9 @@ type Store struct {
 	// NotifyChannel, when set (to SettledChannel), is where Settled also
 	// announces a record, for gateways in other processes that Listen.
 	NotifyChannel string
+	// origin names this store in its notifications, so that its own
+	// Listen skips them.
+	origin string
 }
 
 // NewStore returns a Store over db (usually a *pgxpool.Pool). recall is
@@ -159,7 +162,7 @@ type Store struct {
 // record was purged is still a replay or a conflict, never a new
 // execution; it may be nil only for a store that never claims or resolves.
 func NewStore(db Querier, retention Retention, recall Recall) *Store {
-	return &Store{db: db, retention: retention, recall: recall}
+	return &Store{db: db, retention: retention, recall: recall, origin: uuid.NewString()}
 }
 
 // Recall finds the business row of (tenantID, key) within q.
@@ -556,7 +559,7 @@ const notifyTimeout = 5 * time.Second
 // watches the run in Temporal.
 func (s *Store) QueueSettled(b *pgx.Batch, tenantID, key string) {
 	if s.NotifyChannel != "" {
-		b.Queue(`SELECT set_config('synchronous_commit', 'off', true), pg_notify($1, $2)`, s.NotifyChannel, tenantID+"/"+key)
+		b.Queue(`SELECT set_config('synchronous_commit', 'off', true), pg_notify($1, $2)`, s.NotifyChannel, s.payload(tenantID, key))
 	}
 }
 
@@ -576,7 +579,7 @@ func (s *Store) Settled(tenantID, key string, final *Record) {
 	go func() {
 		ctx, cancel := context.WithTimeout(context.Background(), notifyTimeout)
 		defer cancel()
-		_, _ = s.db.Exec(ctx, `SELECT pg_notify($1, $2)`, s.NotifyChannel, tenantID+"/"+key)
+		_, _ = s.db.Exec(ctx, `SELECT pg_notify($1, $2)`, s.NotifyChannel, s.payload(tenantID, key))
 	}()
 }
 

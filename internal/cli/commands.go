@@ -112,7 +112,7 @@ func runParts(ctx context.Context, logger *slog.Logger, d *deps, r roles, p part
 		// Waiting requests hear of records settled by workers in other
 		// processes (other replicas, or a separate worker) from
 		// PostgreSQL, sooner than from Temporal's history long poll.
-		go idem.Listen(ctx, p.databaseURL, d.Records.Waiters, logger)
+		go d.Records.Listen(ctx, p.databaseURL, logger)
 	}
 	if r.worker {
 		d.Records.NotifyChannel = idem.SettledChannel

@@ -132,7 +132,7 @@ func benchAcrossProcesses(b *testing.B, notify bool, clients int) {
 		s.Records.Waiters = &idem.Waiters{}
 		ctx, cancel := context.WithCancel(context.Background())
 		b.Cleanup(cancel)
-		go idem.Listen(ctx, s.DatabaseURL, s.Records.Waiters, s.Logger)
+		go s.Records.Listen(ctx, s.DatabaseURL, s.Logger)
 		time.Sleep(200 * time.Millisecond) // LISTEN is in place
 	}
 	s.Activities = activities.New(s.Pool, workerRecords, s.Temporal, s.Logger)

@@ -114,8 +114,12 @@ func NewStack(t testing.TB, opts Options) *Stack {
 	}
 	records := idem.NewStore(pool, idem.Retention{}, set.Recall)
 	records.Waiters = &idem.Waiters{}
-	// As serve's worker does: the settles announce themselves.
+	// As serve does: the worker's settles announce themselves, and the
+	// gateway listens for other processes' (its own are skipped).
 	records.NotifyChannel = idem.SettledChannel
+	listenCtx, stopListening := context.WithCancel(context.Background())
+	t.Cleanup(stopListening)
+	go records.Listen(listenCtx, dbURL, logger)
 	s := &Stack{
 		DatabaseURL: dbURL,
 		Pool:        pool,
