@@ -114,6 +114,45 @@ func TestAProcessDoesNotWakeItselfByItsOwnNotification(t *testing.T) {
 	}
 }
 
+// A worker notifies only while a process other than its own listens: a
+// serve or dev process alone would pay PostgreSQL a transaction per intent
+// to wake nobody. Its own listener does not count; another's, once seen,
+// does, and no longer once it has gone.
+func TestAWorkerNotifiesOnlyWhileAnotherProcessListens(t *testing.T) {
+	f := setup(t)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	logger := slog.New(slog.NewTextHandler(io.Discard, nil))
+	worker := idem.NewStore(f.pool, idem.Retention{}, registry.Recall)
+	worker.Waiters, worker.NotifyChannel = &idem.Waiters{}, idem.SettledChannel
+	notifies := func() bool {
+		b := &pgx.Batch{}
+		worker.QueueSettled(b, "acme", "k")
+		return b.Len() > 0
+	}
+	if !notifies() {
+		t.Fatal("a worker that has not looked yet must notify")
+	}
+	go worker.Listen(ctx, f.dbURL, logger)
+	go worker.WatchListeners(ctx, f.pool, 20*time.Millisecond, logger)
+	eventually := func(what string, want bool) {
+		t.Helper()
+		for deadline := time.Now().Add(10 * time.Second); notifies() != want; time.Sleep(20 * time.Millisecond) {
+			if time.Now().After(deadline) {
+				t.Fatalf("%s: notifies %v, want %v", what, !want, want)
+			}
+		}
+	}
+	eventually("its own listener alone", false)
+	gctx, stop := context.WithCancel(ctx)
+	gateway := idem.NewStore(f.pool, idem.Retention{}, registry.Recall)
+	gateway.Waiters = &idem.Waiters{}
+	go gateway.Listen(gctx, f.dbURL, logger)
+	eventually("a gateway in another process listening", true)
+	stop()
+	eventually("that gateway gone", false)
+}
+
 func isClosed(ch <-chan struct{}) bool {
 	select {
 	case <-ch:

@@ -7,6 +7,7 @@ import (
 	"io"
 	"net"
 	"strings"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -155,6 +156,8 @@ type Store struct {
 	// origin names this store in its notifications, so that its own
 	// Listen skips them.
 	origin string
+	// quiet: no other process listens (WatchListeners).
+	quiet atomic.Bool
 }
 
 // NewStore returns a Store over db (usually a *pgxpool.Pool). recall is
@@ -543,7 +546,8 @@ const notifyTimeout = 5 * time.Second
 
 // QueueSettled queues on b, behind the COMMIT of a transaction that
 // settles (tenantID, key), its announcement to other processes' listeners
-// (with NotifyChannel set), so that it costs no round trip of its own.
+// (with NotifyChannel set, and another process listening:
+// WatchListeners), so that it costs no round trip of its own.
 // The caller then wakes this process's waiters (Waiters.Settled).
 //
 // The notification is sent after the COMMIT, in a transaction of its own,
@@ -558,7 +562,7 @@ const notifyTimeout = 5 * time.Second
 // lost notification only delays a waiter in another process, which also
 // watches the run in Temporal.
 func (s *Store) QueueSettled(b *pgx.Batch, tenantID, key string) {
-	if s.NotifyChannel != "" {
+	if s.notifies() {
 		b.Queue(`SELECT set_config('synchronous_commit', 'off', true), pg_notify($1, $2)`, s.NotifyChannel, s.payload(tenantID, key))
 	}
 }
@@ -573,7 +577,7 @@ func (s *Store) QueueSettled(b *pgx.Batch, tenantID, key string) {
 // committed it: this process's waiters take it instead of reading it.
 func (s *Store) Settled(tenantID, key string, final *Record) {
 	s.Waiters.Settled(tenantID, key, final)
-	if s.NotifyChannel == "" {
+	if !s.notifies() {
 		return
 	}
 	go func() {

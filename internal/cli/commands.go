@@ -116,6 +116,7 @@ func runParts(ctx context.Context, logger *slog.Logger, d *deps, r roles, p part
 	}
 	if r.worker {
 		d.Records.NotifyChannel = idem.SettledChannel
+		go d.Records.WatchListeners(ctx, d.Pool, idem.WatchInterval, logger)
 		d.Metrics.WatchProcessing(logger, d.Records.Processing)
 	}
 	if !r.worker {

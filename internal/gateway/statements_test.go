@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/idemflow/idemflow/idem"
 	"github.com/idemflow/idemflow/internal/roundtrip"
 	"github.com/idemflow/idemflow/internal/testenv"
 	"github.com/idemflow/idemflow/op"
@@ -120,7 +121,41 @@ func countStatements(t *testing.T, ops []*op.Operation) {
 	// ran inside it). The request was woken before it needed the run's
 	// history (starter.HistoryPollAfter).
 	trips := count("a new ticket", ticket, 201, cost{sql: 3, rpc: []string{"StartWorkflowExecution", "RespondWorkflowTaskCompleted"}})
-	if last := trips[len(trips)-1]; !regexp.MustCompile(`COMMIT; .*pg_notify`).MatchString(last) {
+	notified := regexp.MustCompile(`COMMIT; .*pg_notify`)
+	if last := trips[len(trips)-1]; strings.Contains(last, "pg_notify") {
+		t.Errorf("a notification, although no other process listens: %s", last)
+	}
+	// With a gateway in another process listening, the worker notifies
+	// (once it has seen that listener), in the commit's pipeline.
+	other := idem.NewStore(s.Pool, idem.Retention{}, nil)
+	other.Waiters = &idem.Waiters{}
+	ctx, stop := context.WithCancel(context.Background())
+	defer stop()
+	go other.Listen(ctx, s.DatabaseURL, s.Logger)
+	for i := 0; ; i++ {
+		sql.Take()
+		s.Do(testenv.Request{Path: "/v1/tickets", Token: tok, Key: fmt.Sprintf("listened-%d", i), Body: ticketBody})
+		// Its run's last RPC may come after the answer: let it, so that
+		// it is not counted as the next request's.
+		var done []string
+		for range 100 {
+			if done = append(done, rpcs.Take()...); slices.Contains(done, "RespondWorkflowTaskCompleted") {
+				break
+			}
+			waitABit()
+		}
+		if got := sql.Take(); len(got) > 0 && strings.Contains(got[len(got)-1], "pg_notify") {
+			break
+		}
+		if i == 200 {
+			t.Fatal("the worker never notified the other process")
+		}
+		waitABit()
+	}
+	listened := ticket
+	listened.Key = "cost-listened"
+	trips = count("a new ticket, another process listening", listened, 201, cost{sql: 3, rpc: []string{"StartWorkflowExecution", "RespondWorkflowTaskCompleted"}})
+	if last := trips[len(trips)-1]; !notified.MatchString(last) {
 		t.Errorf("the notification is not in the commit's pipeline, after the COMMIT: %s", last)
 	}
 	// What a pgx tracer missed is counted: a pool's ping.

@@ -9,6 +9,7 @@ import (
 	"net/http/httptest"
 	"slices"
 	"testing"
+	"time"
 
 	"github.com/idemflow/idemflow/activities"
 	"github.com/idemflow/idemflow/idem"
@@ -56,6 +57,11 @@ type Stack struct {
 	t      testing.TB
 	worker sdkworker.Worker
 }
+
+// WatchInterval is how often a Stack's worker looks for other processes'
+// listeners (idem.WatchInterval in serve), short so that a test need not
+// wait.
+const WatchInterval = 50 * time.Millisecond
 
 // Options tune a Stack.
 type Options struct {
@@ -120,6 +126,8 @@ func NewStack(t testing.TB, opts Options) *Stack {
 	listenCtx, stopListening := context.WithCancel(context.Background())
 	t.Cleanup(stopListening)
 	go records.Listen(listenCtx, dbURL, logger)
+	// On a pool of its own: its looks are not the stack's round trips.
+	go records.WatchListeners(listenCtx, PoolOn(t, dbURL, func(*pgxpool.Config) {}), WatchInterval, logger)
 	s := &Stack{
 		DatabaseURL: dbURL,
 		Pool:        pool,
