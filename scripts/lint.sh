@@ -16,6 +16,8 @@ go vet -tags nodev ./internal/cli
 go build -tags nodev -o /dev/null ./cmd/idemflow
 go run honnef.co/go/tools/cmd/staticcheck@v0.8.2 ./...
 go run go.temporal.io/sdk/contrib/tools/workflowcheck@v0.6.0 ./...
+# A team's own module, beside idemflow's.
+(cd examples/refund_request && go vet ./... && go run honnef.co/go/tools/cmd/staticcheck@v0.8.2 ./...)
 [ -x clients/python/.venv/bin/mypy ] || die "clients/python/.venv is missing: run scripts/test.sh, or (. scripts/lib.sh; build_python)"
 (
   cd clients/python

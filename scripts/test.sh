@@ -35,3 +35,9 @@ bash scripts/lint.sh
 
 echo "== go test" >&2
 go test -count=1 -timeout 20m "$@" ./...
+
+echo "== go test, a team's own module (examples/refund_request)" >&2
+# A module of its own that depends on idemflow as the README tells a team
+# to (a replace of the checkout): a private import, or a step the README
+# does not give, fails here.
+(cd examples/refund_request && go test -count=1 -timeout 10m ./...)

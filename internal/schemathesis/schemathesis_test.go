@@ -47,7 +47,9 @@ func freePort(t *testing.T) int {
 func program(t *testing.T) string {
 	t.Helper()
 	bin := filepath.Join(t.TempDir(), "refund_request")
-	cmd := exec.Command("go", "build", "-o", bin, "../../examples/refund_request")
+	// The example is a module of its own: built from its directory.
+	cmd := exec.Command("go", "build", "-o", bin, ".")
+	cmd.Dir = "../../examples/refund_request"
 	if out, err := cmd.CombinedOutput(); err != nil {
 		t.Fatalf("go build the example: %v\n%s", err, out)
 	}
