@@ -9,16 +9,16 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/idemflow/idemflow/internal/tcpproxy"
 )
 
-// Proxy is a loopback TCP proxy that injects faults on the link it sits
-// on. In front of a gateway (one request per connection, as the agents
-// disable keep-alive) it forwards the request and then drops or delays the
-// reply; in front of PostgreSQL or Temporal it adds latency.
+// Proxy is a loopback TCP proxy (tcpproxy) that injects faults on the
+// link it sits on. In front of a gateway (one request per connection, as
+// the agents disable keep-alive) it forwards the request and then drops or
+// delays the reply; in front of PostgreSQL or Temporal it adds latency.
 type Proxy struct {
-	Addr   string // where it listens
-	target string
-	ln     net.Listener
+	*tcpproxy.Proxy
 
 	mu sync.Mutex
 	// dropRate: share of connections whose reply is discarded once the
@@ -35,18 +35,16 @@ type Proxy struct {
 	rng         *rand.Rand
 
 	dropped, delayed, slowed atomic.Int64
-	wg                       sync.WaitGroup
 }
 
 // NewProxy listens on a free loopback port and forwards to target.
 func NewProxy(target string, seed uint64) (*Proxy, error) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	p := &Proxy{rng: rand.New(rand.NewPCG(seed, seed^0x9e3779b97f4a7c15))}
+	tp, err := tcpproxy.Listen(target, p.shape)
 	if err != nil {
 		return nil, err
 	}
-	p := &Proxy{Addr: ln.Addr().String(), target: target, ln: ln, rng: rand.New(rand.NewPCG(seed, seed^0x9e3779b97f4a7c15))}
-	p.wg.Add(1)
-	go p.serve()
+	p.Proxy = tp
 	return p, nil
 }
 
@@ -62,13 +60,6 @@ func (p *Proxy) SetLatency(rate float64, d time.Duration) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	p.latencyRate, p.latency = rate, d
-}
-
-// Close stops accepting; connections in flight end with their peers.
-func (p *Proxy) Close() error {
-	err := p.ln.Close()
-	p.wg.Wait()
-	return err
 }
 
 type plan struct {
@@ -94,30 +85,15 @@ func (p *Proxy) plan() plan {
 	return pl
 }
 
-func (p *Proxy) serve() {
-	defer p.wg.Done()
-	for {
-		c, err := p.ln.Accept()
-		if err != nil {
-			return
-		}
-		go p.handle(c)
-	}
-}
-
-func (p *Proxy) handle(client net.Conn) {
-	defer client.Close()
-	server, err := net.DialTimeout("tcp", p.target, 5*time.Second)
-	if err != nil {
-		return // the caller sees the connection close: the part is down
-	}
-	defer server.Close()
+// shape copies one connection as its plan says; it returns once both
+// directions have ended.
+func (p *Proxy) shape(client, server net.Conn) {
 	pl := p.plan()
 	if pl.lag > 0 {
 		p.slowed.Add(1)
 	}
 	done := make(chan struct{}, 2)
-	go func() { copyLagged(server, client, pl.lag); closeWrite(server); done <- struct{}{} }()
+	go func() { tcpproxy.CopyLagged(server, client, pl.lag); done <- struct{}{} }()
 	go func() {
 		switch {
 		case pl.drop:
@@ -137,43 +113,14 @@ func (p *Proxy) handle(client net.Conn) {
 				time.Sleep(pl.hold)
 				_, _ = client.Write(buf[:n])
 			}
-			copyLagged(client, server, 0)
+			tcpproxy.CopyLagged(client, server, 0)
 		default:
-			copyLagged(client, server, pl.lag)
+			tcpproxy.CopyLagged(client, server, pl.lag)
 		}
-		closeWrite(client)
 		done <- struct{}{}
 	}()
 	<-done
 	<-done
-}
-
-func copyLagged(dst, src net.Conn, lag time.Duration) {
-	if lag == 0 {
-		_, _ = io.Copy(dst, src)
-		return
-	}
-	buf := make([]byte, 32<<10)
-	for {
-		n, err := src.Read(buf)
-		if n > 0 {
-			time.Sleep(lag)
-			if _, werr := dst.Write(buf[:n]); werr != nil {
-				return
-			}
-		}
-		if err != nil {
-			return
-		}
-	}
-}
-
-func closeWrite(c net.Conn) {
-	if tc, ok := c.(*net.TCPConn); ok {
-		_ = tc.CloseWrite()
-		return
-	}
-	_ = c.Close()
 }
 
 // waitDial waits until addr accepts connections, or ctx ends.

@@ -16,9 +16,9 @@ import (
 	"github.com/idemflow/idemflow/idem"
 	"github.com/idemflow/idemflow/internal/bench"
 	"github.com/idemflow/idemflow/internal/gateway"
-	"github.com/idemflow/idemflow/internal/netdelay"
 	"github.com/idemflow/idemflow/internal/pgurl"
 	"github.com/idemflow/idemflow/internal/roundtrip"
+	"github.com/idemflow/idemflow/internal/tcpproxy"
 	"github.com/jackc/pgx/v5"
 	"go.temporal.io/sdk/client"
 )
@@ -179,12 +179,12 @@ func delayedReplica(ctx context.Context, env *Env, c common, pgRTT, temporalRTT 
 	if err != nil {
 		return nil, fmt.Errorf("%w: database URL: %w", errUsage, err)
 	}
-	pgLink, err := netdelay.Listen(net.JoinHostPort(pgCfg.Host, strconv.Itoa(int(pgCfg.Port))), pgRTT)
+	pgLink, err := tcpproxy.Listen(net.JoinHostPort(pgCfg.Host, strconv.Itoa(int(pgCfg.Port))), tcpproxy.DelayLine(pgRTT))
 	if err != nil {
 		return nil, err
 	}
 	closers = append(closers, func() { _ = pgLink.Close() })
-	tLink, err := netdelay.Listen(c.temporal, temporalRTT)
+	tLink, err := tcpproxy.Listen(c.temporal, tcpproxy.DelayLine(temporalRTT))
 	if err != nil {
 		return nil, err
 	}
@@ -205,7 +205,7 @@ func delayedReplica(ctx context.Context, env *Env, c common, pgRTT, temporalRTT 
 	selectOne := func(conn *pgx.Conn) func(context.Context) error {
 		return func(ctx context.Context) error { _, err := conn.Exec(ctx, "SELECT 1"); return err }
 	}
-	pgAdded, err := netdelay.Measure(ctx, 51, selectOne(directDB), selectOne(linkedDB))
+	pgAdded, err := tcpproxy.Measure(ctx, 51, selectOne(directDB), selectOne(linkedDB))
 	if err != nil {
 		return nil, fmt.Errorf("bench: measure the PostgreSQL link: %w", err)
 	}
@@ -220,7 +220,7 @@ func delayedReplica(ctx context.Context, env *Env, c common, pgRTT, temporalRTT 
 			return err
 		}
 	}
-	tAdded, err := netdelay.Measure(ctx, 51, health(direct), health(d.temporal))
+	tAdded, err := tcpproxy.Measure(ctx, 51, health(direct), health(d.temporal))
 	if err != nil {
 		return nil, fmt.Errorf("bench: measure the Temporal link: %w", err)
 	}

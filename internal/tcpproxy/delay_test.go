@@ -1,4 +1,4 @@
-package netdelay_test
+package tcpproxy_test
 
 import (
 	"bufio"
@@ -8,7 +8,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/idemflow/idemflow/internal/netdelay"
+	"github.com/idemflow/idemflow/internal/tcpproxy"
 )
 
 // echo serves a line-echo server and returns its address.
@@ -56,7 +56,7 @@ func roundTrip(c net.Conn, r *bufio.Reader) error {
 func TestALinkDelaysEachRoundTripOnceAndOverlapsThem(t *testing.T) {
 	target := echo(t)
 	const rtt = 20 * time.Millisecond
-	l, err := netdelay.Listen(target, rtt)
+	l, err := tcpproxy.Listen(target, tcpproxy.DelayLine(rtt))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -70,7 +70,7 @@ func TestALinkDelaysEachRoundTripOnceAndOverlapsThem(t *testing.T) {
 		r := bufio.NewReader(c)
 		return func(context.Context) error { return roundTrip(c, r) }
 	}
-	added, err := netdelay.Measure(context.Background(), 9, dial(target), dial(l.Addr))
+	added, err := tcpproxy.Measure(context.Background(), 9, dial(target), dial(l.Addr))
 	if err != nil {
 		t.Fatal(err)
 	}
