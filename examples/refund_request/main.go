@@ -4,7 +4,10 @@
 // inspect), so a request to POST /v1/refund_request, or a call of the MCP
 // tool refund_request, is exactly-once as a ticket is.
 //
-//	go run ./examples/refund_request dev
+// It is a module of its own, as a team's is (go.mod replaces idemflow
+// with the checkout); from this directory:
+//
+//	go run . dev
 package main
 
 import (
