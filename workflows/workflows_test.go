@@ -13,7 +13,7 @@ import (
 
 	"github.com/idemflow/idemflow/activities"
 	"github.com/idemflow/idemflow/idem"
-	"github.com/idemflow/idemflow/internal/downstream"
+	"github.com/idemflow/idemflow/idemflowtest/downstream"
 	"github.com/idemflow/idemflow/internal/httptool"
 	"github.com/idemflow/idemflow/internal/orders"
 	"github.com/idemflow/idemflow/internal/testenv"

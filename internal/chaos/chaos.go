@@ -24,8 +24,8 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/idemflow/idemflow/idemflowtest/downstream"
 	"github.com/idemflow/idemflow/internal/devserver"
-	"github.com/idemflow/idemflow/internal/downstream"
 	"github.com/idemflow/idemflow/internal/orders"
 	"github.com/idemflow/idemflow/internal/tenant"
 	"github.com/idemflow/idemflow/migrations"

@@ -10,7 +10,7 @@ import (
 	"time"
 
 	"github.com/idemflow/idemflow/idem"
-	"github.com/idemflow/idemflow/internal/downstream"
+	"github.com/idemflow/idemflow/idemflowtest/downstream"
 )
 
 // The HTTP tools a local run's agents call, one of each kind, at the

@@ -12,7 +12,7 @@ import (
 	"time"
 
 	"github.com/idemflow/idemflow/agentclient"
-	"github.com/idemflow/idemflow/internal/downstream"
+	"github.com/idemflow/idemflow/idemflowtest/downstream"
 	"github.com/idemflow/idemflow/internal/mcpserver"
 	"github.com/idemflow/idemflow/internal/testenv"
 	"github.com/modelcontextprotocol/go-sdk/mcp"

@@ -16,7 +16,7 @@ import (
 	"github.com/idemflow/idemflow/activities"
 	"github.com/idemflow/idemflow/agentclient"
 	"github.com/idemflow/idemflow/idem"
-	"github.com/idemflow/idemflow/internal/downstream"
+	"github.com/idemflow/idemflow/idemflowtest/downstream"
 	"github.com/idemflow/idemflow/internal/httptool"
 	"github.com/idemflow/idemflow/internal/mcpserver"
 	"github.com/idemflow/idemflow/internal/testenv"

@@ -1,5 +1,5 @@
 // Command billing is the demo downstream of examples/http_tools/tools.yaml:
-// a refunds API with its own store (internal/downstream), on
+// a refunds API with its own store (idemflowtest/downstream), on
 // 127.0.0.1:9000. With --faults it drops connections after committing,
 // answers late and fails with 503 at that rate, so that idemflow's retries
 // are seen at work; GET /refunds lists every refund it made, to count.
@@ -16,7 +16,7 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/idemflow/idemflow/internal/downstream"
+	"github.com/idemflow/idemflow/idemflowtest/downstream"
 )
 
 func main() {

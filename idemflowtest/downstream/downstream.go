@@ -1,7 +1,9 @@
-// Package downstream is a small refunds API with its own store: the
-// service an HTTP tool calls, in tests, chaos and the demo. It fails the
-// ways real services do, on demand: it drops the connection after
-// committing, answers after the caller gave up, or fails with a 5xx.
+// Package downstream is a small refunds API with its own store, part of
+// the test kit: the service an HTTP tool calls, in a team's tests of its
+// tools file as in idemflow's own tests, chaos and the demo's billing
+// service. It fails the ways real services do, on demand: it drops the
+// connection after committing, answers after the caller gave up, or fails
+// with a 5xx.
 //
 // It serves the two kinds of API a tool is declared for:
 //   - POST /keyed/refunds deduplicates by the Idempotency-Key header, as
