@@ -739,20 +739,29 @@ func (r *run) waitJobs(ctx context.Context, n int64) bool {
 func (r *run) inject(ctx context.Context, k Kind) error {
 	switch k {
 	case KillWorker:
-		p := r.workers[r.intN(len(r.workers))]
-		// Was it inside a business transaction? Its backends say so.
-		var busy int
-		_ = r.admin.QueryRow(ctx, `SELECT count(*) FROM pg_stat_activity WHERE application_name = $1
-			AND state IN ('active', 'idle in transaction')`, p.name).Scan(&busy)
-		if p.Kill() {
-			r.count(k, 1)
-			if busy > 0 {
-				r.killedInTx.Add(1)
+		// From a random one, the first that runs: one still restarting
+		// after an earlier kill (in the serve topology a kill of either
+		// role) cannot be killed, and the fault would be lost.
+		for i, start := 0, r.intN(len(r.workers)); i < len(r.workers); i++ {
+			p := r.workers[(start+i)%len(r.workers)]
+			// Was it inside a business transaction? Its backends say so.
+			var busy int
+			_ = r.admin.QueryRow(ctx, `SELECT count(*) FROM pg_stat_activity WHERE application_name = $1
+				AND state IN ('active', 'idle in transaction')`, p.name).Scan(&busy)
+			if p.Kill() {
+				r.count(k, 1)
+				if busy > 0 {
+					r.killedInTx.Add(1)
+				}
+				break
 			}
 		}
 	case KillGateway:
-		if p := r.gateways[r.intN(len(r.gateways))]; p.Kill() {
-			r.count(k, 1)
+		for i, start := 0, r.intN(len(r.gateways)); i < len(r.gateways); i++ {
+			if r.gateways[(start+i)%len(r.gateways)].Kill() {
+				r.count(k, 1)
+				break
+			}
 		}
 	case KillTemporal:
 		if r.temporal.Kill() {
