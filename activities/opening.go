@@ -62,9 +62,10 @@ func (t *openingTx) open(ctx context.Context, queue func(b *pgx.Batch)) (pgx.Bat
 	}
 	b := &pgx.Batch{}
 	idem.QueueOpen(b, t.in, stepSavepoint)
+	opening := b.Len()
 	queue(b)
 	br := t.conn.SendBatch(ctx, b)
-	for range idem.OpenStatements {
+	for range opening {
 		if _, err := br.Exec(); err != nil {
 			_ = br.Close()
 			if idem.NotOpen(err) {
@@ -124,14 +125,14 @@ func (t *openingTx) Query(ctx context.Context, sql string, args ...any) (pgx.Row
 }
 
 func (t *openingTx) QueryRow(ctx context.Context, sql string, args ...any) pgx.Row {
-	if t.state == stateOpen {
+	br, err := t.open(ctx, func(b *pgx.Batch) { b.Queue(sql, args...) })
+	switch {
+	case err != nil:
+		return errRow{err}
+	case br == nil:
 		return t.tx.QueryRow(ctx, sql, args...)
 	}
-	rows, err := t.Query(ctx, sql, args...)
-	if err != nil {
-		return errRow{err}
-	}
-	return rowOf{rows}
+	return batchRow{Row: br.QueryRow(), br: br}
 }
 
 func (t *openingTx) SendBatch(ctx context.Context, b *pgx.Batch) pgx.BatchResults {
@@ -208,23 +209,19 @@ func (r *batchRows) Err() error {
 	return r.err
 }
 
-// rowOf is pgx's QueryRow on rows: the first row, or pgx.ErrNoRows.
-type rowOf struct{ rows pgx.Rows }
+// batchRow is pgx's row of a pipelined statement: scanning it reads the
+// rest of the pipeline.
+type batchRow struct {
+	pgx.Row
+	br pgx.BatchResults
+}
 
-func (r rowOf) Scan(dest ...any) error {
-	defer r.rows.Close()
-	if !r.rows.Next() {
-		r.rows.Close()
-		if err := r.rows.Err(); err != nil {
-			return err
-		}
-		return pgx.ErrNoRows
+func (r batchRow) Scan(dest ...any) error {
+	err := r.Row.Scan(dest...)
+	if cerr := r.br.Close(); err == nil {
+		err = cerr
 	}
-	if err := r.rows.Scan(dest...); err != nil {
-		return err
-	}
-	r.rows.Close()
-	return r.rows.Err()
+	return err
 }
 
 type errRow struct{ err error }

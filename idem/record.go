@@ -476,9 +476,6 @@ func QueueOpen(b *pgx.Batch, in Intent, savepoint string) {
 	b.Queue("SAVEPOINT " + savepoint)
 }
 
-// OpenStatements is how many statements QueueOpen queues.
-const OpenStatements = 3
-
 // NotOpen reports the error of QueueOpen's lock on a record that is not
 // open for its intent (division_by_zero: count(*) of the open rows is 0).
 func NotOpen(err error) bool {
