@@ -98,7 +98,8 @@ type Report struct {
 type target struct {
 	name string
 	do   func(ctx context.Context, client, n int) (int, error)
-	// sql and rpcs count the target's round trips, where they can be.
+	// sql and rpcs count the target's round trips, where they can be; a
+	// target counted by one of them makes none of the other kind.
 	sql  *roundtrip.SQL
 	rpcs *roundtrip.RPCs
 }
@@ -124,7 +125,7 @@ func (t target) measure(ctx context.Context, bc string, clients int, d time.Dura
 		return t.do(ctx, clientID(clients, c), n)
 	}, tick)}
 	sql1, rpcs1 := total()
-	if t.sql != nil && t.rpcs != nil && row.Requests > 0 {
+	if (t.sql != nil || t.rpcs != nil) && row.Requests > 0 {
 		row.Counted = true
 		row.SQL, row.RPCs = float64(sql1-sql0)/float64(row.Requests), float64(rpcs1-rpcs0)/float64(row.Requests)
 	}
@@ -188,9 +189,9 @@ func Run(ctx context.Context, cfg Config) (Report, error) {
 		// Each reference uses one of the two: no RPC to Temporal from the
 		// PostgreSQL one, no SQL from the workflow's.
 		if path == "/pg" {
-			t.sql, t.rpcs = refSQL, &roundtrip.RPCs{}
-		} else if cfg.RefRPCs != nil {
-			t.sql, t.rpcs = &roundtrip.SQL{}, cfg.RefRPCs
+			t.sql = refSQL
+		} else {
+			t.rpcs = cfg.RefRPCs
 		}
 		return t
 	}
