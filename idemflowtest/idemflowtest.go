@@ -140,7 +140,7 @@ func (s *Stack) Do(req Request) Response {
 		tok = s.Token(req.Tenant)
 	}
 	r := s.s.Do(testenv.Request{Method: req.Method, Path: req.Path, Token: tok, Key: req.Key, Body: req.Body, Header: req.Header})
-	return Response{Status: r.Status, Header: r.Header, Body: r.Body}
+	return Response(r)
 }
 
 // Post sends body to path for tenant under key: Do, for the common case.
@@ -192,7 +192,7 @@ func (s *Stack) Storm(tenant, path, key, body string, n int) []Response {
 				r.Status = -1
 				r.Body = []byte(err.Error())
 			}
-			out[i] = Response{Status: r.Status, Header: r.Header, Body: r.Body}
+			out[i] = Response(r)
 		}()
 	}
 	wg.Wait()

@@ -53,9 +53,7 @@ func delayCopy(dst, src net.Conn, d time.Duration) {
 			return
 		}
 	}
-	if tc, ok := dst.(*net.TCPConn); ok {
-		_ = tc.CloseWrite()
-	}
+	CloseWrite(dst)
 }
 
 // Measure times n round trips made by ping, directly and through the
