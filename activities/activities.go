@@ -17,10 +17,9 @@ import (
 	"strings"
 	"time"
 
+	"github.com/idemflow/idemflow/httptool"
 	"github.com/idemflow/idemflow/idem"
 	"github.com/idemflow/idemflow/internal/apperr"
-	"github.com/idemflow/idemflow/internal/httptool"
-	"github.com/idemflow/idemflow/internal/metrics"
 	"github.com/idemflow/idemflow/internal/problem"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
@@ -37,14 +36,43 @@ type Activities struct {
 	Logger  *slog.Logger
 	// Temporal lets reconcile ask whether an intent's workflow still runs.
 	Temporal client.Client
-	// Metrics, when set, counts business steps, rejections, reconcile
-	// verdicts and purged records.
-	Metrics *metrics.Worker
+	// Observer, when set, hears of business steps, rejections, reconcile
+	// verdicts and purged records (the metrics).
+	Observer Observer
 	// Tools are the HTTP tools this worker calls (HTTPTool), if any.
 	Tools *httptool.Set
 	// Tracer, when set, spans each call to a tool's downstream.
 	Tracer trace.Tracer
 }
+
+// Observer hears what the activities did, for the metrics; the worker's
+// metrics (internal/metrics) are one. Its methods are called concurrently.
+type Observer interface {
+	// Executed is one execution's result ("done", "rejected", "error")
+	// and how long it took.
+	Executed(bizType, result string, took time.Duration)
+	// Rejected is one business rejection, by its code.
+	Rejected(bizType, code string)
+	// Reconciled is one stale intent's reconcile verdict (Verdicts).
+	Reconciled(verdict string)
+	// Purged is how many expired records one purge deleted.
+	Purged(n int64)
+}
+
+// observer is a.Observer, or one that hears nothing.
+func (a *Activities) observer() Observer {
+	if a.Observer == nil {
+		return unobserved{}
+	}
+	return a.Observer
+}
+
+type unobserved struct{}
+
+func (unobserved) Executed(string, string, time.Duration) {}
+func (unobserved) Rejected(string, string)                {}
+func (unobserved) Reconciled(string)                      {}
+func (unobserved) Purged(int64)                           {}
 
 // New returns the activities over db.
 func New(db *pgxpool.Pool, records *idem.Store, tc client.Client, logger *slog.Logger) *Activities {
@@ -89,7 +117,7 @@ func (a *Activities) executed(bizType string, start time.Time, err error) {
 	case err != nil:
 		result = "error"
 	}
-	a.Metrics.Executed(bizType, result, time.Since(start))
+	a.observer().Executed(bizType, result, time.Since(start))
 }
 
 // lockOpen locks in's record within tx for an execution. done: the record
@@ -255,7 +283,7 @@ func (a *Activities) executeLocked(ctx context.Context, in idem.Intent, req inte
 	b := &pgx.Batch{}
 	switch {
 	case errors.As(err, &rejected):
-		a.Metrics.Rejected(in.BizType, rejected.Code)
+		a.observer().Rejected(in.BizType, rejected.Code)
 		// On its own: after a failed statement the transaction accepts
 		// nothing else, not even a batch's preparation, until then.
 		if _, err := conn.Exec(ctx, "ROLLBACK TO SAVEPOINT "+stepSavepoint); err != nil {

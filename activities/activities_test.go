@@ -22,6 +22,8 @@ type fixture struct {
 	pool    *pgxpool.Pool
 	records *idem.Store
 	acts    *activities.Activities
+	// recall recalls the built-ins' rows, as a process's records do.
+	recall idem.Recall
 }
 
 func setup(t *testing.T) fixture {
@@ -29,8 +31,12 @@ func setup(t *testing.T) fixture {
 	if err := tenant.NewStore(pool).Ensure(context.Background(), "acme", ""); err != nil {
 		t.Fatal(err)
 	}
-	records := idem.NewStore(pool, idem.Retention{}, registry.Recall)
-	return fixture{dbURL: dbURL, pool: pool, records: records, acts: activities.New(pool, records, nil, nil)}
+	set, err := registry.New()
+	if err != nil {
+		t.Fatal(err)
+	}
+	records := idem.NewStore(pool, idem.Retention{}, set.Recall)
+	return fixture{dbURL: dbURL, pool: pool, records: records, acts: activities.New(pool, records, nil, nil), recall: set.Recall}
 }
 
 // claim records a PROCESSING intent as the gateway would.

@@ -8,9 +8,9 @@ import (
 	"net/http"
 	"time"
 
+	"github.com/idemflow/idemflow/httptool"
 	"github.com/idemflow/idemflow/idem"
 	"github.com/idemflow/idemflow/internal/apperr"
-	"github.com/idemflow/idemflow/internal/httptool"
 	"github.com/idemflow/idemflow/internal/problem"
 	"github.com/idemflow/idemflow/op"
 	"github.com/jackc/pgx/v5"
@@ -19,7 +19,7 @@ import (
 	"go.temporal.io/sdk/temporal"
 )
 
-// HTTPTool is the activity of HTTP tools (internal/httptool): one call to
+// HTTPTool is the activity of HTTP tools (httptool): one call to
 // a team's own API per intent. The call cannot join the record's
 // transaction, so it runs between two. The first, under the record's lock,
 // commits that a request is about to leave (tool_call "sending"); the
@@ -287,7 +287,7 @@ func (a HTTPTool) finish(ctx context.Context, in idem.Intent, t *httptool.Tool, 
 			if err := httptool.Forget(ctx, tx, in); err != nil {
 				return err
 			}
-			a.Metrics.Rejected(in.BizType, httptool.CodeRejected)
+			a.observer().Rejected(in.BizType, httptool.CodeRejected)
 			final = temporal.NewNonRetryableApplicationError(fmt.Sprintf("%s: the downstream rejected the call with %d", t, out.Status),
 				idem.ErrTypeRejected, nil, out)
 			return a.Records.Finish(ctx, tx, rec, idem.StatusFailed, out, fmt.Sprintf("downstream answered %d", out.Status))
@@ -308,7 +308,7 @@ func (a HTTPTool) finish(ctx context.Context, in idem.Intent, t *httptool.Tool, 
 // sets final to the rejection as the activity's error, to return once tx
 // committed (pgx.BeginFunc rolls back on any error).
 func (a HTTPTool) reject(ctx context.Context, tx pgx.Tx, rec idem.Record, r *apperr.RejectedError, out *idem.Outcome, final *error) error {
-	a.Metrics.Rejected(rec.BizType, r.Code)
+	a.observer().Rejected(rec.BizType, r.Code)
 	*out = problem.Rejected(r).Outcome()
 	if r.Code == httptool.CodeOutcomeUnknown {
 		*out = problem.OutcomeUnknown(r.Reason).Outcome()

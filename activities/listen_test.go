@@ -12,7 +12,6 @@ import (
 
 	"github.com/idemflow/idemflow/activities"
 	"github.com/idemflow/idemflow/idem"
-	"github.com/idemflow/idemflow/internal/registry"
 	"github.com/idemflow/idemflow/internal/testenv"
 	"github.com/jackc/pgx/v5"
 )
@@ -24,10 +23,10 @@ func TestSettledRecordsReachListenersInOtherProcesses(t *testing.T) {
 	f := setup(t)
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	gateway := idem.NewStore(f.pool, idem.Retention{}, registry.Recall)
+	gateway := idem.NewStore(f.pool, idem.Retention{}, f.recall)
 	gateway.Waiters = &idem.Waiters{}
 	gatewaySide := gateway.Waiters
-	workerSide := idem.NewStore(f.pool, idem.Retention{}, registry.Recall)
+	workerSide := idem.NewStore(f.pool, idem.Retention{}, f.recall)
 	workerSide.NotifyChannel = idem.SettledChannel
 	listening(t, ctx, f, gateway, workerSide)
 	in := f.claim(t, "notified")
@@ -84,9 +83,9 @@ func TestAProcessDoesNotWakeItselfByItsOwnNotification(t *testing.T) {
 	f := setup(t)
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	process := idem.NewStore(f.pool, idem.Retention{}, registry.Recall)
+	process := idem.NewStore(f.pool, idem.Retention{}, f.recall)
 	process.Waiters, process.NotifyChannel = &idem.Waiters{}, idem.SettledChannel
-	other := idem.NewStore(f.pool, idem.Retention{}, registry.Recall)
+	other := idem.NewStore(f.pool, idem.Retention{}, f.recall)
 	other.NotifyChannel = idem.SettledChannel
 	listening(t, ctx, f, process, other)
 
@@ -123,7 +122,7 @@ func TestAWorkerNotifiesOnlyWhileAnotherProcessListens(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	logger := slog.New(slog.NewTextHandler(io.Discard, nil))
-	worker := idem.NewStore(f.pool, idem.Retention{}, registry.Recall)
+	worker := idem.NewStore(f.pool, idem.Retention{}, f.recall)
 	worker.Waiters, worker.NotifyChannel = &idem.Waiters{}, idem.SettledChannel
 	notifies := func() bool {
 		b := &pgx.Batch{}
@@ -145,7 +144,7 @@ func TestAWorkerNotifiesOnlyWhileAnotherProcessListens(t *testing.T) {
 	}
 	eventually("its own listener alone", false)
 	gctx, stop := context.WithCancel(ctx)
-	gateway := idem.NewStore(f.pool, idem.Retention{}, registry.Recall)
+	gateway := idem.NewStore(f.pool, idem.Retention{}, f.recall)
 	gateway.Waiters = &idem.Waiters{}
 	go gateway.Listen(gctx, f.dbURL, logger)
 	eventually("a gateway in another process listening", true)
@@ -170,7 +169,7 @@ func isClosed(ch <-chan struct{}) bool {
 func TestAFailingNotifyCannotFailABusinessCommit(t *testing.T) {
 	f := setup(t)
 	in := f.claim(t, "notify-fails")
-	store := idem.NewStore(f.pool, idem.Retention{}, registry.Recall)
+	store := idem.NewStore(f.pool, idem.Retention{}, f.recall)
 	store.NotifyChannel = strings.Repeat("x", 100) // pg_notify: channel name too long
 	if _, err := f.pool.Exec(context.Background(), `SELECT pg_notify($1, 'x')`, store.NotifyChannel); err == nil {
 		t.Fatal("the stand-in for a full queue does not fail")

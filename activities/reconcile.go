@@ -7,7 +7,6 @@ import (
 	"time"
 
 	"github.com/idemflow/idemflow/idem"
-	"github.com/idemflow/idemflow/internal/metrics"
 	enumspb "go.temporal.io/api/enums/v1"
 	"go.temporal.io/api/serviceerror"
 	"go.temporal.io/sdk/activity"
@@ -28,15 +27,11 @@ const (
 )
 
 // Verdicts lists every verdict, for what must know them before they
-// happen (the metrics export each at 0). TestVerdictsListsEveryVerdict
-// reads the constants above from this file and fails on one left out.
-var Verdicts = []Verdict{VerdictRunning, VerdictFromWorkflow, VerdictFromRow, VerdictFailed, VerdictSettled, VerdictError}
-
-// ExportVerdicts makes the metrics export every verdict from the start.
-func ExportVerdicts(w *metrics.Worker) {
-	for _, v := range Verdicts {
-		w.ExportVerdict(string(v))
-	}
+// happen (the metrics export each at 0).
+// TestVerdictsListsEveryVerdictAndTheMetricsExportEach reads the constants
+// above from this file and fails on one left out.
+func Verdicts() []Verdict {
+	return []Verdict{VerdictRunning, VerdictFromWorkflow, VerdictFromRow, VerdictFailed, VerdictSettled, VerdictError}
 }
 
 // FindStaleInput selects PROCESSING records older than the horizon.
@@ -66,10 +61,10 @@ func (a *Activities) FindStale(ctx context.Context, in FindStaleInput) ([]idem.I
 func (a *Activities) ReconcileIntent(ctx context.Context, in idem.Intent) (Verdict, error) {
 	v, err := a.reconcileIntent(ctx, in)
 	if err != nil {
-		a.Metrics.Reconciled(string(VerdictError))
+		a.observer().Reconciled(string(VerdictError))
 		return v, err
 	}
-	a.Metrics.Reconciled(string(v))
+	a.observer().Reconciled(string(v))
 	a.Logger.InfoContext(ctx, "reconciled", "tenant", in.TenantID, "key", in.Key, "workflow_id", in.WorkflowID, "verdict", v)
 	return v, nil
 }
@@ -146,7 +141,7 @@ func (a *Activities) PurgeExpired(ctx context.Context, in PurgeInput) (PurgeResu
 			return res, err
 		}
 		res.Deleted += n
-		a.Metrics.Purged(n)
+		a.observer().Purged(n)
 		activity.RecordHeartbeat(ctx, res.Deleted)
 		if n < int64(in.BatchSize) {
 			res.Complete = true

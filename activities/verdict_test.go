@@ -52,7 +52,7 @@ func TestVerdictsListsEveryVerdictAndTheMetricsExportEach(t *testing.T) {
 		t.Fatal("found no Verdict constants: the test reads the wrong thing")
 	}
 	var listed []string
-	for _, v := range activities.Verdicts {
+	for _, v := range activities.Verdicts() {
 		listed = append(listed, string(v))
 	}
 	slices.Sort(declared)
@@ -63,7 +63,9 @@ func TestVerdictsListsEveryVerdictAndTheMetricsExportEach(t *testing.T) {
 
 	reg := metrics.New()
 	defer reg.Close()
-	activities.ExportVerdicts(reg.Worker)
+	for _, v := range activities.Verdicts() {
+		reg.Worker.ExportVerdict(string(v))
+	}
 	rec := httptest.NewRecorder()
 	reg.Handler().ServeHTTP(rec, httptest.NewRequest("GET", "/metrics", nil))
 	page, _ := io.ReadAll(rec.Body)

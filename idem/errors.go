@@ -17,4 +17,6 @@ const (
 )
 
 // NonRetryable lists the error types no retry can fix.
-var NonRetryable = []string{ErrTypeRejected, ErrTypeClosed, ErrTypeGone, ErrTypeForged}
+func NonRetryable() []string {
+	return []string{ErrTypeRejected, ErrTypeClosed, ErrTypeGone, ErrTypeForged}
+}

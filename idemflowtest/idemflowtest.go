@@ -252,7 +252,7 @@ type MCP struct {
 // session closes when the test ends.
 func (s *Stack) MCP(tenant string) *MCP {
 	s.t.Helper()
-	return &MCP{Session: testenv.MCPSession(s.t, mcpserver.New(mcpserver.Config{BaseURL: s.URL, Token: s.Token(tenant), Operations: s.ops})), t: s.t}
+	return &MCP{Session: testenv.MCPSession(s.t, mcpserver.New(mcpserver.Config{BaseURL: s.URL, Token: s.Token(tenant), Operations: s.s.Set.Operations()})), t: s.t}
 }
 
 // Schema is the input schema of the tool, as JSON; a tool the server

@@ -1,4 +1,4 @@
--- HTTP tools (internal/httptool): a team's own API, called exactly once per
+-- HTTP tools (httptool): a team's own API, called exactly once per
 -- key. The effect lives at the downstream; tool_call is what idemflow knows
 -- of it, one row per (tenant, key), written before the first request leaves
 -- and kept after the idempotency record is purged:

@@ -21,6 +21,7 @@ import (
 	"reflect"
 	"regexp"
 	"slices"
+	"strings"
 
 	"github.com/google/jsonschema-go/jsonschema"
 	"github.com/idemflow/idemflow/idem"
@@ -62,6 +63,21 @@ type Answer struct {
 	// ContentType, if set, is the body's media type (an HTTP tool's
 	// downstream answer); otherwise it is JSON, or problem+json from 400.
 	ContentType string
+}
+
+// Read is a GET route of an operation: one resource, read for the
+// caller's tenant (a ticket by its ID, an order by its number).
+type Read struct {
+	// Route is the path, e.g. /v1/tickets/{id}: its {name} segments are
+	// the path's values Get receives.
+	Route string
+	// Summary and Description are shown in OpenAPI.
+	Summary, Description string
+	// Get returns the resource as JSON, the body of a 200, for tenantID:
+	// path(name) is the value of the route's {name}. An error wrapping
+	// ErrNotFound (NotFound's) is a 404 with its text: nothing of that
+	// name is the tenant's. Any other error is a 503.
+	Get func(ctx context.Context, q Querier, tenantID string, path func(name string) string) (json.RawMessage, error)
 }
 
 // In is what a step receives: the intent's identity and its request, as
@@ -132,6 +148,15 @@ type Spec[R, Row any] struct {
 	// (001_name.sql, …) applied by 'migrate' and 'dev' after idemflow's
 	// own, with a version table of the operation's own.
 	Migrations fs.FS
+	// Reads are GET routes the gateway serves beside the operation's
+	// POST: the resources its step wrote, read for the caller's tenant.
+	Reads []Read
+	// Answer, if set, is the JSON Schema of the answer's body (View's,
+	// its replays' and the Reads'): the contract (OpenAPI) serves it as
+	// the schema component named by its Title, or by the operation's
+	// Name. Without it the contract says only "an object". SchemaFor
+	// derives one from a Go type.
+	Answer *Schema
 	// Route, Tool, BizType, Scope, Workflow and Activity override the
 	// names derived from Name. Built-in operations keep their historical
 	// names this way, so that recorded histories, workflow IDs and stored
@@ -151,6 +176,10 @@ type Operation struct {
 	Table                                           string
 	Rejections                                      map[string]string
 	Migrations                                      fs.FS
+	// Reads are the GET routes it serves (Spec.Reads).
+	Reads []Read
+	// Answer is its answer's schema (Spec.Answer), or nil.
+	Answer *Schema
 	// PathParams are the Route's {name} segments, in order.
 	PathParams []string
 
@@ -254,9 +283,14 @@ func define[R, Row any](s Spec[R, Row]) (*Operation, error) {
 	}
 	o := newOperation(s.Name, s.Description, s.Table, s.Rejections, s.Migrations,
 		names{s.Route, s.Tool, s.BizType, s.Scope, s.Workflow, s.Activity})
-	for _, m := range pathParam.FindAllStringSubmatch(o.Route, -1) {
-		o.PathParams = append(o.PathParams, m[1])
+	for _, r := range s.Reads {
+		if !strings.HasPrefix(r.Route, "/") || strings.ContainsAny(r.Route, " \t") || r.Get == nil {
+			return nil, fmt.Errorf("read %q: a Route (a path, no method) and a Get are required", r.Route)
+		}
 	}
+	o.Reads = slices.Clone(s.Reads)
+	o.Answer = s.Answer
+	o.PathParams = RouteParams(o.Route)
 	sch, err := jsonschema.For[R](nil)
 	if err != nil {
 		return nil, err
@@ -596,3 +630,38 @@ type notFound string
 
 func (e notFound) Error() string        { return string(e) }
 func (e notFound) Is(target error) bool { return target == ErrNotFound }
+
+// SchemaFor derives a JSON Schema from T as a request's is derived (its
+// JSON fields; one without omitempty is required; no other member), with
+// rules, if set, applied to it: an answer's schema (Spec.Answer). It
+// panics on a type that has none, as regexp.MustCompile does on a bad
+// pattern: a declaration's types are fixed when it is written.
+func SchemaFor[T any](rules func(s *Schema)) *Schema {
+	sch, err := jsonschema.For[T](nil)
+	if err != nil {
+		panic(fmt.Sprintf("op: SchemaFor[%s]: %v", reflect.TypeFor[T](), err))
+	}
+	if rules != nil {
+		rules(sch)
+	}
+	return sch
+}
+
+// MustSchema parses a JSON Schema written as JSON (an embedded file), for
+// Spec.Answer; it panics on one that does not parse.
+func MustSchema(raw []byte) *Schema {
+	var sch Schema
+	if err := json.Unmarshal(raw, &sch); err != nil {
+		panic(fmt.Sprintf("op: MustSchema: %v", err))
+	}
+	return &sch
+}
+
+// RouteParams are a route's {name} segments, in order.
+func RouteParams(route string) []string {
+	var names []string
+	for _, m := range pathParam.FindAllStringSubmatch(route, -1) {
+		names = append(names, m[1])
+	}
+	return names
+}

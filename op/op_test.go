@@ -2,6 +2,7 @@ package op_test
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"testing"
 
@@ -51,8 +52,15 @@ func TestADeclarationThatCannotWorkIsRefused(t *testing.T) {
 	typo.Rules = func(s *op.Schema) { s.Properties["nmae"].MaxLength = op.Ptr(5) }
 	noTable := spec("widget")
 	noTable.Table = ""
+	readNoGet := spec("widget")
+	readNoGet.Reads = []op.Read{{Route: "/v1/widget/{id}"}}
+	readWithMethod := spec("widget")
+	readWithMethod.Reads = []op.Read{{Route: "GET /v1/widget/{id}", Get: func(context.Context, op.Querier, string, func(string) string) (json.RawMessage, error) {
+		return nil, nil
+	}}}
 	for name, s := range map[string]op.Spec[request, row]{
 		"bad name": spec("Widget!"), "no step": noStep, "rule on no field": typo, "no table": noTable,
+		"a read without Get": readNoGet, "a read with a method": readWithMethod,
 	} {
 		if err := define(s); err == nil {
 			t.Errorf("%s: defined", name)
@@ -70,6 +78,20 @@ func TestADeclarationThatCannotWorkIsRefused(t *testing.T) {
 		"another's name":      {op.Define(spec("widget")), op.Define(spec("widget"))},
 		"a built-in biz type": {op.Define(func() op.Spec[request, row] { s := spec("widget"); s.BizType = "ticket.create"; return s }())},
 		"an order's scope":    {op.Define(func() op.Spec[request, row] { s := spec("widget"); s.Scope = "order-pay"; return s }())},
+		"a built-in's read route": {op.Define(func() op.Spec[request, row] {
+			s := spec("widget")
+			s.Reads = []op.Read{{Route: "/v1/tickets/{id}", Get: func(context.Context, op.Querier, string, func(string) string) (json.RawMessage, error) {
+				return nil, nil
+			}}}
+			return s
+		}())},
+		"idemflow's own read route": {op.Define(func() op.Spec[request, row] {
+			s := spec("widget")
+			s.Reads = []op.Read{{Route: "/v1/operations/{id}", Get: func(context.Context, op.Querier, string, func(string) string) (json.RawMessage, error) {
+				return nil, nil
+			}}}
+			return s
+		}())},
 	} {
 		if _, err := registry.New(ops...); err == nil {
 			t.Errorf("%s: accepted", name)

@@ -51,7 +51,7 @@ type Starter struct {
 	// ClosingWait bounds how long a reopened attempt waits for an earlier
 	// attempt's run to close (DefaultClosingWait when zero).
 	ClosingWait time.Duration
-	// SearchAttributes: the namespace has workflows.SearchAttributes, so
+	// SearchAttributes: the namespace has workflows.SearchAttributes(), so
 	// runs start with them (an operator finds them by key in the Web UI).
 	// Off where they could not be registered: a start with an unknown
 	// attribute would be refused.

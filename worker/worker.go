@@ -1,4 +1,6 @@
-// Package worker runs idemflow's Temporal worker.
+// Package worker runs idemflow's Temporal worker: it registers the
+// reconcile workflow, the activities and each operation's workflow and
+// activity on workflows.TaskQueue, and stops by draining.
 package worker
 
 import (
@@ -7,7 +9,6 @@ import (
 	"time"
 
 	"github.com/idemflow/idemflow/activities"
-	"github.com/idemflow/idemflow/internal/registry"
 	"github.com/idemflow/idemflow/op"
 	"github.com/idemflow/idemflow/workflows"
 	"go.temporal.io/sdk/activity"
@@ -17,14 +18,14 @@ import (
 )
 
 // New returns a worker on workflows.TaskQueue with every workflow and
-// activity registered. Start it with Start and stop it with Stop: Stop waits
+// activity registered (Register), ops being every operation it runs. Start it with Start and stop it with Stop: Stop waits
 // for running activities up to the WorkerStopTimeout, so a deploy does not
 // cut a transaction in half (it would roll back anyway, and be retried).
-func New(c client.Client, acts *activities.Activities, set *registry.Set) sdkworker.Worker {
+func New(c client.Client, acts *activities.Activities, ops []*op.Operation) sdkworker.Worker {
 	w := sdkworker.New(c, workflows.TaskQueue, sdkworker.Options{
 		WorkerStopTimeout: 30 * time.Second,
 	})
-	Register(w, acts, set)
+	Register(w, acts, ops)
 	return w
 }
 
@@ -41,17 +42,24 @@ func Run(ctx context.Context, w sdkworker.Worker) error {
 }
 
 // Register registers idemflow's workflows and activities on r: Reconcile
-// and the methods of Activities under their names, and each operation's
-// workflow and activity under the names it declares, once per pair (set
-// may be nil: the built-ins alone).
-func Register(r sdkworker.Registry, acts *activities.Activities, set *registry.Set) {
+// and the methods of Activities under their names, and each of ops'
+// workflow and activity under the names it declares, once per pair.
+// ops is every operation the worker runs, the built-ins included, with
+// names that do not clash (a process's list of operations checks them
+// when it is built).
+func Register(r sdkworker.Registry, acts *activities.Activities, ops []*op.Operation) {
 	r.RegisterWorkflow(workflows.Reconcile)
 	r.RegisterActivity(acts)
-	if set == nil {
-		set = registry.Builtin()
+	byWorkflow := map[string][]*op.Operation{}
+	var order []string
+	for _, o := range ops {
+		if _, ok := byWorkflow[o.Workflow]; !ok {
+			order = append(order, o.Workflow)
+		}
+		byWorkflow[o.Workflow] = append(byWorkflow[o.Workflow], o)
 	}
-	for _, ops := range set.ByWorkflow() {
-		RegisterOperations(r, acts, ops...)
+	for _, wf := range order {
+		RegisterOperations(r, acts, byWorkflow[wf]...)
 	}
 }
 

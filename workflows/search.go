@@ -27,15 +27,17 @@ var (
 
 // SearchAttributes are registered on the namespace at start-up (worker,
 // gateway, serve, dev): the intents' and the reconcile runs'.
-var SearchAttributes = map[string]enumspb.IndexedValueType{
-	SAIdempotencyKey.GetName():     enumspb.INDEXED_VALUE_TYPE_KEYWORD,
-	SATenantID.GetName():           enumspb.INDEXED_VALUE_TYPE_KEYWORD,
-	SABizType.GetName():            enumspb.INDEXED_VALUE_TYPE_KEYWORD,
-	SARequestFingerprint.GetName(): enumspb.INDEXED_VALUE_TYPE_KEYWORD,
-	SAIntentStatus.GetName():       enumspb.INDEXED_VALUE_TYPE_KEYWORD,
-	SAStale.GetName():              enumspb.INDEXED_VALUE_TYPE_INT,
-	SAFixed.GetName():              enumspb.INDEXED_VALUE_TYPE_INT,
-	SAPurged.GetName():             enumspb.INDEXED_VALUE_TYPE_INT,
+func SearchAttributes() map[string]enumspb.IndexedValueType {
+	return map[string]enumspb.IndexedValueType{
+		SAIdempotencyKey.GetName():     enumspb.INDEXED_VALUE_TYPE_KEYWORD,
+		SATenantID.GetName():           enumspb.INDEXED_VALUE_TYPE_KEYWORD,
+		SABizType.GetName():            enumspb.INDEXED_VALUE_TYPE_KEYWORD,
+		SARequestFingerprint.GetName(): enumspb.INDEXED_VALUE_TYPE_KEYWORD,
+		SAIntentStatus.GetName():       enumspb.INDEXED_VALUE_TYPE_KEYWORD,
+		SAStale.GetName():              enumspb.INDEXED_VALUE_TYPE_INT,
+		SAFixed.GetName():              enumspb.INDEXED_VALUE_TYPE_INT,
+		SAPurged.GetName():             enumspb.INDEXED_VALUE_TYPE_INT,
+	}
 }
 
 // IntentSearchAttributes are an intent's attributes at start.

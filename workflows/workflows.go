@@ -33,7 +33,7 @@ var executeOptions = workflow.ActivityOptions{
 		InitialInterval:        200 * time.Millisecond,
 		BackoffCoefficient:     2,
 		MaximumInterval:        10 * time.Second,
-		NonRetryableErrorTypes: idem.NonRetryable,
+		NonRetryableErrorTypes: idem.NonRetryable(),
 	},
 }
 
@@ -52,7 +52,7 @@ var localOptions = workflow.LocalActivityOptions{
 		InitialInterval:        100 * time.Millisecond,
 		BackoffCoefficient:     2,
 		MaximumInterval:        5 * time.Second,
-		NonRetryableErrorTypes: idem.NonRetryable,
+		NonRetryableErrorTypes: idem.NonRetryable(),
 	},
 }
 
@@ -132,5 +132,5 @@ func durable(ctx workflow.Context, summary string) workflow.Context {
 // closed or forged intent): the activity already settled the record.
 func isFinalErr(err error) bool {
 	var appErr *temporal.ApplicationError
-	return errors.As(err, &appErr) && appErr.Type() != "" && slices.Contains(idem.NonRetryable, appErr.Type())
+	return errors.As(err, &appErr) && appErr.Type() != "" && slices.Contains(idem.NonRetryable(), appErr.Type())
 }

@@ -12,9 +12,9 @@ import (
 	"time"
 
 	"github.com/idemflow/idemflow/activities"
+	"github.com/idemflow/idemflow/httptool"
 	"github.com/idemflow/idemflow/idem"
 	"github.com/idemflow/idemflow/idemflowtest/downstream"
-	"github.com/idemflow/idemflow/internal/httptool"
 	"github.com/idemflow/idemflow/internal/orders"
 	"github.com/idemflow/idemflow/internal/testenv"
 	"github.com/idemflow/idemflow/internal/tickets"

@@ -16,8 +16,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/idemflow/idemflow/httptool"
 	"github.com/idemflow/idemflow/idemflowtest/downstream"
-	"github.com/idemflow/idemflow/internal/httptool"
 	"github.com/idemflow/idemflow/internal/mcpserver"
 	"github.com/idemflow/idemflow/internal/testenv"
 )
@@ -63,7 +63,7 @@ func TestThePythonPackageAgainstTheStack(t *testing.T) {
 		t.Fatal(err)
 	}
 	s := testenv.NewStack(t, testenv.Options{Tools: tools})
-	mcp := httptest.NewServer(mcpserver.HTTPHandler(mcpserver.Config{BaseURL: s.URL, CallTimeout: 30 * time.Second}, mcpserver.HTTPOptions{}))
+	mcp := httptest.NewServer(mcpserver.HTTPHandler(mcpserver.Config{BaseURL: s.URL, CallTimeout: 30 * time.Second, Operations: s.Set.Operations()}, mcpserver.HTTPOptions{}))
 	t.Cleanup(mcp.Close)
 
 	// -s: the kill tests print their counts.

@@ -23,8 +23,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/idemflow/idemflow/httptool"
 	"github.com/idemflow/idemflow/idemflowtest/downstream"
-	"github.com/idemflow/idemflow/internal/httptool"
 	"github.com/idemflow/idemflow/internal/mcpserver"
 	"github.com/idemflow/idemflow/internal/testenv"
 )
@@ -71,7 +71,7 @@ func TestTheTypeScriptClientAgainstTheStack(t *testing.T) {
 		t.Fatal(err)
 	}
 	s := testenv.NewStack(t, testenv.Options{Tools: tools})
-	mcp := httptest.NewServer(mcpserver.HTTPHandler(mcpserver.Config{BaseURL: s.URL, CallTimeout: 30 * time.Second}, mcpserver.HTTPOptions{}))
+	mcp := httptest.NewServer(mcpserver.HTTPHandler(mcpserver.Config{BaseURL: s.URL, CallTimeout: 30 * time.Second, Operations: s.Set.Operations()}, mcpserver.HTTPOptions{}))
 	t.Cleanup(mcp.Close)
 	cmd := exec.Command(bin, "--test", "--test-concurrency=1", "dist/test/client.test.js")
 	cmd.Env = append(env(s, s.URL), "IDEMFLOW_MCP_URL="+mcp.URL+"/")

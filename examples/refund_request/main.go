@@ -13,6 +13,7 @@ package main
 import (
 	"context"
 	"embed"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io/fs"
@@ -81,6 +82,15 @@ var Operation = op.Define(op.Spec[Request, RefundRequest]{
 			"A retry with the same key may run again, once the limit allows it.",
 	},
 	Migrations: mustSub(migrationFiles, "migrations"),
+	// GET /v1/refund_request/{refund_request_id}: what a key wrote, read
+	// again by its ID (from the answer), for the caller's tenant only.
+	Reads: []op.Read{{Route: "/v1/refund_request/{refund_request_id}", Summary: "Read a refund request", Get: get}},
+	// The answer's schema, in the served contract: View's fields.
+	Answer: op.SchemaFor[View](func(s *op.Schema) {
+		s.Title = "RefundRequest"
+		s.Properties["refund_request_id"].Format = "uuid"
+		s.Properties["created_at"].Format = "date-time"
+	}),
 })
 
 func main() { idemflow.Main(Operation) }
@@ -109,10 +119,31 @@ func insert(ctx context.Context, tx pgx.Tx, in op.In[Request]) (RefundRequest, e
 
 // lookup reads the refund request a key wrote.
 func lookup(ctx context.Context, q op.Querier, tenantID, key string) (RefundRequest, bool, error) {
+	return scan(q.QueryRow(ctx, `SELECT `+columns+` FROM refund_request WHERE tenant_id = $1 AND idem_key = $2`, tenantID, key))
+}
+
+// get reads a refund request of tenantID by its ID: another tenant's is
+// not found.
+func get(ctx context.Context, q op.Querier, tenantID string, path func(string) string) (json.RawMessage, error) {
+	id, err := uuid.Parse(path("refund_request_id"))
+	if err != nil {
+		return nil, op.NotFound("no refund request " + path("refund_request_id"))
+	}
+	r, found, err := scan(q.QueryRow(ctx, `SELECT `+columns+` FROM refund_request WHERE tenant_id = $1 AND id = $2`, tenantID, id))
+	if err != nil {
+		return nil, err
+	}
+	if !found {
+		return nil, op.NotFound("no refund request " + id.String())
+	}
+	return json.Marshal(view(r).Body)
+}
+
+const columns = `id, tenant_id, idem_key, payment_id, amount_cents, reason, status, created_at`
+
+func scan(row pgx.Row) (RefundRequest, bool, error) {
 	var r RefundRequest
-	err := q.QueryRow(ctx, `SELECT id, tenant_id, idem_key, payment_id, amount_cents, reason, status, created_at
-		FROM refund_request WHERE tenant_id = $1 AND idem_key = $2`, tenantID, key).
-		Scan(&r.ID, &r.TenantID, &r.Key, &r.PaymentID, &r.AmountCents, &r.Reason, &r.Status, &r.CreatedAt)
+	err := row.Scan(&r.ID, &r.TenantID, &r.Key, &r.PaymentID, &r.AmountCents, &r.Reason, &r.Status, &r.CreatedAt)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return r, false, nil
 	}

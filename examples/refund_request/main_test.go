@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"fmt"
 	"go/parser"
 	"go/token"
@@ -105,11 +106,34 @@ func TestTheDeclaredOperationIsExactlyOnceOverHTTP(t *testing.T) {
 		t.Fatalf("tenant B: %d %v %s", other.Status, other.Header, other.Body)
 	}
 
+	// The declaration's read serves what a key wrote, by its ID, to its
+	// own tenant: the answer's bytes; another tenant and a malformed ID
+	// get a 404.
+	var created struct {
+		ID string `json:"refund_request_id"`
+	}
+	if err := json.Unmarshal(first.Body, &created); err != nil || created.ID == "" {
+		t.Fatalf("no refund_request_id in %s: %v", first.Body, err)
+	}
+	read := s.Do(idemflowtest.Request{Method: "GET", Path: path + "/" + created.ID, Tenant: tenantA})
+	if read.Status != http.StatusOK || !bytes.Equal(read.Body, first.Body) {
+		t.Fatalf("GET %s/%s: %d %s, want the first answer %s", path, created.ID, read.Status, read.Body, first.Body)
+	}
+	for _, r := range []idemflowtest.Request{
+		{Method: "GET", Path: path + "/" + created.ID, Tenant: tenantB},
+		{Method: "GET", Path: path + "/not-a-uuid", Tenant: tenantA},
+	} {
+		if got := s.Do(r); got.Status != http.StatusNotFound || got.Problem() != "not-found" {
+			t.Errorf("GET %s as %s: %d %s, want 404 not-found", r.Path, r.Tenant, got.Status, got.Body)
+		}
+	}
+
 	// The served contract has the operation, with its schema (every
 	// exchange above was checked against it).
 	doc := s.Do(idemflowtest.Request{Method: "GET", Path: "/openapi.json"})
-	if !bytes.Contains(doc.Body, []byte(`"`+path+`"`)) || !bytes.Contains(doc.Body, []byte(`"maxLength":64`)) {
-		t.Fatalf("the contract lacks %s or its rules", path)
+	if !bytes.Contains(doc.Body, []byte(`"`+path+`"`)) || !bytes.Contains(doc.Body, []byte(`"maxLength":64`)) ||
+		!bytes.Contains(doc.Body, []byte(`"`+path+`/{refund_request_id}"`)) || !bytes.Contains(doc.Body, []byte(`"#/components/schemas/RefundRequest"`)) {
+		t.Fatalf("the contract lacks %s, its read, its answer's schema or its rules", path)
 	}
 	s.Audit()
 }
@@ -118,6 +142,11 @@ func TestTheDeclaredOperationIsExactlyOnceOverHTTP(t *testing.T) {
 func TestTheDeclaredOperationIsAnMCPTool(t *testing.T) {
 	s := idemflowtest.Start(t, Operation)
 	m := s.MCP(tenantA)
+	// The server's instructions name the tools it was given: the
+	// built-ins' and the team's.
+	if ins := m.Session.InitializeResult().Instructions; !strings.Contains(ins, "refund_request") || !strings.Contains(ins, "create_ticket") {
+		t.Errorf("the instructions do not name the operations' tools: %q", ins)
+	}
 	schema := m.Schema("refund_request")
 	for _, want := range []string{`"idempotency_key"`, `"maxLength":64`, `"minimum":1`} {
 		if !bytes.Contains(schema, []byte(want)) {

@@ -8,6 +8,7 @@
 package apispec
 
 import (
+	"cmp"
 	_ "embed"
 	"encoding/json"
 	"errors"
@@ -58,6 +59,10 @@ func WithOperations(ops []*op.Operation) ([]byte, error) {
 	if !ok {
 		return nil, errors.New("apispec: the contract has no POST /v1/tickets to derive operations from")
 	}
+	answers, err := addAnswers(doc, ops)
+	if err != nil {
+		return nil, err
+	}
 	for _, o := range ops {
 		schema, err := deepCopy(o.BodySchema())
 		if err != nil {
@@ -91,14 +96,16 @@ func WithOperations(ops []*op.Operation) ([]byte, error) {
 		responses := item["responses"].(map[string]any)
 		delete(responses, "404")
 		created := responses["201"].(map[string]any)
-		created["content"] = map[string]any{"application/json": map[string]any{"schema": map[string]any{
-			"type": "object", "description": "the operation's answer"}}}
+		created["content"] = map[string]any{"application/json": map[string]any{"schema": answers.of(o)}}
 		item["tags"] = []any{"declared operations"}
 		if !o.HasStep() {
 			toolResponses(responses)
 			item["tags"] = []any{"HTTP tools"}
 		}
 		paths[o.Route] = map[string]any{"post": item}
+	}
+	if err := addReads(paths, ops, answers); err != nil {
+		return nil, err
 	}
 	if err := addLinks(paths); err != nil {
 		return nil, err
@@ -169,6 +176,93 @@ const HeaderOperationID = "Operation-Id"
 // (any 2xx, idemflow's 202 included) to its operation, through the
 // Operation-Id header; from a ticket to its read; from an order, and from
 // each transition of it, to its read and its transitions.
+// addReads writes each operation's GET routes (op.Read) that the document
+// does not: from the document's GET /v1/tickets/{id}, with the route's
+// parameters and a body the declaration does not describe further.
+func addReads(paths map[string]any, ops []*op.Operation, answers answerRefs) error {
+	template, ok := dig(paths, "/v1/tickets/{id}", "get").(map[string]any)
+	if !ok {
+		return errors.New("apispec: the contract has no GET /v1/tickets/{id} to derive reads from")
+	}
+	for _, o := range ops {
+		for i, rd := range o.Reads {
+			if _, written := dig(paths, rd.Route, "get").(map[string]any); written {
+				continue // a built-in's, described in the document
+			}
+			item, err := deepCopy(template)
+			if err != nil {
+				return err
+			}
+			item["operationId"] = fmt.Sprintf("%s_read%d", o.Name, i+1)
+			item["summary"] = cmp.Or(rd.Summary, "Read what "+o.Name+" wrote")
+			item["description"] = rd.Description
+			var params []any
+			for _, name := range op.RouteParams(rd.Route) {
+				params = append(params, map[string]any{"name": name, "in": "path", "required": true, "schema": map[string]any{"type": "string"}})
+			}
+			item["parameters"] = params
+			item["tags"] = []any{"declared operations"}
+			ok := item["responses"].(map[string]any)["200"].(map[string]any)
+			ok["content"] = map[string]any{"application/json": map[string]any{"schema": answers.of(o)}}
+			pathItem, _ := paths[rd.Route].(map[string]any)
+			if pathItem == nil {
+				pathItem = map[string]any{}
+				paths[rd.Route] = pathItem
+			}
+			pathItem["get"] = item
+		}
+	}
+	return nil
+}
+
+// answerRefs are the components that hold the operations' answers'
+// schemas, by operation.
+type answerRefs map[*op.Operation]string
+
+// of is o's answer's schema in a response: its component, or an object
+// the declaration does not describe.
+func (a answerRefs) of(o *op.Operation) map[string]any {
+	if name, ok := a[o]; ok {
+		return map[string]any{"$ref": "#/components/schemas/" + name}
+	}
+	return map[string]any{"type": "object", "description": "the operation's answer"}
+}
+
+// addAnswers writes each declared answer schema (op.Spec.Answer) into the
+// document's components, named by its title or its operation's name.
+// Operations may share one schema (an order's four actions); a name that
+// two schemas, or a declaration and the document, both claim is an error.
+func addAnswers(doc map[string]any, ops []*op.Operation) (answerRefs, error) {
+	schemas, ok := dig(doc, "components", "schemas").(map[string]any)
+	if !ok {
+		return nil, errors.New("apispec: the contract has no components.schemas")
+	}
+	refs := answerRefs{}
+	owner := map[string]*op.Schema{}
+	for _, o := range ops {
+		if o.Answer == nil {
+			continue
+		}
+		name := cmp.Or(o.Answer.Title, o.Name)
+		if prev, ok := owner[name]; ok && prev != o.Answer {
+			return nil, fmt.Errorf("apispec: operation %s: another declaration's answer is named %s", o.Name, name)
+		}
+		if _, written := schemas[name]; written && owner[name] == nil {
+			return nil, fmt.Errorf("apispec: operation %s: the document writes schema %s itself; an answer's schema is its declaration's", o.Name, name)
+		}
+		raw, err := json.Marshal(o.Answer)
+		if err != nil {
+			return nil, fmt.Errorf("apispec: operation %s: its answer's schema: %w", o.Name, err)
+		}
+		var schema map[string]any
+		if err := json.Unmarshal(raw, &schema); err != nil {
+			return nil, err
+		}
+		schemas[name], owner[name], refs[o] = schema, o.Answer, name
+	}
+	return refs, nil
+}
+
 func addLinks(paths map[string]any) error {
 	operation := map[string]any{"operationId": "getOperation",
 		"parameters":  map[string]any{"id": "$response.header." + HeaderOperationID},
@@ -247,7 +341,7 @@ func enumerateProblems(paths map[string]any, ops []*op.Operation) error {
 			slugs = append(slugs, slug)
 		}
 	}
-	for typ := range problem.Descriptions {
+	for _, typ := range problem.Types() {
 		add(strings.TrimPrefix(typ, "/problems/"))
 	}
 	for _, o := range ops {

@@ -25,6 +25,7 @@ import (
 	"github.com/idemflow/idemflow/internal/orders"
 	"github.com/idemflow/idemflow/internal/progress"
 	"github.com/idemflow/idemflow/internal/roundtrip"
+	"github.com/idemflow/idemflow/internal/tickets"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"go.temporal.io/sdk/client"
 )
@@ -210,12 +211,12 @@ func Run(ctx context.Context, cfg Config) (Report, error) {
 	pgNew := ref("PostgreSQL only", "/pg", func(c, n int) string { return newKey("pg", c, n) }, ticket)
 	pgReplay := ref("PostgreSQL only", "/pg", replayKey("pg-replay"), fixedTicket)
 	cases := []benchCase{
-		{name: "ticket, new key", idemflow: idemflow("/v1/tickets", func(c, n int) string { return newKey("t", c, n) }, ticket), references: []target{bare, pgNew}},
-		{name: "ticket, replay", idemflow: idemflow("/v1/tickets", replayKey("t-replay"), fixedTicket), references: []target{pgReplay},
+		{name: "ticket, new key", idemflow: idemflow(tickets.Create.Route, func(c, n int) string { return newKey("t", c, n) }, ticket), references: []target{bare, pgNew}},
+		{name: "ticket, replay", idemflow: idemflow(tickets.Create.Route, replayKey("t-replay"), fixedTicket), references: []target{pgReplay},
 			prepare: func(ctx context.Context, clients int) error {
 				for c := range clients {
 					c := clientID(clients, c)
-					if _, err := post(ctx, cfg.URL+"/v1/tickets", cfg.Token, newKey("t-replay", c, 0), ticket(c, 0)); err != nil {
+					if _, err := post(ctx, cfg.URL+tickets.Create.Route, cfg.Token, newKey("t-replay", c, 0), ticket(c, 0)); err != nil {
 						return err
 					}
 					if _, err := post(ctx, refs.URL+"/pg", "", newKey("pg-replay", c, 0), ticket(c, 0)); err != nil {
@@ -224,14 +225,14 @@ func Run(ctx context.Context, cfg Config) (Report, error) {
 				}
 				return nil
 			}},
-		{name: "order, new key", idemflow: idemflow("/v1/orders", func(c, n int) string { return newKey("o", c, n) },
+		{name: "order, new key", idemflow: idemflow(orders.Create.Route, func(c, n int) string { return newKey("o", c, n) },
 			func(c, _ int) string {
 				return fmt.Sprintf(`{"customer_id":"bench-%d","items":[{"sku":"SKU-CABLE","quantity":1}]}`, c)
 			}), references: []target{bare},
 			prepare: func(ctx context.Context, _ int) error {
 				return orders.Restock(ctx, pool, cfg.TenantID, "SKU-CABLE", 1_000_000)
 			}},
-		{name: "ticket, key reused (422)", idemflow: idemflow("/v1/tickets", replayKey("t-replay"),
+		{name: "ticket, key reused (422)", idemflow: idemflow(tickets.Create.Route, replayKey("t-replay"),
 			func(c, _ int) string { return ticket(c, 1) })},
 	}
 

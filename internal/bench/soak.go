@@ -14,6 +14,7 @@ import (
 
 	"github.com/google/uuid"
 	"github.com/idemflow/idemflow/internal/pgurl"
+	"github.com/idemflow/idemflow/internal/tickets"
 )
 
 // SoakConfig says what a soak holds load on, and for how long.
@@ -112,7 +113,7 @@ func Soak(ctx context.Context, cfg SoakConfig) (SoakReport, error) {
 					key = fmt.Sprintf("soak-%s-%d-%d", run, c, n-1)
 				}
 				t0 := time.Now()
-				status, err := post(ctx, cfg.URL+"/v1/tickets", cfg.Token, key,
+				status, err := post(ctx, cfg.URL+tickets.Create.Route, cfg.Token, key,
 					fmt.Sprintf(`{"customer_id":"soak-%d","title":"soak %d"}`, c, n-btoi(replay)))
 				took := time.Since(t0)
 				if ctx.Err() != nil {

@@ -17,6 +17,8 @@ import (
 
 	"github.com/google/uuid"
 	"github.com/idemflow/idemflow/agentclient"
+	"github.com/idemflow/idemflow/internal/orders"
+	"github.com/idemflow/idemflow/internal/tickets"
 	"github.com/jackc/pgx/v5/pgxpool"
 )
 
@@ -117,7 +119,7 @@ func (r *run) firstRequest(j job, marker string) (table, path string, body map[s
 		return "tool_call", "/v1/tools/" + j.tool, map[string]any{"payment_id": marker, "amount_cents": 100 + j.n%900}
 	}
 	if j.ticket {
-		return "ticket", "/v1/tickets", map[string]any{"customer_id": "cust-" + fmt.Sprint(j.n%50), "title": "chaos " + marker, "priority": "normal"}
+		return tickets.Create.Table, tickets.Create.Route, map[string]any{"customer_id": "cust-" + fmt.Sprint(j.n%50), "title": "chaos " + marker, "priority": "normal"}
 	}
 	items := []map[string]any{{"sku": skus[j.n%len(skus)], "quantity": 1 + j.n%3}}
 	if j.n%4 == 0 {
@@ -127,7 +129,7 @@ func (r *run) firstRequest(j job, marker string) (table, path string, body map[s
 	if j.coupon != "" {
 		body["coupon_code"] = j.coupon
 	}
-	return "purchase_order", "/v1/orders", body
+	return orders.Create.Table, orders.Create.Route, body
 }
 
 // clientStats are what one client's agents counted.
@@ -207,7 +209,7 @@ func (a *agent) job(ctx context.Context, j job) {
 	marker := fmt.Sprintf("%s-%d", a.tenant, j.n)
 	table, path, body := a.r.firstRequest(j, marker)
 	s, ok := a.do(ctx, marker+"/create", table, path, body, j)
-	if !ok || table != "purchase_order" || s.status != http.StatusCreated {
+	if !ok || table != orders.Create.Table || s.status != http.StatusCreated {
 		return
 	}
 	var order struct {
@@ -224,7 +226,7 @@ func (a *agent) job(ctx context.Context, j job) {
 		case "cancel", "refund":
 			b["reason"] = "chaos"
 		}
-		if _, ok := a.do(ctx, marker+"/"+action, "order_event", "/v1/orders/"+order.OrderNo+"/"+action, b, job{}); !ok {
+		if _, ok := a.do(ctx, marker+"/"+action, orders.Pay.Table, orders.Create.Route+"/"+order.OrderNo+"/"+action, b, job{}); !ok {
 			return
 		}
 	}
@@ -334,7 +336,7 @@ func (a *agent) reuse(ctx context.Context, in agentclient.Intent, table string, 
 		changed[k] = v
 	}
 	switch table {
-	case "ticket":
+	case tickets.Create.Table:
 		changed["title"] = fmt.Sprint(body["title"]) + " (changed)"
 	case "tool_call":
 		changed["amount_cents"] = body["amount_cents"].(int) + 1

@@ -58,7 +58,9 @@ const (
 )
 
 // Kinds lists every fault, request faults first.
-var Kinds = []Kind{DropReply, DelayReply, Latency, Burst, Reuse, Abandon, DownstreamFault, KillWorker, KillGateway, PGTerminate, PGRestart, KillTemporal}
+func Kinds() []Kind {
+	return []Kind{DropReply, DelayReply, Latency, Burst, Reuse, Abandon, DownstreamFault, KillWorker, KillGateway, PGTerminate, PGRestart, KillTemporal}
+}
 
 // processKinds are injected by the scheduler rather than per request.
 var processKinds = map[Kind]bool{KillWorker: true, KillGateway: true, PGTerminate: true, PGRestart: true, KillTemporal: true}
@@ -106,11 +108,11 @@ func ParseFaults(s string) (map[Kind]float64, error) {
 		}
 		name, val, ok := strings.Cut(part, "=")
 		known := false
-		for _, k := range Kinds {
+		for _, k := range Kinds() {
 			known = known || Kind(name) == k
 		}
 		if !ok || !known {
-			return nil, fmt.Errorf("fault %q: want kind=rate with kind one of %v", part, Kinds)
+			return nil, fmt.Errorf("fault %q: want kind=rate with kind one of %v", part, Kinds())
 		}
 		v, err := strconv.ParseFloat(val, 64)
 		if err != nil || v < 0 || (!processKinds[Kind(name)] && v > 1) {
@@ -382,7 +384,7 @@ func (r *run) run(ctx context.Context) (*Report, error) {
 		target = "the deployment at " + cfg.URL
 	}
 	var on []string
-	for _, k := range Kinds {
+	for _, k := range Kinds() {
 		if r.cfg.Faults[k] > 0 {
 			on = append(on, string(k))
 		}
@@ -675,7 +677,7 @@ var skus = []string{"SKU-CABLE", "SKU-MOUSE", "SKU-KEYBOARD"}
 func (r *run) injectFaults(ctx context.Context) {
 	var kinds []Kind
 	total := 0.0
-	for _, k := range Kinds {
+	for _, k := range Kinds() {
 		if processKinds[k] && r.cfg.Faults[k] > 0 {
 			kinds = append(kinds, k)
 			total += r.cfg.Faults[k]

@@ -31,7 +31,11 @@ func (r *run) check(ctx context.Context, rep *Report) error {
 
 	// Invariant 1: at most one row per (tenant, key), by constraint (the
 	// audit checks the constraints are there) and by count.
-	a, err := audit.Run(ctx, r.admin, idem.NewStore(r.admin, idem.Retention{}, nil), registry.Guards(), r.cfg.ProcessingTimeout)
+	set, err := registry.New() // the processes chaos runs: the built-ins, and HTTP tools (whose guard is idemflow's own)
+	if err != nil {
+		return err
+	}
+	a, err := audit.Run(ctx, r.admin, idem.NewStore(r.admin, idem.Retention{}, nil), set.Guards(), r.cfg.ProcessingTimeout)
 	if err != nil {
 		return err
 	}

@@ -139,7 +139,7 @@ func (rep *Report) print(w io.Writer) {
 	line("payments captured twice", c.DoubleCaptures, "-")
 	line("reused key executed", c.ReuseAccepted, "-")
 	fmt.Fprintf(w, "\n  faults injected\n")
-	for _, k := range Kinds {
+	for _, k := range Kinds() {
 		if rep.Enabled[k] {
 			fmt.Fprintf(w, "    %-18s %6d\n", k, rep.Faults[k])
 		} else {

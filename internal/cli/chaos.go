@@ -24,7 +24,7 @@ func runChaos(ctx context.Context, env *Env, args []string) error {
 	fs.IntVar(&cfg.Agents, "agents", 16, "concurrent agents per client")
 	fs.IntVar(&cfg.Gateways, "gateways", 2, "gateway processes of the local stack (serve processes with --topology serve)")
 	fs.IntVar(&cfg.Workers, "workers", 2, "worker processes of the local stack (--topology split)")
-	faults := fs.String("faults", "", "fault rates over the defaults, e.g. drop-reply=0.2,kill-temporal=0 ('none' first switches all off); kinds: "+fmt.Sprint(chaos.Kinds))
+	faults := fs.String("faults", "", "fault rates over the defaults, e.g. drop-reply=0.2,kill-temporal=0 ('none' first switches all off); kinds: "+fmt.Sprint(chaos.Kinds()))
 	fs.DurationVar(&cfg.FaultEvery, "fault-every", 3*time.Second, "mean pause between process faults (kills, restarts, terminated backends)")
 	fs.DurationVar(&cfg.AttemptTimeout, "attempt-timeout", 3*time.Second, "the agents' per-attempt timeout; delayed answers are held past it")
 	fs.DurationVar(&cfg.ProcessingTimeout, "processing-timeout", 35*time.Second, "the local workers' reconcile horizon, waited out before the checks")

@@ -60,7 +60,7 @@ func TestChaosShortRunFindsNoViolationAndTheNaiveControlDuplicates(t *testing.T)
 			if rep.CutShort || rep.Client.Jobs != jobs {
 				t.Errorf("the time bound cut the load at %d of %d jobs", rep.Client.Jobs, jobs)
 			}
-			for _, k := range chaos.Kinds {
+			for _, k := range chaos.Kinds() {
 				if rep.Faults[k] == 0 {
 					t.Errorf("fault %s was never injected", k)
 				}

@@ -14,7 +14,7 @@ import (
 	"sort"
 	"strings"
 
-	"github.com/idemflow/idemflow/internal/httptool"
+	"github.com/idemflow/idemflow/httptool"
 	"github.com/idemflow/idemflow/internal/registry"
 	"github.com/idemflow/idemflow/op"
 )

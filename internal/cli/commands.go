@@ -13,6 +13,7 @@ import (
 
 	"github.com/idemflow/idemflow/idem"
 	"github.com/idemflow/idemflow/internal/gateway"
+	"github.com/idemflow/idemflow/internal/service"
 	"github.com/idemflow/idemflow/internal/tenant"
 	"github.com/idemflow/idemflow/migrations"
 	"github.com/idemflow/idemflow/starter"
@@ -108,17 +109,7 @@ type parts struct {
 // It is the one place that assembles them, for serve, worker, gateway and
 // dev alike, so that no role's wiring drifts from another's.
 func runParts(ctx context.Context, logger *slog.Logger, d *deps, r roles, p parts) error {
-	if r.gateway {
-		// Waiting requests hear of records settled by workers in other
-		// processes (other replicas, or a separate worker) from
-		// PostgreSQL, sooner than from Temporal's history long poll.
-		go d.Records.Listen(ctx, p.databaseURL, logger)
-	}
-	if r.worker {
-		d.Records.NotifyChannel = idem.SettledChannel
-		go d.Records.WatchListeners(ctx, d.Pool, idem.WatchInterval, logger)
-		d.Metrics.WatchProcessing(logger, d.Records.Processing)
-	}
+	d.Notify(ctx, service.Roles{Gateway: r.gateway, Worker: r.worker}, p.databaseURL, d.Pool, idem.WatchInterval)
 	if !r.worker {
 		return serveGateway(ctx, logger, d, p.gw, p.ready)
 	}
@@ -127,7 +118,7 @@ func runParts(ctx context.Context, logger *slog.Logger, d *deps, r roles, p part
 			return err
 		}
 	}
-	w := worker.New(d.Temporal, d.Activities, d.Set)
+	w := d.Worker()
 	logger.Info("worker running", "temporal", p.temporal, "namespace", d.namespace)
 	if !r.gateway {
 		if p.workerMetrics != "" {
@@ -208,7 +199,7 @@ func (g *gatewayConfig) check() error {
 // serveGateway serves the gateway (and its metrics, where they have an
 // address of their own) until ctx ends.
 func serveGateway(ctx context.Context, logger *slog.Logger, d *deps, cfg gatewayConfig, ready func(net.Addr)) error {
-	g := d.gateway()
+	g := d.Gateway()
 	g.SetMaxWaiting(cfg.maxWaiting)
 	g.RequestLogLevel = cfg.requestLogLevel
 	side := map[string]http.Handler{}

@@ -10,15 +10,14 @@ import (
 	"strings"
 	"time"
 
-	"github.com/idemflow/idemflow/activities"
+	"github.com/idemflow/idemflow/httptool"
 	"github.com/idemflow/idemflow/idem"
-	"github.com/idemflow/idemflow/internal/gateway"
-	"github.com/idemflow/idemflow/internal/httptool"
 	"github.com/idemflow/idemflow/internal/metrics"
 	"github.com/idemflow/idemflow/internal/pgurl"
 	"github.com/idemflow/idemflow/internal/registry"
 	"github.com/idemflow/idemflow/internal/roundtrip"
 	"github.com/idemflow/idemflow/internal/schedule"
+	"github.com/idemflow/idemflow/internal/service"
 	"github.com/idemflow/idemflow/internal/tenant"
 	"github.com/idemflow/idemflow/internal/tracing"
 	"github.com/jackc/pgx/v5"
@@ -123,22 +122,12 @@ func parseDuration(s string) (time.Duration, error) {
 	return time.ParseDuration(s)
 }
 
-// deps are the connections and stores a running process shares.
+// deps are a running process's connections and the service assembled on
+// them (service.New).
 type deps struct {
-	Pool       *pgxpool.Pool
-	Temporal   client.Client
-	Records    *idem.Store
-	Tenants    *tenant.Store
-	Activities *activities.Activities
-	Logger     *slog.Logger
-	Metrics    *metrics.Registry
-	// Set is the business types this process serves and runs.
-	Set       *registry.Set
+	*service.Service
+	Tenants   *tenant.Store
 	namespace string
-	// searchable: the namespace has the intents' search attributes.
-	searchable bool
-	// tracing is on when the OTEL_* variables ask for it.
-	tracing *tracing.Tracing
 }
 
 func openDeps(ctx context.Context, logger *slog.Logger, set *registry.Set, tools *httptool.Set, c common) (*deps, error) {
@@ -199,31 +188,13 @@ func openDeps(ctx context.Context, logger *slog.Logger, set *registry.Set, tools
 		logger.Warn("search attributes not registered: intents start without them and the Web UI cannot filter them by key; "+
 			"register them on the namespace (README, Operations)", "error", err)
 	}
-	records := idem.NewStore(pool, idem.Retention{Default: time.Duration(c.retention)}, set.Recall)
-	// The gateway and worker of one process (serve, dev) share it.
-	records.Waiters = &idem.Waiters{}
-	acts := activities.New(pool, records, tc, logger)
-	acts.Metrics = reg.Worker
-	acts.Tools = tools
-	acts.Tracer = tr.Tracer()
-	activities.ExportVerdicts(reg.Worker)
-	for bizType, codes := range set.Rejections() {
-		for _, code := range codes {
-			reg.Worker.ExportRejection(bizType, code)
-		}
-	}
 	return &deps{
-		Pool:       pool,
-		Temporal:   tc,
-		Records:    records,
-		Tenants:    tenant.NewStore(pool),
-		Activities: acts,
-		Logger:     logger,
-		Metrics:    reg,
-		Set:        set,
-		namespace:  c.namespace,
-		searchable: searchable,
-		tracing:    tr,
+		Service: service.New(service.Config{
+			Pool: pool, Temporal: tc, Set: set, Tools: tools, Logger: logger, Metrics: reg, Tracing: tr,
+			Retention: idem.Retention{Default: time.Duration(c.retention)}, Searchable: searchable,
+		}),
+		Tenants:   tenant.NewStore(pool),
+		namespace: c.namespace,
 	}, nil
 }
 
@@ -279,19 +250,9 @@ func (d *deps) Close() {
 	d.Pool.Close()
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
-	if err := d.tracing.Shutdown(ctx); err != nil {
+	if err := d.Tracing.Shutdown(ctx); err != nil {
 		d.Logger.Warn("flush traces", "error", err)
 	}
-}
-
-func (d *deps) gateway() *gateway.Gateway {
-	g := gateway.New(d.Pool, d.Temporal, d.Records, d.Logger)
-	g.Starter.SearchAttributes = d.searchable
-	g.Set = d.Set
-	g.Metrics = gateway.NewMetricsOn(d.Metrics.Registry)
-	g.Tracing = d.tracing
-	g.Starter.Tracer = d.tracing.Tracer()
-	return g
 }
 
 // levelFloor drops records below floor: the SDK logs every poll at info.

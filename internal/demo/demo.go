@@ -20,8 +20,10 @@ import (
 
 	"github.com/google/uuid"
 	"github.com/idemflow/idemflow/agentclient"
+	"github.com/idemflow/idemflow/internal/orders"
 	"github.com/idemflow/idemflow/internal/pgurl"
 	"github.com/idemflow/idemflow/internal/progress"
+	"github.com/idemflow/idemflow/internal/tickets"
 )
 
 // Config sizes a demo run.
@@ -94,10 +96,10 @@ func jobs(prefix string, n int) []job {
 	for i := range out {
 		marker := fmt.Sprintf("%s-%03d", prefix, i)
 		if i%2 == 0 {
-			out[i] = job{i: i, kind: "ticket", marker: marker, path: "/v1/tickets",
+			out[i] = job{i: i, kind: "ticket", marker: marker, path: tickets.Create.Route,
 				body: map[string]any{"customer_id": marker, "title": "Refund not received", "priority": "high"}}
 		} else {
-			out[i] = job{i: i, kind: "order", marker: marker, path: "/v1/orders",
+			out[i] = job{i: i, kind: "order", marker: marker, path: orders.Create.Route,
 				body: map[string]any{"customer_id": marker, "items": []map[string]any{{"sku": "SKU-CABLE", "quantity": 1}}}}
 		}
 	}

@@ -9,7 +9,6 @@ import (
 
 	"github.com/idemflow/idemflow/activities"
 	"github.com/idemflow/idemflow/idem"
-	"github.com/idemflow/idemflow/internal/registry"
 	"github.com/idemflow/idemflow/internal/testenv"
 	"github.com/idemflow/idemflow/internal/tracing"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
@@ -126,7 +125,7 @@ func BenchmarkFirstTicketAcrossProcesses(b *testing.B) {
 func benchAcrossProcesses(b *testing.B, notify bool, clients int) {
 	s := testenv.NewStack(b, testenv.Options{NoWorker: true})
 	s.Records.Waiters = nil
-	workerRecords := idem.NewStore(s.Pool, idem.Retention{}, registry.Recall)
+	workerRecords := idem.NewStore(s.Pool, idem.Retention{}, s.Set.Recall)
 	if notify {
 		workerRecords.NotifyChannel = idem.SettledChannel
 		s.Records.Waiters = &idem.Waiters{}

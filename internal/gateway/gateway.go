@@ -27,7 +27,6 @@ import (
 	"github.com/idemflow/idemflow/internal/problem"
 	"github.com/idemflow/idemflow/internal/registry"
 	"github.com/idemflow/idemflow/internal/tenant"
-	"github.com/idemflow/idemflow/internal/tickets"
 	"github.com/idemflow/idemflow/internal/tracing"
 	"github.com/idemflow/idemflow/op"
 	"github.com/idemflow/idemflow/starter"
@@ -47,12 +46,11 @@ const (
 type Gateway struct {
 	Starter *starter.Starter
 	Tenants *tenant.Authenticator
-	Tickets *tickets.Store
 	Records *idem.Store
-	// DB serves reads of orders.
+	// DB serves the operations' reads (op.Read).
 	DB idem.Querier
-	// Set holds the declared operations, each served at its route (nil:
-	// idemflow's own alone).
+	// Set is the operations, each served at its route: idemflow's own and
+	// the declared ones.
 	Set *registry.Set
 	// Health reports whether PostgreSQL and Temporal both answer.
 	Health  func(ctx context.Context) error
@@ -88,12 +86,13 @@ func (g *Gateway) Drain() { g.draining.Store(true) }
 // DefaultMaxWaiting bounds the requests that wait at once.
 const DefaultMaxWaiting = 1024
 
-// New wires a gateway over one pool and one Temporal client.
-func New(db *pgxpool.Pool, tc client.Client, records *idem.Store, logger *slog.Logger) *Gateway {
+// New wires a gateway for set's operations over one pool and one Temporal
+// client.
+func New(db *pgxpool.Pool, tc client.Client, records *idem.Store, set *registry.Set, logger *slog.Logger) *Gateway {
 	return &Gateway{
+		Set:     set,
 		Starter: &starter.Starter{Temporal: tc, Records: records, Logger: logger, Answers: starter.NewAnswerCache(starter.DefaultAnswerCacheSize)},
 		Tenants: tenant.NewAuthenticator(tenant.NewStore(db), 10000, tenant.DefaultAuthTTL),
-		Tickets: tickets.NewStore(db),
 		Records: records,
 		DB:      db,
 		Health: func(ctx context.Context) error {
@@ -126,17 +125,18 @@ func (g *Gateway) Handler() http.Handler {
 	}
 	mux := http.NewServeMux()
 	routes := []route{
-		{"GET", "/v1/tickets/{id}", g.authed(g.getTicket)},
-		{"GET", "/v1/orders/{order_no}", g.authed(g.getOrder)},
 		{"GET", "/v1/operations/{id}", g.authed(g.getOperation)},
 		{"GET", "/v1/tenant", g.authed(g.getTenant)},
 		{"GET", "/healthz", g.healthz},
 		{"GET", "/readyz", g.readyz},
 		{"GET", "/problems/{slug}", g.describeProblem},
-		{"GET", "/openapi.json", g.serveOpenAPI(g.set())},
+		{"GET", "/openapi.json", g.serveOpenAPI(g.Set)},
 	}
 	for _, o := range g.operations() {
 		routes = append(routes, route{"POST", o.Route, g.authed(g.serveOperation(o))})
+		for _, rd := range o.Reads {
+			routes = append(routes, route{"GET", rd.Route, g.authed(g.serveRead(rd))})
+		}
 	}
 	if g.Metrics != nil && g.ServeMetrics {
 		routes = append(routes, route{"GET", "/metrics", g.Metrics.Handler().ServeHTTP})
@@ -166,14 +166,7 @@ func (g *Gateway) Handler() http.Handler {
 	return g.Tracing.Handler(g.logRequests(mux))
 }
 
-func (g *Gateway) operations() []*op.Operation { return g.set().Operations() }
-
-func (g *Gateway) set() *registry.Set {
-	if g.Set == nil {
-		return registry.Builtin()
-	}
-	return g.Set
-}
+func (g *Gateway) operations() []*op.Operation { return g.Set.Operations() }
 
 type tenantHandler func(w http.ResponseWriter, r *http.Request, tenantID string)
 
@@ -427,19 +420,29 @@ func (g *Gateway) getOperation(w http.ResponseWriter, r *http.Request, tenantID 
 		return
 	}
 	rec, err := g.Records.GetByID(r.Context(), tenantID, id)
-	g.answerRead(w, r, "no operation "+id.String(), err, func() { writeJSON(w, http.StatusOK, operationOf(rec)) })
-}
-
-// answerRead ends a tenant's read: found (write), not found for this
-// tenant (404, detail notFound), or the database failed (503).
-func (g *Gateway) answerRead(w http.ResponseWriter, r *http.Request, notFound string, err error, write func()) {
 	switch {
 	case errors.Is(err, apperr.ErrNotFound):
-		writeNotFound(w, notFound)
+		writeNotFound(w, "no operation "+id.String())
 	case err != nil:
 		g.unavailable(w, r, err)
 	default:
-		write()
+		writeJSON(w, http.StatusOK, operationOf(rec))
+	}
+}
+
+// serveRead answers an operation's GET: the resource, or a 404 that says
+// the tenant has none of that name.
+func (g *Gateway) serveRead(rd op.Read) tenantHandler {
+	return func(w http.ResponseWriter, r *http.Request, tenantID string) {
+		body, err := rd.Get(r.Context(), g.DB, tenantID, r.PathValue)
+		switch {
+		case errors.Is(err, apperr.ErrNotFound):
+			writeNotFound(w, err.Error())
+		case err != nil:
+			g.unavailable(w, r, err)
+		default:
+			writeBody(w, body)
+		}
 	}
 }
 
@@ -510,9 +513,9 @@ func (g *Gateway) readyz(w http.ResponseWriter, r *http.Request) {
 
 func (g *Gateway) describeProblem(w http.ResponseWriter, r *http.Request) {
 	typ := "/problems/" + r.PathValue("slug")
-	desc, ok := problem.Descriptions[typ]
+	desc, ok := problem.Describe(typ)
 	if !ok {
-		desc, ok = g.set().Description(r.PathValue("slug"))
+		desc, ok = g.Set.Description(r.PathValue("slug"))
 	}
 	if !ok {
 		// A typo must not look like a real problem type.

@@ -13,7 +13,6 @@ import (
 
 	"github.com/idemflow/idemflow/idem"
 	"github.com/idemflow/idemflow/internal/gateway"
-	"github.com/idemflow/idemflow/internal/registry"
 	"github.com/idemflow/idemflow/internal/testenv"
 	"github.com/idemflow/idemflow/internal/tickets"
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -333,7 +332,7 @@ func TestGatewayDeathBetweenRecordAndStartLosesNothing(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer dead.Close()
-	broken := httptest.NewServer(gateway.New(s.Pool, dead, s.Records, s.Logger).Handler())
+	broken := httptest.NewServer(gateway.New(s.Pool, dead, s.Records, s.Set, s.Logger).Handler())
 	defer broken.Close()
 	req := testenv.Request{Path: "/v1/tickets", Token: s.Tokens[testenv.TenantA], Key: "crash", Body: ticketBody}
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
@@ -369,7 +368,7 @@ func TestDatabaseDownIs503(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer pool.Close()
-	gw := httptest.NewServer(gateway.New(pool, s.Temporal, idem.NewStore(pool, idem.Retention{}, registry.Recall), s.Logger).Handler())
+	gw := httptest.NewServer(gateway.New(pool, s.Temporal, idem.NewStore(pool, idem.Retention{}, s.Set.Recall), s.Set, s.Logger).Handler())
 	defer gw.Close()
 	r := testenv.Do(t, gw.URL, testenv.Request{Path: "/v1/tickets", Token: s.Tokens[testenv.TenantA], Key: "k", Body: ticketBody})
 	if r.Status != http.StatusServiceUnavailable {
@@ -379,7 +378,7 @@ func TestDatabaseDownIs503(t *testing.T) {
 	// With the token store up and the record store down, the request gets
 	// past authentication to Claim, which must fail closed: no workflow,
 	// no ticket.
-	half := httptest.NewServer(gateway.New(s.Pool, s.Temporal, idem.NewStore(pool, idem.Retention{}, registry.Recall), s.Logger).Handler())
+	half := httptest.NewServer(gateway.New(s.Pool, s.Temporal, idem.NewStore(pool, idem.Retention{}, s.Set.Recall), s.Set, s.Logger).Handler())
 	defer half.Close()
 	r = testenv.Do(t, half.URL, testenv.Request{Path: "/v1/tickets", Token: s.Tokens[testenv.TenantA], Key: "k-claim", Body: ticketBody})
 	if r.Status != http.StatusServiceUnavailable {

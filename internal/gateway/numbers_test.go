@@ -7,7 +7,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/idemflow/idemflow/internal/httptool"
+	"github.com/idemflow/idemflow/httptool"
 	"github.com/idemflow/idemflow/internal/mcpserver"
 	"github.com/idemflow/idemflow/internal/testenv"
 	"github.com/idemflow/idemflow/op"
@@ -53,7 +53,7 @@ tools:
 	}
 	s := testenv.NewStack(t, testenv.Options{Operations: []*op.Operation{measure}, Tools: tools, NoWorker: true})
 	cs := testenv.MCPSession(t, mcpserver.New(mcpserver.Config{BaseURL: s.URL, Token: s.Tokens[testenv.TenantA],
-		Operations: append(s.Set.Operations(), tools.Operations()...)}))
+		Operations: s.Set.Operations()}))
 	type target struct {
 		route, tool, field string
 		body               func(n string) string // the JSON body with the number n in field

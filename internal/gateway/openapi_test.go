@@ -12,7 +12,6 @@ import (
 
 	"github.com/getkin/kin-openapi/openapi3"
 
-	"github.com/idemflow/idemflow/internal/gateway"
 	"github.com/idemflow/idemflow/internal/testenv"
 )
 
@@ -35,7 +34,7 @@ func TestOpenAPIIsAValid31DocumentServedAtOpenAPIJSON(t *testing.T) {
 	}
 	s := testenv.NewStack(t, testenv.Options{})
 	r := s.Do(testenv.Request{Method: "GET", Path: "/openapi.json"})
-	if r.Status != http.StatusOK || !bytes.Equal(r.Body, gateway.OpenAPI()) {
+	if r.Status != http.StatusOK || !bytes.Equal(r.Body, s.Contract) {
 		t.Fatalf("GET /openapi.json: %d", r.Status)
 	}
 }

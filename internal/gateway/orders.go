@@ -4,8 +4,6 @@ import (
 	"net/http"
 
 	"github.com/idemflow/idemflow/internal/problem"
-
-	"github.com/idemflow/idemflow/internal/orders"
 )
 
 // unknownAction answers an order path whose action no declaration serves
@@ -21,9 +19,4 @@ func (g *Gateway) unknownAction(w http.ResponseWriter, r *http.Request) {
 	g.authed(func(w http.ResponseWriter, r *http.Request, _ string) {
 		writeNotFound(w, "no order action "+r.PathValue("action")+"; use pay, cancel, refund or fulfill")
 	})(w, r)
-}
-
-func (g *Gateway) getOrder(w http.ResponseWriter, r *http.Request, tenantID string) {
-	o, err := orders.Get(r.Context(), g.DB, tenantID, r.PathValue("order_no"))
-	g.answerRead(w, r, "no order "+r.PathValue("order_no"), err, func() { writeBody(w, o.Body()) })
 }

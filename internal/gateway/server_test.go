@@ -76,7 +76,7 @@ func TestClientHangingUpIsNotCountedUnavailable(t *testing.T) {
 
 func TestMetricsCanLeaveTheGatewayRoutes(t *testing.T) {
 	s := testenv.NewStack(t, testenv.Options{})
-	g := gateway.New(s.Pool, s.Temporal, s.Records, s.Logger)
+	g := gateway.New(s.Pool, s.Temporal, s.Records, s.Set, s.Logger)
 	g.ServeMetrics = false
 	hs := httptest.NewServer(g.Handler())
 	defer hs.Close()

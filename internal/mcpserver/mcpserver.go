@@ -25,7 +25,6 @@ import (
 	"github.com/idemflow/idemflow/internal/apispec"
 	"github.com/idemflow/idemflow/internal/ijson"
 	"github.com/idemflow/idemflow/internal/problem"
-	"github.com/idemflow/idemflow/internal/registry"
 	"github.com/idemflow/idemflow/op"
 	"github.com/modelcontextprotocol/go-sdk/auth"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
@@ -47,9 +46,9 @@ type Config struct {
 	// CallTimeout bounds one tool call, retries included.
 	CallTimeout time.Duration
 	HTTP        *http.Client
-	// Operations are the declared operations, each a tool of its own
-	// (nil: idemflow's own: create_ticket, create_order, pay_order,
-	// cancel_order, refund_order and fulfill_order).
+	// Operations are the operations the gateway serves, each a tool of
+	// its own: idemflow's built-ins and the declared ones (a process's
+	// list of operations, as the gateway has it).
 	Operations []*op.Operation
 }
 
@@ -72,16 +71,9 @@ func New(cfg Config) *mcp.Server {
 	if cfg.CallTimeout == 0 {
 		cfg.CallTimeout = 60 * time.Second
 	}
-	s := mcp.NewServer(&mcp.Implementation{Name: "idemflow", Version: "1.0.0"}, &mcp.ServerOptions{
-		Instructions: "idemflow creates support tickets and purchase orders, and runs every other tool it lists, exactly once. Every tool that changes something " +
-			"takes an idempotency_key: create it once per intent and reuse it, unchanged, on every retry.",
-	})
+	s := mcp.NewServer(&mcp.Implementation{Name: "idemflow", Version: "1.0.0"}, &mcp.ServerOptions{Instructions: instructions(cfg.Operations)})
 	t := tools{cfg: cfg}
-	ops := cfg.Operations
-	if ops == nil {
-		ops = registry.Builtin().Operations()
-	}
-	for _, o := range ops {
+	for _, o := range cfg.Operations {
 		addTool(s, &mcp.Tool{Name: o.Tool, Description: o.Description + keyRule, InputSchema: operationSchema(o)}, t.operation(o))
 	}
 	addTool(s, &mcp.Tool{Name: "get_operation", Description: "Report an operation's status (processing, succeeded, failed) and, when done, its result. Read-only.",
@@ -486,4 +478,15 @@ func (v *verifier) ask(ctx context.Context, token string) (string, error) {
 		return "", fmt.Errorf("verify token with the gateway: unreadable answer: %v", err)
 	}
 	return body.TenantID, nil
+}
+
+// instructions tell a client what the server's tools do, from their
+// declarations: the tools it lists are the operations it was given.
+func instructions(ops []*op.Operation) string {
+	names := make([]string, len(ops))
+	for i, o := range ops {
+		names[i] = o.Tool
+	}
+	return "idemflow runs each of these tools exactly once per intent: " + strings.Join(names, ", ") + ". Every one of them " +
+		"takes an idempotency_key: create it once per intent and reuse it, unchanged, on every retry. get_operation only reads."
 }

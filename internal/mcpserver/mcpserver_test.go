@@ -18,7 +18,7 @@ import (
 
 func inMemory(t *testing.T, s *testenv.Stack) *mcp.ClientSession {
 	t.Helper()
-	return testenv.MCPSession(t, mcpserver.New(mcpserver.Config{BaseURL: s.URL, Token: s.Tokens[testenv.TenantA]}))
+	return testenv.MCPSession(t, mcpserver.New(mcpserver.Config{BaseURL: s.URL, Token: s.Tokens[testenv.TenantA], Operations: s.Set.Operations()}))
 }
 
 type bearer struct {
@@ -34,7 +34,7 @@ func (b bearer) RoundTrip(r *http.Request) (*http.Response, error) {
 
 func overHTTP(t *testing.T, s *testenv.Stack, token string) *mcp.ClientSession {
 	t.Helper()
-	hs := httptest.NewServer(mcpserver.HTTPHandler(mcpserver.Config{BaseURL: s.URL}, mcpserver.HTTPOptions{}))
+	hs := httptest.NewServer(mcpserver.HTTPHandler(mcpserver.Config{BaseURL: s.URL, Operations: s.Set.Operations()}, mcpserver.HTTPOptions{}))
 	t.Cleanup(hs.Close)
 	tr := &mcp.StreamableClientTransport{Endpoint: hs.URL, HTTPClient: &http.Client{Transport: bearer{token, http.DefaultTransport}}, DisableStandaloneSSE: true}
 	cs, err := mcp.NewClient(&mcp.Implementation{Name: "test-agent", Version: "1"}, nil).Connect(context.Background(), tr, nil)
@@ -203,7 +203,7 @@ func initialize(t *testing.T, url, token string) int {
 // that never expired.
 func TestMCPOverHTTPRefusesUnknownTokensAndBoundsSessionsPerTenant(t *testing.T) {
 	s := testenv.NewStack(t, testenv.Options{})
-	hs := httptest.NewServer(mcpserver.HTTPHandler(mcpserver.Config{BaseURL: s.URL}, mcpserver.HTTPOptions{MaxSessionsPerTenant: 2}))
+	hs := httptest.NewServer(mcpserver.HTTPHandler(mcpserver.Config{BaseURL: s.URL, Operations: s.Set.Operations()}, mcpserver.HTTPOptions{MaxSessionsPerTenant: 2}))
 	t.Cleanup(hs.Close)
 	for _, tok := range []string{"", "idf_unknown_token_unknown"} {
 		if code := initialize(t, hs.URL, tok); code != http.StatusUnauthorized {
@@ -241,7 +241,7 @@ func TestMCPOverHTTPRefusesUnknownTokensAndBoundsSessionsPerTenant(t *testing.T)
 
 func TestMCPIdleSessionsExpire(t *testing.T) {
 	s := testenv.NewStack(t, testenv.Options{})
-	hs := httptest.NewServer(mcpserver.HTTPHandler(mcpserver.Config{BaseURL: s.URL}, mcpserver.HTTPOptions{MaxSessionsPerTenant: 1, IdleTimeout: 200 * time.Millisecond}))
+	hs := httptest.NewServer(mcpserver.HTTPHandler(mcpserver.Config{BaseURL: s.URL, Operations: s.Set.Operations()}, mcpserver.HTTPOptions{MaxSessionsPerTenant: 1, IdleTimeout: 200 * time.Millisecond}))
 	t.Cleanup(hs.Close)
 	if code := initialize(t, hs.URL, s.Tokens[testenv.TenantA]); code != http.StatusOK {
 		t.Fatalf("first session: %d", code)

@@ -88,7 +88,7 @@ func newWorker(reg prometheus.Registerer) *Worker {
 // ExportVerdict exports a reconcile verdict's series at 0 before it first
 // happens, so that an alert on one (deploy/alerts.yml) has a series from
 // the start. The worker calls it for each verdict it can give
-// (activities.ExportVerdicts).
+// (activities.Verdicts).
 func (w *Worker) ExportVerdict(verdict string) {
 	if w != nil {
 		w.reconciled.WithLabelValues(verdict)

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/idemflow/idemflow/idem"
+	"github.com/idemflow/idemflow/internal/problem"
 	"github.com/idemflow/idemflow/op"
 	"github.com/jackc/pgx/v5"
 )
@@ -100,7 +101,8 @@ func transition[R any](a Action, description string, split func(R) (string, Tran
 			return op.Answer{Status: 200, Body: json.RawMessage(e.Body)}
 		},
 		Table:      "order_event",
-		Rejections: described("invalid-transition", "order-not-found", "unknown-action"),
+		Rejections: transitionRejections(),
+		Answer:     transitionAnswer,
 	})
 }
 
@@ -120,4 +122,16 @@ func lookupEvent(ctx context.Context, q op.Querier, tenantID, key string) (event
 		return e, false, nil
 	}
 	return e, err == nil, err
+}
+
+// transitionRejections are what a transition's step can answer. An invalid
+// transition is a rejection of any state machine's (apperr), described
+// with idemflow's own problem types.
+func transitionRejections() map[string]string {
+	invalid, _ := problem.Describe(problem.TypeInvalidTransition)
+	return map[string]string{
+		"invalid-transition": invalid,
+		"order-not-found":    "The order named in the path does not exist for this tenant. Nothing was written.",
+		"unknown-action":     "The path names no order action; the actions are pay, cancel, refund and fulfill. Nothing was written.",
+	}
 }

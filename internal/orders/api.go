@@ -6,8 +6,22 @@ package orders
 // states and actions in machine.go, the answers' views in order.go.
 
 import (
+	_ "embed"
+
 	"github.com/idemflow/idemflow/idem"
-	"github.com/idemflow/idemflow/internal/problem"
+	"github.com/idemflow/idemflow/op"
+)
+
+// The answers' JSON Schemas, served in the contract: an order (the body of
+// a create's 201, its replays and GET /v1/orders/{order_no}) and a
+// transition's answer (one schema for the four actions).
+var (
+	//go:embed order.schema.json
+	orderSchema []byte
+	//go:embed transition.schema.json
+	transitionSchema []byte
+
+	transitionAnswer = op.MustSchema(transitionSchema)
 )
 
 const (
@@ -33,14 +47,4 @@ type TransitionInput struct {
 	OrderNo string            `json:"order_no"`
 	Action  Action            `json:"action"`
 	Request TransitionRequest `json:"request"`
-}
-
-// described maps codes to their descriptions (problem.Descriptions), for
-// a declaration's Rejections.
-func described(codes ...string) map[string]string {
-	out := map[string]string{}
-	for _, c := range codes {
-		out[c] = problem.Descriptions[problem.TypeRejectedPrefix+c]
-	}
-	return out
 }

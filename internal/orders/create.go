@@ -43,8 +43,15 @@ var Create = op.Define(op.Spec[CreateRequest, event]{
 	View: func(e event) op.Answer {
 		return op.Answer{Status: 201, Body: json.RawMessage(e.Body), Location: "/v1/orders/" + e.OrderNo}
 	},
-	Table:      "purchase_order",
-	Rejections: described("out-of-stock", "unknown-sku", "mixed-currency", "invalid-coupon"),
+	Table:  "purchase_order",
+	Reads:  []op.Read{{Route: "/v1/orders/{order_no}", Get: read}},
+	Answer: op.MustSchema(orderSchema),
+	Rejections: map[string]string{
+		"out-of-stock":   "A business rule rejected the order: an item is out of stock. Nothing was written; a retry under the same key may execute once stock is back.",
+		"unknown-sku":    "A business rule rejected the order: an item's SKU is not in the tenant's catalog. Nothing was written.",
+		"mixed-currency": "A business rule rejected the order: its items are priced in different currencies. Nothing was written.",
+		"invalid-coupon": "A business rule rejected the order: the coupon is unknown, used up, or already used by this customer. Nothing was written.",
+	},
 })
 
 // create is called once per intent (the activity checks the record

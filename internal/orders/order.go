@@ -13,6 +13,7 @@ import (
 	"github.com/google/uuid"
 	"github.com/idemflow/idemflow/idem"
 	"github.com/idemflow/idemflow/internal/apperr"
+	"github.com/idemflow/idemflow/op"
 	"github.com/jackc/pgx/v5"
 )
 
@@ -112,6 +113,18 @@ func Exists(ctx context.Context, q idem.Querier, tenantID, orderNo string) (bool
 // Get returns a tenant's order; another tenant's order is not found.
 func Get(ctx context.Context, q idem.Querier, tenantID, orderNo string) (Order, error) {
 	return get(ctx, q, tenantID, orderNo, false)
+}
+
+// read is GET /v1/orders/{order_no}: an order of the caller's tenant.
+func read(ctx context.Context, q op.Querier, tenantID string, path func(string) string) (json.RawMessage, error) {
+	o, err := Get(ctx, q, tenantID, path("order_no"))
+	if errors.Is(err, apperr.ErrNotFound) {
+		return nil, op.NotFound("no order " + path("order_no"))
+	}
+	if err != nil {
+		return nil, err
+	}
+	return o.Body(), nil
 }
 
 func get(ctx context.Context, q idem.Querier, tenantID, orderNo string, lock bool) (Order, error) {

@@ -6,7 +6,9 @@ package problem
 import (
 	"encoding/json"
 	"fmt"
+	"maps"
 	"net/http"
+	"slices"
 
 	"github.com/idemflow/idemflow/idem"
 	"github.com/idemflow/idemflow/internal/apperr"
@@ -39,8 +41,10 @@ const (
 	TypeRejectedPrefix = "/problems/"
 )
 
-// Descriptions, served at GET /problems/{slug}.
-var Descriptions = map[string]string{
+// descriptions are idemflow's own problem types' texts, served at GET
+// /problems/{slug}; an operation's rejections are described in its
+// declaration (op.Spec.Rejections).
+var descriptions = map[string]string{
 	TypeInvalidKey:        "The Idempotency-Key header is missing or malformed: it must be 1 to 255 visible ASCII characters with no comma or whitespace. Nothing was recorded.",
 	TypeInvalidRequest:    "The body is not valid JSON, has unknown fields or invalid values. Nothing was recorded: fix the body and retry with the same key.",
 	TypeUnauthorized:      "The bearer token is missing, unknown or revoked.",
@@ -58,16 +62,20 @@ var Descriptions = map[string]string{
 	TypeOutcomeUnknown:    "An HTTP tool's call got no answer that says whether it took effect, and it may not be sent again: an at_most_once tool's call met a timeout, a dropped connection or a 5xx, or the downstream refused the request sent again under the same key after such an answer (a 4xx, or a 409 that outlasted the first request). It may or may not have happened. This answer is final: idemflow never sends the call again under this key. Check with the downstream service before you act on it.",
 	TypeUnsupportedMedia:  "The body is not sent as application/json. Nothing was recorded: send Content-Type: application/json (or none) and retry with the same key.",
 
-	// Business rejections (TypeRejectedPrefix + code): recorded FAILED,
-	// nothing written, and a retry under the same key may execute again.
-	TypeRejectedPrefix + "out-of-stock":     "A business rule rejected the order: an item is out of stock. Nothing was written; a retry under the same key may execute once stock is back.",
-	TypeRejectedPrefix + "unknown-sku":      "A business rule rejected the order: an item's SKU is not in the tenant's catalog. Nothing was written.",
-	TypeRejectedPrefix + "mixed-currency":   "A business rule rejected the order: its items are priced in different currencies. Nothing was written.",
-	TypeRejectedPrefix + "invalid-coupon":   "A business rule rejected the order: the coupon is unknown, used up, or already used by this customer. Nothing was written.",
-	TypeRejectedPrefix + "order-not-found":  "The order named in the path does not exist for this tenant. Nothing was written.",
-	TypeRejectedPrefix + "unknown-action":   "The path names no order action; the actions are pay, cancel, refund and fulfill. Nothing was written.",
+	// The business rejection every operation's step can answer
+	// (TypeRejectedPrefix + code): recorded FAILED, nothing written.
 	TypeRejectedPrefix + "unstorable-input": "The request's parameters could not be stored with its record. Nothing was written: fix the body and retry with the same key.",
 }
+
+// Describe is the text of one of idemflow's own problem types, e.g.
+// TypeKeyReused.
+func Describe(typ string) (string, bool) {
+	d, ok := descriptions[typ]
+	return d, ok
+}
+
+// Types lists idemflow's own problem types.
+func Types() []string { return slices.Sorted(maps.Keys(descriptions)) }
 
 // Problem is an RFC 9457 problem details object with idemflow's extensions.
 type Problem struct {

@@ -13,11 +13,10 @@ import (
 	"maps"
 	"reflect"
 	"slices"
-	"sync"
 
 	"github.com/idemflow/idemflow/activities"
+	"github.com/idemflow/idemflow/httptool"
 	"github.com/idemflow/idemflow/idem"
-	"github.com/idemflow/idemflow/internal/httptool"
 	"github.com/idemflow/idemflow/internal/orders"
 	"github.com/idemflow/idemflow/internal/tickets"
 	"github.com/idemflow/idemflow/migrations"
@@ -39,7 +38,8 @@ type Set struct {
 // reserved are the names that idemflow's other routes, tools, workflows
 // and activities hold, and which no declared operation may take.
 var reserved = struct{ routes, tools, workflows []string }{
-	routes:    []string{"/v1/operations", "/v1/tenant", "/v1/tools", "/v1/orders/{order_no}/{action}"},
+	routes: []string{"/v1/operations", "/v1/operations/{id}", "/v1/tenant", "/v1/tools", "/v1/orders/{order_no}/{action}",
+		"/healthz", "/readyz", "/metrics", "/openapi.json", "/problems/{slug}"},
 	tools:     []string{"get_operation"},
 	workflows: []string{"Reconcile"},
 }
@@ -86,6 +86,11 @@ func New(ops ...*op.Operation) (*Set, error) {
 				return nil, err
 			}
 		}
+		for _, rd := range o.Reads {
+			if err := claim("route", rd.Route, who); err != nil {
+				return nil, err
+			}
+		}
 		if act, ok := pairs[o.Workflow]; !ok || act != o.Activity {
 			for _, c := range [][2]string{{"workflow", o.Workflow}, {"activity", o.Activity}} {
 				if err := claim(c[0], c[1], who); err != nil {
@@ -100,18 +105,6 @@ func New(ops ...*op.Operation) (*Set, error) {
 	return s, nil
 }
 
-// Builtin is the set of the built-ins alone: idemflow's own operations.
-// A Set never changes, so it is built once: registry.Recall, a store's
-// recall in tests, and a gateway or MCP server without a Set of their own
-// ask for it often.
-var Builtin = sync.OnceValue(func() *Set {
-	s, err := New()
-	if err != nil {
-		panic(err) // idemflow's own names, checked by every test
-	}
-	return s
-})
-
 // Schemas are the declared operations' own migrations.
 func (s *Set) Schemas() []migrations.Schema {
 	var out []migrations.Schema
@@ -124,18 +117,8 @@ func (s *Set) Schemas() []migrations.Schema {
 }
 
 // Operations lists the operations: the built-in ones, then the ones given
-// to New, in their order.
-func (s *Set) Operations() []*op.Operation { return s.ops }
-
-// ByWorkflow lists the operations by their workflow (and so activity)
-// name, for the worker to register each pair once.
-func (s *Set) ByWorkflow() map[string][]*op.Operation {
-	out := map[string][]*op.Operation{}
-	for _, o := range s.ops {
-		out[o.Workflow] = append(out[o.Workflow], o)
-	}
-	return out
-}
+// to New, in their order (a copy).
+func (s *Set) Operations() []*op.Operation { return slices.Clone(s.ops) }
 
 // Recall is an idem.Recall over every operation's rows, at the cost of one
 // lookup (idem.KeyRecall): the key's row in idempotency_key names the
@@ -168,7 +151,7 @@ func (s *Set) Guards() []idem.Guard {
 // CommonRejections are the business rejections any type's step can answer:
 // a key whose row was written with other parameters, and parameters that
 // cannot be stored with the record.
-var CommonRejections = []string{"idempotency-key-reused", "unstorable-input"}
+func CommonRejections() []string { return []string{"idempotency-key-reused", "unstorable-input"} }
 
 // Rejections lists every business type with the rejection codes its step
 // can answer, for what must know them before they happen (the metrics
@@ -177,7 +160,7 @@ var CommonRejections = []string{"idempotency-key-reused", "unstorable-input"}
 func (s *Set) Rejections() map[string][]string {
 	out := map[string][]string{}
 	for _, o := range s.ops {
-		out[o.BizType] = append(append([]string(nil), CommonRejections...), slices.Sorted(maps.Keys(o.Rejections))...)
+		out[o.BizType] = append(CommonRejections(), slices.Sorted(maps.Keys(o.Rejections))...)
 	}
 	return out
 }
@@ -192,14 +175,3 @@ func (s *Set) Description(code string) (string, bool) {
 	}
 	return "", false
 }
-
-// Recall is the built-ins' Set.Recall.
-func Recall(ctx context.Context, q idem.Querier, tenantID, key string) (idem.Prior, bool, error) {
-	return Builtin().Recall(ctx, q, tenantID, key)
-}
-
-// Guards is the built-ins' Set.Guards.
-func Guards() []idem.Guard { return Builtin().Guards() }
-
-// Rejections is the built-ins' Set.Rejections.
-func Rejections() map[string][]string { return Builtin().Rejections() }

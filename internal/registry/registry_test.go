@@ -46,23 +46,28 @@ func TestEveryRejectionCodeIsListedAndDescribed(t *testing.T) {
 	if len(found) < 5 {
 		t.Fatalf("found only %v: the scan is broken", found)
 	}
+	set, err := registry.New()
+	if err != nil {
+		t.Fatal(err)
+	}
 	listed := map[string]bool{}
-	for _, codes := range registry.Rejections() {
+	for _, codes := range set.Rejections() {
 		for _, c := range codes {
 			listed[c] = true
 		}
 	}
 	for code, path := range found {
 		if !listed[code] {
-			t.Errorf("%s answers rejection %q, which registry.Rejections does not list", path, code)
+			t.Errorf("%s answers rejection %q, which Set.Rejections does not list", path, code)
 		}
 	}
 	for code := range listed {
-		if _, ok := problem.Descriptions[problem.TypeRejectedPrefix+code]; !ok {
+		_, common := problem.Describe(problem.TypeRejectedPrefix + code)
+		if _, declared := set.Description(code); !common && !declared {
 			t.Errorf("rejection %q has no description at GET /problems/%s", code, code)
 		}
 	}
-	if !slices.Contains(registry.Rejections()["order.create"], "out-of-stock") {
-		t.Errorf("order.create: %v", registry.Rejections()["order.create"])
+	if !slices.Contains(set.Rejections()["order.create"], "out-of-stock") {
+		t.Errorf("order.create: %v", set.Rejections()["order.create"])
 	}
 }

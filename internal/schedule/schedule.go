@@ -144,7 +144,7 @@ func EnsureSearchAttributes(ctx context.Context, c client.Client, namespace stri
 		return fmt.Errorf("list search attributes: %w", err)
 	}
 	missing := map[string]enumspb.IndexedValueType{}
-	for name, typ := range workflows.SearchAttributes {
+	for name, typ := range workflows.SearchAttributes() {
 		if _, ok := have.GetCustomAttributes()[name]; !ok {
 			missing[name] = typ
 		}

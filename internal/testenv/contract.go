@@ -16,6 +16,7 @@ import (
 	"github.com/getkin/kin-openapi/routers"
 	"github.com/getkin/kin-openapi/routers/gorillamux"
 	"github.com/idemflow/idemflow/internal/gateway"
+	"github.com/idemflow/idemflow/internal/registry"
 )
 
 // routers holds a router per OpenAPI document, loaded once per test
@@ -37,7 +38,32 @@ func contractRouter(document []byte) (routers.Router, error) {
 }
 
 // LoadContract loads and validates the gateway's OpenAPI document.
-func LoadContract() (*openapi3.T, error) { return LoadContractFrom(gateway.OpenAPI()) }
+func LoadContract() (*openapi3.T, error) {
+	set, err := registry.New()
+	if err != nil {
+		return nil, err
+	}
+	doc, err := gateway.Contract(set)
+	if err != nil {
+		return nil, err
+	}
+	return LoadContractFrom(doc)
+}
+
+// builtinContract is the contract of a gateway that serves the built-ins
+// alone.
+func builtinContract(t testing.TB) []byte {
+	t.Helper()
+	set, err := registry.New()
+	if err != nil {
+		t.Fatal(err)
+	}
+	doc, err := gateway.Contract(set)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return doc
+}
 
 // LoadContractFrom loads and validates an OpenAPI document.
 func LoadContractFrom(document []byte) (*openapi3.T, error) {
@@ -59,7 +85,7 @@ func LoadContractFrom(document []byte) (*openapi3.T, error) {
 // sent, by tests of bad input; its answer is checked all the same.
 func CheckContract(t testing.TB, method, url string, header http.Header, body []byte, resp Response) {
 	t.Helper()
-	CheckContractOf(t, gateway.OpenAPI(), method, url, header, body, resp)
+	CheckContractOf(t, builtinContract(t), method, url, header, body, resp)
 }
 
 // CheckContractOf is CheckContract against document: the contract a

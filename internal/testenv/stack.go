@@ -12,14 +12,14 @@ import (
 	"time"
 
 	"github.com/idemflow/idemflow/activities"
+	"github.com/idemflow/idemflow/httptool"
 	"github.com/idemflow/idemflow/idem"
-	"github.com/idemflow/idemflow/internal/apispec"
 	"github.com/idemflow/idemflow/internal/gateway"
-	"github.com/idemflow/idemflow/internal/httptool"
 	"github.com/idemflow/idemflow/internal/orders"
 	"github.com/idemflow/idemflow/internal/registry"
 	"github.com/idemflow/idemflow/internal/roundtrip"
 	"github.com/idemflow/idemflow/internal/schedule"
+	"github.com/idemflow/idemflow/internal/service"
 	"github.com/idemflow/idemflow/internal/tenant"
 	"github.com/idemflow/idemflow/internal/tracing"
 	"github.com/idemflow/idemflow/op"
@@ -118,30 +118,30 @@ func NewStack(t testing.TB, opts Options) *Stack {
 	if testing.Verbose() {
 		logger = slog.New(slog.NewTextHandler(testWriter{t}, &slog.HandlerOptions{Level: slog.LevelWarn}))
 	}
-	records := idem.NewStore(pool, idem.Retention{}, set.Recall)
-	records.Waiters = &idem.Waiters{}
-	// As serve does: the worker's settles announce themselves, and the
-	// gateway listens for other processes' (its own are skipped).
-	records.NotifyChannel = idem.SettledChannel
+	if err := schedule.EnsureSearchAttributes(context.Background(), ts.GetDefaultClient(), ts.GetDefaultNamespace()); err != nil {
+		t.Fatal(err)
+	}
+	// Assembled as serve assembles it (service.New), without metrics.
+	svc := service.New(service.Config{Pool: pool, Temporal: ts.GetDefaultClient(), Set: set, Tools: opts.Tools,
+		Logger: logger, Tracing: opts.Tracing, Searchable: true})
 	listenCtx, stopListening := context.WithCancel(context.Background())
 	t.Cleanup(stopListening)
-	go records.Listen(listenCtx, dbURL, logger)
-	// On a pool of its own: its looks are not the stack's round trips.
-	go records.WatchListeners(listenCtx, PoolOn(t, dbURL, func(*pgxpool.Config) {}), WatchInterval, logger)
+	// The worker's looks for listeners go on a pool of their own: they
+	// are not the stack's round trips.
+	svc.Notify(listenCtx, service.Roles{Gateway: true, Worker: true}, dbURL, PoolOn(t, dbURL, func(*pgxpool.Config) {}), WatchInterval)
 	s := &Stack{
 		DatabaseURL: dbURL,
 		Pool:        pool,
 		Temporal:    ts.GetDefaultClient(),
 		Server:      ts,
-		Records:     records,
-		Activities:  activities.New(pool, records, ts.GetDefaultClient(), logger),
+		Records:     svc.Records,
+		Activities:  svc.Activities,
+		Gateway:     svc.Gateway(),
 		Tokens:      map[string]string{},
 		Logger:      logger,
 		Set:         set,
 		t:           t,
 	}
-	s.Activities.Tools = opts.Tools
-	s.Activities.Tracer = opts.Tracing.Tracer()
 	tenants := tenant.NewStore(pool)
 	for _, id := range []string{TenantA, TenantB} {
 		tok, err := tenant.NewToken()
@@ -156,19 +156,8 @@ func NewStack(t testing.TB, opts Options) *Stack {
 		}
 		s.Tokens[id] = tok
 	}
-	if err := schedule.EnsureSearchAttributes(context.Background(), s.Temporal, ts.GetDefaultNamespace()); err != nil {
+	if s.Contract, err = gateway.Contract(set); err != nil {
 		t.Fatal(err)
-	}
-	s.Gateway = gateway.New(pool, s.Temporal, records, logger)
-	s.Gateway.Starter.SearchAttributes = true
-	s.Gateway.Set = set
-	s.Gateway.Tracing = opts.Tracing
-	s.Gateway.Starter.Tracer = opts.Tracing.Tracer()
-	s.Contract = gateway.OpenAPI()
-	if len(opts.Operations) > 0 {
-		if s.Contract, err = apispec.WithOperations(opts.Operations); err != nil {
-			t.Fatal(err)
-		}
 	}
 	srv := httptest.NewServer(s.Gateway.Handler())
 	t.Cleanup(srv.Close)
@@ -185,7 +174,7 @@ func (s *Stack) StartWorker() {
 		return
 	}
 	s.worker = s.Server.NewWorker(workflows.TaskQueue, func(r sdkworker.Registry) {
-		worker.Register(r, s.Activities, s.Set)
+		worker.Register(r, s.Activities, s.Set.Operations())
 	})
 }
 
@@ -218,7 +207,7 @@ func (s *Stack) Do(req Request) Response {
 // test. Call it only from the test's goroutine: from others, use Send.
 func Do(t testing.TB, base string, req Request) Response {
 	t.Helper()
-	return doWith(t, gateway.OpenAPI(), base, req)
+	return doWith(t, builtinContract(t), base, req)
 }
 
 func doWith(t testing.TB, contract []byte, base string, req Request) Response {

@@ -4,6 +4,7 @@ package tickets
 
 import (
 	"context"
+	_ "embed"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -46,9 +47,17 @@ var Create = op.Define(op.Spec[Request, Ticket]{
 		t, err := GetByKey(ctx, q, tenantID, key)
 		return t, err == nil, err
 	},
-	View:  Ticket.answer,
-	Table: "ticket",
+	View:   Ticket.answer,
+	Table:  "ticket",
+	Reads:  []op.Read{{Route: "/v1/tickets/{id}", Get: read}},
+	Answer: op.MustSchema(answerSchema),
 })
+
+// answerSchema is the ticket's JSON Schema: the body of a 201, its
+// replays and GET /v1/tickets/{id} (View).
+//
+//go:embed ticket.schema.json
+var answerSchema []byte
 
 // Normalize applies the default priority before the fingerprint, so that
 // an omitted priority and "normal" are the same intent. Every other rule is
@@ -115,14 +124,6 @@ func (t Ticket) view() View {
 // Location is the ticket's URL path.
 func (t Ticket) Location() string { return "/v1/tickets/" + t.ID.String() }
 
-// Store owns the ticket table.
-type Store struct {
-	db idem.Querier
-}
-
-// NewStore returns a Store over db.
-func NewStore(db idem.Querier) *Store { return &Store{db: db} }
-
 const columns = `id, tenant_id, idem_key, fingerprint, workflow_id, customer_id,
 	title, description, priority, status, created_at`
 
@@ -136,9 +137,26 @@ func scan(row pgx.Row) (Ticket, error) {
 	return t, err
 }
 
-// Get returns a ticket of tenantID; another tenant's ticket is not found.
-func (s *Store) Get(ctx context.Context, tenantID string, id uuid.UUID) (Ticket, error) {
-	return scan(s.db.QueryRow(ctx, `SELECT `+columns+` FROM ticket WHERE id = $1 AND tenant_id = $2`, id, tenantID))
+// Get returns a ticket of tenantID, within q; another tenant's ticket is
+// not found.
+func Get(ctx context.Context, q idem.Querier, tenantID string, id uuid.UUID) (Ticket, error) {
+	return scan(q.QueryRow(ctx, `SELECT `+columns+` FROM ticket WHERE id = $1 AND tenant_id = $2`, id, tenantID))
+}
+
+// read is GET /v1/tickets/{id}: a ticket of the caller's tenant.
+func read(ctx context.Context, q op.Querier, tenantID string, path func(string) string) (json.RawMessage, error) {
+	id, err := uuid.Parse(path("id"))
+	if err != nil {
+		return nil, op.NotFound("no ticket " + path("id"))
+	}
+	t, err := Get(ctx, q, tenantID, id)
+	if errors.Is(err, apperr.ErrNotFound) {
+		return nil, op.NotFound("no ticket " + id.String())
+	}
+	if err != nil {
+		return nil, err
+	}
+	return t.Body(), nil
 }
 
 // GetByKey returns the ticket created under (tenantID, key), within q.

@@ -11,7 +11,7 @@ import (
 	"time"
 
 	"github.com/idemflow/idemflow/agentclient"
-	"github.com/idemflow/idemflow/internal/httptool"
+	"github.com/idemflow/idemflow/httptool"
 	"github.com/idemflow/idemflow/internal/mcpserver"
 	"github.com/idemflow/idemflow/internal/testenv"
 	"github.com/idemflow/idemflow/internal/tracing"
@@ -215,7 +215,7 @@ func TestTheGoClientAndTheMCPServerSendTraceparent(t *testing.T) {
 		t.Errorf("the Go client's request: the gateway's span has parent %s, not the agent's", p)
 	}
 
-	cs := testenv.MCPSession(t, mcpserver.New(mcpserver.Config{BaseURL: s.URL, Token: tok}))
+	cs := testenv.MCPSession(t, mcpserver.New(mcpserver.Config{BaseURL: s.URL, Token: tok, Operations: s.Set.Operations()}))
 	res, err := cs.CallTool(context.Background(), &mcp.CallToolParams{Name: "create_ticket",
 		Meta:      mcp.Meta{"traceparent": "00-8bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"},
 		Arguments: map[string]any{"idempotency_key": "mcp-traced", "customer_id": "c-1", "title": "Traced"}})

@@ -15,9 +15,9 @@ import (
 
 	"github.com/idemflow/idemflow/activities"
 	"github.com/idemflow/idemflow/agentclient"
+	"github.com/idemflow/idemflow/httptool"
 	"github.com/idemflow/idemflow/idem"
 	"github.com/idemflow/idemflow/idemflowtest/downstream"
-	"github.com/idemflow/idemflow/internal/httptool"
 	"github.com/idemflow/idemflow/internal/mcpserver"
 	"github.com/idemflow/idemflow/internal/testenv"
 	"github.com/modelcontextprotocol/go-sdk/mcp"

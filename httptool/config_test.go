@@ -6,7 +6,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/idemflow/idemflow/internal/httptool"
+	"github.com/idemflow/idemflow/httptool"
 	"gopkg.in/yaml.v3"
 )
 
@@ -139,10 +139,10 @@ tools:
 
 // The example file in examples/ is one the loader accepts.
 func TestTheExampleToolsFileLoads(t *testing.T) {
-	if _, err := os.Stat("../../examples/http_tools/tools.yaml"); err != nil {
+	if _, err := os.Stat("../examples/http_tools/tools.yaml"); err != nil {
 		t.Fatal(err)
 	}
-	s, err := httptool.Load("../../examples/http_tools/tools.yaml", env(map[string]string{"BILLING_TOKEN": "t"}))
+	s, err := httptool.Load("../examples/http_tools/tools.yaml", env(map[string]string{"BILLING_TOKEN": "t"}))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -154,7 +154,7 @@ func TestTheExampleToolsFileLoads(t *testing.T) {
 // The README's "HTTP tools" file is examples/http_tools/tools.yaml: the
 // same tools, field for field (their comments differ).
 func TestTheReadmeToolsFileIsTheExample(t *testing.T) {
-	readme, err := os.ReadFile("../../README.md")
+	readme, err := os.ReadFile("../README.md")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -164,7 +164,7 @@ func TestTheReadmeToolsFileIsTheExample(t *testing.T) {
 	if !ok || !ok2 || !ok3 {
 		t.Fatal("the README has no HTTP tools section with a yaml block")
 	}
-	example, err := os.ReadFile("../../examples/http_tools/tools.yaml")
+	example, err := os.ReadFile("../examples/http_tools/tools.yaml")
 	if err != nil {
 		t.Fatal(err)
 	}
