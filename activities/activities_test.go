@@ -9,10 +9,10 @@ import (
 
 	"github.com/idemflow/idemflow/activities"
 	"github.com/idemflow/idemflow/idem"
+	"github.com/idemflow/idemflow/internal/ops/tickets"
 	"github.com/idemflow/idemflow/internal/registry"
 	"github.com/idemflow/idemflow/internal/tenant"
-	"github.com/idemflow/idemflow/internal/testenv"
-	"github.com/idemflow/idemflow/internal/tickets"
+	"github.com/idemflow/idemflow/internal/tooling/testenv"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"go.temporal.io/sdk/temporal"
 )

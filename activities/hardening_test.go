@@ -9,8 +9,8 @@ import (
 
 	"github.com/idemflow/idemflow/activities"
 	"github.com/idemflow/idemflow/idem"
-	"github.com/idemflow/idemflow/internal/testenv"
-	"github.com/idemflow/idemflow/internal/tickets"
+	"github.com/idemflow/idemflow/internal/ops/tickets"
+	"github.com/idemflow/idemflow/internal/tooling/testenv"
 	"go.temporal.io/sdk/temporal"
 )
 

@@ -14,7 +14,7 @@ import (
 	"github.com/idemflow/idemflow/agentclient"
 	"github.com/idemflow/idemflow/idemflowtest/downstream"
 	"github.com/idemflow/idemflow/internal/mcpserver"
-	"github.com/idemflow/idemflow/internal/testenv"
+	"github.com/idemflow/idemflow/internal/tooling/testenv"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 )
 

@@ -5,7 +5,7 @@ import (
 	"slices"
 	"testing"
 
-	"github.com/idemflow/idemflow/internal/testenv"
+	"github.com/idemflow/idemflow/internal/tooling/testenv"
 	"github.com/idemflow/idemflow/migrations"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/tern/v2/migrate"

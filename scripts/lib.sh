@@ -105,13 +105,13 @@ build_typescript() {
 }
 
 # build_schemathesis installs Schemathesis, pinned with hashes
-# (internal/schemathesis/requirements.lock), into internal/schemathesis/.venv
+# (internal/tooling/schemathesis/requirements.lock), into internal/tooling/schemathesis/.venv
 # for the run against the served contract. It needs Python 3.11 or later.
 build_schemathesis() {
   python3 -c 'import sys; sys.exit(sys.version_info < (3, 11))' || die "Schemathesis needs Python 3.11 or later, found $(python3 --version)"
   echo "installing Schemathesis from its lock (pip --require-hashes)..." >&2
   (
-    cd internal/schemathesis
+    cd internal/tooling/schemathesis
     [ -x .venv/bin/python ] || python3 -m venv .venv
     .venv/bin/pip install -q --disable-pip-version-check --require-hashes --no-deps -r requirements.lock
   )

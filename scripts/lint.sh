@@ -21,8 +21,8 @@ go run go.temporal.io/sdk/contrib/tools/workflowcheck@v0.6.0 ./...
 [ -x clients/python/.venv/bin/mypy ] || die "clients/python/.venv is missing: run scripts/test.sh, or (. scripts/lib.sh; build_python)"
 (
   cd clients/python
-  .venv/bin/ruff check src tests ../../examples/python ../../internal/schemathesis
-  .venv/bin/ruff format --check src tests ../../examples/python ../../internal/schemathesis
+  .venv/bin/ruff check src tests ../../examples/python ../../internal/tooling/schemathesis
+  .venv/bin/ruff format --check src tests ../../examples/python ../../internal/tooling/schemathesis
   .venv/bin/mypy src
 )
 echo "lint: clean" >&2

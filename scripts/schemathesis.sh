@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Runs Schemathesis against an idemflow gateway's served contract, with
-# idemflow's own checks (internal/schemathesis/hooks.py) beside every
+# idemflow's own checks (internal/tooling/schemathesis/hooks.py) beside every
 # built-in one. It installs Schemathesis from its lock first.
 #
 #   scripts/schemathesis.sh --url URL --token TOKEN [--token-b TOKEN] [--database-url URL]
@@ -35,7 +35,7 @@ done
 url=${url%/}
 seed=${seed:-$(( (RANDOM << 15) | RANDOM ))}
 
-[ -x internal/schemathesis/.venv/bin/schemathesis ] || build_schemathesis
+[ -x internal/tooling/schemathesis/.venv/bin/schemathesis ] || build_schemathesis
 
 args=(run "$url/openapi.json" --checks all --max-examples "$max_examples" --seed "$seed" --workers 1
   --request-timeout 60 --header "Authorization: Bearer $token")
@@ -47,5 +47,5 @@ else
   export IDEMFLOW_RUN_ID="$seed"
 fi
 echo "schemathesis: seed $seed, $max_examples examples per operation$([ "$read_only" = 1 ] && echo ", read-only (GET)") (--seed $seed reproduces this run)" >&2
-cd internal/schemathesis
+cd internal/tooling/schemathesis
 NO_COLOR=1 exec .venv/bin/schemathesis "${args[@]}" "$@"

@@ -19,7 +19,7 @@ import (
 	"github.com/idemflow/idemflow/httptool"
 	"github.com/idemflow/idemflow/idemflowtest/downstream"
 	"github.com/idemflow/idemflow/internal/mcpserver"
-	"github.com/idemflow/idemflow/internal/testenv"
+	"github.com/idemflow/idemflow/internal/tooling/testenv"
 )
 
 // venv is the Python of the package's virtual environment, with the locked

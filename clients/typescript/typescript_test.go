@@ -26,7 +26,7 @@ import (
 	"github.com/idemflow/idemflow/httptool"
 	"github.com/idemflow/idemflow/idemflowtest/downstream"
 	"github.com/idemflow/idemflow/internal/mcpserver"
-	"github.com/idemflow/idemflow/internal/testenv"
+	"github.com/idemflow/idemflow/internal/tooling/testenv"
 )
 
 // node is the node binary, with the package built.

@@ -15,7 +15,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/idemflow/idemflow/internal/testenv"
+	"github.com/idemflow/idemflow/internal/tooling/testenv"
 )
 
 // python is the Python of clients/python/.venv, where the idemflow package

@@ -14,11 +14,11 @@ import (
 	"time"
 
 	"github.com/idemflow/idemflow/idem"
-	"github.com/idemflow/idemflow/internal/bench"
 	"github.com/idemflow/idemflow/internal/gateway"
 	"github.com/idemflow/idemflow/internal/pgurl"
-	"github.com/idemflow/idemflow/internal/roundtrip"
-	"github.com/idemflow/idemflow/internal/tcpproxy"
+	"github.com/idemflow/idemflow/internal/tooling/bench"
+	"github.com/idemflow/idemflow/internal/tooling/roundtrip"
+	"github.com/idemflow/idemflow/internal/tooling/tcpproxy"
 	"github.com/jackc/pgx/v5"
 	"go.temporal.io/sdk/client"
 )

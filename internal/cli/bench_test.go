@@ -8,8 +8,8 @@ import (
 	"time"
 
 	"github.com/idemflow/idemflow/idem"
-	"github.com/idemflow/idemflow/internal/roundtrip"
-	"github.com/idemflow/idemflow/internal/testenv"
+	"github.com/idemflow/idemflow/internal/tooling/roundtrip"
+	"github.com/idemflow/idemflow/internal/tooling/testenv"
 )
 
 // The bench's network mode takes the database URL the README recommends,

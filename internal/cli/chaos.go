@@ -8,7 +8,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/idemflow/idemflow/internal/chaos"
+	"github.com/idemflow/idemflow/internal/tooling/chaos"
 )
 
 // runChaos runs agents under faults and exits non-zero on any violation.

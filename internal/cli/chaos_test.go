@@ -12,7 +12,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/idemflow/idemflow/internal/chaos"
+	"github.com/idemflow/idemflow/internal/tooling/chaos"
 )
 
 // The short chaos run CI makes, on both topologies: every part of a

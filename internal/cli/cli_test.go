@@ -9,7 +9,7 @@ import (
 	"testing"
 
 	"github.com/idemflow/idemflow/internal/cli"
-	"github.com/idemflow/idemflow/internal/testenv"
+	"github.com/idemflow/idemflow/internal/tooling/testenv"
 	"go.temporal.io/server/temporaltest"
 )
 

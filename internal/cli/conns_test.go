@@ -10,7 +10,7 @@ import (
 	"time"
 
 	"github.com/idemflow/idemflow/internal/pgurl"
-	"github.com/idemflow/idemflow/internal/testenv"
+	"github.com/idemflow/idemflow/internal/tooling/testenv"
 	"github.com/jackc/pgx/v5"
 )
 

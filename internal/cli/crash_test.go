@@ -16,7 +16,7 @@ import (
 	"time"
 
 	"github.com/idemflow/idemflow/internal/cli"
-	"github.com/idemflow/idemflow/internal/testenv"
+	"github.com/idemflow/idemflow/internal/tooling/testenv"
 	"github.com/jackc/pgx/v5"
 	"go.temporal.io/api/workflowservice/v1"
 	"go.temporal.io/server/temporaltest"

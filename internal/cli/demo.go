@@ -6,7 +6,7 @@ import (
 	"path/filepath"
 	"time"
 
-	"github.com/idemflow/idemflow/internal/demo"
+	"github.com/idemflow/idemflow/internal/tooling/demo"
 )
 
 type demoFlags struct {

@@ -14,12 +14,12 @@ import (
 	"strings"
 	"time"
 
-	"github.com/idemflow/idemflow/internal/demo"
-	"github.com/idemflow/idemflow/internal/devserver"
 	"github.com/idemflow/idemflow/internal/metrics"
-	"github.com/idemflow/idemflow/internal/orders"
+	"github.com/idemflow/idemflow/internal/ops/orders"
 	"github.com/idemflow/idemflow/internal/pgurl"
 	"github.com/idemflow/idemflow/internal/tenant"
+	"github.com/idemflow/idemflow/internal/tooling/demo"
+	"github.com/idemflow/idemflow/internal/tooling/devserver"
 	"github.com/idemflow/idemflow/migrations"
 )
 

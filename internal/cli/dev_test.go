@@ -9,7 +9,7 @@ import (
 	"path/filepath"
 	"testing"
 
-	"github.com/idemflow/idemflow/internal/devserver"
+	"github.com/idemflow/idemflow/internal/tooling/devserver"
 )
 
 // dev keeps an existing SQLite store unless told otherwise, and otherwise

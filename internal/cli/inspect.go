@@ -11,7 +11,7 @@ import (
 
 	"github.com/idemflow/idemflow/idem"
 	"github.com/idemflow/idemflow/internal/apperr"
-	"github.com/idemflow/idemflow/internal/orders"
+	"github.com/idemflow/idemflow/internal/ops/orders"
 	commonpb "go.temporal.io/api/common/v1"
 	"go.temporal.io/api/enums/v1"
 	"go.temporal.io/api/history/v1"

@@ -18,7 +18,7 @@ import (
 	"time"
 
 	"github.com/idemflow/idemflow/internal/cli"
-	"github.com/idemflow/idemflow/internal/testenv"
+	"github.com/idemflow/idemflow/internal/tooling/testenv"
 	"go.temporal.io/server/temporaltest"
 	"gopkg.in/yaml.v3"
 )

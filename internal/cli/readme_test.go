@@ -15,7 +15,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/idemflow/idemflow/internal/testenv"
+	"github.com/idemflow/idemflow/internal/tooling/testenv"
 )
 
 // readmeLines returns the command lines of the README's sh blocks, one per

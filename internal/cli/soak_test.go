@@ -11,7 +11,7 @@ import (
 	"time"
 
 	"github.com/idemflow/idemflow/internal/cli"
-	"github.com/idemflow/idemflow/internal/testenv"
+	"github.com/idemflow/idemflow/internal/tooling/testenv"
 )
 
 // A dev stack's memory is flat under steady load: bench --soak holds new

@@ -20,7 +20,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/idemflow/idemflow/internal/testenv"
+	"github.com/idemflow/idemflow/internal/tooling/testenv"
 	"go.temporal.io/server/temporaltest"
 )
 

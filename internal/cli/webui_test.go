@@ -13,7 +13,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/idemflow/idemflow/internal/testenv"
+	"github.com/idemflow/idemflow/internal/tooling/testenv"
 	"go.temporal.io/sdk/client"
 )
 

@@ -9,7 +9,7 @@ import (
 
 	"github.com/idemflow/idemflow/httptool"
 	"github.com/idemflow/idemflow/internal/mcpserver"
-	"github.com/idemflow/idemflow/internal/testenv"
+	"github.com/idemflow/idemflow/internal/tooling/testenv"
 	"github.com/idemflow/idemflow/op"
 	"github.com/jackc/pgx/v5"
 	"github.com/modelcontextprotocol/go-sdk/mcp"

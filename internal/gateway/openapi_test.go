@@ -12,7 +12,7 @@ import (
 
 	"github.com/getkin/kin-openapi/openapi3"
 
-	"github.com/idemflow/idemflow/internal/testenv"
+	"github.com/idemflow/idemflow/internal/tooling/testenv"
 )
 
 // The contract is a valid OpenAPI 3.1 document, served as it is embedded,

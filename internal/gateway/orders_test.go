@@ -12,8 +12,8 @@ import (
 	"testing"
 
 	"github.com/idemflow/idemflow/idem"
-	"github.com/idemflow/idemflow/internal/orders"
-	"github.com/idemflow/idemflow/internal/testenv"
+	"github.com/idemflow/idemflow/internal/ops/orders"
+	"github.com/idemflow/idemflow/internal/tooling/testenv"
 )
 
 func order(s *testenv.Stack, tenantID, key, body string) testenv.Response {

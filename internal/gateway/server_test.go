@@ -10,7 +10,7 @@ import (
 	"time"
 
 	"github.com/idemflow/idemflow/internal/gateway"
-	"github.com/idemflow/idemflow/internal/testenv"
+	"github.com/idemflow/idemflow/internal/tooling/testenv"
 )
 
 func metric(t *testing.T, s *testenv.Stack, line string) bool {

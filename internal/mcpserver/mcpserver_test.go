@@ -12,7 +12,7 @@ import (
 	"time"
 
 	"github.com/idemflow/idemflow/internal/mcpserver"
-	"github.com/idemflow/idemflow/internal/testenv"
+	"github.com/idemflow/idemflow/internal/tooling/testenv"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 )
 

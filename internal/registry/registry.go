@@ -17,8 +17,8 @@ import (
 	"github.com/idemflow/idemflow/activities"
 	"github.com/idemflow/idemflow/httptool"
 	"github.com/idemflow/idemflow/idem"
-	"github.com/idemflow/idemflow/internal/orders"
-	"github.com/idemflow/idemflow/internal/tickets"
+	"github.com/idemflow/idemflow/internal/ops/orders"
+	"github.com/idemflow/idemflow/internal/ops/tickets"
 	"github.com/idemflow/idemflow/migrations"
 	"github.com/idemflow/idemflow/op"
 )

@@ -8,9 +8,9 @@ import (
 	"time"
 
 	"github.com/idemflow/idemflow/idem"
+	"github.com/idemflow/idemflow/internal/ops/tickets"
 	"github.com/idemflow/idemflow/internal/schedule"
-	"github.com/idemflow/idemflow/internal/testenv"
-	"github.com/idemflow/idemflow/internal/tickets"
+	"github.com/idemflow/idemflow/internal/tooling/testenv"
 	"github.com/idemflow/idemflow/workflows"
 	"go.temporal.io/api/workflowservice/v1"
 	"go.temporal.io/sdk/client"

@@ -8,7 +8,7 @@ import (
 	"time"
 
 	"github.com/idemflow/idemflow/internal/tenant"
-	"github.com/idemflow/idemflow/internal/testenv"
+	"github.com/idemflow/idemflow/internal/tooling/testenv"
 )
 
 // A remembered token saves a read per request; a revoked one stops working

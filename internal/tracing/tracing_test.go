@@ -13,7 +13,7 @@ import (
 	"github.com/idemflow/idemflow/agentclient"
 	"github.com/idemflow/idemflow/httptool"
 	"github.com/idemflow/idemflow/internal/mcpserver"
-	"github.com/idemflow/idemflow/internal/testenv"
+	"github.com/idemflow/idemflow/internal/tooling/testenv"
 	"github.com/idemflow/idemflow/internal/tracing"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"

@@ -7,8 +7,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/idemflow/idemflow/internal/demo"
-	"github.com/idemflow/idemflow/internal/testenv"
+	"github.com/idemflow/idemflow/internal/tooling/demo"
+	"github.com/idemflow/idemflow/internal/tooling/testenv"
 )
 
 func TestDemoShowsZeroDuplicatesForIdemflowAndSomeForTheNaiveClient(t *testing.T) {

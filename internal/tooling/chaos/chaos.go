@@ -25,9 +25,9 @@ import (
 	"time"
 
 	"github.com/idemflow/idemflow/idemflowtest/downstream"
-	"github.com/idemflow/idemflow/internal/devserver"
-	"github.com/idemflow/idemflow/internal/orders"
+	"github.com/idemflow/idemflow/internal/ops/orders"
 	"github.com/idemflow/idemflow/internal/tenant"
+	"github.com/idemflow/idemflow/internal/tooling/devserver"
 	"github.com/idemflow/idemflow/migrations"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"go.temporal.io/sdk/client"

@@ -7,9 +7,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/idemflow/idemflow/internal/bench"
-	"github.com/idemflow/idemflow/internal/roundtrip"
-	"github.com/idemflow/idemflow/internal/testenv"
+	"github.com/idemflow/idemflow/internal/tooling/bench"
+	"github.com/idemflow/idemflow/internal/tooling/roundtrip"
+	"github.com/idemflow/idemflow/internal/tooling/testenv"
 )
 
 // The tool itself: every case and reference runs through the real gateway,

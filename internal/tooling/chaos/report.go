@@ -8,7 +8,7 @@ import (
 	"time"
 
 	"github.com/idemflow/idemflow/activities"
-	"github.com/idemflow/idemflow/internal/progress"
+	"github.com/idemflow/idemflow/internal/tooling/progress"
 )
 
 // ClientReport is what one client did and what the checks found for it.

@@ -22,10 +22,10 @@ import (
 	"time"
 
 	"github.com/google/uuid"
-	"github.com/idemflow/idemflow/internal/orders"
-	"github.com/idemflow/idemflow/internal/progress"
-	"github.com/idemflow/idemflow/internal/roundtrip"
-	"github.com/idemflow/idemflow/internal/tickets"
+	"github.com/idemflow/idemflow/internal/ops/orders"
+	"github.com/idemflow/idemflow/internal/ops/tickets"
+	"github.com/idemflow/idemflow/internal/tooling/progress"
+	"github.com/idemflow/idemflow/internal/tooling/roundtrip"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"go.temporal.io/sdk/client"
 )

@@ -8,7 +8,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/idemflow/idemflow/internal/tcpproxy"
+	"github.com/idemflow/idemflow/internal/tooling/tcpproxy"
 )
 
 // echo serves a line-echo server and returns its address.

@@ -20,10 +20,10 @@ import (
 
 	"github.com/google/uuid"
 	"github.com/idemflow/idemflow/agentclient"
-	"github.com/idemflow/idemflow/internal/orders"
+	"github.com/idemflow/idemflow/internal/ops/orders"
+	"github.com/idemflow/idemflow/internal/ops/tickets"
 	"github.com/idemflow/idemflow/internal/pgurl"
-	"github.com/idemflow/idemflow/internal/progress"
-	"github.com/idemflow/idemflow/internal/tickets"
+	"github.com/idemflow/idemflow/internal/tooling/progress"
 )
 
 // Config sizes a demo run.

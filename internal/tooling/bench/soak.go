@@ -13,8 +13,8 @@ import (
 	"time"
 
 	"github.com/google/uuid"
+	"github.com/idemflow/idemflow/internal/ops/tickets"
 	"github.com/idemflow/idemflow/internal/pgurl"
-	"github.com/idemflow/idemflow/internal/tickets"
 )
 
 // SoakConfig says what a soak holds load on, and for how long.

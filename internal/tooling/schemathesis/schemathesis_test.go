@@ -24,7 +24,7 @@ import (
 	"time"
 
 	"github.com/idemflow/idemflow/idemflowtest/downstream"
-	"github.com/idemflow/idemflow/internal/testenv"
+	"github.com/idemflow/idemflow/internal/tooling/testenv"
 	"github.com/jackc/pgx/v5/pgxpool"
 )
 
@@ -49,7 +49,7 @@ func program(t *testing.T) string {
 	bin := filepath.Join(t.TempDir(), "refund_request")
 	// The example is a module of its own: built from its directory.
 	cmd := exec.Command("go", "build", "-o", bin, ".")
-	cmd.Dir = "../../examples/refund_request"
+	cmd.Dir = "../../../examples/refund_request"
 	if out, err := cmd.CombinedOutput(); err != nil {
 		t.Fatalf("go build the example: %v\n%s", err, out)
 	}
@@ -126,7 +126,7 @@ func TestSchemathesisAgainstTheServedContract(t *testing.T) {
 	tokenB := strings.TrimSpace(string(out))
 
 	schemathesis := func(args ...string) ([]byte, error) {
-		cmd := exec.Command("bash", append([]string{"../../scripts/schemathesis.sh", "--url", base, "--token", strings.TrimSpace(string(tokenA))}, args...)...)
+		cmd := exec.Command("bash", append([]string{"../../../scripts/schemathesis.sh", "--url", base, "--token", strings.TrimSpace(string(tokenA))}, args...)...)
 		return cmd.CombinedOutput()
 	}
 

@@ -7,14 +7,14 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/idemflow/idemflow/internal/tickets"
+	"github.com/idemflow/idemflow/internal/ops/tickets"
 )
 
 // The README's table of a ticket's fields says what the declaration's
 // schema enforces: a rule is written in tickets.Create, and the table is
 // held to it, so the two cannot drift.
 func TestTheReadmeTicketTableIsTheDeclaration(t *testing.T) {
-	b, err := os.ReadFile("../../README.md")
+	b, err := os.ReadFile("../../../README.md")
 	if err != nil {
 		t.Fatal(err)
 	}

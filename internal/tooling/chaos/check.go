@@ -12,7 +12,7 @@ import (
 	"github.com/idemflow/idemflow/activities"
 	"github.com/idemflow/idemflow/idem"
 	"github.com/idemflow/idemflow/internal/audit"
-	"github.com/idemflow/idemflow/internal/orders"
+	"github.com/idemflow/idemflow/internal/ops/orders"
 	"github.com/idemflow/idemflow/internal/registry"
 	"github.com/idemflow/idemflow/workflows"
 	"github.com/jackc/pgx/v5"

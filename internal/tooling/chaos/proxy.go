@@ -10,7 +10,7 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/idemflow/idemflow/internal/tcpproxy"
+	"github.com/idemflow/idemflow/internal/tooling/tcpproxy"
 )
 
 // Proxy is a loopback TCP proxy (tcpproxy) that injects faults on the

@@ -17,8 +17,8 @@ import (
 
 	"github.com/google/uuid"
 	"github.com/idemflow/idemflow/agentclient"
-	"github.com/idemflow/idemflow/internal/orders"
-	"github.com/idemflow/idemflow/internal/tickets"
+	"github.com/idemflow/idemflow/internal/ops/orders"
+	"github.com/idemflow/idemflow/internal/ops/tickets"
 	"github.com/jackc/pgx/v5/pgxpool"
 )
 

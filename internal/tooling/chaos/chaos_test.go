@@ -10,8 +10,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/idemflow/idemflow/internal/chaos"
-	"github.com/idemflow/idemflow/internal/testenv"
+	"github.com/idemflow/idemflow/internal/tooling/chaos"
+	"github.com/idemflow/idemflow/internal/tooling/testenv"
 )
 
 func TestParseFaultsSwitchesKindsAndRefusesUnknownOnesAndBadRates(t *testing.T) {

@@ -10,7 +10,7 @@ import (
 
 	"github.com/idemflow/idemflow/idem"
 	"github.com/idemflow/idemflow/internal/apperr"
-	"github.com/idemflow/idemflow/internal/payments"
+	"github.com/idemflow/idemflow/internal/ops/payments"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 )
