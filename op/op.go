@@ -1,10 +1,11 @@
 // Package op declares an idempotent operation once: its name, its request
 // and the rules on it, the step that writes its effect in the record's
 // PostgreSQL transaction, how a key's effect is read back after its record
-// was purged, and the answer's view. Everything else idemflow needs of an
-// operation (its HTTP route, its OpenAPI path, its MCP tool, its workflow
-// and activity, reconcile's recall, audit's guard, the metrics' rejection
-// codes) is derived from the declaration.
+// was purged, the answer's view and schema, its rejections' texts, its
+// reads (GET routes) and its table's migrations. Everything else idemflow
+// needs of an operation (its HTTP route, its OpenAPI paths, its MCP tool,
+// its workflow and activity, reconcile's recall, audit's guard, the
+// metrics' rejection codes) is derived from the declaration.
 //
 // A team declares its own side effect with Define and runs idemflow's roles
 // with it through the idemflow package (examples/refund_request).

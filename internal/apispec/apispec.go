@@ -1,10 +1,12 @@
 // Package apispec holds the gateway's HTTP contract, its OpenAPI 3.1
 // document: what is not derived from the operations' declarations (the
-// answers, headers, problem types and reads), written once, and
-// WithOperations, which writes each declaration's request schema in. The
-// gateway serves the result and the tests check every exchange against
-// it; a rule of a request (a length, an enum, a required field) is written
-// in its declaration alone.
+// headers, the problem types, idemflow's own routes, and the built-ins'
+// paths with their answers' statuses), written once, and WithOperations,
+// which writes each declaration in: its request schema, its answer's
+// schema (a component), its reads. The gateway serves the result and the
+// tests check every exchange against it; a rule of a request (a length, an
+// enum, a required field) or a field of an answer is written in its
+// declaration alone.
 package apispec
 
 import (
@@ -47,8 +49,10 @@ func dig(v any, path ...string) any {
 // WithOperations returns the contract with each declared operation's
 // request schema: in its path where the document describes it (a built-in
 // operation's answers), else in a new path, POST at its route, with the
-// answers every intent can get (the ticket's, whose only business shape is
-// the 201's, which becomes any object).
+// answers every intent can get (the ticket's, whose 201 becomes the
+// operation's answer schema, or any object). Each operation's answer
+// schema is a component (addAnswers) and each of its reads a GET path
+// (addReads).
 func WithOperations(ops []*op.Operation) ([]byte, error) {
 	var doc map[string]any
 	if err := json.Unmarshal(document, &doc); err != nil {

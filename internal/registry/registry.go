@@ -1,10 +1,11 @@
 // Package registry is the list of operations one process knows: idemflow's
-// own (tickets, orders) and the ones a team declared, all of them op
-// declarations. For each it holds how a key's business row is recalled,
-// the unique constraint that guards its rows, the workflow and activity
-// that run its intents and the rejections its step can answer. The record
-// store, the worker, the gateway, MCP, audit, inspect and the metrics read
-// it.
+// own (Builtins: tickets, orders) and the ones a team declared, all of
+// them op declarations. New checks that no two of them, nor idemflow's own
+// routes, tools and workflows, share a name; the Set then says how a key's
+// business row is recalled, which unique constraints guard the rows and
+// which rejections each step can answer. Every process builds its Set
+// once and passes it on (internal/service): the record store, the worker,
+// the gateway, MCP, audit, inspect and the metrics read it.
 package registry
 
 import (

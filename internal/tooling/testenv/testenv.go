@@ -1,6 +1,8 @@
 // Package testenv gives tests the real parts: a fresh PostgreSQL database
-// per test on a real server, and an embedded Temporal server. A missing
-// server fails the test; it is never skipped.
+// per test on a real server, an embedded Temporal server, and the whole
+// service on them assembled as serve assembles it (NewStack, through
+// internal/service). A missing server fails the test; it is never
+// skipped. The public test kit (idemflowtest) is a layer over it.
 package testenv
 
 import (
