@@ -198,10 +198,31 @@ func (stepTx) Rollback(context.Context) error { return errStepEnds }
 // costs two round trips: the step's first statement, sent behind what
 // opens the transaction (BEGIN, the record's lock and the step's
 // savepoint: openingTx), with whatever else the step sends; and one that
-// releases the savepoint, remembers the key, finishes the record, commits
-// and announces it (idem.Store.QueueSettled).
+// sends what the step left for later (op.Later), releases the savepoint,
+// remembers the key, finishes the record, commits and announces it
+// (idem.Store.QueueSettled). A step that sends nothing but later
+// statements costs one: the last pipeline opens the transaction too.
+//
+// A pipeline that carried later statements and failed before its commit
+// is not retried as it was: the execution runs again the long way, each
+// statement sent when the step queues it, so that the step sees its own
+// errors (a value PostgreSQL cannot store, a key already written).
 func (a *Activities) executeLocked(ctx context.Context, in idem.Intent, req interface{ Fingerprint() (string, error) },
 	step func(tx pgx.Tx) (idem.Outcome, error)) (idem.Outcome, error) {
+	out, err := a.executeOnce(ctx, in, req, step, false)
+	if errors.Is(err, errLaterFailed) {
+		a.Logger.DebugContext(ctx, "a pipeline with later statements failed; running the step the long way", "tenant", in.TenantID, "key", in.Key, "error", err)
+		return a.executeOnce(ctx, in, req, step, true)
+	}
+	return out, err
+}
+
+// errLaterFailed: a pipeline that carried the step's later statements
+// failed before its commit; nothing was committed.
+var errLaterFailed = errors.New("the pipeline with the step's later statements failed")
+
+func (a *Activities) executeOnce(ctx context.Context, in idem.Intent, req interface{ Fingerprint() (string, error) },
+	step func(tx pgx.Tx) (idem.Outcome, error), now bool) (idem.Outcome, error) {
 	fingerprint, err := req.Fingerprint()
 	if err != nil {
 		return idem.Outcome{}, temporal.NewNonRetryableApplicationError(err.Error(), idem.ErrTypeForged, err)
@@ -228,16 +249,21 @@ func (a *Activities) executeLocked(ctx context.Context, in idem.Intent, req inte
 
 	// The common case: the record is open for in (the claim just
 	// inserted it), and the step's first statement opens the transaction.
-	first := &openingTx{conn: conn, in: in}
+	first := &openingTx{conn: conn, in: in, now: now}
 	out, err := step(first)
 	rec := idem.Record{TenantID: in.TenantID, Key: in.Key, BizType: in.BizType, Fingerprint: in.Fingerprint,
 		WorkflowID: in.WorkflowID, Attempts: in.Attempt, Status: idem.StatusProcessing}
 	recalled := false
-	switch first.state {
-	case stateOpen:
-	case stateBroken:
+	// opensLate: the step sent nothing but later statements, and the
+	// finishing pipeline opens the transaction with them.
+	opensLate := first.state == stateUnopened && len(first.later) > 0 && err == nil
+	later := first.later
+	switch {
+	case first.state == stateOpen, opensLate:
+	case first.state == stateBroken:
 		return idem.Outcome{}, first.err
 	default:
+		later = nil // the first run's; the step runs again below
 		// A retry after an earlier execution, a purge that raced the
 		// claim, or a step that sent nothing: decide under the lock, and
 		// run the step again if the record is open after all.
@@ -296,6 +322,10 @@ func (a *Activities) executeLocked(ctx context.Context, in idem.Intent, req inte
 	case err != nil:
 		return idem.Outcome{}, err
 	default:
+		if opensLate {
+			idem.QueueOpen(b, in, stepSavepoint)
+		}
+		b.QueuedQueries = append(b.QueuedQueries, later...)
 		b.Queue("RELEASE SAVEPOINT " + stepSavepoint)
 		if !recalled {
 			// In the step's transaction: the key is remembered if and
@@ -312,6 +342,9 @@ func (a *Activities) executeLocked(ctx context.Context, in idem.Intent, req inte
 	})
 	a.Records.QueueSettled(b, rec.TenantID, rec.Key)
 	if err := conn.SendBatch(ctx, b).Close(); err != nil {
+		if !committed && len(later) > 0 {
+			return idem.Outcome{}, fmt.Errorf("%w: %w", errLaterFailed, err)
+		}
 		if !committed {
 			// Anything after a failed statement was skipped, COMMIT too:
 			// the deferred rollback ends the transaction. A connection

@@ -45,6 +45,28 @@ type openingTx struct {
 	state openState
 	err   error
 	tx    pgx.Tx // once open
+	// later are the statements the step queued with op.Later, for the
+	// pipeline that finishes the record; with nothing sent before them,
+	// that pipeline opens the transaction too.
+	later []*pgx.QueuedQuery
+	// now: op.Later sends at once (the long way, after a pipeline that
+	// carried later statements failed).
+	now bool
+}
+
+// Later keeps b's statements for the finishing pipeline (op.Later), or
+// sends them at once on the long way.
+func (t *openingTx) Later(ctx context.Context, b *pgx.Batch) error {
+	switch {
+	case t.now:
+		return t.SendBatch(ctx, b).Close()
+	case t.state == stateNotOpen:
+		return errNotOpen
+	case t.state == stateBroken:
+		return t.err
+	}
+	t.later = append(t.later, b.QueuedQueries...)
+	return nil
 }
 
 // open sends the open with what queue adds to its pipeline, and reads the

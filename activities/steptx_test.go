@@ -7,6 +7,7 @@ import (
 
 	"github.com/idemflow/idemflow/activities"
 	"github.com/idemflow/idemflow/idem"
+	"github.com/idemflow/idemflow/internal/tooling/testenv"
 	"github.com/idemflow/idemflow/op"
 	"github.com/idemflow/idemflow/starter"
 	"github.com/jackc/pgx/v5"
@@ -40,18 +41,7 @@ func TestAStepCannotEndItsTransaction(t *testing.T) {
 		View:  func(struct{}) op.Answer { return op.Answer{Body: map[string]string{}} },
 		Table: "note",
 	})
-	p, err := o.Prepare([]byte(`{"text":"hello"}`), nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	in := starter.OperationIntent(o, "acme", "ends-tx", p)
-	c, err := f.records.Claim(context.Background(), idem.ClaimParams{TenantID: in.TenantID, Key: in.Key, BizType: in.BizType,
-		Fingerprint: in.Fingerprint, WorkflowID: in.WorkflowID})
-	if err != nil {
-		t.Fatal(err)
-	}
-	in.Attempt = c.Record.Attempts
-	_, err = activities.Operation{Activities: f.acts, Ops: []*op.Operation{o}}.Run(context.Background(), in.Input(in.Intent).(op.Input))
+	err := runOperation(t, f, o, "ends-tx", `{"text":"hello"}`)
 	for _, e := range []error{commitErr, rollbackErr, err} {
 		if e == nil || !strings.Contains(e.Error(), "must not end its transaction") {
 			t.Errorf("a step ending its transaction: %v", e)
@@ -64,5 +54,94 @@ func TestAStepCannotEndItsTransaction(t *testing.T) {
 	rec, err := f.records.Get(context.Background(), "acme", "ends-tx")
 	if err != nil || rec.Status != idem.StatusProcessing {
 		t.Errorf("record %s %v, want PROCESSING (nothing committed)", rec.Status, err)
+	}
+}
+
+// runOperation claims key for o with body, as the gateway does, and runs
+// o's activity once.
+func runOperation(t *testing.T, f fixture, o *op.Operation, key, body string) error {
+	t.Helper()
+	p, err := o.Prepare([]byte(body), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	in := starter.OperationIntent(o, "acme", key, p)
+	c, err := f.records.Claim(context.Background(), idem.ClaimParams{TenantID: in.TenantID, Key: in.Key, BizType: in.BizType,
+		Fingerprint: in.Fingerprint, WorkflowID: in.WorkflowID})
+	if err != nil {
+		t.Fatal(err)
+	}
+	in.Attempt = c.Record.Attempts
+	_, err = activities.Operation{Activities: f.acts, Ops: []*op.Operation{o}}.Run(context.Background(), in.Input(in.Intent).(op.Input))
+	return err
+}
+
+// What a step queues for later (op.Later) is in its transaction: it
+// commits with the record, after what the step sent itself, or not at all
+// when the step refuses; on a transaction that is not an execution's it is
+// sent at once.
+func TestLaterStatementsCommitWithTheRecordOrNotAtAll(t *testing.T) {
+	f := setup(t)
+	ctx := context.Background()
+	if _, err := f.pool.Exec(ctx, `CREATE TABLE note (tenant_id text, idem_key text, text text, seq serial, UNIQUE (tenant_id, idem_key, text))`); err != nil {
+		t.Fatal(err)
+	}
+	o := op.Define(op.Spec[noteRequest, struct{}]{
+		Name: "later_note",
+		Step: func(ctx context.Context, tx pgx.Tx, in op.In[noteRequest]) (struct{}, error) {
+			// Queued before the step's own statement, sent after it.
+			b := &pgx.Batch{}
+			b.Queue(`INSERT INTO note (tenant_id, idem_key, text) VALUES ($1, $2, 'later')`, in.TenantID, in.Key)
+			if err := op.Later(ctx, tx, b); err != nil {
+				return struct{}{}, err
+			}
+			if _, err := tx.Exec(ctx, `INSERT INTO note (tenant_id, idem_key, text) VALUES ($1, $2, 'now')`, in.TenantID, in.Key); err != nil {
+				return struct{}{}, err
+			}
+			if in.Request.Text == "refuse" {
+				return struct{}{}, &op.Rejection{Code: "refused", Reason: "asked to"}
+			}
+			return struct{}{}, nil
+		},
+		Lookup: func(context.Context, op.Querier, string, string) (struct{}, bool, error) {
+			return struct{}{}, false, nil
+		},
+		View:       func(struct{}) op.Answer { return op.Answer{Body: map[string]string{}} },
+		Table:      "note",
+		Rejections: map[string]string{"refused": "The step was asked to refuse."},
+	})
+	if err := runOperation(t, f, o, "done", `{"text":"write"}`); err != nil {
+		t.Fatal(err)
+	}
+	var order string
+	if err := f.pool.QueryRow(ctx, `SELECT string_agg(text, ',' ORDER BY seq) FROM note WHERE idem_key = 'done'`).Scan(&order); err != nil || order != "now,later" {
+		t.Errorf("notes %q (%v), want the step's own statement, then the later one", order, err)
+	}
+	if rec, err := f.records.Get(ctx, "acme", "done"); err != nil || rec.Status != idem.StatusSuccess {
+		t.Errorf("record %s %v, want SUCCESS", rec.Status, err)
+	}
+
+	if err := runOperation(t, f, o, "refused", `{"text":"refuse"}`); err == nil || !strings.Contains(err.Error(), "refused") {
+		t.Errorf("a refusal: %v", err)
+	}
+	if n := testenv.Count(t, f.pool, "note", "idem_key = 'refused'"); n != 0 {
+		t.Errorf("a refused step's later statement committed: %d notes", n)
+	}
+	if rec, err := f.records.Get(ctx, "acme", "refused"); err != nil || rec.Status != idem.StatusFailed {
+		t.Errorf("record %s %v, want FAILED", rec.Status, err)
+	}
+
+	tx, err := f.pool.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = tx.Rollback(ctx) }()
+	b := &pgx.Batch{}
+	b.Queue(`INSERT INTO note (tenant_id, idem_key, text) VALUES ('acme', 'plain', 'later')`)
+	if err := op.Later(ctx, tx, b); err != nil {
+		t.Fatal(err)
+	}
+	if n := testenv.Count(t, tx, "note", "idem_key = 'plain'"); n != 1 {
+		t.Errorf("op.Later on a plain transaction: %d notes, want it sent at once", n)
 	}
 }

@@ -648,6 +648,27 @@ func SchemaFor[T any](rules func(s *Schema)) *Schema {
 	return sch
 }
 
+// Later queues b's statements in the step's transaction, to be sent after
+// the step returns, in the pipeline that finishes the intent's record and
+// commits: a step whose last writes need no answer from PostgreSQL (an
+// INSERT of a row built in Go) saves their round trip, and one that sends
+// nothing else (a ticket) is opened, written and committed in a single
+// round trip. They run after every statement the step sends itself, so a
+// step must not read what it queued. Their results are not read; a
+// failure among them fails
+// the pipeline, and the execution then runs the step again the long way,
+// each statement sent when the step queues it (so an error is seen as
+// the step's own, e.g. a value PostgreSQL cannot store). On a transaction
+// that is not an execution's (a test's), b is sent at once.
+func Later(ctx context.Context, tx pgx.Tx, b *pgx.Batch) error {
+	if l, ok := tx.(interface {
+		Later(ctx context.Context, b *pgx.Batch) error
+	}); ok {
+		return l.Later(ctx, b)
+	}
+	return tx.SendBatch(ctx, b).Close()
+}
+
 // MustSchema parses a JSON Schema written as JSON (an embedded file), for
 // Spec.Answer; it panics on one that does not parse.
 func MustSchema(raw []byte) *Schema {

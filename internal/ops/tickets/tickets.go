@@ -40,8 +40,13 @@ var Create = op.Define(op.Spec[Request, Ticket]{
 	Summary: func(r Request) string {
 		return fmt.Sprintf("ticket for %s: %s", r.CustomerID, truncate(r.Title, 80))
 	},
+	// The row is built in Go, so its INSERT needs no answer: it rides in
+	// the pipeline that opens the transaction, finishes the record and
+	// commits (op.Later), one round trip for a new ticket.
 	Step: func(ctx context.Context, tx pgx.Tx, in op.In[Request]) (Ticket, error) {
-		return Insert(ctx, tx, New(in))
+		b := &pgx.Batch{}
+		t := queueInsert(b, New(in))
+		return t, op.Later(ctx, tx, b)
 	},
 	Lookup: func(ctx context.Context, q op.Querier, tenantID, key string) (Ticket, bool, error) {
 		t, err := GetByKey(ctx, q, tenantID, key)
@@ -168,17 +173,35 @@ func GetByKey(ctx context.Context, q idem.Querier, tenantID, key string) (Ticket
 // PostgreSQL's precision, so the stored row renders exactly like the body
 // returned now.
 func Insert(ctx context.Context, q idem.Querier, t Ticket) (Ticket, error) {
+	t = stored(t)
+	if _, err := q.Exec(ctx, insertSQL, t.insertArgs()...); err != nil {
+		return Ticket{}, fmt.Errorf("insert ticket %s/%s: %w", t.TenantID, t.IdempotencyKey, err)
+	}
+	return t, nil
+}
+
+// queueInsert queues t's INSERT on b and returns the row as it is stored.
+func queueInsert(b *pgx.Batch, t Ticket) Ticket {
+	t = stored(t)
+	b.Queue(insertSQL, t.insertArgs()...)
+	return t
+}
+
+// stored is t as the table keeps it: created_at cut to microseconds, the
+// status set.
+func stored(t Ticket) Ticket {
 	t.CreatedAt = t.CreatedAt.UTC().Truncate(time.Microsecond)
 	if t.Status == "" {
 		t.Status = StatusOpen
 	}
-	_, err := q.Exec(ctx, `INSERT INTO ticket (`+columns+`) VALUES ($1,$2,$3,$4,$5,$6,$7,$8,$9,$10,$11)`,
-		t.ID, t.TenantID, t.IdempotencyKey, t.Fingerprint, t.WorkflowID, t.CustomerID,
-		t.Title, t.Description, t.Priority, t.Status, t.CreatedAt)
-	if err != nil {
-		return Ticket{}, fmt.Errorf("insert ticket %s/%s: %w", t.TenantID, t.IdempotencyKey, err)
-	}
-	return t, nil
+	return t
+}
+
+const insertSQL = `INSERT INTO ticket (` + columns + `) VALUES ($1,$2,$3,$4,$5,$6,$7,$8,$9,$10,$11)`
+
+func (t Ticket) insertArgs() []any {
+	return []any{t.ID, t.TenantID, t.IdempotencyKey, t.Fingerprint, t.WorkflowID, t.CustomerID,
+		t.Title, t.Description, t.Priority, t.Status, t.CreatedAt}
 }
 
 // New builds the row for a create intent. The ID and time are made here, in
