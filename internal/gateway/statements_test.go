@@ -91,6 +91,8 @@ func countStatements(t *testing.T, ops []*op.Operation) {
 		}
 	}
 	warm(s, testenv.Request{Path: "/v1/tickets", Token: tok, Key: "t", Body: ticketBody}, true)
+	const orderBody = `{"customer_id":"c-1","items":[{"sku":"SKU-MOUSE","quantity":1}]}`
+	warm(s, testenv.Request{Path: "/v1/orders", Token: tok, Key: "o", Body: orderBody}, true)
 
 	count := func(name string, req testenv.Request, status int, want cost) []string {
 		t.Helper()
@@ -138,6 +140,12 @@ func countStatements(t *testing.T, ops []*op.Operation) {
 	// ran inside it). The request was woken before it needed the run's
 	// history (starter.HistoryPollAfter).
 	trips := count("a new ticket", ticket, 201, cost{sql: 2, rpc: []string{"StartWorkflowExecution", "RespondWorkflowTaskCompleted"}})
+	// 3: the claim; the step's transaction opened with its read of the
+	// catalog under row locks (pricing needs the answer); and its writes
+	// (the order, its lines, the stock, the event; op.Later) with the
+	// record's finish and COMMIT.
+	count("a new order", testenv.Request{Path: "/v1/orders", Token: tok, Key: "cost-order", Body: orderBody}, 201,
+		cost{sql: 3, rpc: []string{"StartWorkflowExecution", "RespondWorkflowTaskCompleted"}})
 	notified := regexp.MustCompile(`COMMIT; .*pg_notify`)
 	if last := trips[len(trips)-1]; strings.Contains(last, "pg_notify") {
 		t.Errorf("a notification, although no other process listens: %s", last)

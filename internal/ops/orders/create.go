@@ -74,8 +74,10 @@ func create(ctx context.Context, tx pgx.Tx, in op.In[CreateRequest], now time.Ti
 		return Order{}, nil, err
 	}
 	// What follows depends on nothing it returns but counts: one batch,
-	// one round trip, whatever the number of lines. A line out of stock
-	// stops it, and the caller rolls back what the rest wrote.
+	// sent with the commit (op.Later), whatever the number of lines. A
+	// line out of stock stops it, and nothing commits; the execution then
+	// runs the step again with the batch sent at once, which sees the
+	// rejection here.
 	b := &pgx.Batch{}
 	b.Queue(`INSERT INTO purchase_order
 		(order_no, tenant_id, idem_key, fingerprint, workflow_id, customer_id, status, subtotal_minor,
@@ -105,7 +107,7 @@ func create(ctx context.Context, tx pgx.Tx, in op.In[CreateRequest], now time.Ti
 	o.Status = StatusCreated
 	body := o.Body()
 	queueEvent(b, o.OrderNo, it, StatusInit, StatusCreated, body)
-	if err := tx.SendBatch(ctx, b).Close(); err != nil {
+	if err := op.Later(ctx, tx, b); err != nil {
 		var rejected *apperr.RejectedError
 		if errors.As(err, &rejected) {
 			return Order{}, nil, rejected
