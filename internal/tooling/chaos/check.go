@@ -13,6 +13,7 @@ import (
 	"github.com/idemflow/idemflow/idem"
 	"github.com/idemflow/idemflow/internal/audit"
 	"github.com/idemflow/idemflow/internal/ops/orders"
+	"github.com/idemflow/idemflow/internal/ops/tickets"
 	"github.com/idemflow/idemflow/internal/registry"
 	"github.com/idemflow/idemflow/workflows"
 	"github.com/jackc/pgx/v5"
@@ -53,14 +54,14 @@ func (r *run) check(ctx context.Context, rep *Report) error {
 	for i, st := range []*ClientReport{c, n} {
 		var dups int
 		if err := r.admin.QueryRow(ctx, `SELECT coalesce(sum(n - 1), 0) FROM (
-				SELECT count(*) AS n FROM ticket WHERE tenant_id = $1 GROUP BY title
-				UNION ALL SELECT count(*) FROM purchase_order WHERE tenant_id = $1 GROUP BY customer_id) x WHERE n > 1`,
+				SELECT count(*) AS n FROM `+tickets.Create.Table+` WHERE tenant_id = $1 GROUP BY title
+				UNION ALL SELECT count(*) FROM `+orders.Create.Table+` WHERE tenant_id = $1 GROUP BY customer_id) x WHERE n > 1`,
 			r.tenants[i]).Scan(&dups); err != nil {
 			return err
 		}
 		st.LogicalDuplicates = dups
-		if err := r.admin.QueryRow(ctx, `SELECT (SELECT count(*) FROM ticket WHERE tenant_id = $1),
-				(SELECT count(*) FROM purchase_order WHERE tenant_id = $1), (SELECT count(*) FROM order_event WHERE tenant_id = $1)`,
+		if err := r.admin.QueryRow(ctx, `SELECT (SELECT count(*) FROM `+tickets.Create.Table+` WHERE tenant_id = $1),
+				(SELECT count(*) FROM `+orders.Create.Table+` WHERE tenant_id = $1), (SELECT count(*) FROM `+orders.Pay.Table+` WHERE tenant_id = $1)`,
 			r.tenants[i]).Scan(&st.Tickets, &st.Orders, &st.Events); err != nil {
 			return err
 		}
@@ -316,112 +317,20 @@ func (r *run) checkTemporal(ctx context.Context, rep *Report) error {
 	return nil
 }
 
-// checkOrders: legal transitions only, stock and coupons add up, one
-// capture per paid order.
+// checkOrders holds the first tenant's orders to the order domain's own
+// consistency rules (orders.CheckConsistency): legal transitions only,
+// stock and coupons add up, one capture per paid order.
 func (r *run) checkOrders(ctx context.Context, rep *Report) error {
-	tenant := r.tenants[0]
-	rows, err := r.admin.Query(ctx, `SELECT o.order_no, o.status, coalesce(array_agg(e.from_status ORDER BY e.id) FILTER (WHERE e.id IS NOT NULL), '{}'),
-			coalesce(array_agg(e.to_status ORDER BY e.id) FILTER (WHERE e.id IS NOT NULL), '{}')
-		FROM purchase_order o LEFT JOIN order_event e ON e.order_no = o.order_no
-		WHERE o.tenant_id = $1 GROUP BY o.order_no, o.status`, tenant)
+	f, err := orders.CheckConsistency(ctx, r.admin, r.tenants[0], r.initialStock)
 	if err != nil {
 		return err
 	}
-	for rows.Next() {
-		var no, status string
-		var from, to []string
-		if err := rows.Scan(&no, &status, &from, &to); err != nil {
-			rows.Close()
-			return err
-		}
-		at := orders.StatusInit
-		for i := range from {
-			if orders.Status(from[i]) != at || !orders.CanTransition(at, orders.Status(to[i])) {
-				rep.Client.IllegalTransitions++
-				rep.violate("order %s: event %s -> %s from %s", no, from[i], to[i], at)
-			}
-			at = orders.Status(to[i])
-		}
-		if orders.Status(status) != at {
-			rep.Client.IllegalTransitions++
-			rep.violate("order %s is %s, its events end at %s", no, status, at)
-		}
+	rep.Client.IllegalTransitions += f.IllegalTransitions
+	rep.Client.StockOff += f.StockOff
+	rep.Client.CouponsOff += f.CouponsOff
+	rep.Client.DoubleCaptures += f.DoubleCaptures
+	for _, v := range f.Violations {
+		rep.violate("%s", v)
 	}
-	rows.Close()
-	if err := rows.Err(); err != nil {
-		return err
-	}
-
-	// Stock: every unit is on sale, reserved by a live order, or shipped.
-	srows, err := r.admin.Query(ctx, `SELECT p.sku, p.stock, p.reserved,
-			coalesce((SELECT sum(i.quantity) FROM order_item i JOIN purchase_order o ON o.order_no = i.order_no
-				WHERE o.tenant_id = p.tenant_id AND i.sku = p.sku AND o.status IN ('CREATED', 'PAID')), 0),
-			coalesce((SELECT sum(i.quantity) FROM order_item i JOIN purchase_order o ON o.order_no = i.order_no
-				WHERE o.tenant_id = p.tenant_id AND i.sku = p.sku AND o.status = 'FULFILLED'), 0)
-		FROM product p WHERE p.tenant_id = $1`, tenant)
-	if err != nil {
-		return err
-	}
-	for srows.Next() {
-		var sku string
-		var stock, reserved, live, shipped int
-		if err := srows.Scan(&sku, &stock, &reserved, &live, &shipped); err != nil {
-			srows.Close()
-			return err
-		}
-		if reserved != live || stock+reserved+shipped != r.initialStock[sku] {
-			rep.Client.StockOff++
-			rep.violate("%s: stock %d + reserved %d (live orders hold %d) + shipped %d != %d at start", sku, stock, reserved, live, shipped, r.initialStock[sku])
-		}
-	}
-	srows.Close()
-	if err := srows.Err(); err != nil {
-		return err
-	}
-	crows, err := r.admin.Query(ctx, `SELECT c.code, c.uses, (SELECT count(*) FROM coupon_redemption x WHERE x.tenant_id = c.tenant_id AND x.code = c.code)
-		FROM coupon c WHERE c.tenant_id = $1`, tenant)
-	if err != nil {
-		return err
-	}
-	for crows.Next() {
-		var code string
-		var uses, redeemed int
-		if err := crows.Scan(&code, &uses, &redeemed); err != nil {
-			crows.Close()
-			return err
-		}
-		if uses != redeemed {
-			rep.Client.CouponsOff++
-			rep.violate("coupon %s: uses %d, redemptions %d", code, uses, redeemed)
-		}
-	}
-	crows.Close()
-	if err := crows.Err(); err != nil {
-		return err
-	}
-
-	// Payments: one charge per paid order, none for an unpaid one.
-	prows, err := r.admin.Query(ctx, `SELECT o.order_no, o.status,
-			count(p.*) FILTER (WHERE p.status = 'captured'), count(p.*) FILTER (WHERE p.status = 'refunded')
-		FROM purchase_order o LEFT JOIN payment_charge p ON p.order_no = o.order_no
-		WHERE o.tenant_id = $1 GROUP BY o.order_no, o.status`, tenant)
-	if err != nil {
-		return err
-	}
-	defer prows.Close()
-	for prows.Next() {
-		var no, status string
-		var captured, refunded int
-		if err := prows.Scan(&no, &status, &captured, &refunded); err != nil {
-			return err
-		}
-		want := map[string][2]int{"PAID": {1, 0}, "FULFILLED": {1, 0}, "REFUNDED": {0, 1}}[status]
-		if captured+refunded > 1 {
-			rep.Client.DoubleCaptures++
-		}
-		if captured != want[0] || refunded != want[1] {
-			rep.violate("order %s (%s): %d captured, %d refunded charges", no, status, captured, refunded)
-		}
-	}
-	return prows.Err()
+	return nil
 }
