@@ -36,7 +36,9 @@ var errNotOpen = errors.New("the intent's record is not open for this execution"
 // so that opening costs no round trip of its own. A record that is not
 // open for the intent aborts the pipeline at the lock, before the step's
 // statement, and every statement of the step then fails with errNotOpen.
-// Once open, it is pgx's transaction.
+// Once open, it is pgx's transaction. What the step queues with op.Later
+// it keeps for the finishing pipeline (executeOnce), which, when the step
+// sent nothing itself, opens the transaction too.
 //
 // Like stepTx, it cannot be committed or rolled back by the step.
 type openingTx struct {
