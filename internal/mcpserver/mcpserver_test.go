@@ -6,6 +6,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"reflect"
+	"slices"
 	"sort"
 	"strings"
 	"testing"
@@ -88,9 +89,15 @@ func exercise(t *testing.T, s *testenv.Stack, cs *mcp.ClientSession) {
 			}
 		}
 	}
+	// One tool per operation the gateway serves, and get_operation.
+	want := []string{"get_operation"}
+	for _, o := range s.Set.Operations() {
+		want = append(want, o.Tool)
+	}
 	sort.Strings(names)
-	if strings.Join(names, ",") != "cancel_order,create_order,create_ticket,fulfill_order,get_operation,pay_order,refund_order" {
-		t.Fatalf("tools %v", names)
+	sort.Strings(want)
+	if !slices.Equal(names, want) || !slices.Contains(names, "create_ticket") || !slices.Contains(names, "pay_order") {
+		t.Fatalf("tools %v, want %v", names, want)
 	}
 
 	first, a := call(t, cs, "create_ticket", ticketArgs)

@@ -26,6 +26,7 @@ import (
 
 	"github.com/idemflow/idemflow/idemflowtest/downstream"
 	"github.com/idemflow/idemflow/internal/ops/orders"
+	"github.com/idemflow/idemflow/internal/registry"
 	"github.com/idemflow/idemflow/internal/tenant"
 	"github.com/idemflow/idemflow/internal/tooling/devserver"
 	"github.com/idemflow/idemflow/migrations"
@@ -230,6 +231,8 @@ func (c *Config) local() bool { return c.URL == "" }
 
 // run is one chaos run's state.
 type run struct {
+	// set is the operations of the processes chaos runs (registry.New).
+	set    *registry.Set
 	cfg    Config
 	log    *slog.Logger
 	dir    string
@@ -330,7 +333,11 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 	if cfg.local() && len(cfg.TargetFaults) > 0 {
 		return nil, errors.New("chaos: target faults name what may be done to a deployment given by URL; a local stack has every fault")
 	}
-	r := &run{cfg: cfg, log: cfg.Logger, faults: map[Kind]int{}, rng: rand.New(rand.NewPCG(cfg.Seed, 7))}
+	set, err := registry.New()
+	if err != nil {
+		return nil, err
+	}
+	r := &run{cfg: cfg, set: set, log: cfg.Logger, faults: map[Kind]int{}, rng: rand.New(rand.NewPCG(cfg.Seed, 7))}
 	r.startedAt = time.Now()
 	ctx, r.fail = context.WithCancelCause(ctx)
 	defer r.fail(nil)
@@ -509,7 +516,9 @@ func (r *run) up(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	if _, _, err := migrations.MigrateURL(ctx, dbURL); err != nil {
+	// As 'idemflow migrate' does for the processes chaos runs: the
+	// built-ins, with their own migrations (HTTP tools have none).
+	if _, _, err := migrations.MigrateURL(ctx, dbURL, r.set.Schemas()...); err != nil {
 		return err
 	}
 	if r.admin, err = openAdmin(ctx, dbURL); err != nil {

@@ -14,7 +14,6 @@ import (
 	"github.com/idemflow/idemflow/internal/audit"
 	"github.com/idemflow/idemflow/internal/ops/orders"
 	"github.com/idemflow/idemflow/internal/ops/tickets"
-	"github.com/idemflow/idemflow/internal/registry"
 	"github.com/idemflow/idemflow/workflows"
 	"github.com/jackc/pgx/v5"
 	"go.temporal.io/api/serviceerror"
@@ -32,11 +31,9 @@ func (r *run) check(ctx context.Context, rep *Report) error {
 
 	// Invariant 1: at most one row per (tenant, key), by constraint (the
 	// audit checks the constraints are there) and by count.
-	set, err := registry.New() // the processes chaos runs: the built-ins, and HTTP tools (whose guard is idemflow's own)
-	if err != nil {
-		return err
-	}
-	a, err := audit.Run(ctx, r.admin, idem.NewStore(r.admin, idem.Retention{}, nil), set.Guards(), r.cfg.ProcessingTimeout)
+	// The processes' guards: the built-ins', and the HTTP tools' (whose
+	// table is idemflow's own).
+	a, err := audit.Run(ctx, r.admin, idem.NewStore(r.admin, idem.Retention{}, nil), r.set.Guards(), r.cfg.ProcessingTimeout)
 	if err != nil {
 		return err
 	}

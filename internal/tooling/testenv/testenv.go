@@ -10,11 +10,13 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"os"
+	"slices"
 	"testing"
 	"time"
 
 	"github.com/idemflow/idemflow/idem"
 	"github.com/idemflow/idemflow/internal/pgurl"
+	"github.com/idemflow/idemflow/internal/registry"
 	"github.com/idemflow/idemflow/internal/tooling/devserver"
 	"github.com/idemflow/idemflow/migrations"
 	"github.com/jackc/pgx/v5"
@@ -32,8 +34,9 @@ func AdminURL() string {
 	return DefaultAdminURL
 }
 
-// Database creates an empty, migrated database (idemflow's schema and
-// schemas) and drops it when the test ends. It returns the database's URL.
+// Database creates an empty, migrated database (idemflow's schema, the
+// built-in operations' own and schemas) and drops it when the test ends.
+// It returns the database's URL.
 func Database(t testing.TB, schemas ...migrations.Schema) string {
 	t.Helper()
 	return DatabaseWith(t, Setup{}, schemas...)
@@ -51,10 +54,22 @@ type Setup struct {
 // DatabaseWith is Database on a database made as setup says.
 func DatabaseWith(t testing.TB, setup Setup, schemas ...migrations.Schema) string {
 	t.Helper()
+	// As 'migrate' does, the built-ins' own migrations (a built-in
+	// declared with Migrations) are applied with idemflow's.
+	builtins, err := registry.New()
+	if err != nil {
+		t.Fatal(err)
+	}
+	all := builtins.Schemas()
+	for _, s := range schemas {
+		if !slices.ContainsFunc(all, func(b migrations.Schema) bool { return b.Name == s.Name }) {
+			all = append(all, s)
+		}
+	}
 	u := emptyDatabase(t, setup)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	if _, _, err := migrations.MigrateURL(ctx, u, schemas...); err != nil {
+	if _, _, err := migrations.MigrateURL(ctx, u, all...); err != nil {
 		t.Fatalf("testenv: migrate: %v", err)
 	}
 	return u
