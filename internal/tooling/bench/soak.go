@@ -212,14 +212,20 @@ func (r *SoakReport) judge(metrics []string) {
 		r.Flat = false
 		r.Growths = append(r.Growths, fmt.Sprintf(format, args...))
 	}
-	// The middle third's smallest against the last third's smallest: a
-	// sample may catch a burst, the floor is what stays.
-	floor := func(ss []SoakSample, f func(SoakSample) float64) float64 {
-		v := f(ss[0])
-		for _, s := range ss[1:] {
-			v = min(v, f(s))
+	// The middle third's median against the last third's: a sample may
+	// catch a burst, or a collection that found little live for a
+	// moment (a dev stack's once read 97 MiB between 110s), and the
+	// median is the level that stays.
+	level := func(ss []SoakSample, f func(SoakSample) float64) float64 {
+		vs := make([]float64, len(ss))
+		for i, s := range ss {
+			vs[i] = f(s)
 		}
-		return v
+		slices.Sort(vs)
+		if n := len(vs); n%2 == 0 {
+			return (vs[n/2-1] + vs[n/2]) / 2
+		}
+		return vs[len(vs)/2]
 	}
 	intentsBetween := 0
 	for _, s := range last {
@@ -234,7 +240,7 @@ func (r *SoakReport) judge(metrics []string) {
 				return f(s.Processes[i])
 			}
 		}
-		heapMid, heapLast := floor(mid, proc(func(p ProcessSample) float64 { return p.HeapLive })), floor(last, proc(func(p ProcessSample) float64 { return p.HeapLive }))
+		heapMid, heapLast := level(mid, proc(func(p ProcessSample) float64 { return p.HeapLive })), level(last, proc(func(p ProcessSample) float64 { return p.HeapLive }))
 		perIntent := 0.0
 		if intentsBetween > 0 {
 			perIntent = (heapLast - heapMid) / float64(intentsBetween)
@@ -243,12 +249,12 @@ func (r *SoakReport) judge(metrics []string) {
 		if heapLast-heapMid > HeapAllowance(heapMid) {
 			grew("%s: live heap %s in the middle third, %s in the last (%.0f bytes per intent)", short(u), mib(int64(heapMid)), mib(int64(heapLast)), perIntent)
 		}
-		gMid, gLast := floor(mid, proc(func(p ProcessSample) float64 { return p.Goroutines })), floor(last, proc(func(p ProcessSample) float64 { return p.Goroutines }))
+		gMid, gLast := level(mid, proc(func(p ProcessSample) float64 { return p.Goroutines })), level(last, proc(func(p ProcessSample) float64 { return p.Goroutines }))
 		if gLast > gMid*1.2+50 {
 			grew("%s: %.0f goroutines in the middle third, %.0f in the last", short(u), gMid, gLast)
 		}
 	}
-	cMid, cLast := floor(mid, func(s SoakSample) float64 { return float64(s.Connections) }), floor(last, func(s SoakSample) float64 { return float64(s.Connections) })
+	cMid, cLast := level(mid, func(s SoakSample) float64 { return float64(s.Connections) }), level(last, func(s SoakSample) float64 { return float64(s.Connections) })
 	if cLast > cMid+5 {
 		grew("PostgreSQL connections: %.0f in the middle third, %.0f in the last", cMid, cLast)
 	}
