@@ -655,11 +655,11 @@ func SchemaFor[T any](rules func(s *Schema)) *Schema {
 // nothing else (a ticket) is opened, written and committed in a single
 // round trip. They run after every statement the step sends itself, so a
 // step must not read what it queued. Their results are not read; a
-// failure among them fails
-// the pipeline, and the execution then runs the step again the long way,
-// each statement sent when the step queues it (so an error is seen as
-// the step's own, e.g. a value PostgreSQL cannot store). On a transaction
-// that is not an execution's (a test's), b is sent at once.
+// failure among them fails the pipeline, and the execution then runs the
+// step again the long way, each statement sent when the step queues it
+// (so an error is seen as the step's own, e.g. a value PostgreSQL cannot
+// store). On a transaction that is not an execution's (a test's), b is
+// sent at once.
 func Later(ctx context.Context, tx pgx.Tx, b *pgx.Batch) error {
 	if l, ok := tx.(interface {
 		Later(ctx context.Context, b *pgx.Batch) error

@@ -18,9 +18,10 @@ import (
 )
 
 // New returns a worker on workflows.TaskQueue with every workflow and
-// activity registered (Register), ops being every operation it runs. Start it with Start and stop it with Stop: Stop waits
-// for running activities up to the WorkerStopTimeout, so a deploy does not
-// cut a transaction in half (it would roll back anyway, and be retried).
+// activity registered (Register), ops being every operation it runs.
+// Start it with Start and stop it with Stop: Stop waits for running
+// activities up to the WorkerStopTimeout, so a deploy does not cut a
+// transaction in half (it would roll back anyway, and be retried).
 func New(c client.Client, acts *activities.Activities, ops []*op.Operation) sdkworker.Worker {
 	w := sdkworker.New(c, workflows.TaskQueue, sdkworker.Options{
 		WorkerStopTimeout: 30 * time.Second,

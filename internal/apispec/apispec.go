@@ -175,11 +175,6 @@ func isString(t any) bool {
 // it).
 const HeaderOperationID = "Operation-Id"
 
-// addLinks writes the links a client (or Schemathesis's stateful run)
-// follows from an answer to the next call: from every intent's answer
-// (any 2xx, idemflow's 202 included) to its operation, through the
-// Operation-Id header; from a ticket to its read; from an order, and from
-// each transition of it, to its read and its transitions.
 // addReads writes each operation's GET routes (op.Read) that the document
 // does not: from the document's GET /v1/tickets/{id}, with the route's
 // parameters and a body the declaration does not describe further.
@@ -267,6 +262,11 @@ func addAnswers(doc map[string]any, ops []*op.Operation) (answerRefs, error) {
 	return refs, nil
 }
 
+// addLinks writes the links a client (or Schemathesis's stateful run)
+// follows from an answer to the next call: from every intent's answer
+// (any 2xx, idemflow's 202 included) to its operation, through the
+// Operation-Id header; from a ticket to its read; from an order, and from
+// each transition of it, to its read and its transitions.
 func addLinks(paths map[string]any) error {
 	operation := map[string]any{"operationId": "getOperation",
 		"parameters":  map[string]any{"id": "$response.header." + HeaderOperationID},

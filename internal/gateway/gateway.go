@@ -420,14 +420,10 @@ func (g *Gateway) getOperation(w http.ResponseWriter, r *http.Request, tenantID 
 		return
 	}
 	rec, err := g.Records.GetByID(r.Context(), tenantID, id)
-	switch {
-	case errors.Is(err, apperr.ErrNotFound):
-		writeNotFound(w, "no operation "+id.String())
-	case err != nil:
-		g.unavailable(w, r, err)
-	default:
-		writeJSON(w, http.StatusOK, operationOf(rec))
+	if errors.Is(err, apperr.ErrNotFound) {
+		err = op.NotFound("no operation " + id.String())
 	}
+	g.answerRead(w, r, err, func() { writeJSON(w, http.StatusOK, operationOf(rec)) })
 }
 
 // serveRead answers an operation's GET: the resource, or a 404 that says
@@ -435,14 +431,20 @@ func (g *Gateway) getOperation(w http.ResponseWriter, r *http.Request, tenantID 
 func (g *Gateway) serveRead(rd op.Read) tenantHandler {
 	return func(w http.ResponseWriter, r *http.Request, tenantID string) {
 		body, err := rd.Get(r.Context(), g.DB, tenantID, r.PathValue)
-		switch {
-		case errors.Is(err, apperr.ErrNotFound):
-			writeNotFound(w, err.Error())
-		case err != nil:
-			g.unavailable(w, r, err)
-		default:
-			writeBody(w, body)
-		}
+		g.answerRead(w, r, err, func() { writeBody(w, body) })
+	}
+}
+
+// answerRead ends a tenant's read: found (write), not found for this
+// tenant (a 404 with err's text), or the database failed (503).
+func (g *Gateway) answerRead(w http.ResponseWriter, r *http.Request, err error, write func()) {
+	switch {
+	case errors.Is(err, apperr.ErrNotFound):
+		writeNotFound(w, err.Error())
+	case err != nil:
+		g.unavailable(w, r, err)
+	default:
+		write()
 	}
 }
 

@@ -93,11 +93,6 @@ func (s *Service) Gateway() *gateway.Gateway {
 	return g
 }
 
-// Register registers the worker's workflows and activities on r.
-func (s *Service) Register(r sdkworker.Registry) {
-	worker.Register(r, s.Activities, s.Set.Operations())
-}
-
 // Worker returns a worker on the service's Temporal client.
 func (s *Service) Worker() sdkworker.Worker {
 	return worker.New(s.Temporal, s.Activities, s.Set.Operations())

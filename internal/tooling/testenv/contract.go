@@ -37,28 +37,30 @@ func contractRouter(document []byte) (routers.Router, error) {
 	return load.(func() (routers.Router, error))()
 }
 
-// LoadContract loads and validates the gateway's OpenAPI document.
-func LoadContract() (*openapi3.T, error) {
+// builtinDocument is the contract of a gateway that serves the built-ins
+// alone, built once per test binary (the gateway builds it once too):
+// CheckContract checks every exchange against it.
+var builtinDocument = sync.OnceValues(func() ([]byte, error) {
 	set, err := registry.New()
 	if err != nil {
 		return nil, err
 	}
-	doc, err := gateway.Contract(set)
+	return gateway.Contract(set)
+})
+
+// LoadContract loads and validates the gateway's OpenAPI document.
+func LoadContract() (*openapi3.T, error) {
+	doc, err := builtinDocument()
 	if err != nil {
 		return nil, err
 	}
 	return LoadContractFrom(doc)
 }
 
-// builtinContract is the contract of a gateway that serves the built-ins
-// alone.
+// builtinContract is builtinDocument, or the test's failure.
 func builtinContract(t testing.TB) []byte {
 	t.Helper()
-	set, err := registry.New()
-	if err != nil {
-		t.Fatal(err)
-	}
-	doc, err := gateway.Contract(set)
+	doc, err := builtinDocument()
 	if err != nil {
 		t.Fatal(err)
 	}
