@@ -30,7 +30,8 @@ func runBench(ctx context.Context, env *Env, args []string) error {
 	dbURL := fs.String("database-url", "", "idemflow's PostgreSQL (default: dev.env); the PostgreSQL reference keeps its tables in schema bench_ref there (env DATABASE_URL)")
 	temporalAddr := fs.String("temporal-address", "", "the Temporal frontend idemflow runs on (default: dev.env) (env TEMPORAL_ADDRESS)")
 	namespace := fs.String("namespace", "", "Temporal namespace (default: dev.env, then default) (env TEMPORAL_NAMESPACE)")
-	duration := fs.Duration("duration", 10*time.Second, "how long each case runs")
+	duration := fs.Duration("duration", 10*time.Second, "how long each case measures each target, over all its rounds")
+	rounds := fs.Int("rounds", 4, "measure each case in this many rounds, its targets in turn (reversed every other round), after a warm-up of each: so that the machine's noise falls on all of them alike")
 	clients := fs.String("clients", "1,64", "concurrent clients, comma-separated")
 	pgLatency := fs.Duration("pg-latency", 0, "add this round-trip time to every link to PostgreSQL, idemflow's and the references' alike: the run then measures a serve replica of its own, started in this process behind the delayed links (e.g. 2ms)")
 	temporalLatency := fs.Duration("temporal-latency", 0, "add this round-trip time to every link to Temporal, as --pg-latency does")
@@ -49,8 +50,11 @@ func runBench(ctx context.Context, env *Env, args []string) error {
 		return runSoak(ctx, env, bench.SoakConfig{URL: g.url, Token: g.token, DatabaseURL: firstNonEmpty(*dbURL, devEnv["DATABASE_URL"]),
 			Duration: *soak, Interval: *interval, Clients: *soakClients, ReplayEvery: 4, Out: env.Stdout}, *metrics)
 	}
-	cfg := bench.Config{URL: g.url, Token: g.token, Duration: *duration, Progress: env.Stderr,
+	cfg := bench.Config{URL: g.url, Token: g.token, Duration: *duration, Rounds: *rounds, Progress: env.Stderr,
 		DatabaseURL: firstNonEmpty(*dbURL, devEnv["DATABASE_URL"])}
+	if *rounds < 1 {
+		return fmt.Errorf("%w: --rounds wants a whole number above 0, got %d", errUsage, *rounds)
+	}
 	for _, c := range strings.Split(*clients, ",") {
 		n, err := strconv.Atoi(strings.TrimSpace(c))
 		if err != nil || n < 1 {

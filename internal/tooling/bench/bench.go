@@ -40,9 +40,13 @@ type Config struct {
 	// Temporal is a client of the server idemflow runs on; the workflow
 	// reference runs its own worker on its own task queue through it.
 	Temporal client.Client
-	// Duration of each case; Clients are the concurrencies measured.
+	// Duration of each case and target; Clients are the concurrencies
+	// measured.
 	Duration time.Duration
 	Clients  []int
+	// Rounds splits each target's Duration into slices taken in turn with
+	// the other targets of its case (default 4; see compare).
+	Rounds int
 	// GatewayPID, when known, is the gateway's process, for its peak RSS.
 	GatewayPID int
 	// Progress, when set, shows a progress bar there.
@@ -76,9 +80,12 @@ type Row struct {
 	Clients int
 	Stats
 	// Ratio is the idemflow row's throughput over the reference's, for
-	// the case it is compared with; zero for reference rows.
-	Ratio   float64
-	RatioTo string
+	// the case it is compared with; zero for reference rows. RatioLow and
+	// RatioHigh are the lowest and highest of the rounds' own ratios: how
+	// far the machine's noise moved it during the run.
+	Ratio               float64
+	RatioLow, RatioHigh float64
+	RatioTo             string
 	// SQL and RPCs are the round trips to PostgreSQL and the Temporal
 	// RPCs per request, where Counted.
 	SQL, RPCs float64
@@ -110,27 +117,92 @@ type target struct {
 // of its run with fewer.
 func clientID(clients, c int) int { return clients<<20 | c }
 
-// measure runs t's load, with its round trips per request where counted.
-func (t target) measure(ctx context.Context, bc string, clients int, d time.Duration, tick func()) Row {
-	total := func() (sql, rpcs int) {
-		if t.sql != nil {
-			sql = t.sql.Total()
-		}
-		if t.rpcs != nil {
-			rpcs = t.rpcs.Total()
-		}
-		return sql, rpcs
+// compare measures targets side by side at one concurrency. Each is
+// first warmed up, unmeasured (new connections, the pool's growth, the
+// tail of the case before); then each runs rounds slices of d/rounds, the
+// targets taken in turn and in reverse order every other round (A B, B A,
+// A B, …). Whatever the machine does meanwhile (a checkpoint, a vacuum,
+// the server's background tasks) falls on every target alike, not on
+// whichever one a single slice each happened to be measuring: three runs
+// of one build gave a new ticket at 64 clients 0.78x, 0.94x and 0.99x
+// the bare workflow that way. The first row's ratio is to the second's.
+func compare(ctx context.Context, bc string, targets []target, clients, rounds int, d time.Duration, tick func()) []Row {
+	rounds = max(rounds, 1)
+	slice := d / time.Duration(rounds)
+	warm := min(time.Second, slice)
+	// Each client's requests are numbered across the slices, so that a
+	// key built from the number is new in every slice.
+	next := make([][]int, len(targets))
+	run := func(i int, d time.Duration) sample {
+		t, seq := targets[i], next[i]
+		return load(ctx, clients, d, func(ctx context.Context, c int) (int, error) {
+			n := seq[c]
+			seq[c]++
+			return t.do(ctx, clientID(clients, c), n)
+		})
 	}
-	sql0, rpcs0 := total()
-	row := Row{Case: bc, Target: t.name, Clients: clients, Stats: load(ctx, clients, d, func(ctx context.Context, c, n int) (int, error) {
-		return t.do(ctx, clientID(clients, c), n)
-	}, tick)}
-	sql1, rpcs1 := total()
-	if (t.sql != nil || t.rpcs != nil) && row.Requests > 0 {
-		row.Counted = true
-		row.SQL, row.RPCs = float64(sql1-sql0)/float64(row.Requests), float64(rpcs1-rpcs0)/float64(row.Requests)
+	for i := range targets {
+		next[i] = make([]int, clients)
+		run(i, warm)
+		tick()
 	}
-	return row
+	samples := make([][]sample, len(targets))
+	order := make([]int, len(targets))
+	for r := range rounds {
+		for k := range order {
+			order[k] = k
+		}
+		if r%2 == 1 {
+			slices.Reverse(order)
+		}
+		for _, i := range order {
+			sql0, rpcs0 := targets[i].roundTrips()
+			s := run(i, slice)
+			sql1, rpcs1 := targets[i].roundTrips()
+			s.sql, s.rpcs = sql1-sql0, rpcs1-rpcs0
+			samples[i] = append(samples[i], s)
+			tick()
+		}
+	}
+	rows := make([]Row, len(targets))
+	for i, t := range targets {
+		row := Row{Case: bc, Target: t.name, Clients: clients, Stats: merge(samples[i])}
+		if (t.sql != nil || t.rpcs != nil) && row.Requests > 0 {
+			var sql, rpcs int
+			for _, s := range samples[i] {
+				sql, rpcs = sql+s.sql, rpcs+s.rpcs
+			}
+			row.Counted = true
+			row.SQL, row.RPCs = float64(sql)/float64(row.Requests), float64(rpcs)/float64(row.Requests)
+		}
+		rows[i] = row
+	}
+	if len(rows) > 1 && rows[1].Throughput > 0 {
+		rows[0].Ratio, rows[0].RatioTo = rows[0].Throughput/rows[1].Throughput, targets[1].name
+		for r := range rounds {
+			ours, theirs := merge(samples[0][r:r+1]).Throughput, merge(samples[1][r:r+1]).Throughput
+			if theirs <= 0 {
+				continue
+			}
+			q := ours / theirs
+			if rows[0].RatioLow == 0 || q < rows[0].RatioLow {
+				rows[0].RatioLow = q
+			}
+			rows[0].RatioHigh = max(rows[0].RatioHigh, q)
+		}
+	}
+	return rows
+}
+
+// roundTrips are the target's counted round trips so far.
+func (t target) roundTrips() (sql, rpcs int) {
+	if t.sql != nil {
+		sql = t.sql.Total()
+	}
+	if t.rpcs != nil {
+		rpcs = t.rpcs.Total()
+	}
+	return sql, rpcs
 }
 
 // Run measures every case and returns the report.
@@ -236,11 +308,15 @@ func Run(ctx context.Context, cfg Config) (Report, error) {
 			func(c, _ int) string { return ticket(c, 1) })},
 	}
 
+	rounds := cfg.Rounds
+	if rounds <= 0 {
+		rounds = 4
+	}
 	steps := 0
 	for _, bc := range cases {
-		steps += len(cfg.Clients) * (1 + len(bc.references))
+		steps += len(cfg.Clients) * (1 + len(bc.references)) * (1 + rounds)
 	}
-	bar := progress.New(cfg.Progress, "bench", steps*int(cfg.Duration/time.Second))
+	bar := progress.New(cfg.Progress, "bench", steps)
 	tick := func() { bar.Add(1) }
 
 	rep := Report{Links: cfg.Links}
@@ -251,16 +327,7 @@ func Run(ctx context.Context, cfg Config) (Report, error) {
 					return rep, fmt.Errorf("bench: prepare %s: %w", bc.name, err)
 				}
 			}
-			row := bc.idemflow.measure(ctx, bc.name, clients, cfg.Duration, tick)
-			var refRows []Row
-			for i, ref := range bc.references {
-				refRow := ref.measure(ctx, bc.name, clients, cfg.Duration, tick)
-				if i == 0 && refRow.Throughput > 0 {
-					row.Ratio, row.RatioTo = row.Throughput/refRow.Throughput, ref.name
-				}
-				refRows = append(refRows, refRow)
-			}
-			rep.Rows = append(append(rep.Rows, row), refRows...)
+			rep.Rows = append(rep.Rows, compare(ctx, bc.name, append([]target{bc.idemflow}, bc.references...), clients, rounds, cfg.Duration, tick)...)
 			if ctx.Err() != nil {
 				return rep, ctx.Err()
 			}
@@ -276,38 +343,71 @@ func Run(ctx context.Context, cfg Config) (Report, error) {
 
 // Stats are one case's numbers.
 type Stats struct {
-	Requests   int
-	Errors     int // transport errors and unexpected statuses (5xx)
-	Accepted   int // 202: the intent was still running after the wait
-	Statuses   map[int]int
-	Throughput float64 // answered requests per second
+	Requests int
+	Errors   int // transport errors and unexpected statuses (5xx)
+	Accepted int // 202: the intent was still running after the wait
+	Statuses map[int]int
+	// Throughput is answers per second while the load ran: those that
+	// arrived within the slices, over the slices' length. The answers
+	// to requests still open when a slice ended (each is measured to
+	// its end) count in the latencies, not here: while they drain, fewer
+	// clients are sending, and a slower target would be charged for it.
+	Throughput float64
 	P50, P99   time.Duration
 	P999       time.Duration
 }
 
-// load runs clients concurrent loops of do for d, each call one request.
-// load runs clients for d. Each client's requests begun before d ends are
-// measured to their end, and each client measures at least one: on a
-// loaded machine a case gives a slow number, never none.
-func load(ctx context.Context, clients int, d time.Duration, do func(ctx context.Context, client, n int) (int, error), tick func()) Stats {
-	deadline := time.Now().Add(d)
-	var mu sync.Mutex
-	var lat []time.Duration
+// sample is what one slice of load gave.
+type sample struct {
+	statuses                   map[int]int
+	errors, accepted, inWindow int
+	lat                        []time.Duration
+	window, elapsed            time.Duration
+	sql, rpcs                  int
+}
+
+// merge sums slices into one case's numbers.
+func merge(samples []sample) Stats {
 	st := Stats{Statuses: map[int]int{}}
-	start := time.Now()
-	stopTick := make(chan struct{})
-	go func() {
-		t := time.NewTicker(time.Second)
-		defer t.Stop()
-		for {
-			select {
-			case <-t.C:
-				tick()
-			case <-stopTick:
-				return
-			}
+	var lat []time.Duration
+	var inWindow int
+	var window, elapsed time.Duration
+	for _, s := range samples {
+		for code, n := range s.statuses {
+			st.Statuses[code] += n
 		}
-	}()
+		st.Errors += s.errors
+		st.Accepted += s.accepted
+		lat = append(lat, s.lat...)
+		inWindow += s.inWindow
+		window += s.window
+		elapsed += s.elapsed
+	}
+	st.Requests = len(lat)
+	if len(lat) == 0 {
+		return st
+	}
+	slices.Sort(lat)
+	st.P50, st.P99, st.P999 = quantile(lat, 0.50), quantile(lat, 0.99), quantile(lat, 0.999)
+	if inWindow > 0 {
+		st.Throughput = float64(inWindow) / window.Seconds()
+	} else {
+		// Not one answer within the slices (a loaded machine, a short
+		// run): each client's first request was still measured.
+		st.Throughput = float64(len(lat)) / elapsed.Seconds()
+	}
+	return st
+}
+
+// load runs clients concurrent loops of do for d, each call one request.
+// Each client's requests begun before d ends are measured to their end,
+// and each client measures at least one: on a loaded machine a case gives
+// a slow number, never none.
+func load(ctx context.Context, clients int, d time.Duration, do func(ctx context.Context, client int) (int, error)) sample {
+	start := time.Now()
+	deadline := start.Add(d)
+	var mu sync.Mutex
+	s := sample{statuses: map[int]int{}, window: d}
 	var wg sync.WaitGroup
 	for c := range clients {
 		wg.Add(1)
@@ -315,34 +415,30 @@ func load(ctx context.Context, clients int, d time.Duration, do func(ctx context
 			defer wg.Done()
 			for n := 0; ctx.Err() == nil && (n == 0 || time.Now().Before(deadline)); n++ {
 				t0 := time.Now()
-				status, err := do(ctx, c, n)
-				took := time.Since(t0)
+				status, err := do(ctx, c)
+				end := time.Now()
 				if ctx.Err() != nil {
 					return // the run was stopped: not counted
 				}
 				mu.Lock()
-				st.Requests++
-				st.Statuses[status]++
+				s.statuses[status]++
 				switch {
 				case err != nil || status >= 500:
-					st.Errors++
+					s.errors++
 				case status == http.StatusAccepted:
-					st.Accepted++
+					s.accepted++
 				}
-				lat = append(lat, took)
+				if !end.After(deadline) {
+					s.inWindow++
+				}
+				s.lat = append(s.lat, end.Sub(t0))
 				mu.Unlock()
 			}
 		}()
 	}
 	wg.Wait()
-	close(stopTick)
-	elapsed := time.Since(start)
-	slices.Sort(lat)
-	if len(lat) > 0 {
-		st.P50, st.P99, st.P999 = quantile(lat, 0.50), quantile(lat, 0.99), quantile(lat, 0.999)
-		st.Throughput = float64(len(lat)) / elapsed.Seconds()
-	}
-	return st
+	s.elapsed = time.Since(start)
+	return s
 }
 
 // newPoster returns the load generator's POST: one intent, its status.
@@ -400,7 +496,7 @@ func (r Report) Print(w io.Writer) {
 	for _, row := range r.Rows {
 		ratio := ""
 		if row.RatioTo != "" {
-			ratio = fmt.Sprintf("%.2fx %s", row.Ratio, row.RatioTo)
+			ratio = fmt.Sprintf("%.2fx %s (rounds %.2f-%.2f)", row.Ratio, row.RatioTo, row.RatioLow, row.RatioHigh)
 		}
 		sql, rpcs := "-", "-"
 		if row.Counted {
@@ -409,6 +505,7 @@ func (r Report) Print(w io.Writer) {
 		fmt.Fprintf(w, "%-26s %7d  %-24s %9.0f %9s %9s %9s %6d %6d %5s %5s  %s\n",
 			row.Case, row.Clients, row.Target, row.Throughput, ms(row.P50), ms(row.P99), ms(row.P999), row.Accepted, row.Errors, sql, rpcs, ratio)
 	}
+	fmt.Fprintln(w, "ratio: throughput over the reference's; each case runs its targets in turn, rounds of slices after a warm-up, and (rounds a-b) are the lowest and highest round's own ratio")
 	fmt.Fprintln(w, "SQL, RPC: round trips to PostgreSQL (at the wire) and Temporal RPCs (long polls left out) per request, where counted (-: idemflow in another process; see --pg-latency)")
 	what := "load generator and references"
 	if len(r.Links) > 0 {

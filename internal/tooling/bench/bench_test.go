@@ -23,7 +23,7 @@ func TestBenchMeasuresEveryCaseBesideItsReferences(t *testing.T) {
 	s := testenv.NewStack(t, testenv.Options{Wire: sql, Client: rpcs.ClientOptions()})
 	rep, err := bench.Run(context.Background(), bench.Config{
 		URL: s.URL, Token: s.Tokens[testenv.TenantA], TenantID: testenv.TenantA, DatabaseURL: s.DatabaseURL,
-		Temporal: s.Temporal, Duration: 500 * time.Millisecond, Clients: []int{1, 4},
+		Temporal: s.Temporal, Duration: 500 * time.Millisecond, Clients: []int{1, 4}, Rounds: 2,
 		SQL: sql, RPCs: rpcs, RefRPCs: rpcs,
 	})
 	if err != nil {
