@@ -2,6 +2,7 @@ package activities_test
 
 import (
 	"context"
+	"errors"
 	"strings"
 	"testing"
 
@@ -11,6 +12,7 @@ import (
 	"github.com/idemflow/idemflow/op"
 	"github.com/idemflow/idemflow/starter"
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 )
 
 type noteRequest struct {
@@ -101,6 +103,16 @@ func TestLaterStatementsCommitWithTheRecordOrNotAtAll(t *testing.T) {
 			if in.Request.Text == "refuse" {
 				return struct{}{}, &op.Rejection{Code: "refused", Reason: "asked to"}
 			}
+			if in.Request.Text == "guard" {
+				// A row count checked in Go: by the time it could
+				// object, PostgreSQL has run the COMMIT behind it.
+				g := &pgx.Batch{}
+				g.Queue(`INSERT INTO note (tenant_id, idem_key, text) VALUES ($1, $2, 'guarded')`, in.TenantID, in.Key).
+					Exec(func(pgconn.CommandTag) error { return errors.New("the guard objects") })
+				if err := op.Later(ctx, tx, g); err != nil {
+					return struct{}{}, err
+				}
+			}
 			return struct{}{}, nil
 		},
 		Lookup: func(context.Context, op.Querier, string, string) (struct{}, bool, error) {
@@ -129,6 +141,15 @@ func TestLaterStatementsCommitWithTheRecordOrNotAtAll(t *testing.T) {
 	}
 	if rec, err := f.records.Get(ctx, "acme", "refused"); err != nil || rec.Status != idem.StatusFailed {
 		t.Errorf("record %s %v, want FAILED", rec.Status, err)
+	}
+
+	// A later statement with a result callback is refused: its callback
+	// could not stop the commit sent behind it.
+	if err := runOperation(t, f, o, "guarded", `{"text":"guard"}`); err == nil || !strings.Contains(err.Error(), "result callback") {
+		t.Errorf("a later statement with a callback: %v, want it refused", err)
+	}
+	if n := testenv.Count(t, f.pool, "note", "idem_key = 'guarded'"); n != 0 {
+		t.Errorf("a later statement whose callback objected committed: %d notes", n)
 	}
 
 	tx, err := f.pool.Begin(ctx)

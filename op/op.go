@@ -654,13 +654,22 @@ func SchemaFor[T any](rules func(s *Schema)) *Schema {
 // INSERT of a row built in Go) saves their round trip, and one that sends
 // nothing else (a ticket) is opened, written and committed in a single
 // round trip. They run after every statement the step sends itself, so a
-// step must not read what it queued. Their results are not read; a
-// failure among them fails the pipeline, and the execution then runs the
-// step again the long way, each statement sent when the step queues it
-// (so an error is seen as the step's own, e.g. a value PostgreSQL cannot
-// store). On a transaction that is not an execution's (a test's), b is
-// sent at once.
+// step must not read what it queued. A failure among them fails the
+// pipeline before its commit, and the execution then runs the step again
+// the long way, each statement sent when the step queues it (so an error
+// is seen as the step's own, e.g. a value PostgreSQL cannot store). Their
+// results are not read, and b may hold no result callback (a row count
+// checked in Go): PostgreSQL has run the pipeline's COMMIT by the time a
+// callback could object, so Later refuses such a batch. What a callback
+// would guard must fail in PostgreSQL instead: a constraint, or a
+// statement that raises. On a transaction that is not an execution's (a
+// test's), b is sent at once.
 func Later(ctx context.Context, tx pgx.Tx, b *pgx.Batch) error {
+	for _, q := range b.QueuedQueries {
+		if q.Fn != nil {
+			return fmt.Errorf("op.Later: %q has a result callback, which could not stop the commit sent behind it: send it with tx.SendBatch, or let a constraint refuse what it checks", strings.Join(strings.Fields(q.SQL), " "))
+		}
+	}
 	if l, ok := tx.(interface {
 		Later(ctx context.Context, b *pgx.Batch) error
 	}); ok {

@@ -73,11 +73,13 @@ func create(ctx context.Context, tx pgx.Tx, in op.In[CreateRequest], now time.Ti
 	if err := applyCoupon(ctx, tx, &o); err != nil {
 		return Order{}, nil, err
 	}
-	// What follows depends on nothing it returns but counts: one batch,
-	// sent with the commit (op.Later), whatever the number of lines. A
-	// line out of stock stops it, and nothing commits; the execution then
-	// runs the step again with the batch sent at once, which sees the
-	// rejection here.
+	// What follows depends on nothing it returns: one batch, sent with the
+	// commit (op.Later), whatever the number of lines. The stock was
+	// checked above under the rows' locks; should a line find less all
+	// the same, the product's CHECK (stock >= 0) fails the pipeline before
+	// its commit (a row count checked in Go could not: op.Later), and the
+	// execution runs the step again with the batch sent at once, which
+	// sees the rejection here.
 	b := &pgx.Batch{}
 	b.Queue(`INSERT INTO purchase_order
 		(order_no, tenant_id, idem_key, fingerprint, workflow_id, customer_id, status, subtotal_minor,
@@ -89,13 +91,7 @@ func create(ctx context.Context, tx pgx.Tx, in op.In[CreateRequest], now time.Ti
 		b.Queue(`INSERT INTO order_item (order_no, tenant_id, sku, quantity, unit_price_minor) VALUES ($1,$2,$3,$4,$5)`,
 			o.OrderNo, o.TenantID, l.SKU, l.Quantity, l.UnitPriceMinor)
 		b.Queue(`UPDATE product SET stock = stock - $3, reserved = reserved + $3
-			WHERE tenant_id = $1 AND sku = $2 AND stock >= $3`, o.TenantID, l.SKU, l.Quantity).
-			Exec(func(tag pgconn.CommandTag) error {
-				if tag.RowsAffected() != 1 {
-					return &apperr.RejectedError{Code: "out-of-stock", Reason: l.SKU + " is out of stock"}
-				}
-				return nil
-			})
+			WHERE tenant_id = $1 AND sku = $2`, o.TenantID, l.SKU, l.Quantity)
 	}
 	if o.CouponCode != "" {
 		b.Queue(`INSERT INTO coupon_redemption (code, tenant_id, customer_id, order_no) VALUES ($1,$2,$3,$4)`,
@@ -108,9 +104,9 @@ func create(ctx context.Context, tx pgx.Tx, in op.In[CreateRequest], now time.Ti
 	body := o.Body()
 	queueEvent(b, o.OrderNo, it, StatusInit, StatusCreated, body)
 	if err := op.Later(ctx, tx, b); err != nil {
-		var rejected *apperr.RejectedError
-		if errors.As(err, &rejected) {
-			return Order{}, nil, rejected
+		var pgErr *pgconn.PgError
+		if errors.As(err, &pgErr) && pgErr.ConstraintName == "product_stock_check" {
+			return Order{}, nil, &apperr.RejectedError{Code: "out-of-stock", Reason: "an item is out of stock"}
 		}
 		return Order{}, nil, fmt.Errorf("write order: %w", err)
 	}
