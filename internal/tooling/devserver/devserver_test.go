@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"net"
 	"net/http"
 	"net/url"
 	"os"
@@ -59,6 +60,35 @@ func TestTemporalKeepsWorkflowsAcrossRestartAndSetsRetention(t *testing.T) {
 	})
 }
 
+func freePort(ip string) (int, error) {
+	l, err := net.Listen("tcp", net.JoinHostPort(ip, "0"))
+	if err != nil {
+		return 0, fmt.Errorf("find a free port: %w", err)
+	}
+	defer l.Close()
+	return l.Addr().(*net.TCPAddr).Port, nil
+}
+
+// belowEphemeral fails t unless hostPort's port is below the kernel's
+// ephemeral range, where an outgoing connection could take it between
+// the check that it is free and the server's bind (a failed bind ends
+// the process).
+func belowEphemeral(t *testing.T, hostPort string) {
+	t.Helper()
+	b, err := os.ReadFile("/proc/sys/net/ipv4/ip_local_port_range")
+	if err != nil {
+		t.Fatalf("the kernel's ephemeral range: %v", err)
+	}
+	var low int
+	if _, err := fmt.Sscan(string(b), &low); err != nil {
+		t.Fatal(err)
+	}
+	_, p, _ := net.SplitHostPort(hostPort)
+	if port, _ := strconv.Atoi(p); port >= low {
+		t.Errorf("the frontend's default port %d is in the kernel's ephemeral range (from %d)", port, low)
+	}
+}
+
 func dropDatabases(t *testing.T, names ...string) {
 	conn, err := pgx.Connect(context.Background(), testAdminURL())
 	if err != nil {
@@ -81,6 +111,9 @@ func testKeepsWorkflows(t *testing.T, cfg TemporalConfig, check func(t *testing.
 	srv, err := StartTemporal(ctx, cfg)
 	if err != nil {
 		t.Fatal(err)
+	}
+	if cfg.Port == 0 {
+		belowEphemeral(t, srv.HostPort)
 	}
 	c := dial(t, srv.HostPort)
 	w := worker.New(c, "q", worker.Options{})

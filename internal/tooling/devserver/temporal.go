@@ -94,7 +94,10 @@ func StartTemporal(ctx context.Context, cfg TemporalConfig) (*Temporal, error) {
 		return nil, fmt.Errorf("temporal: data dir: %w", err)
 	}
 	if cfg.Port == 0 {
-		p, err := freePort(cfg.IP)
+		// Below the kernel's ephemeral range: a port found free there is
+		// never handed to an outgoing connection before the server binds
+		// it (the server's failure to bind ends the process, silently).
+		p, err := freeMemberPort()
 		if err != nil {
 			return nil, err
 		}
@@ -368,19 +371,11 @@ func liteConfig(cfg TemporalConfig, persistence config.Persistence) (*config.Con
 	return c, nil
 }
 
-func freePort(ip string) (int, error) {
-	l, err := net.Listen("tcp", net.JoinHostPort(ip, "0"))
-	if err != nil {
-		return 0, fmt.Errorf("find a free port: %w", err)
-	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port, nil
-}
-
 // freeMemberPort finds a free port for a service's gRPC or membership
 // listener. Temporal keeps these in cluster_membership.rpc_port, a SMALLINT
 // in PostgreSQL: the kernel's ephemeral ports (32768 and up) do not fit,
-// so it tries ports below that.
+// so it tries ports below that. Outside that range, no outgoing
+// connection's local port takes it between this check and the bind.
 func freeMemberPort() (int, error) {
 	for range 200 {
 		p := 20000 + rand.IntN(12000)
