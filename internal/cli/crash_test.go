@@ -6,7 +6,6 @@ import (
 	"context"
 	"fmt"
 	"io"
-	"net"
 	"os"
 	"path/filepath"
 	"strings"
@@ -31,26 +30,7 @@ func TestMain(m *testing.M) {
 	})
 }
 
-// givenPorts are the ports freePort handed out: a port is free when asked
-// for and closed at once, so the kernel may offer it again to the next
-// call before the child binds it (CI once saw dev's Temporal and gateway
-// given the same port).
-var givenPorts sync.Map
-
-func freePort(t *testing.T) int {
-	t.Helper()
-	for {
-		l, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			t.Fatal(err)
-		}
-		port := l.Addr().(*net.TCPAddr).Port
-		l.Close()
-		if _, taken := givenPorts.LoadOrStore(port, true); !taken {
-			return port
-		}
-	}
-}
+func freePort(t *testing.T) int { return testenv.FreePort(t) }
 
 // child is a running idemflow command in its own process.
 type child = testenv.Child

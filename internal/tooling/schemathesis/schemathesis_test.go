@@ -12,7 +12,6 @@ import (
 	"context"
 	"fmt"
 	"math/rand/v2"
-	"net"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -32,15 +31,7 @@ import (
 // phase, so that the run fits CI's time.
 const MaxExamples = 150
 
-func freePort(t *testing.T) int {
-	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port
-}
+func freePort(t *testing.T) int { return testenv.FreePort(t) }
 
 // program builds the example's program (idemflow with the refund_request
 // operation): every role, with one more operation than the built-ins.

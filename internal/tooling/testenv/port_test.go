@@ -1,0 +1,21 @@
+package testenv
+
+import "testing"
+
+// A port handed to a child is below the kernel's ephemeral range, so no
+// outgoing connection takes it before the child binds it, and it is never
+// handed out twice.
+func TestFreePortIsBelowTheEphemeralRangeAndNeverGivenTwice(t *testing.T) {
+	low := EphemeralLow(t)
+	seen := map[int]bool{}
+	for range 200 {
+		p := FreePort(t)
+		if p >= low {
+			t.Fatalf("port %d is in the kernel's ephemeral range (from %d)", p, low)
+		}
+		if seen[p] {
+			t.Fatalf("port %d handed out twice", p)
+		}
+		seen[p] = true
+	}
+}
