@@ -180,7 +180,7 @@ func compare(ctx context.Context, bc string, targets []target, clients, rounds i
 	if len(rows) > 1 && rows[1].Throughput > 0 {
 		rows[0].Ratio, rows[0].RatioTo = rows[0].Throughput/rows[1].Throughput, targets[1].name
 		for r := range rounds {
-			ours, theirs := merge(samples[0][r:r+1]).Throughput, merge(samples[1][r:r+1]).Throughput
+			ours, theirs := samples[0][r].throughput(), samples[1][r].throughput()
 			if theirs <= 0 {
 				continue
 			}
@@ -369,34 +369,39 @@ type sample struct {
 // merge sums slices into one case's numbers.
 func merge(samples []sample) Stats {
 	st := Stats{Statuses: map[int]int{}}
-	var lat []time.Duration
-	var inWindow int
-	var window, elapsed time.Duration
+	var all sample
 	for _, s := range samples {
 		for code, n := range s.statuses {
 			st.Statuses[code] += n
 		}
 		st.Errors += s.errors
 		st.Accepted += s.accepted
-		lat = append(lat, s.lat...)
-		inWindow += s.inWindow
-		window += s.window
-		elapsed += s.elapsed
+		all.lat = append(all.lat, s.lat...)
+		all.inWindow += s.inWindow
+		all.window += s.window
+		all.elapsed += s.elapsed
 	}
-	st.Requests = len(lat)
-	if len(lat) == 0 {
+	st.Requests = len(all.lat)
+	if st.Requests == 0 {
 		return st
 	}
-	slices.Sort(lat)
-	st.P50, st.P99, st.P999 = quantile(lat, 0.50), quantile(lat, 0.99), quantile(lat, 0.999)
-	if inWindow > 0 {
-		st.Throughput = float64(inWindow) / window.Seconds()
-	} else {
-		// Not one answer within the slices (a loaded machine, a short
-		// run): each client's first request was still measured.
-		st.Throughput = float64(len(lat)) / elapsed.Seconds()
-	}
+	slices.Sort(all.lat)
+	st.P50, st.P99, st.P999 = quantile(all.lat, 0.50), quantile(all.lat, 0.99), quantile(all.lat, 0.999)
+	st.Throughput = all.throughput()
 	return st
+}
+
+// throughput is the answers within the slice over its length.
+func (s sample) throughput() float64 {
+	switch {
+	case s.inWindow > 0:
+		return float64(s.inWindow) / s.window.Seconds()
+	case len(s.lat) > 0:
+		// Not one answer within the slice (a loaded machine, a short
+		// run): each client's first request was still measured.
+		return float64(len(s.lat)) / s.elapsed.Seconds()
+	}
+	return 0
 }
 
 // load runs clients concurrent loops of do for d, each call one request.
