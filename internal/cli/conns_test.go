@@ -22,8 +22,8 @@ func TestAnIdleDevStackHoldsAtMost30Connections(t *testing.T) {
 	dbURL := testenv.Database(t)
 	dropTemporalDatabases(t, dbURL)
 	dir := t.TempDir()
-	dev := startDev(t, dbURL, "--data-dir", dir, "--http-addr", fmt.Sprintf("127.0.0.1:%d", freePort(t)),
-		"--temporal-port", fmt.Sprint(freePort(t)), "--ui-port", fmt.Sprint(freePort(t)))
+	dev := startDev(t, dbURL, "--data-dir", dir, "--http-addr", fmt.Sprintf("127.0.0.1:%d", testenv.FreePort(t)),
+		"--temporal-port", fmt.Sprint(testenv.FreePort(t)), "--ui-port", fmt.Sprint(testenv.FreePort(t)))
 	dev.WaitUp(t, 2*time.Minute)
 	cfg, err := pgurl.ParseConfig(dbURL)
 	if err != nil {

@@ -30,8 +30,6 @@ func TestMain(m *testing.M) {
 	})
 }
 
-func freePort(t *testing.T) int { return testenv.FreePort(t) }
-
 // child is a running idemflow command in its own process.
 type child = testenv.Child
 
@@ -62,8 +60,8 @@ func testDevRestart(t *testing.T, store string) {
 		dbURL = withPoolParams(dbURL) // as the README recommends
 	}
 	dir := t.TempDir()
-	args := []string{"--data-dir", dir, "--http-addr", fmt.Sprintf("127.0.0.1:%d", freePort(t)), "--temporal-store", store,
-		"--temporal-port", fmt.Sprint(freePort(t)), "--ui-port", fmt.Sprint(freePort(t)), "--reconcile-interval", "1m"}
+	args := []string{"--data-dir", dir, "--http-addr", fmt.Sprintf("127.0.0.1:%d", testenv.FreePort(t)), "--temporal-store", store,
+		"--temporal-port", fmt.Sprint(testenv.FreePort(t)), "--ui-port", fmt.Sprint(testenv.FreePort(t)), "--reconcile-interval", "1m"}
 	first := startDev(t, dbURL, args...)
 	first.WaitUp(t, 2*time.Minute)
 	env := readEnvFile(t, filepath.Join(dir, "dev.env"))
@@ -162,9 +160,9 @@ func TestServeRunsGatewayAndWorkerInOneProcess(t *testing.T) {
 	_, dbURL := testenv.Pool(t)
 	dbURL = withPoolParams(dbURL) // as the README recommends
 	ts := temporaltest.NewServer(temporaltest.WithT(t))
-	addr := fmt.Sprintf("127.0.0.1:%d", freePort(t))
-	metricsAddr := fmt.Sprintf("127.0.0.1:%d", freePort(t))
-	pprofAddr := fmt.Sprintf("127.0.0.1:%d", freePort(t))
+	addr := fmt.Sprintf("127.0.0.1:%d", testenv.FreePort(t))
+	metricsAddr := fmt.Sprintf("127.0.0.1:%d", testenv.FreePort(t))
+	pprofAddr := fmt.Sprintf("127.0.0.1:%d", testenv.FreePort(t))
 	srv := startChild(t, dbURL, "gateway listening", "serve", "--temporal-address", ts.GetFrontendHostPort(),
 		"--namespace", ts.GetDefaultNamespace(), "--http-addr", addr, "--bootstrap-tokens", "acme:tok-serve-test-0123456789",
 		"--metrics-addr", metricsAddr, "--pprof-addr", pprofAddr)
@@ -283,7 +281,7 @@ func dropTemporalDatabases(t *testing.T, dbURL string) {
 func TestServeWaitsForItsNamespace(t *testing.T) {
 	_, dbURL := testenv.Pool(t)
 	ts := temporaltest.NewServer(temporaltest.WithT(t))
-	addr := fmt.Sprintf("127.0.0.1:%d", freePort(t))
+	addr := fmt.Sprintf("127.0.0.1:%d", testenv.FreePort(t))
 	srv := startChild(t, dbURL, "gateway listening", "serve", "--temporal-address", ts.GetFrontendHostPort(),
 		"--namespace", "later", "--http-addr", addr, "--bootstrap-tokens", "acme:tok-later-test-0123456789")
 	time.Sleep(3 * time.Second)

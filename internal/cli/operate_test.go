@@ -54,7 +54,7 @@ func scrapeAfterRuns(t *testing.T, base string) string {
 func TestMetricsMoveWithRequestsAndCoverTheDeployRulesAndDashboard(t *testing.T) {
 	_, dbURL := testenv.Pool(t)
 	ts := temporaltest.NewServer(temporaltest.WithT(t))
-	addr := fmt.Sprintf("127.0.0.1:%d", freePort(t))
+	addr := fmt.Sprintf("127.0.0.1:%d", testenv.FreePort(t))
 	srv := startChild(t, dbURL, "gateway listening", "serve", "--temporal-address", ts.GetFrontendHostPort(),
 		"--namespace", ts.GetDefaultNamespace(), "--http-addr", addr, "--bootstrap-tokens", "acme:tok-metrics-test-0123456789")
 	srv.WaitUp(t, time.Minute)
@@ -154,7 +154,7 @@ func TestMetricsMoveWithRequestsAndCoverTheDeployRulesAndDashboard(t *testing.T)
 func TestSIGTERMDrainsUnderLoadAndLosesNothing(t *testing.T) {
 	pool, dbURL := testenv.Pool(t)
 	ts := temporaltest.NewServer(temporaltest.WithT(t))
-	addr := fmt.Sprintf("127.0.0.1:%d", freePort(t))
+	addr := fmt.Sprintf("127.0.0.1:%d", testenv.FreePort(t))
 	tok := "tok-drain-test-0123456789"
 	args := []string{"serve", "--temporal-address", ts.GetFrontendHostPort(), "--namespace", ts.GetDefaultNamespace(),
 		"--http-addr", addr, "--bootstrap-tokens", "acme:" + tok, "--shutdown-grace", "1s"}
@@ -298,7 +298,7 @@ func TestSIGTERMDrainsUnderLoadAndLosesNothing(t *testing.T) {
 func TestInspectShowsRecordRowEventsWorkflowAndLink(t *testing.T) {
 	_, dbURL := testenv.Pool(t)
 	ts := temporaltest.NewServer(temporaltest.WithT(t))
-	addr := fmt.Sprintf("127.0.0.1:%d", freePort(t))
+	addr := fmt.Sprintf("127.0.0.1:%d", testenv.FreePort(t))
 	tok := "tok-inspect-test-0123456789"
 	srv := startChild(t, dbURL, "gateway listening", "serve", "--temporal-address", ts.GetFrontendHostPort(),
 		"--namespace", ts.GetDefaultNamespace(), "--http-addr", addr, "--bootstrap-tokens", "acme:"+tok)
@@ -420,7 +420,7 @@ func checkMetricsTable(t *testing.T, role, scraped string) {
 // 'mcp --http' says, at start-up, the URL to give MCP clients; a client
 // without a token is refused with the gateway's problem+json.
 func TestMCPOverHTTPLogsTheURLToConnectTo(t *testing.T) {
-	addr := fmt.Sprintf("127.0.0.1:%d", freePort(t))
+	addr := fmt.Sprintf("127.0.0.1:%d", testenv.FreePort(t))
 	mcp := startChild(t, "", "point clients at this URL", "mcp", "--http", addr, "--url", "http://127.0.0.1:9")
 	mcp.WaitUp(t, 30*time.Second)
 	if !strings.Contains(mcp.Output(), "url=http://"+addr+"/") {

@@ -76,9 +76,9 @@ func TestEveryReadmeCommandLineRuns(t *testing.T) {
 	dropTemporalDatabases(t, dbURL)
 	root := t.TempDir()
 	data := filepath.Join(root, ".idemflow")
-	temporalPort := freePort(t)
-	dev := startDev(t, dbURL, "--data-dir", data, "--http-addr", fmt.Sprintf("127.0.0.1:%d", freePort(t)),
-		"--temporal-port", fmt.Sprint(temporalPort), "--ui-port", fmt.Sprint(freePort(t)))
+	temporalPort := testenv.FreePort(t)
+	dev := startDev(t, dbURL, "--data-dir", data, "--http-addr", fmt.Sprintf("127.0.0.1:%d", testenv.FreePort(t)),
+		"--temporal-port", fmt.Sprint(temporalPort), "--ui-port", fmt.Sprint(testenv.FreePort(t)))
 	dev.WaitUp(t, 3*time.Minute)
 	devEnv := readEnvFile(t, filepath.Join(data, "dev.env"))
 	wd, _ := os.Getwd()

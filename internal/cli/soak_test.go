@@ -33,8 +33,8 @@ func TestADevStacksMemoryIsFlatUnderASoakAndTheUnboundedCacheIsNot(t *testing.T)
 			dbURL := testenv.Database(t)
 			dropTemporalDatabases(t, dbURL)
 			dir := t.TempDir()
-			dev := startDev(t, dbURL, "--data-dir", dir, "--http-addr", fmt.Sprintf("127.0.0.1:%d", freePort(t)),
-				"--temporal-port", fmt.Sprint(freePort(t)), "--ui-port", fmt.Sprint(freePort(t)), "--temporal-history-cache", c.cache)
+			dev := startDev(t, dbURL, "--data-dir", dir, "--http-addr", fmt.Sprintf("127.0.0.1:%d", testenv.FreePort(t)),
+				"--temporal-port", fmt.Sprint(testenv.FreePort(t)), "--ui-port", fmt.Sprint(testenv.FreePort(t)), "--temporal-history-cache", c.cache)
 			dev.WaitUp(t, 2*time.Minute)
 			var out bytes.Buffer
 			code := cli.Run(context.Background(), []string{"bench", "--data-dir", dir, "--soak", "75s", "--interval", "5s", "--soak-clients", "8"}, &out, &out)

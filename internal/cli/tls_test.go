@@ -127,7 +127,7 @@ func TestServeReachesTemporalOverMutualTLS(t *testing.T) {
 		}
 	}()
 
-	addr := fmt.Sprintf("127.0.0.1:%d", freePort(t))
+	addr := fmt.Sprintf("127.0.0.1:%d", testenv.FreePort(t))
 	srv := startChild(t, dbURL, "gateway listening", "serve", "--temporal-address", ln.Addr().String(),
 		"--namespace", ts.GetDefaultNamespace(), "--http-addr", addr, "--bootstrap-tokens", "acme:tok-tls-test-0123456789",
 		"--temporal-tls-ca", filepath.Join(p.dir, "ca.pem"), "--temporal-tls-cert", clientCert, "--temporal-tls-key", clientKey)

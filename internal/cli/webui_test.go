@@ -46,9 +46,9 @@ func TestWebUIFindsAnIntentByItsKey(t *testing.T) {
 	_, dbURL := testenv.Pool(t)
 	dropTemporalDatabases(t, dbURL)
 	dir := t.TempDir()
-	uiPort := freePort(t)
-	dev := startDev(t, dbURL, "--data-dir", dir, "--http-addr", fmt.Sprintf("127.0.0.1:%d", freePort(t)),
-		"--temporal-port", fmt.Sprint(freePort(t)), "--ui-port", fmt.Sprint(uiPort), "--reconcile-interval", "1m")
+	uiPort := testenv.FreePort(t)
+	dev := startDev(t, dbURL, "--data-dir", dir, "--http-addr", fmt.Sprintf("127.0.0.1:%d", testenv.FreePort(t)),
+		"--temporal-port", fmt.Sprint(testenv.FreePort(t)), "--ui-port", fmt.Sprint(uiPort), "--reconcile-interval", "1m")
 	dev.WaitUp(t, 2*time.Minute)
 	env := readEnvFile(t, filepath.Join(dir, "dev.env"))
 	key := fmt.Sprintf("ui-test-%d", time.Now().UnixNano())

@@ -60,32 +60,15 @@ func TestTemporalKeepsWorkflowsAcrossRestartAndSetsRetention(t *testing.T) {
 	})
 }
 
-func freePort(ip string) (int, error) {
-	l, err := net.Listen("tcp", net.JoinHostPort(ip, "0"))
-	if err != nil {
-		return 0, fmt.Errorf("find a free port: %w", err)
-	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port, nil
-}
-
 // belowEphemeral fails t unless hostPort's port is below the kernel's
 // ephemeral range, where an outgoing connection could take it between
 // the check that it is free and the server's bind (a failed bind ends
 // the process).
 func belowEphemeral(t *testing.T, hostPort string) {
 	t.Helper()
-	b, err := os.ReadFile("/proc/sys/net/ipv4/ip_local_port_range")
-	if err != nil {
-		t.Fatalf("the kernel's ephemeral range: %v", err)
-	}
-	var low int
-	if _, err := fmt.Sscan(string(b), &low); err != nil {
-		t.Fatal(err)
-	}
 	_, p, _ := net.SplitHostPort(hostPort)
-	if port, _ := strconv.Atoi(p); port >= low {
-		t.Errorf("the frontend's default port %d is in the kernel's ephemeral range (from %d)", port, low)
+	if port, _ := strconv.Atoi(p); port >= ephemeralLow() {
+		t.Errorf("the frontend's default port %d is in the kernel's ephemeral range (from %d)", port, ephemeralLow())
 	}
 }
 
@@ -163,7 +146,7 @@ func testKeepsWorkflows(t *testing.T, cfg TemporalConfig, check func(t *testing.
 		t.Fatalf("retention %v, want 48h", got)
 	}
 
-	port, _ := freePort("127.0.0.1")
+	port, _ := FreePort()
 	ui, err := StartUI("127.0.0.1", port, srv.HostPort, "default")
 	if err != nil {
 		t.Fatal(err)
@@ -194,7 +177,7 @@ func TestPrivatePostgresStartsFromInstalledBinaries(t *testing.T) {
 	defer func() { localCandidates = saved }()
 	ctx := context.Background()
 	dir := t.TempDir()
-	port, _ := freePort("127.0.0.1")
+	port, _ := FreePort()
 	pg, err := EnsurePostgres(ctx, dir, port, slog.New(slog.NewTextHandler(io.Discard, nil)))
 	if err != nil {
 		t.Fatal(err)
@@ -245,7 +228,7 @@ func TestAStartCutShortLeavesNoServerRunning(t *testing.T) {
 	}
 	logger := slog.New(slog.NewTextHandler(io.Discard, nil))
 	dir := t.TempDir()
-	port, _ := freePort("127.0.0.1")
+	port, _ := FreePort()
 	pg, err := StartPrivatePostgres(context.Background(), dir, port, logger) // initdb, once
 	if err != nil {
 		t.Fatal(err)

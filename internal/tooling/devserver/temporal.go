@@ -94,10 +94,7 @@ func StartTemporal(ctx context.Context, cfg TemporalConfig) (*Temporal, error) {
 		return nil, fmt.Errorf("temporal: data dir: %w", err)
 	}
 	if cfg.Port == 0 {
-		// Below the kernel's ephemeral range: a port found free there is
-		// never handed to an outgoing connection before the server binds
-		// it (the server's failure to bind ends the process, silently).
-		p, err := freeMemberPort()
+		p, err := FreePort()
 		if err != nil {
 			return nil, err
 		}
@@ -342,13 +339,13 @@ func liteConfig(cfg TemporalConfig, persistence config.Persistence) (*config.Con
 	for _, name := range []string{"frontend", "history", "matching", "worker"} {
 		grpcPort := cfg.Port
 		if name != "frontend" {
-			p, err := freeMemberPort()
+			p, err := FreePort()
 			if err != nil {
 				return nil, err
 			}
 			grpcPort = p
 		}
-		memberPort, err := freeMemberPort()
+		memberPort, err := FreePort()
 		if err != nil {
 			return nil, err
 		}
@@ -371,19 +368,37 @@ func liteConfig(cfg TemporalConfig, persistence config.Persistence) (*config.Con
 	return c, nil
 }
 
-// freeMemberPort finds a free port for a service's gRPC or membership
-// listener. Temporal keeps these in cluster_membership.rpc_port, a SMALLINT
-// in PostgreSQL: the kernel's ephemeral ports (32768 and up) do not fit,
-// so it tries ports below that. Outside that range, no outgoing
-// connection's local port takes it between this check and the bind.
-func freeMemberPort() (int, error) {
+// FreePort finds a free loopback port for a listener of Temporal's (its
+// frontend, a service's gRPC or membership listener) or of a process a
+// test starts. It is below the kernel's ephemeral range: a port found
+// free by listening on :0 is an ephemeral one, which the kernel may hand
+// to any outgoing connection before the server binds it, and Temporal's
+// failed bind ends the process without a word outside its log. It is
+// below 32768 too: Temporal keeps its ports in
+// cluster_membership.rpc_port, a SMALLINT in PostgreSQL.
+func FreePort() (int, error) {
+	hi := min(32768, ephemeralLow())
 	for range 200 {
-		p := 20000 + rand.IntN(12000)
+		p := 10000 + rand.IntN(hi-10000)
 		if portFree("127.0.0.1", p) == nil {
 			return p, nil
 		}
 	}
-	return 0, errors.New("temporal: no free port between 20000 and 32000")
+	return 0, fmt.Errorf("temporal: no free port between 10000 and %d", hi)
+}
+
+// ephemeralLow is the first port of the kernel's ephemeral range (Linux;
+// 32768 where it cannot be read).
+func ephemeralLow() int {
+	b, err := os.ReadFile("/proc/sys/net/ipv4/ip_local_port_range")
+	if err != nil {
+		return 32768
+	}
+	var low int
+	if _, err := fmt.Sscan(string(b), &low); err != nil || low <= 10000 {
+		return 32768
+	}
+	return low
 }
 
 func portFree(ip string, port int) error {

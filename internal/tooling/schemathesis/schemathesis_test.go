@@ -31,8 +31,6 @@ import (
 // phase, so that the run fits CI's time.
 const MaxExamples = 150
 
-func freePort(t *testing.T) int { return testenv.FreePort(t) }
-
 // program builds the example's program (idemflow with the refund_request
 // operation): every role, with one more operation than the built-ins.
 func program(t *testing.T) string {
@@ -91,10 +89,10 @@ func TestSchemathesisAgainstTheServedContract(t *testing.T) {
 		down.URL+"/plain/refunds?external_id={key}"), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	port := freePort(t)
+	port := testenv.FreePort(t)
 	base := fmt.Sprintf("http://127.0.0.1:%d", port)
 	dev := exec.Command(bin, "dev", "--data-dir", filepath.Join(dir, "data"), "--database-url", dbURL,
-		"--http-addr", fmt.Sprintf("127.0.0.1:%d", port), "--temporal-port", strconv.Itoa(freePort(t)), "--ui-port", strconv.Itoa(freePort(t)),
+		"--http-addr", fmt.Sprintf("127.0.0.1:%d", port), "--temporal-port", strconv.Itoa(testenv.FreePort(t)), "--ui-port", strconv.Itoa(testenv.FreePort(t)),
 		"--tools", tools, "--reconcile-interval", "1m")
 	log, err := os.Create(filepath.Join(dir, "dev.log"))
 	if err != nil {
