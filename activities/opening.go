@@ -71,6 +71,11 @@ func (t *openingTx) Later(ctx context.Context, b *pgx.Batch) error {
 	return nil
 }
 
+// Hinted reports that the step may use its input's hint (op.In.Hint):
+// on its first run, not on the long way after a pipeline failed, which
+// may have failed because the hint was stale.
+func (t *openingTx) Hinted() bool { return !t.now }
+
 // open sends the open with what queue adds to its pipeline, and reads the
 // open's results. It returns nil, nil when the transaction was open
 // already: the caller then sends its statement on t.tx.

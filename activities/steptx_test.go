@@ -2,6 +2,7 @@ package activities_test
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"strings"
 	"testing"
@@ -59,9 +60,17 @@ func TestAStepCannotEndItsTransaction(t *testing.T) {
 	}
 }
 
-// runOperation claims key for o with body, as the gateway does, and runs
-// o's activity once.
+// runOperation claims key for o with body, as the gateway does (with the
+// operation's hint, if it has one), and runs o's activity once.
 func runOperation(t *testing.T, f fixture, o *op.Operation, key, body string) error {
+	t.Helper()
+	_, err := runHinted(t, f, o, key, body, nil)
+	return err
+}
+
+// runHinted is runOperation, answering too; a hint other than nil
+// replaces what the claim read (a stale or forged one).
+func runHinted(t *testing.T, f fixture, o *op.Operation, key, body string, hint json.RawMessage) (idem.Outcome, error) {
 	t.Helper()
 	p, err := o.Prepare([]byte(body), nil)
 	if err != nil {
@@ -69,13 +78,15 @@ func runOperation(t *testing.T, f fixture, o *op.Operation, key, body string) er
 	}
 	in := starter.OperationIntent(o, "acme", key, p)
 	c, err := f.records.Claim(context.Background(), idem.ClaimParams{TenantID: in.TenantID, Key: in.Key, BizType: in.BizType,
-		Fingerprint: in.Fingerprint, WorkflowID: in.WorkflowID})
+		Fingerprint: in.Fingerprint, WorkflowID: in.WorkflowID, Hint: in.Hint})
 	if err != nil {
 		t.Fatal(err)
 	}
 	in.Attempt = c.Record.Attempts
-	_, err = activities.Operation{Activities: f.acts, Ops: []*op.Operation{o}}.Run(context.Background(), in.Input(in.Intent).(op.Input))
-	return err
+	if hint == nil {
+		hint = c.Hint
+	}
+	return activities.Operation{Activities: f.acts, Ops: []*op.Operation{o}}.Run(context.Background(), in.Input(in.Intent, hint).(op.Input))
 }
 
 // What a step queues for later (op.Later) is in its transaction: it

@@ -2,6 +2,7 @@ package idem
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -218,6 +219,17 @@ type ClaimParams struct {
 	BizType     string
 	Fingerprint string
 	WorkflowID  string
+	// Hint, if set, is read in the claim's pipeline, at no round trip of
+	// its own (op.Spec.Hint).
+	Hint *Hint
+}
+
+// Hint is a read for an intent's step, sent with its claim: one row of
+// one column, JSON (NULL is none). It is read without a lock, so the step
+// may use it only as a guess that PostgreSQL verifies (op.Spec.Hint).
+type Hint struct {
+	SQL  string
+	Args []any
 }
 
 // Claim is the result of submitting an intent.
@@ -226,6 +238,43 @@ type Claim struct {
 	// Owner is true when this call created the record or reopened a FAILED
 	// one: it started this attempt, as opposed to a duplicate of it.
 	Owner bool
+	// Hint is what ClaimParams.Hint read, when the claim's first statement
+	// carried it and it read a value; nil otherwise (a claim that took
+	// more rounds, or a hint that failed and was dropped).
+	Hint json.RawMessage
+}
+
+// claimOnce sends the claim's first statement, behind hint's read when
+// there is one, in one pipeline. hintErr is the hint's own error.
+func (s *Store) claimOnce(ctx context.Context, p ClaimParams, hint *Hint, ttl float64, inserted *bool) (rec Record, read json.RawMessage, hintErr, err error) {
+	args := []any{p.TenantID, p.Key, uuid.New(), p.BizType, p.Fingerprint, p.WorkflowID, ttl}
+	sb, batches := s.db.(interface {
+		SendBatch(ctx context.Context, b *pgx.Batch) pgx.BatchResults
+	})
+	if hint == nil || !batches {
+		rec, err = scanRecordAfter(s.db.QueryRow(ctx, claimSQL, args...), inserted)
+		return rec, nil, nil, err
+	}
+	b := &pgx.Batch{}
+	b.Queue(hint.SQL, hint.Args...)
+	b.Queue(claimSQL, args...)
+	br := sb.SendBatch(ctx, b)
+	if hintErr = br.QueryRow().Scan(&read); hintErr != nil {
+		read = nil
+	}
+	rec, err = scanRecordAfter(br.QueryRow(), inserted)
+	if cerr := br.Close(); err == nil {
+		err = cerr
+	}
+	if hintErr != nil && err == nil {
+		// A hint that read no row: nothing to carry, the claim stands.
+		if errors.Is(hintErr, pgx.ErrNoRows) {
+			hintErr = nil
+		} else {
+			err = hintErr
+		}
+	}
+	return rec, read, hintErr, err
 }
 
 // Claim records an intent or finds the record of an earlier submission.
@@ -252,15 +301,24 @@ func (s *Store) Claim(ctx context.Context, p ClaimParams) (Claim, error) {
 	// that died while idle (a restart, a terminated backend) is found
 	// here, dropped by the pool, and the claim sent again on another. The
 	// claim is safe to repeat: it inserts the record once, or reads it.
+	var hint json.RawMessage
+	hinted := p.Hint
 	for try := 0; ; try++ {
-		rec, err = scanRecordAfter(s.db.QueryRow(ctx, claimSQL,
-			p.TenantID, p.Key, uuid.New(), p.BizType, p.Fingerprint, p.WorkflowID, ttl), &inserted)
+		var hintErr error
+		rec, hint, hintErr, err = s.claimOnce(ctx, p, hinted, ttl, &inserted)
+		if hintErr != nil && !ConnectionLost(hintErr) && ctx.Err() == nil {
+			// The hint's own failure undid the claim with it (one
+			// pipeline, one implicit transaction): claim without it.
+			// The step does without a hint.
+			hinted = nil
+			continue
+		}
 		if try >= maxDeadConns || !ConnectionLost(err) || ctx.Err() != nil {
 			break
 		}
 	}
 	if inserted {
-		return Claim{Record: rec, Owner: true}, nil
+		return Claim{Record: rec, Owner: true, Hint: hint}, nil
 	}
 	// The statement's read is the first round's. What it did not settle
 	// (a FAILED record to reopen, a purged key, an insert that lost its

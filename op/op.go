@@ -90,6 +90,11 @@ type In[R any] struct {
 	// Fingerprint is the intent's, recomputed from Request and checked.
 	Fingerprint string
 	Request     R
+	// Hint is what Spec.Hint read when the intent was claimed, or nil: a
+	// guess, never trusted (see Spec.Hint). It is nil whenever the step
+	// runs again (the long way, a retry), so a stale hint costs one
+	// failed pipeline, not a loop.
+	Hint json.RawMessage
 }
 
 // Spec is one operation's declaration. R is its request (the HTTP body, the
@@ -124,6 +129,22 @@ type Spec[R, Row any] struct {
 	// ErrNotFound is a 404 with its text (another tenant's resource, or
 	// none), nothing recorded; any other error is a 503.
 	Check func(ctx context.Context, q Querier, tenantID string, r R) error
+	// Hint, if set, is a read the gateway sends in the pipeline that
+	// claims a new intent, at no round trip of its own: one row of one
+	// column, JSON (NULL for none), which the workflow's input carries to
+	// the step as In.Hint. It is for what the step would otherwise have to
+	// read before it can write (an order's prices), so that the step can
+	// send its writes with the commit (Later) in a single round trip.
+	//
+	// It is read without a lock, before the step, and anyone who can
+	// start a workflow can write an input: the step must treat it as a
+	// guess. It writes what follows from it only with a statement, in the
+	// same pipeline, that fails in PostgreSQL when the guess no longer
+	// holds (a constraint, or a statement that raises). That failure
+	// rolls the pipeline back before its commit, and the step runs again
+	// the long way with no hint. A step must also work with none: a claim
+	// that took more than its first statement carries none.
+	Hint func(tenantID string, r R) (sql string, args []any)
 	// Step writes the effect within tx, the transaction that holds the
 	// intent's record locked and finishes it in the same commit. It runs
 	// at most once per key to a commit; a Rejection rolls its writes back.
@@ -191,6 +212,7 @@ type Operation struct {
 	covered   func(req any) any
 	emptyBody bool
 	check     func(ctx context.Context, q Querier, tenantID string, req any) error
+	hint      func(tenantID string, req any) (string, []any)
 	step      func(ctx context.Context, tx pgx.Tx, in Input, req any) (idem.Outcome, error)
 	recall    func(ctx context.Context, q Querier, tenantID, key string) (idem.Outcome, bool, error)
 }
@@ -200,6 +222,9 @@ type Operation struct {
 type Input struct {
 	Intent  idem.Intent     `json:"intent"`
 	Request json.RawMessage `json:"request"`
+	// Hint is what the operation's Spec.Hint read with the claim, if
+	// anything (In.Hint).
+	Hint json.RawMessage `json:"hint,omitempty"`
 	// beside holds the input's other top-level string members. A run
 	// started before its operation was a declaration (an order's
 	// transition) carried its path parameters there, beside the request;
@@ -221,7 +246,7 @@ func (in *Input) UnmarshalJSON(b []byte) error {
 	*in = Input(p)
 	for k, v := range all {
 		var s string
-		if k != "intent" && k != "request" && json.Unmarshal(v, &s) == nil {
+		if k != "intent" && k != "request" && k != "hint" && json.Unmarshal(v, &s) == nil {
 			if in.beside == nil {
 				in.beside = map[string]string{}
 			}
@@ -353,9 +378,16 @@ func define[R, Row any](s Spec[R, Row]) (*Operation, error) {
 			return s.Check(ctx, q, tenantID, req.(R))
 		}
 	}
+	if s.Hint != nil {
+		o.hint = func(tenantID string, req any) (string, []any) { return s.Hint(tenantID, req.(R)) }
+	}
 	o.step = func(ctx context.Context, tx pgx.Tx, in Input, req any) (idem.Outcome, error) {
+		var hint json.RawMessage
+		if h, ok := tx.(interface{ Hinted() bool }); ok && h.Hinted() {
+			hint = in.Hint
+		}
 		row, err := s.Step(ctx, tx, In[R]{TenantID: in.Intent.TenantID, Key: in.Intent.Key,
-			WorkflowID: in.Intent.WorkflowID, Fingerprint: in.Intent.Fingerprint, Request: req.(R)})
+			WorkflowID: in.Intent.WorkflowID, Fingerprint: in.Intent.Fingerprint, Request: req.(R), Hint: hint})
 		if err != nil {
 			return idem.Outcome{}, err
 		}
@@ -568,6 +600,16 @@ func (o *Operation) Check(ctx context.Context, q Querier, tenantID string, p Pre
 		return nil
 	}
 	return o.check(ctx, q, tenantID, p.req)
+}
+
+// Hint is the read of the declaration's Spec.Hint for a prepared request,
+// for the claim's pipeline (idem.ClaimParams.Hint), or nil.
+func (o *Operation) Hint(tenantID string, p Prepared) *idem.Hint {
+	if o.hint == nil {
+		return nil
+	}
+	sql, args := o.hint(tenantID, p.req)
+	return &idem.Hint{SQL: sql, Args: args}
 }
 
 // Fingerprint recomputes the fingerprint of an input's request: the

@@ -6,6 +6,7 @@ package starter
 import (
 	"cmp"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -106,14 +107,19 @@ func (c *AnswerCache) keep(rec idem.Record) {
 type Intent struct {
 	idem.Intent
 	// Workflow is the workflow function; Input builds its single argument
-	// around the claimed intent (which carries the record's attempt).
+	// around the claimed intent (which carries the record's attempt) and
+	// what Hint read with the claim (nil if nothing).
 	Workflow any
-	Input    func(idem.Intent) any
+	Input    func(it idem.Intent, hint json.RawMessage) any
+	// Hint, if set, is read in the claim's pipeline (op.Spec.Hint).
+	Hint *idem.Hint
 	// Summary is shown for the execution in the Temporal Web UI.
 	Summary string
 	// Wait bounds how long Submit waits for the result; zero answers
 	// "pending" at once (RFC 7240 wait=0).
 	Wait time.Duration
+	// hint is what Hint read, once claimed.
+	hint json.RawMessage
 }
 
 // Reply is the answer to a submission.
@@ -164,7 +170,7 @@ func (s *Starter) Submit(ctx context.Context, in Intent) (Reply, error) {
 	}
 	claim, err := s.Records.Claim(claimCtx, idem.ClaimParams{
 		TenantID: in.TenantID, Key: in.Key, BizType: in.BizType,
-		Fingerprint: in.Fingerprint, WorkflowID: in.WorkflowID,
+		Fingerprint: in.Fingerprint, WorkflowID: in.WorkflowID, Hint: in.Hint,
 	})
 	span.SetAttributes(attribute.Bool("idemflow.owner", claim.Owner), attribute.String("idemflow.record_status", string(claim.Record.Status)))
 	if err != nil {
@@ -186,6 +192,7 @@ func (s *Starter) Submit(ctx context.Context, in Intent) (Reply, error) {
 		return reply, nil
 	}
 	in.Attempt = rec.Attempts
+	in.hint = claim.Hint
 	if claim.Owner && rec.Attempts > 1 {
 		s.awaitEarlierRun(ctx, in)
 	}
@@ -331,13 +338,13 @@ func (s *Starter) startAndWait(ctx context.Context, in Intent, wait time.Duratio
 		EnableEagerStart: true,
 	}
 	startCtx, span := s.span(ctx, "start", in.Intent)
-	run, err := s.Temporal.ExecuteWorkflow(startCtx, opts, in.Workflow, in.Input(in.Intent))
+	run, err := s.Temporal.ExecuteWorkflow(startCtx, opts, in.Workflow, in.Input(in.Intent, in.hint))
 	if err != nil && unknownSearchAttribute(err) {
 		// Registered a moment ago, the server's cache may not know them
 		// yet: start without them rather than refuse the intent.
 		s.Logger.Warn("start without search attributes", "workflow_id", in.WorkflowID, "error", err)
 		opts.TypedSearchAttributes = temporal.SearchAttributes{}
-		run, err = s.Temporal.ExecuteWorkflow(startCtx, opts, in.Workflow, in.Input(in.Intent))
+		run, err = s.Temporal.ExecuteWorkflow(startCtx, opts, in.Workflow, in.Input(in.Intent, in.hint))
 	}
 	if err != nil {
 		span.RecordError(err)

@@ -140,12 +140,17 @@ func countStatements(t *testing.T, ops []*op.Operation) {
 	// ran inside it). The request was woken before it needed the run's
 	// history (starter.HistoryPollAfter).
 	trips := count("a new ticket", ticket, 201, cost{sql: 2, rpc: []string{"StartWorkflowExecution", "RespondWorkflowTaskCompleted"}})
-	// 3: the claim; the step's transaction opened with its read of the
-	// catalog under row locks (pricing needs the answer); and its writes
-	// (the order, its lines, the stock, the event; op.Later) with the
-	// record's finish and COMMIT.
-	count("a new order", testenv.Request{Path: "/v1/orders", Token: tok, Key: "cost-order", Body: orderBody}, 201,
-		cost{sql: 3, rpc: []string{"StartWorkflowExecution", "RespondWorkflowTaskCompleted"}})
+	// 2, as a ticket: the claim, with the order's quote (its products'
+	// prices, op.Spec.Hint) read in the same pipeline; and one pipeline
+	// that opens the step's transaction, writes the order priced from the
+	// quote (its lines, the stock with the quote held to each product
+	// under its lock, the event; op.Later), finishes the record and
+	// commits.
+	orderTrips := count("a new order", testenv.Request{Path: "/v1/orders", Token: tok, Key: "cost-order", Body: orderBody}, 201,
+		cost{sql: 2, rpc: []string{"StartWorkflowExecution", "RespondWorkflowTaskCompleted"}})
+	if !strings.Contains(orderTrips[0], "json_object_agg") {
+		t.Errorf("the order's claim carries no quote: %s", orderTrips[0])
+	}
 	notified := regexp.MustCompile(`COMMIT; .*pg_notify`)
 	if last := trips[len(trips)-1]; strings.Contains(last, "pg_notify") {
 		t.Errorf("a notification, although no other process listens: %s", last)

@@ -35,6 +35,7 @@ var Create = op.Define(op.Spec[CreateRequest, event]{
 	Summary: func(r CreateRequest) string {
 		return fmt.Sprintf("order for %s: %d item(s)", r.CustomerID, len(r.Items))
 	},
+	Hint: quoteSQL,
 	Step: func(ctx context.Context, tx pgx.Tx, in op.In[CreateRequest]) (event, error) {
 		o, body, err := create(ctx, tx, in, time.Now())
 		return event{OrderNo: o.OrderNo, Body: body}, err
@@ -67,19 +68,31 @@ func create(ctx context.Context, tx pgx.Tx, in op.In[CreateRequest], now time.Ti
 		Fingerprint: in.Fingerprint, WorkflowID: in.WorkflowID, CustomerID: req.CustomerID,
 		Status: StatusInit, CouponCode: req.CouponCode, CreatedAt: now.UTC().Truncate(time.Microsecond),
 	}
-	if err := price(ctx, tx, &o, req.Items); err != nil {
-		return Order{}, nil, err
-	}
-	if err := applyCoupon(ctx, tx, &o); err != nil {
-		return Order{}, nil, err
+	// Quoted: priced from the claim's read, unlocked and unchecked; the
+	// batch below holds that quote to the rows as it writes them. An
+	// order with a coupon is priced under the products' locks first: the
+	// coupon's own lock must come after them, as on every other path, or
+	// two orders could deadlock.
+	quoted := req.CouponCode == "" && priceFromQuote(in.Hint, &o, req.Items)
+	if !quoted {
+		if err := price(ctx, tx, &o, req.Items); err != nil {
+			return Order{}, nil, err
+		}
+		if err := applyCoupon(ctx, tx, &o); err != nil {
+			return Order{}, nil, err
+		}
 	}
 	// What follows depends on nothing it returns: one batch, sent with the
-	// commit (op.Later), whatever the number of lines. The stock was
-	// checked above under the rows' locks; should a line find less all
-	// the same, the product's CHECK (stock >= 0) fails the pipeline before
-	// its commit (a row count checked in Go could not: op.Later), and the
-	// execution runs the step again with the batch sent at once, which
-	// sees the rejection here.
+	// commit (op.Later), whatever the number of lines; for a quoted order
+	// with nothing sent before it, the step's one round trip. A check
+	// that fails in it fails the pipeline before its commit (a row count
+	// checked in Go could not: op.Later), and the execution runs the step
+	// again the long way, with the batch sent at once and no quote:
+	//   - the product's CHECK (stock >= 0): stock checked under the
+	//     rows' locks above, or not at all for a quoted order, which is
+	//     then rejected out of stock the long way;
+	//   - order_quote_holds: a quoted price or currency that is no
+	//     longer the product's, under the row's lock.
 	b := &pgx.Batch{}
 	b.Queue(`INSERT INTO purchase_order
 		(order_no, tenant_id, idem_key, fingerprint, workflow_id, customer_id, status, subtotal_minor,
@@ -90,6 +103,13 @@ func create(ctx context.Context, tx pgx.Tx, in op.In[CreateRequest], now time.Ti
 	for _, l := range o.Items {
 		b.Queue(`INSERT INTO order_item (order_no, tenant_id, sku, quantity, unit_price_minor) VALUES ($1,$2,$3,$4,$5)`,
 			o.OrderNo, o.TenantID, l.SKU, l.Quantity, l.UnitPriceMinor)
+		if quoted {
+			b.Queue(`UPDATE product SET stock = stock - $3, reserved = reserved + $3
+				WHERE tenant_id = $1 AND sku = $2
+				RETURNING order_quote_holds(unit_price_minor = $4 AND currency = $5, sku)`,
+				o.TenantID, l.SKU, l.Quantity, l.UnitPriceMinor, o.Currency)
+			continue
+		}
 		b.Queue(`UPDATE product SET stock = stock - $3, reserved = reserved + $3
 			WHERE tenant_id = $1 AND sku = $2`, o.TenantID, l.SKU, l.Quantity)
 	}
@@ -111,6 +131,49 @@ func create(ctx context.Context, tx pgx.Tx, in op.In[CreateRequest], now time.Ti
 		return Order{}, nil, fmt.Errorf("write order: %w", err)
 	}
 	return o, body, nil
+}
+
+// quoteSQL is the order's Hint: its products' prices and currencies, read
+// with the claim, as {"SKU": {"price": 990, "currency": "EUR"}}.
+func quoteSQL(tenantID string, r CreateRequest) (string, []any) {
+	skus := make([]string, len(r.Items))
+	for i, it := range r.Items {
+		skus[i] = it.SKU
+	}
+	return `SELECT json_object_agg(sku, json_build_object('price', unit_price_minor, 'currency', currency))
+		FROM product WHERE tenant_id = $1 AND sku = ANY($2)`, []any{tenantID, skus}
+}
+
+// quote is a product's price as quoteSQL read it.
+type quote struct {
+	Price    int64  `json:"price"`
+	Currency string `json:"currency"`
+}
+
+// priceFromQuote fills o's lines and totals from a quote, and reports
+// whether it could: one that lacks an item's SKU, or mixes currencies,
+// is not used (the locked read then decides what to answer). A quote
+// decides no rejection, as it was read without a lock.
+func priceFromQuote(hint json.RawMessage, o *Order, items []Item) bool {
+	var quotes map[string]quote
+	if len(hint) == 0 || json.Unmarshal(hint, &quotes) != nil {
+		return false
+	}
+	var lines []Line
+	var subtotal int64
+	currency := ""
+	for _, it := range items {
+		q, ok := quotes[it.SKU]
+		if !ok || q.Currency == "" || (currency != "" && q.Currency != currency) {
+			return false
+		}
+		currency = q.Currency
+		line := Line{SKU: it.SKU, Quantity: it.Quantity, UnitPriceMinor: q.Price, LineTotalMinor: q.Price * int64(it.Quantity)}
+		lines = append(lines, line)
+		subtotal += line.LineTotalMinor
+	}
+	o.Items, o.Currency, o.SubtotalMinor, o.TotalMinor = lines, currency, subtotal, subtotal
+	return true
 }
 
 // price fills o's lines and totals from the tenant's catalog, under row
