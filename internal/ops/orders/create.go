@@ -103,15 +103,14 @@ func create(ctx context.Context, tx pgx.Tx, in op.In[CreateRequest], now time.Ti
 	for _, l := range o.Items {
 		b.Queue(`INSERT INTO order_item (order_no, tenant_id, sku, quantity, unit_price_minor) VALUES ($1,$2,$3,$4,$5)`,
 			o.OrderNo, o.TenantID, l.SKU, l.Quantity, l.UnitPriceMinor)
+		take := `UPDATE product SET stock = stock - $3, reserved = reserved + $3
+			WHERE tenant_id = $1 AND sku = $2`
+		args := []any{o.TenantID, l.SKU, l.Quantity}
 		if quoted {
-			b.Queue(`UPDATE product SET stock = stock - $3, reserved = reserved + $3
-				WHERE tenant_id = $1 AND sku = $2
-				RETURNING order_quote_holds(unit_price_minor = $4 AND currency = $5, sku)`,
-				o.TenantID, l.SKU, l.Quantity, l.UnitPriceMinor, o.Currency)
-			continue
+			take += ` RETURNING order_quote_holds(unit_price_minor = $4 AND currency = $5, sku)`
+			args = append(args, l.UnitPriceMinor, o.Currency)
 		}
-		b.Queue(`UPDATE product SET stock = stock - $3, reserved = reserved + $3
-			WHERE tenant_id = $1 AND sku = $2`, o.TenantID, l.SKU, l.Quantity)
+		b.Queue(take, args...)
 	}
 	if o.CouponCode != "" {
 		b.Queue(`INSERT INTO coupon_redemption (code, tenant_id, customer_id, order_no) VALUES ($1,$2,$3,$4)`,
@@ -136,15 +135,20 @@ func create(ctx context.Context, tx pgx.Tx, in op.In[CreateRequest], now time.Ti
 // quoteSQL is the order's Hint: its products' prices and currencies, read
 // with the claim, as {"SKU": {"price": 990, "currency": "EUR"}}.
 func quoteSQL(tenantID string, r CreateRequest) (string, []any) {
-	skus := make([]string, len(r.Items))
-	for i, it := range r.Items {
-		skus[i] = it.SKU
-	}
 	return `SELECT json_object_agg(sku, json_build_object('price', unit_price_minor, 'currency', currency))
-		FROM product WHERE tenant_id = $1 AND sku = ANY($2)`, []any{tenantID, skus}
+		FROM product WHERE tenant_id = $1 AND sku = ANY($2)`, []any{tenantID, skusOf(r.Items)}
 }
 
-// quote is a product's price as quoteSQL read it.
+// skusOf is the items' SKUs, in their order.
+func skusOf(items []Item) []string {
+	skus := make([]string, len(items))
+	for i, it := range items {
+		skus[i] = it.SKU
+	}
+	return skus
+}
+
+// quote is a product's price: as quoteSQL read it, or under its lock.
 type quote struct {
 	Price    int64  `json:"price"`
 	Currency string `json:"currency"`
@@ -159,21 +163,38 @@ func priceFromQuote(hint json.RawMessage, o *Order, items []Item) bool {
 	if len(hint) == 0 || json.Unmarshal(hint, &quotes) != nil {
 		return false
 	}
+	for _, it := range items {
+		if quotes[it.SKU].Currency == "" {
+			return false // not quoted, or not in a currency
+		}
+	}
+	return priceLines(o, items, quotes) == nil
+}
+
+// priceLines fills o's lines, currency and totals from catalog's prices,
+// the one arithmetic of both ways of pricing an order. An item catalog
+// lacks, or items in different currencies, are a rejection, and leave o
+// as it was.
+func priceLines(o *Order, items []Item, catalog map[string]quote) error {
 	var lines []Line
 	var subtotal int64
 	currency := ""
 	for _, it := range items {
-		q, ok := quotes[it.SKU]
-		if !ok || q.Currency == "" || (currency != "" && q.Currency != currency) {
-			return false
+		p, ok := catalog[it.SKU]
+		if !ok {
+			return &apperr.RejectedError{Code: "unknown-sku", Reason: "no product " + it.SKU}
 		}
-		currency = q.Currency
-		line := Line{SKU: it.SKU, Quantity: it.Quantity, UnitPriceMinor: q.Price, LineTotalMinor: q.Price * int64(it.Quantity)}
+		if currency == "" {
+			currency = p.Currency
+		} else if p.Currency != currency {
+			return &apperr.RejectedError{Code: "mixed-currency", Reason: "items are priced in different currencies"}
+		}
+		line := Line{SKU: it.SKU, Quantity: it.Quantity, UnitPriceMinor: p.Price, LineTotalMinor: p.Price * int64(it.Quantity)}
 		lines = append(lines, line)
 		subtotal += line.LineTotalMinor
 	}
 	o.Items, o.Currency, o.SubtotalMinor, o.TotalMinor = lines, currency, subtotal, subtotal
-	return true
+	return nil
 }
 
 // price fills o's lines and totals from the tenant's catalog, under row
@@ -181,12 +202,8 @@ func priceFromQuote(hint json.RawMessage, o *Order, items []Item) bool {
 // deadlock. An out-of-stock rejection names the SKUs, never the stock: a
 // caller is not told how much is left.
 func price(ctx context.Context, tx idem.Querier, o *Order, items []Item) error {
-	skus := make([]string, len(items))
-	for i, it := range items {
-		skus[i] = it.SKU
-	}
 	rows, err := tx.Query(ctx, `SELECT sku, unit_price_minor, currency, stock FROM product
-		WHERE tenant_id = $1 AND sku = ANY($2) ORDER BY sku FOR UPDATE`, o.TenantID, skus)
+		WHERE tenant_id = $1 AND sku = ANY($2) ORDER BY sku FOR UPDATE`, o.TenantID, skusOf(items))
 	if err != nil {
 		return fmt.Errorf("price: %w", err)
 	}
@@ -200,32 +217,24 @@ func price(ctx context.Context, tx idem.Querier, o *Order, items []Item) error {
 	if err != nil {
 		return fmt.Errorf("price: %w", err)
 	}
-	catalog := map[string]product{}
+	catalog := map[string]quote{}
+	stock := map[string]int{}
 	for _, p := range products {
-		catalog[p.SKU] = p
+		catalog[p.SKU] = quote{Price: p.Price, Currency: p.Currency}
+		stock[p.SKU] = p.Stock
+	}
+	if err := priceLines(o, items, catalog); err != nil {
+		return err
 	}
 	var short []string
 	for _, it := range items {
-		p, ok := catalog[it.SKU]
-		if !ok {
-			return &apperr.RejectedError{Code: "unknown-sku", Reason: "no product " + it.SKU}
-		}
-		if o.Currency == "" {
-			o.Currency = p.Currency
-		} else if p.Currency != o.Currency {
-			return &apperr.RejectedError{Code: "mixed-currency", Reason: "items are priced in different currencies"}
-		}
-		if p.Stock < it.Quantity {
+		if stock[it.SKU] < it.Quantity {
 			short = append(short, it.SKU)
 		}
-		line := Line{SKU: it.SKU, Quantity: it.Quantity, UnitPriceMinor: p.Price, LineTotalMinor: p.Price * int64(it.Quantity)}
-		o.Items = append(o.Items, line)
-		o.SubtotalMinor += line.LineTotalMinor
 	}
 	if len(short) > 0 {
 		return &apperr.RejectedError{Code: "out-of-stock", Reason: "out of stock: " + strings.Join(short, ", ")}
 	}
-	o.TotalMinor = o.SubtotalMinor
 	return nil
 }
 
