@@ -244,8 +244,13 @@ type Claim struct {
 	Hint json.RawMessage
 }
 
-// claimOnce sends the claim's first statement, behind hint's read when
-// there is one, in one pipeline. hintErr is the hint's own error.
+// claimOnce sends the claim's first statement, with hint's read behind
+// it when there is one, in one pipeline. hintErr is PostgreSQL's refusal
+// of the hint, which rolled the claim back with it (the pipeline is one
+// implicit transaction). A hint that read no row, or that Go cannot
+// scan, leaves the claim as it went, with no hint: the claim's result was
+// read first, so it is known, and sending it again would take the record
+// this request inserted for a duplicate's.
 func (s *Store) claimOnce(ctx context.Context, p ClaimParams, hint *Hint, ttl float64, inserted *bool) (rec Record, read json.RawMessage, hintErr, err error) {
 	args := []any{p.TenantID, p.Key, uuid.New(), p.BizType, p.Fingerprint, p.WorkflowID, ttl}
 	sb, batches := s.db.(interface {
@@ -256,25 +261,32 @@ func (s *Store) claimOnce(ctx context.Context, p ClaimParams, hint *Hint, ttl fl
 		return rec, nil, nil, err
 	}
 	b := &pgx.Batch{}
-	b.Queue(hint.SQL, hint.Args...)
 	b.Queue(claimSQL, args...)
+	b.Queue(hint.SQL, hint.Args...)
 	br := sb.SendBatch(ctx, b)
-	if hintErr = br.QueryRow().Scan(&read); hintErr != nil {
-		read = nil
-	}
 	rec, err = scanRecordAfter(br.QueryRow(), inserted)
-	if cerr := br.Close(); err == nil {
-		err = cerr
+	if err == nil {
+		hintErr = br.QueryRow().Scan(&read)
 	}
-	if hintErr != nil && err == nil {
-		// A hint that read no row: nothing to carry, the claim stands.
-		if errors.Is(hintErr, pgx.ErrNoRows) {
-			hintErr = nil
-		} else {
-			err = hintErr
-		}
+	if cerr := br.Close(); cerr != nil && hintErr == nil {
+		hintErr = cerr
 	}
-	return rec, read, hintErr, err
+	var refused *pgconn.PgError
+	switch {
+	case err != nil:
+		return rec, nil, nil, err
+	case errors.As(hintErr, &refused):
+		*inserted = false // rolled back
+		return Record{}, nil, hintErr, hintErr
+	case ConnectionLost(hintErr):
+		// Whether the claim committed is not known: as a claim whose
+		// connection died, it is sent again.
+		*inserted = false
+		return Record{}, nil, nil, hintErr
+	case hintErr != nil:
+		return rec, nil, nil, nil
+	}
+	return rec, read, nil, nil
 }
 
 // Claim records an intent or finds the record of an earlier submission.
