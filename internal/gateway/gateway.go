@@ -205,7 +205,8 @@ type intentRequest struct {
 
 // readIntent validates the key and reads the body; on failure it has
 // already answered. Nothing is recorded before it succeeds.
-// An empty body counts as {} where allowEmpty is set.
+// An absent body (zero bytes) counts as {} where allowEmpty is set; a
+// body of blanks is present and is not JSON, so it is refused as one.
 func (g *Gateway) readIntent(w http.ResponseWriter, r *http.Request, into any, allowEmpty bool) (intentRequest, bool) {
 	vals := r.Header.Values(HeaderKey)
 	if len(vals) > 1 {
@@ -235,7 +236,7 @@ func (g *Gateway) readIntent(w http.ResponseWriter, r *http.Request, into any, a
 		writeProblem(w, problem.New(problem.TypeInvalidRequest, http.StatusBadRequest, err.Error()))
 		return intentRequest{}, false
 	}
-	if allowEmpty && len(bytes.TrimSpace(body)) == 0 {
+	if allowEmpty && len(body) == 0 {
 		body = []byte("{}")
 	}
 	if raw, ok := into.(*json.RawMessage); ok {
