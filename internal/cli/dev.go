@@ -113,6 +113,7 @@ func runDev(ctx context.Context, env *Env, args []string) error {
 		Namespace:    c.namespace,
 		Retention:    time.Duration(*nsRetention),
 		HistoryCache: tf.historyCache,
+		Stderr:       env.Stderr,
 	}
 	if err := chooseTemporalStore(log, &tcfg, *store, c.databaseURL); err != nil {
 		return err
@@ -324,6 +325,7 @@ func runTemporal(ctx context.Context, env *Env, args []string) error {
 		Namespace:    *namespace,
 		Retention:    time.Duration(*nsRetention),
 		HistoryCache: tf.historyCache,
+		Stderr:       env.Stderr,
 	}
 	if err := chooseTemporalStore(env.Logger, &tcfg, "postgres", *dbURL); err != nil {
 		return err

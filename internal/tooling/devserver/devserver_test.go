@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"net/url"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -289,5 +290,39 @@ func TestTheNamedDatabaseIsCreatedWhenMissing(t *testing.T) {
 	wrong.Path = "/" + name + "_other"
 	if created, err := EnsureDatabaseOf(context.Background(), wrong.String()); err == nil || created {
 		t.Fatalf("an unknown role: created %v, %v; want the connection's error", created, err)
+	}
+}
+
+// fatalChild, set in a child's environment, makes
+// TestTemporalsFatalErrorIsSaidWhereDevRuns that child: it starts a server
+// that Temporal ends with a fatal error, and so ends.
+const fatalChild = "IDEMFLOW_TEST_TEMPORAL_FATAL_CHILD"
+
+// Temporal ends the process on a fatal error (a listener it cannot bind),
+// after logging it. Its log is a file in the data directory, so that dev
+// used to end with status 1 and no word where it was run. An address
+// Temporal cannot parse as an IP (its listeners bind to IPs) is such an
+// error, and one that a port check cannot see.
+func TestTemporalsFatalErrorIsSaidWhereDevRuns(t *testing.T) {
+	if dir := os.Getenv(fatalChild); dir != "" {
+		_, err := StartTemporal(context.Background(), TemporalConfig{DataDir: dir, IP: "localhost", Namespace: "default"})
+		fmt.Fprintf(os.Stdout, "StartTemporal returned: %v\n", err)
+		os.Exit(0)
+	}
+	dir := t.TempDir()
+	cmd := exec.Command(os.Args[0], "-test.run=^TestTemporalsFatalErrorIsSaidWhereDevRuns$")
+	cmd.Env = append(os.Environ(), fatalChild+"="+dir)
+	var stdout, stderr strings.Builder
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	err := cmd.Run()
+	logged, _ := os.ReadFile(filepath.Join(dir, "temporal-server.log"))
+	if !strings.Contains(string(logged), "unable to parse bindOnIP") {
+		t.Fatalf("the server did not end as this test expects (exit: %v; stdout: %s; its log: %s)", err, stdout.String(), logged)
+	}
+	if err == nil {
+		t.Fatalf("the server's fatal error did not end the process: %s", stdout.String())
+	}
+	if !strings.Contains(stderr.String(), "unable to parse bindOnIP") {
+		t.Fatalf("the process ended (%v) with its reason only in temporal-server.log; stderr: %q", err, stderr.String())
 	}
 }

@@ -5,9 +5,11 @@
 package devserver
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"math/rand/v2"
 	"net"
@@ -35,6 +37,8 @@ import (
 	"go.temporal.io/server/common/resolver"
 	sqliteschema "go.temporal.io/server/schema/sqlite"
 	"go.temporal.io/server/temporal"
+	"go.uber.org/zap"
+	"go.uber.org/zap/zapcore"
 	"google.golang.org/protobuf/types/known/durationpb"
 )
 
@@ -62,6 +66,10 @@ type TemporalConfig struct {
 	// mutable state, in workflows; 0 leaves Temporal's default of
 	// 128,000, which closed intents fill at about 30 KB each.
 	HistoryCache int
+	// Stderr also receives the server's fatal errors (default
+	// os.Stderr): Temporal ends the process after logging one (a listener
+	// it cannot bind), and its log is a file in DataDir.
+	Stderr io.Writer
 }
 
 // DefaultHistoryCache is the embedded server's history cache, in
@@ -156,9 +164,9 @@ func StartTemporal(ctx context.Context, cfg TemporalConfig) (*Temporal, error) {
 	if err != nil {
 		return nil, err
 	}
-	logger := log.NewZapLogger(log.BuildZapLogger(log.Config{
+	logger := log.NewZapLogger(sayFatal(log.BuildZapLogger(log.Config{
 		Level: "warn", OutputFile: filepath.Join(cfg.DataDir, "temporal-server.log"),
-	}))
+	}), cmp.Or[io.Writer](cfg.Stderr, os.Stderr)))
 	srv, err := temporal.NewServer(
 		temporal.WithConfig(serverCfg),
 		temporal.ForServices(temporal.DefaultServices),
@@ -178,6 +186,16 @@ func StartTemporal(ctx context.Context, cfg TemporalConfig) (*Temporal, error) {
 	}
 	started = true
 	return t, nil
+}
+
+// sayFatal tees l's fatal entries (and panics) to w, so that the reason a
+// server ended the process is said where it was run, not only in its log.
+func sayFatal(l *zap.Logger, w io.Writer) *zap.Logger {
+	enc := zap.NewProductionEncoderConfig()
+	enc.EncodeTime = zapcore.ISO8601TimeEncoder
+	enc.StacktraceKey = "" // the server's own stack: in its log
+	fatal := zapcore.NewCore(zapcore.NewConsoleEncoder(enc), zapcore.AddSync(w), zapcore.DPanicLevel)
+	return l.WithOptions(zap.WrapCore(func(c zapcore.Core) zapcore.Core { return zapcore.NewTee(c, fatal) }))
 }
 
 // dynamicConfig is the embedded server's dynamic configuration.
@@ -373,7 +391,7 @@ func liteConfig(cfg TemporalConfig, persistence config.Persistence) (*config.Con
 // test starts. It is below the kernel's ephemeral range: a port found
 // free by listening on :0 is an ephemeral one, which the kernel may hand
 // to any outgoing connection before the server binds it, and Temporal's
-// failed bind ends the process without a word outside its log. It is
+// failed bind ends the process (TemporalConfig.Stderr says why). It is
 // below 32768 too: Temporal keeps its ports in
 // cluster_membership.rpc_port, a SMALLINT in PostgreSQL.
 func FreePort() (int, error) {
