@@ -118,8 +118,8 @@ type Intent struct {
 	// Wait bounds how long Submit waits for the result; zero answers
 	// "pending" at once (RFC 7240 wait=0).
 	Wait time.Duration
-	// hint is what Hint read, once claimed.
-	hint json.RawMessage
+	// hintRead is what Hint read, once claimed (nil if nothing).
+	hintRead json.RawMessage
 }
 
 // Reply is the answer to a submission.
@@ -192,7 +192,7 @@ func (s *Starter) Submit(ctx context.Context, in Intent) (Reply, error) {
 		return reply, nil
 	}
 	in.Attempt = rec.Attempts
-	in.hint = claim.Hint
+	in.hintRead = claim.Hint
 	if claim.Owner && rec.Attempts > 1 {
 		s.awaitEarlierRun(ctx, in)
 	}
@@ -338,13 +338,13 @@ func (s *Starter) startAndWait(ctx context.Context, in Intent, wait time.Duratio
 		EnableEagerStart: true,
 	}
 	startCtx, span := s.span(ctx, "start", in.Intent)
-	run, err := s.Temporal.ExecuteWorkflow(startCtx, opts, in.Workflow, in.Input(in.Intent, in.hint))
+	run, err := s.Temporal.ExecuteWorkflow(startCtx, opts, in.Workflow, in.Input(in.Intent, in.hintRead))
 	if err != nil && unknownSearchAttribute(err) {
 		// Registered a moment ago, the server's cache may not know them
 		// yet: start without them rather than refuse the intent.
 		s.Logger.Warn("start without search attributes", "workflow_id", in.WorkflowID, "error", err)
 		opts.TypedSearchAttributes = temporal.SearchAttributes{}
-		run, err = s.Temporal.ExecuteWorkflow(startCtx, opts, in.Workflow, in.Input(in.Intent, in.hint))
+		run, err = s.Temporal.ExecuteWorkflow(startCtx, opts, in.Workflow, in.Input(in.Intent, in.hintRead))
 	}
 	if err != nil {
 		span.RecordError(err)
