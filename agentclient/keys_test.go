@@ -6,6 +6,7 @@ import (
 	"errors"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 
 	"go.temporal.io/sdk/activity"
@@ -21,12 +22,14 @@ type keyVectors struct {
 		Key    string   `json:"key"`
 	} `json:"derive"`
 	Temporal []struct {
-		Name       string `json:"name"`
-		WorkflowID string `json:"workflow_id"`
-		ActivityID string `json:"activity_id"`
-		Tool       string `json:"tool"`
-		Scope      string `json:"scope"`
-		Key        string `json:"key"`
+		Name          string `json:"name"`
+		WorkflowID    string `json:"workflow_id"`
+		OriginalRunID string `json:"original_run_id"`
+		Call          int    `json:"call"`
+		ActivityID    string `json:"activity_id"`
+		Tool          string `json:"tool"`
+		Scope         string `json:"scope"`
+		Key           string `json:"key"`
 	} `json:"temporal"`
 }
 
@@ -52,31 +55,26 @@ func TestTheSharedKeyVectors(t *testing.T) {
 		if c.Scope != "" {
 			scope = []string{c.Scope}
 		}
-		if got := activityKey(c.WorkflowID, c.ActivityID, c.Tool, scope...); got != c.Key {
+		got := activityKey(c.WorkflowID, callID{Run: c.OriginalRunID, N: c.Call}, c.Tool, scope...)
+		if c.OriginalRunID == "" {
+			got = legacyActivityKey(c.WorkflowID, c.ActivityID, c.Tool, scope...)
+		}
+		if got != c.Key {
 			t.Errorf("%s: %s, want %s", c.Name, got, c.Key)
 		}
 	}
 }
 
-// ActivityKey reads the running activity's IDs (the SDK's test
-// environment runs a real activity), and refuses to make a key outside one.
-func TestActivityKeyIsTheRunningActivitys(t *testing.T) {
+// ActivityKey refuses to make a key outside an activity, and in one whose
+// worker lacks KeyInterceptor (the SDK's test environment runs a real
+// activity). TestActivityKeysTellIntendedCallsApart covers the keys made.
+func TestActivityKeyNeedsAnActivityAndTheInterceptor(t *testing.T) {
 	env := (&testsuite.WorkflowTestSuite{}).NewTestActivityEnvironment()
-	env.RegisterActivityWithOptions(func(ctx context.Context) ([]string, error) {
-		info := activity.GetInfo(ctx)
-		key, err := ActivityKey(ctx, "")
-		return []string{key, activityKey(info.WorkflowExecution.ID, info.ActivityID, "create_ticket"), info.WorkflowExecution.ID, info.ActivityID}, err
+	env.RegisterActivityWithOptions(func(ctx context.Context) (string, error) {
+		return ActivityKey(ctx, "")
 	}, activity.RegisterOptions{Name: "create_ticket"})
-	val, err := env.ExecuteActivity("create_ticket")
-	if err != nil {
-		t.Fatal(err)
-	}
-	var got []string
-	if err := val.Get(&got); err != nil {
-		t.Fatal(err)
-	}
-	if got[2] == "" || got[3] == "" || got[0] != got[1] {
-		t.Fatalf("ActivityKey %s, want %s from workflow %q and activity %q", got[0], got[1], got[2], got[3])
+	if _, err := env.ExecuteActivity("create_ticket"); err == nil || !strings.Contains(err.Error(), "KeyInterceptor") {
+		t.Fatalf("without the interceptor: %v, want a refusal that names KeyInterceptor", err)
 	}
 	if _, err := ActivityKey(context.Background(), "create_ticket"); !errors.Is(err, ErrNoDurableIdentity) {
 		t.Fatalf("outside an activity: %v, want ErrNoDurableIdentity", err)

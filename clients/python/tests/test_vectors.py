@@ -89,16 +89,19 @@ def test_langgraph_key(c: dict[str, Any]) -> None:
 
 @pytest.mark.parametrize("c", KEYS["temporal"], ids=lambda c: c["name"])
 def test_temporal_key(c: dict[str, Any]) -> None:
-    import dataclasses
+    from idemflow.temporal import call_key
 
+    got = call_key(c["workflow_id"], c["original_run_id"], c.get("call", 0), c.get("activity_id", ""), c["tool"], c["scope"])
+    assert got == c["key"]
+
+
+def test_no_interceptor_no_key() -> None:
     from temporalio.testing import ActivityEnvironment
 
     from idemflow.temporal import activity_key
 
-    env = ActivityEnvironment()
-    env.info = dataclasses.replace(env.info, workflow_id=c["workflow_id"], activity_id=c["activity_id"], activity_type=c["tool"])
-    assert env.run(lambda: activity_key(scope=c["scope"])) == c["key"]
-    assert env.run(lambda: activity_key(c["tool"], scope=c["scope"])) == c["key"]
+    with pytest.raises(idemflow.NoDurableIdentityError, match="KeyInterceptor"):
+        ActivityEnvironment().run(lambda: activity_key("create_ticket"))
 
 
 def test_no_activity_no_key() -> None:

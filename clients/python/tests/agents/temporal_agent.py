@@ -37,7 +37,7 @@ with workflow.unsafe.imports_passed_through():
     from temporalio.openai_agents.testing import ResponseBuilders, TestModelProvider
 
     import idemflow
-    from idemflow.temporal import activity_key
+    from idemflow.temporal import KeyInterceptor, activity_key
 
 KEYS = os.environ.get("IDEMFLOW_AGENT_KEYS", "idemflow")
 
@@ -110,7 +110,7 @@ async def main() -> None:
     ap.add_argument("--task-queue", required=True)
     a = ap.parse_args()
     client = await connect()
-    worker = Worker(client, task_queue=a.task_queue, workflows=[TicketAgent], activities=[create_ticket])
+    worker = Worker(client, task_queue=a.task_queue, workflows=[TicketAgent], activities=[create_ticket], interceptors=[KeyInterceptor()])
     print(f"worker up on {a.task_queue} ({KEYS} keys)", flush=True)
     await worker.run()
 
