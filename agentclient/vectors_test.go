@@ -112,10 +112,15 @@ func TestTheSharedAnswerVectors(t *testing.T) {
 	}
 	for _, o := range v.Operations {
 		t.Run("operation "+o.Name, func(t *testing.T) {
-			res, act, err := judgeOperation(o.View)
+			raw := []byte(o.View)
+			var text string
+			if json.Unmarshal(o.View, &text) == nil {
+				raw = []byte(text) // a view given as its exact text
+			}
+			res, act, err := judgeOperation(raw)
 			o.Expect.check(t, res, act, err, http.Header{})
 			var view operationView
-			_ = json.Unmarshal(o.View, &view)
+			_ = json.Unmarshal(raw, &view)
 			if o.Expect.ContentType != "" && view.ResultContentType != o.Expect.ContentType {
 				t.Errorf("content type %q, want %q", view.ResultContentType, o.Expect.ContentType)
 			}

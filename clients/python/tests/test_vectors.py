@@ -61,7 +61,9 @@ def test_answer(a: dict[str, Any]) -> None:
 
 @pytest.mark.parametrize("o", ANSWERS["operations"], ids=lambda o: o["name"])
 def test_polled_operation(o: dict[str, Any]) -> None:
-    check(o["name"], idemflow.judge_operation(json.dumps(o["view"])), o["expect"])
+    # a string is the view's exact text; an object is sent as the server writes one, compact
+    view = o["view"] if isinstance(o["view"], str) else json.dumps(o["view"], separators=(",", ":"), ensure_ascii=False)
+    check(o["name"], idemflow.judge_operation(view), o["expect"])
 
 
 @pytest.mark.parametrize("b", ANSWERS["backoff"], ids=lambda b: f"attempt {b['attempt']}")

@@ -148,6 +148,47 @@ interface OperationView {
 }
 
 /**
+ * rawMember is the text of the top-level member name of the JSON object
+ * text, as the server wrote it: the replay's bytes. JSON.stringify of the
+ * parsed value would change escapes (\\u0026), spacing, and integers
+ * beyond 2^53. text must be valid JSON (it was parsed before).
+ */
+export function rawMember(text: string, name: string): string | undefined {
+  let i = text.indexOf("{") + 1;
+  const skip = (chars: string) => {
+    while (i < text.length && chars.includes(text[i])) i++;
+  };
+  // The end of the value (or string) that starts at i.
+  const valueEnd = (): number => {
+    let depth = 0;
+    let j = i;
+    for (; j < text.length; j++) {
+      const c = text[j];
+      if (c === '"') {
+        for (j++; text[j] !== '"'; j++) if (text[j] === "\\") j++;
+        if (depth === 0) return j + 1;
+      } else if (c === "{" || c === "[") depth++;
+      else if (c === "}" || c === "]") {
+        if (depth === 0) return j; // the end of a scalar at the object's end
+        if (--depth === 0) return j + 1;
+      } else if (depth === 0 && (c === "," || " \t\n\r".includes(c))) return j;
+    }
+    return j;
+  };
+  for (;;) {
+    skip(" \t\n\r,");
+    if (i >= text.length || text[i] === "}") return undefined;
+    const keyEnd = valueEnd();
+    const key = JSON.parse(text.slice(i, keyEnd)) as string;
+    i = keyEnd;
+    skip(" \t\n\r:");
+    const end = valueEnd();
+    if (key === name) return text.slice(i, end);
+    i = end;
+  }
+}
+
+/**
  * judgeOperation reads a polled operation: still running (poll), or its
  * stored answer, judged as a replay of it would be, with the replay's
  * bytes (result_base64 when the view has it, else result).
@@ -155,7 +196,7 @@ interface OperationView {
 export function judgeOperation(text: string): Judgement {
   const op = JSON.parse(text) as OperationView;
   if (op.status === "processing") return { action: "poll" };
-  const raw = op.result_base64 !== undefined ? Buffer.from(op.result_base64, "base64").toString("utf8") : JSON.stringify(op.result ?? {});
+  const raw = op.result_base64 !== undefined ? Buffer.from(op.result_base64, "base64").toString("utf8") : (rawMember(text, "result") ?? "{}");
   return judge(op.result_status ?? 500, new Headers({ [headerReplayed]: "true" }), raw);
 }
 

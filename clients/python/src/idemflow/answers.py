@@ -109,6 +109,28 @@ def judge(status: int, headers: Mapping[str, str], raw: str) -> Judgement:
     return Fail(problem_error(status, raw, settled))
 
 
+def _raw_member(text: str, name: str) -> str | None:
+    """The text of the top-level member name of the JSON object text, as
+    the server wrote it: the replay's bytes (a re-serialisation would
+    change escapes such as \\u0026, numbers and spacing)."""
+    decoder = json.JSONDecoder()
+    ws = " \t\n\r"
+    i = len(text) - len(text.lstrip(ws)) + 1  # past "{"
+    while i < len(text):
+        while text[i] in ws + ",":
+            i += 1
+        if text[i] == "}":
+            return None
+        key, i = decoder.raw_decode(text, i)
+        while text[i] in ws + ":":
+            i += 1
+        _, end = decoder.raw_decode(text, i)
+        if key == name:
+            return text[i:end]
+        i = end
+    return None
+
+
 def judge_operation(text: str) -> Judgement:
     """Reads a polled operation (GET /v1/operations/{id}): still running
     (poll), or its stored answer, judged as a replay of it would be, with the
@@ -119,7 +141,7 @@ def judge_operation(text: str) -> Judgement:
     if op.get("result_base64") is not None:
         raw = base64.b64decode(op["result_base64"]).decode("utf-8", errors="replace")
     else:
-        raw = json.dumps(op.get("result", {}), separators=(",", ":"), ensure_ascii=False)
+        raw = _raw_member(text, "result") or "{}"
     return judge(int(op.get("result_status") or 500), {HEADER_REPLAYED: "true"}, raw)
 
 
