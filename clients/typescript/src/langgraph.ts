@@ -15,7 +15,8 @@
 
 import { tool } from "@langchain/core/tools";
 import type { ToolRunnableConfig } from "@langchain/core/tools";
-import { Client, deriveKey, ProblemError, type Result } from "./index.js";
+import { interrupt } from "@langchain/langgraph";
+import { Client, DeadlineError, deriveKey, ProblemError, type Result } from "./index.js";
 
 /** The run has no durable identity to derive a key from. */
 export class NoDurableIdentityError extends Error {}
@@ -62,6 +63,27 @@ export interface IdemflowToolFields<S> {
   path: string | ((args: any) => string);
   /** The body sent (default: the arguments). */
   body?: (args: any) => unknown;
+  /**
+   * How long one call waits for its final answer (default 300 s) before it
+   * pauses the run (see PendingAnswer). An answer still pending is not a
+   * failure: the intent may have taken effect, and only its answer is late.
+   */
+  waitMs?: number;
+}
+
+/**
+ * What the run is paused with (LangGraph's interrupt) when a call's final
+ * answer did not come within waitMs: never a tool error, which ToolNode
+ * (handleToolErrors, its default) would hand to the model, whose retry
+ * would be a new tool call, a new key and a second effect. Resume the run
+ * (new Command({ resume: true }) on the same thread): the tool node runs
+ * the call again under the same key, and gets its answer.
+ */
+export interface PendingAnswer {
+  idemflow: "pending";
+  tool: string;
+  key: string;
+  message: string;
 }
 
 /** What the tool returns to the model. */
@@ -83,17 +105,29 @@ export function idemflowTool<S>(client: Client, f: IdemflowToolFields<S>) {
       const key = durableKey(config, f.name);
       const path = typeof f.path === "function" ? f.path(args) : f.path;
       let r: Result;
-      try {
-        r = await client.do({ key, method: "POST", path, body: f.body ? f.body(args) : args }, { signal: config?.signal });
-      } catch (e) {
-        if (e instanceof ProblemError) {
-          // A final refusal is the model's to read, not a crash of the
-          // run. error names it: a rejection stored under the key (the
-          // operation's or its downstream's, whose body is as it came), or
-          // idemflow's refusal of the arguments, which nothing recorded.
-          return JSON.stringify({ http_status: e.status, replayed: false, error: e.name, problem: e.problem, body: e.body, key });
+      for (;;) {
+        try {
+          r = await client.do({ key, method: "POST", path, body: f.body ? f.body(args) : args }, { deadlineMs: f.waitMs, signal: config?.signal });
+          break;
+        } catch (e) {
+          if (e instanceof ProblemError) {
+            // A final refusal is the model's to read, not a crash of the
+            // run. error names it: a rejection stored under the key (the
+            // operation's or its downstream's, whose body is as it came),
+            // or idemflow's refusal of the arguments, which nothing
+            // recorded.
+            return JSON.stringify({ http_status: e.status, replayed: false, error: e.name, problem: e.problem, body: e.body, key });
+          }
+          if (!(e instanceof DeadlineError)) throw e;
+          // Pauses the run (ToolNode re-throws an interrupt whatever its
+          // handleToolErrors); a resume returns here and waits again.
+          interrupt<PendingAnswer>({
+            idemflow: "pending",
+            tool: f.name,
+            key,
+            message: `${f.name}: no final answer within the wait; the call is pending under key ${key} and must not be made again: resume the run to wait for its answer`,
+          });
         }
-        throw e;
       }
       const answer: ToolAnswer = { http_status: r.status, replayed: r.replayed, result: r.body };
       return JSON.stringify(answer);

@@ -14,7 +14,12 @@ import {
   backoffCeiling, Client, deriveKey, FileStore, IntentMismatchError, InvalidRequestError, judge, judgeOperation, type Judgement, KeyReusedError,
   NotFoundError, OutcomeUnknownError, RejectedError, TooLargeError, UnauthorizedError,
 } from "../src/index.js";
-import { durableKey, NoDurableIdentityError } from "../src/langgraph.js";
+import { durableKey, idemflowTool, NoDurableIdentityError } from "../src/langgraph.js";
+import { AIMessage, HumanMessage, ToolMessage } from "@langchain/core/messages";
+import { tool } from "@langchain/core/tools";
+import { Command, END, MemorySaver, MessagesAnnotation, START, StateGraph } from "@langchain/langgraph";
+import { ToolNode, toolsCondition } from "@langchain/langgraph/prebuilt";
+import { z } from "zod";
 
 const url = process.env.IDEMFLOW_URL!;
 const token = process.env.IDEMFLOW_TOKEN!;
@@ -223,3 +228,92 @@ function check(name: string, j: Judgement, e: Expectation) {
   }
   if (j.action === "retry" && e.wait_ms !== undefined) assert.equal(j.waitMs, e.wait_ms, `${name}: wait`);
 }
+
+// A partition longer than the tool's wait, with ToolNode's defaults
+// (handleToolErrors true): the idemflow tool pauses the run (an interrupt),
+// and the resumed run gets the first call's answer under its key: one
+// effect. The control, a tool that lets the wait's end be an error, hands
+// the model "Please fix your mistakes"; the model calls again, under a new
+// tool-call ID and so a new key: two effects.
+test("a pending answer pauses the LangGraph.js run, and never reaches the model as an error", async () => {
+  let partitioned = true;
+  const keys: string[] = [];
+  const proxy: Server = createServer((req, res) => {
+    keys.push(String(req.headers["idempotency-key"]));
+    const up = httpRequest(url + req.url, { method: req.method, headers: req.headers }, (ur) => {
+      if (partitioned) {
+        ur.resume(); // the request took effect; its answer never comes back
+        return;
+      }
+      res.writeHead(ur.statusCode!, ur.headers);
+      ur.pipe(res);
+    });
+    req.pipe(up);
+  });
+  await new Promise<void>((r) => proxy.listen(0, "127.0.0.1", r));
+  const base = `http://127.0.0.1:${(proxy.address() as { port: number }).port}`;
+  const c = new Client({ baseURL: base, token, attemptTimeoutMs: 300, initialBackoffMs: 20, maxBackoffMs: 100 });
+  const schema = z.object({ customer_id: z.string(), title: z.string() });
+  const fixed = idemflowTool(c, { name: "create_ticket", description: "Create a ticket.", schema, path: "/v1/tickets", waitMs: 1200 });
+  const control = tool(
+    async (args, config) => JSON.stringify((await c.do({ key: durableKey(config, "create_ticket"), path: "/v1/tickets", body: args }, { deadlineMs: 1200 })).body),
+    { name: "create_ticket", description: "Create a ticket.", schema },
+  );
+  const run = async (ticketTool: typeof fixed | typeof control, customer: string) => {
+    // The model: asks for the ticket; after a tool error, asks again (a
+    // new tool-call ID, as a model writes one); after an answer, is done.
+    const model = (state: typeof MessagesAnnotation.State) => {
+      const tools = state.messages.filter((m) => m.getType() === "tool") as ToolMessage[];
+      const last = tools[tools.length - 1];
+      if (last && (last.status !== "error" || tools.length >= 2)) return { messages: [new AIMessage(`done: ${last.content}`)] };
+      const call = { name: "create_ticket", args: { customer_id: customer, title: "Printer on fire" }, id: "call_" + randomUUID(), type: "tool_call" as const };
+      return { messages: [new AIMessage({ content: "", tool_calls: [call] })] };
+    };
+    const graph = new StateGraph(MessagesAnnotation)
+      .addNode("agent", model)
+      .addNode("tools", new ToolNode([ticketTool]))
+      .addEdge(START, "agent")
+      .addConditionalEdges("agent", toolsCondition, ["tools", END])
+      .addEdge("tools", "agent")
+      .compile({ checkpointer: new MemorySaver() });
+    const config = { configurable: { thread_id: customer } };
+    const out = await graph.invoke({ messages: [new HumanMessage("Open a ticket.")] }, config);
+    return { graph, config, out };
+  };
+  // Each key that reached the gateway, sent again: replayed means a ticket
+  // was made under it.
+  const effects = async (seen: string[], customer: string) => {
+    let n = 0;
+    for (const key of new Set(seen)) {
+      const r = await client().do({ key, path: "/v1/tickets", body: { customer_id: customer, title: "Printer on fire" } });
+      if (r.replayed) n++;
+    }
+    return n;
+  };
+  try {
+    const who = "c-ts-pending-" + randomUUID().slice(0, 8);
+    const { graph, config, out } = await run(fixed, who);
+    const paused = (out as any).__interrupt__;
+    assert.ok(paused?.length === 1 && paused[0].value.idemflow === "pending", `the run paused: ${JSON.stringify(out)}`);
+    assert.ok(!out.messages.some((m) => m.getType() === "tool"), "no tool message reached the model");
+    partitioned = false;
+    const resumed = await graph.invoke(new Command({ resume: true }), config);
+    const answers = resumed.messages.filter((m) => m.getType() === "tool") as ToolMessage[];
+    assert.equal(answers.length, 1);
+    assert.equal(answers[0].status, "success");
+    assert.equal(JSON.parse(String(answers[0].content)).replayed, true, "the resumed call got the first call's answer");
+    assert.equal(await effects(keys, who), 1);
+
+    keys.length = 0;
+    partitioned = true;
+    const naive = "c-ts-pending-control-" + randomUUID().slice(0, 8);
+    const ctl = await run(control, naive);
+    const errors = ctl.out.messages.filter((m) => m.getType() === "tool" && (m as ToolMessage).status === "error");
+    assert.equal(errors.length, 2, "the control hands the model the wait's end as an error, twice");
+    partitioned = false;
+    assert.equal(await effects(keys, naive), 2, "the control's retry under a new key made a second ticket");
+  } finally {
+    proxy.closeAllConnections();
+    proxy.close();
+  }
+});
