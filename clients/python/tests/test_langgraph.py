@@ -15,17 +15,22 @@ import subprocess
 import threading
 import uuid
 from collections.abc import Callable
-from typing import Any
+from typing import Annotated, Any
 
 import psycopg
 import pytest
-from langchain_core.messages import AIMessage
+from langchain_core.messages import AIMessage, ToolMessage
+from langchain_core.runnables import RunnableConfig
+from langchain_core.tools import InjectedToolCallId
+from langchain_core.tools import tool as lc_tool
+from langgraph.checkpoint.memory import InMemorySaver
 from langgraph.graph import START, MessagesState, StateGraph
-from langgraph.prebuilt import ToolNode
+from langgraph.prebuilt import ToolNode, tools_condition
+from langgraph.types import Command
 from pydantic import BaseModel
 
 import idemflow
-from idemflow.langgraph import idemflow_tool
+from idemflow.langgraph import durable_key, idemflow_tool
 
 from . import children
 from .conftest import count
@@ -159,3 +164,83 @@ def test_a_call_without_an_id_raises_naming_it(client: idemflow.Client) -> None:
 def test_the_model_sees_the_operations_schema_not_the_injected_id(client: idemflow.Client) -> None:
     tool = idemflow_tool(client, name="create_ticket", description="Create a ticket.", path="/v1/tickets", args_schema=Ticket)
     assert set(tool.tool_call_schema.model_json_schema()["properties"]) == {"customer_id", "title"}
+
+
+class TicketWithPriority(BaseModel):
+    customer_id: str
+    title: str
+    priority: str | None = None
+
+
+def test_an_optional_argument_the_model_leaves_out_is_left_out_not_sent_as_null(client: idemflow.Client) -> None:
+    tool = idemflow_tool(client, name="create_ticket", description="Create a ticket.", path="/v1/tickets", args_schema=TicketWithPriority)
+    answer = json.loads(one_call(tool, {"customer_id": "c-py-optional", "title": "No priority given"}, {"configurable": {"thread_id": str(uuid.uuid4())}}))
+    assert answer["http_status"] == 201, answer
+
+
+def test_a_pending_answer_pauses_the_run_and_never_reaches_the_model_as_an_error(url: str, token: str, db: psycopg.Connection) -> None:
+    """A partition longer than the tool's deadline, with
+    ToolNode(handle_tool_errors=True): idemflow's tool pauses the run, the
+    resume gets the first call's answer, one ticket. The control lets the
+    deadline's end be an error: the model calls again under a new
+    tool-call ID, a new key, and a second ticket."""
+    proxy = Proxy(url, "answer-lost", path="/never")
+    try:
+        with idemflow.Client(proxy.url, token, attempt_timeout=0.3, initial_backoff=0.02, max_backoff=0.1) as c:
+
+            @lc_tool("create_ticket")
+            def control(customer_id: str, title: str, tool_call_id: Annotated[str, InjectedToolCallId], config: RunnableConfig) -> str:
+                """Create a ticket."""
+                key = durable_key(config, tool_call_id, "create_ticket")
+                return json.dumps(c.do(idemflow.Intent(key, "/v1/tickets", {"customer_id": customer_id, "title": title}), deadline=1.2).body)
+
+            fixed = idemflow_tool(c, name="create_ticket", description="Create a ticket.", path="/v1/tickets", args_schema=Ticket, deadline=1.2)
+
+            def run(tool: Any, customer: str) -> tuple[Any, dict[str, Any], dict[str, Any]]:
+                def model(state: MessagesState) -> dict[str, Any]:
+                    # After a tool error, the model asks again (a new call
+                    # ID, as a model writes one); after an answer, done.
+                    tools = [m for m in state["messages"] if isinstance(m, ToolMessage)]
+                    if tools and (tools[-1].status != "error" or len(tools) >= 2):
+                        return {"messages": [AIMessage("done")]}
+                    call = {
+                        "name": "create_ticket",
+                        "args": {"customer_id": customer, "title": "Printer on fire"},
+                        "id": f"call_{uuid.uuid4()}",
+                        "type": "tool_call",
+                    }
+                    return {"messages": [AIMessage("", tool_calls=[call])]}
+
+                graph = (
+                    StateGraph(MessagesState)
+                    .add_node("agent", model)
+                    .add_node("tools", ToolNode([tool], handle_tool_errors=True))
+                    .add_edge(START, "agent")
+                    .add_conditional_edges("agent", tools_condition)
+                    .add_edge("tools", "agent")
+                    .compile(checkpointer=InMemorySaver())
+                )
+                config: dict[str, Any] = {"configurable": {"thread_id": customer}}
+                return graph, config, graph.invoke({"messages": []}, config)
+
+            who = f"py-pending-{uuid.uuid4().hex[:8]}"
+            proxy.partitioned = True
+            graph, config, out = run(fixed, who)
+            assert out.get("__interrupt__") and out["__interrupt__"][0].value["idemflow"] == "pending", out
+            assert not any(isinstance(m, ToolMessage) for m in out["messages"]), "no tool message reached the model"
+            proxy.partitioned = False
+            resumed = graph.invoke(Command(resume=True), config)
+            answers = [m for m in resumed["messages"] if isinstance(m, ToolMessage)]
+            assert len(answers) == 1 and answers[0].status == "success" and json.loads(str(answers[0].content))["replayed"] is True, answers
+            assert count(db, "ticket", who) == 1
+
+            naive = f"py-pending-control-{uuid.uuid4().hex[:8]}"
+            proxy.partitioned = True
+            _, _, out = run(control, naive)
+            errors = [m for m in out["messages"] if isinstance(m, ToolMessage) and m.status == "error"]
+            n_errors, n_tickets = len(errors), count(db, "ticket", naive)
+            print(f"pending answer: the run paused, 1 ticket; the control: {n_errors} errors to the model, {n_tickets} tickets")
+            assert n_errors == 2
+            assert n_tickets == 2, "the control's retry under a new key made a second ticket"
+    finally:
+        proxy.close()

@@ -19,10 +19,13 @@ class Proxy:
     hit is set once the fault happened; keys holds every POST's key.
     hold keeps the faulted connection open until the caller closes it (an
     agent to be killed waiting); without it, it is closed at once (the
-    caller sees a broken connection and retries)."""
+    caller sees a broken connection and retries). While partitioned is
+    true, every request is forwarded and its answer dropped, the connection
+    closed: a partition that outlasts the caller's wait."""
 
     def __init__(self, upstream: str, fault: Fault, path: str = "/v1/tickets", hold: bool = False) -> None:
         self.keys: list[str | None] = []
+        self.partitioned = False
         self.hit = threading.Event()
         first = threading.Lock()
         taken = [False]
@@ -45,7 +48,7 @@ class Proxy:
                     return  # it goes no further
                 headers = {k: v for k, v in self.headers.items() if k.lower() not in ("host", "content-length", "connection")}
                 r = httpx.request(method, upstream + self.path, content=body, headers=headers, timeout=60)
-                if faulted:
+                if faulted or outer.partitioned:
                     outer.hit.set()
                     self._hold()
                     return  # the answer never leaves

@@ -28,10 +28,10 @@ from pydantic import BaseModel, create_model
 
 from .answers import Result
 from .client import AsyncClient, Client, Intent
-from .errors import NoDurableIdentityError, ProblemError
+from .errors import DeadlineError, NoDurableIdentityError, ProblemError
 from .keys import derive_key
 
-__all__ = ["KEY_SCHEME", "durable_key", "idemflow_tool", "node_path"]
+__all__ = ["KEY_SCHEME", "durable_key", "idemflow_tool", "node_path", "pending_answer"]
 
 #: The scheme of a LangGraph tool call's key (lg1 included the task IDs).
 KEY_SCHEME = "lg2"
@@ -81,6 +81,22 @@ def _refusal(e: ProblemError, key: str) -> str:
     return json.dumps({**e.to_dict(), "replayed": False, "key": key}, ensure_ascii=False)
 
 
+def pending_answer(name: str, key: str) -> dict[str, str]:
+    """What the run is paused with (LangGraph's interrupt) when a call's
+    final answer did not come within the deadline: never a tool error,
+    which ToolNode(handle_tool_errors=True) would hand to the model, whose
+    retry would be a new tool call, a new key and a second effect. Resume
+    the run (Command(resume=True) on the same thread): the tool node runs
+    the call again under the same key, and gets its answer."""
+    return {
+        "idemflow": "pending",
+        "tool": name,
+        "key": key,
+        "message": f"{name}: no final answer within the wait; the call is pending under key {key} and must not be made again:"
+        " resume the run to wait for its answer",
+    }
+
+
 def idemflow_tool(
     client: Client | AsyncClient,
     *,
@@ -100,7 +116,16 @@ def idemflow_tool(
     (default: the arguments). The tool returns JSON to the model:
     {http_status, replayed, result}, or for a final refusal {http_status,
     error, problem, body, key}. With an AsyncClient the tool is async.
+
+    deadline is how long one call waits for its final answer (seconds).
+    When it ends, the tool pauses the run with LangGraph's interrupt
+    (pending_answer), which ToolNode re-raises whatever handle_tool_errors
+    says: an answer still pending may have taken effect, so it is never an
+    error for the model to retry. Arguments the model left out are left
+    out of the body, not sent as null.
     """
+    from langgraph.types import interrupt
+
     # The call's ID reaches the tool through LangChain's injection: the
     # model sees args_schema, the function also gets tool_call_id.
     schema = create_model(
@@ -113,6 +138,12 @@ def idemflow_tool(
         call_id = kwargs.pop("tool_call_id", None)
         key = durable_key(config, call_id, name)
         args = args_schema(**kwargs).model_dump(mode="json")
+        # An optional argument the model left out reaches the function as
+        # its default, None: it is left out, not sent as null (which the
+        # operation's schema refuses for a typed field).
+        for field, info in args_schema.model_fields.items():
+            if not info.is_required() and info.default is None and args.get(field, 0) is None:
+                del args[field]
         p = path(args) if callable(path) else path
         return key, Intent(key, p, body(args) if body else args)
 
@@ -121,10 +152,13 @@ def idemflow_tool(
 
         async def arun(config: RunnableConfig, **kwargs: Any) -> str:
             key, intent = prepare(kwargs, config)
-            try:
-                return _answer(await aclient.do(intent, deadline=deadline))
-            except ProblemError as e:
-                return _refusal(e, key)
+            while True:
+                try:
+                    return _answer(await aclient.do(intent, deadline=deadline))
+                except ProblemError as e:
+                    return _refusal(e, key)
+                except DeadlineError:
+                    interrupt(pending_answer(name, key))  # a resume returns here, and waits again
 
         return StructuredTool.from_function(coroutine=arun, name=name, description=description, args_schema=schema)
 
@@ -132,9 +166,12 @@ def idemflow_tool(
 
     def run(config: RunnableConfig, **kwargs: Any) -> str:
         key, intent = prepare(kwargs, config)
-        try:
-            return _answer(sclient.do(intent, deadline=deadline))
-        except ProblemError as e:
-            return _refusal(e, key)
+        while True:
+            try:
+                return _answer(sclient.do(intent, deadline=deadline))
+            except ProblemError as e:
+                return _refusal(e, key)
+            except DeadlineError:
+                interrupt(pending_answer(name, key))  # a resume returns here, and waits again
 
     return StructuredTool.from_function(func=run, name=name, description=description, args_schema=schema)
