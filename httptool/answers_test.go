@@ -106,8 +106,18 @@ func TestADownstreams4xxIsARejectionNotARefusal(t *testing.T) {
 		!strings.Contains(msg, "use a NEW key") || strings.Contains(msg, "INVALID ARGUMENTS") {
 		t.Fatalf("MCP's words: %s", msg)
 	}
-	// What it says holds: other arguments under that key are a conflict,
+	if strings.Contains(msg, "get it again") || !strings.Contains(msg, "sends them to the service again") {
+		t.Fatalf("MCP's words promise what the record will not do: %s", msg)
+	}
+	// What it says holds: the same arguments under that key are sent to
+	// the service again, other arguments under it are a conflict, and
 	// under a new key they run.
+	posts := f.ds.Posts()
+	r, _ = call("refund_keyed", args)
+	if f.ds.Posts() != posts+1 {
+		t.Fatalf("the same arguments under the key: the service got %d requests, want 1 (%s)", f.ds.Posts()-posts, text(r))
+	}
+	t.Logf("the same arguments again: %s", text(r))
 	args["amount_cents"] = 5
 	if r, _ := call("refund_keyed", args); !r.IsError || !strings.Contains(text(r), "CONFLICT") {
 		t.Fatalf("other arguments under the same key: %s", text(r))

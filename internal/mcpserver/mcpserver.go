@@ -202,10 +202,13 @@ func explain(key string, err error) error {
 		return fmt.Errorf("CONFLICT: idempotency_key %q was already used with different arguments, so nothing was done. "+
 			"If you are retrying, resend the original arguments; if this is a new intent, use a new key", key)
 	case errors.As(err, &rej) && rej.Code == agentclient.CodeDownstreamRejected:
-		// The service's own refusal, in its own words; recorded under the
-		// key, so corrected arguments under it would be a conflict.
-		return fmt.Errorf("REJECTED by the service (HTTP %d): %s. Nothing was changed there. This answer is recorded under idempotency_key %q: "+
-			"the same arguments under it get it again; to send different arguments, use a NEW key", rej.Status, clipText(rej.Body), key)
+		// The service's own refusal, in its own words. The record keeps
+		// the key's arguments (others under it are a conflict) but is not
+		// final: the same arguments under it go to the service again,
+		// which may answer otherwise (a limit raised since).
+		return fmt.Errorf("REJECTED by the service (HTTP %d): %s. Nothing was changed there. idempotency_key %q stays bound to these arguments: "+
+			"calling again with it and the same arguments sends them to the service again, and it may answer differently; "+
+			"to send different arguments, use a NEW key", rej.Status, clipText(rej.Body), key)
 	case errors.As(err, &rej):
 		msg := fmt.Sprintf("REJECTED (%s): %s. Nothing was changed", rej.Code, rej.Problem.Detail)
 		if rej.CurrentState != "" {
