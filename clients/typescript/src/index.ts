@@ -392,11 +392,17 @@ function parseRetryAfter(v: string | null): number {
 
 function sleep(ms: number, signal?: AbortSignal): Promise<void> {
   return new Promise((resolve, reject) => {
-    const t = setTimeout(resolve, ms);
-    signal?.addEventListener("abort", () => {
+    // The listener goes when the pause ends: a caller's signal outlives
+    // many pauses of a long retry loop, and must not collect one each.
+    const abort = () => {
       clearTimeout(t);
-      reject(signal.reason);
-    }, { once: true });
+      reject(signal!.reason);
+    };
+    const t = setTimeout(() => {
+      signal?.removeEventListener("abort", abort);
+      resolve();
+    }, ms);
+    signal?.addEventListener("abort", abort, { once: true });
   });
 }
 

@@ -3,6 +3,7 @@
 
 import assert from "node:assert/strict";
 import { randomUUID } from "node:crypto";
+import { getEventListeners } from "node:events";
 import { createServer, request as httpRequest, type Server } from "node:http";
 import { mkdtemp, readFile } from "node:fs/promises";
 import { tmpdir } from "node:os";
@@ -315,5 +316,28 @@ test("a pending answer pauses the LangGraph.js run, and never reaches the model 
   } finally {
     proxy.closeAllConnections();
     proxy.close();
+  }
+});
+
+// A long retry loop under the caller's signal leaves no listener on it:
+// each pause's abort listener goes when the pause ends (Node warned
+// MaxListenersExceededWarning after eleven).
+test("a retry loop leaves no listener on the caller's signal", async () => {
+  const busy: Server = createServer((_req, res) => {
+    res.writeHead(503, { "Content-Type": "application/problem+json" });
+    res.end(JSON.stringify({ type: "/problems/unavailable", title: "Service Unavailable", status: 503 }));
+  });
+  await new Promise<void>((r) => busy.listen(0, "127.0.0.1", r));
+  try {
+    const base = `http://127.0.0.1:${(busy.address() as { port: number }).port}`;
+    const c = new Client({ baseURL: base, token, attemptTimeoutMs: 500, initialBackoffMs: 1, maxBackoffMs: 5 });
+    const signal = new AbortController().signal;
+    const attempts = { n: 0 };
+    busy.on("request", () => attempts.n++);
+    await assert.rejects(c.do({ key: randomUUID(), path: "/v1/tickets", body: ticket("busy") }, { deadlineMs: 600, signal }));
+    assert.ok(attempts.n > 20, `a long loop: ${attempts.n} attempts`);
+    assert.equal(getEventListeners(signal, "abort").length, 0, "listeners left on the caller's signal");
+  } finally {
+    busy.close();
   }
 });
