@@ -127,11 +127,18 @@ func runDev(ctx context.Context, env *Env, args []string) error {
 	log.Info("temporal server running", "address", tsrv.HostPort, "namespace", c.namespace, "retention", time.Duration(*nsRetention),
 		"store", map[bool]string{true: "postgres " + tcfg.PostgresDatabase, false: "sqlite"}[tcfg.Postgres != ""])
 
-	ui, err := devserver.StartUI("127.0.0.1", *uiPort, tsrv.HostPort, c.namespace)
-	if err != nil {
-		return err
+	// --ui-port 0 serves no Web UI (as -h says): the banner, the env file
+	// and the demo then name none.
+	uiURL, uiLine := "", "(none: --ui-port 0)"
+	if *uiPort != 0 {
+		ui, err := devserver.StartUI("127.0.0.1", *uiPort, tsrv.HostPort, c.namespace)
+		if err != nil {
+			return err
+		}
+		defer ui.Stop()
+		uiURL = ui.URL
+		uiLine = ui.URL + "/namespaces/" + c.namespace + "/workflows"
 	}
-	defer ui.Stop()
 
 	// A dev stack shares its server with others (a second stack, the
 	// tests): it holds a handful of connections, not one per core.
@@ -147,12 +154,12 @@ func runDev(ctx context.Context, env *Env, args []string) error {
 	}
 	return runParts(ctx, log, d, roles{worker: true, gateway: true}, parts{databaseURL: c.databaseURL, temporal: c.temporal, sched: &sched, gw: gw, ready: func(addr net.Addr) {
 		gw := "http://" + addr.String()
-		writeDevEnv(*dataDir, gw, ui.URL, tenantID, token, c.databaseURL, tsrv.HostPort, c.namespace, toolsFile)
+		writeDevEnv(*dataDir, gw, uiURL, tenantID, token, c.databaseURL, tsrv.HostPort, c.namespace, toolsFile)
 		fmt.Fprintf(env.Stdout, `
 idemflow dev is up (Ctrl-C stops it; data in %s)
   gateway      %s
   temporal     %s  namespace %s
-  temporal ui  %s/namespaces/%s/workflows
+  temporal ui  %s
   metrics      %s/metrics
   tenant       %s
   token        %s
@@ -163,11 +170,11 @@ try it (run twice: the second answer is a replay):
     -H 'Idempotency-Key: demo-1' -H 'Content-Type: application/json' \
     -d '{"customer_id":"c-1","title":"Printer on fire","priority":"high"}'
 then find it: idemflow inspect %s demo-1, or IdempotencyKey="demo-1" in the Web UI's filter
-`, *dataDir, gw, tsrv.HostPort, c.namespace, ui.URL, c.namespace, gw, tenantID, token, gw, token, tenantID)
+`, *dataDir, gw, tsrv.HostPort, c.namespace, uiLine, gw, tenantID, token, gw, token, tenantID)
 		if *withDemo {
 			cfg := dm.cfg
 			cfg.BaseURL, cfg.Token, cfg.Tenant, cfg.DatabaseURL = gw, token, tenantID, c.databaseURL
-			cfg.UIURL, cfg.Namespace = ui.URL, c.namespace
+			cfg.UIURL, cfg.Namespace = uiURL, c.namespace
 			cfg.StoreDir = filepath.Join(*dataDir, "demo-intents")
 			cfg.Out, cfg.Progress = env.Stdout, progress
 			go func() {
@@ -359,10 +366,7 @@ type temporalFlags struct {
 // register adds the flags; uiPort is the Web UI's default port (0: none).
 func (t *temporalFlags) register(fs *flag.FlagSet, uiPort int) {
 	fs.IntVar(&t.port, "temporal-port", 7233, "embedded Temporal frontend port (env IDEMFLOW_TEMPORAL_PORT)")
-	usage := "Temporal Web UI port (env IDEMFLOW_UI_PORT)"
-	if uiPort == 0 {
-		usage = "serve the Temporal Web UI on this port; 0 serves none (env IDEMFLOW_UI_PORT)"
-	}
+	usage := "serve the Temporal Web UI on this port; 0 serves none (env IDEMFLOW_UI_PORT)"
 	fs.IntVar(&t.uiPort, "ui-port", uiPort, usage)
 	fs.StringVar(&t.dataDir, "data-dir", "./.idemflow", "where Temporal (and a private PostgreSQL) keep their files (env IDEMFLOW_DATA_DIR)")
 	r := durationFlag(72 * time.Hour)
