@@ -176,33 +176,24 @@ type keyWorkflowOutbound struct {
 }
 
 func (o *keyWorkflowOutbound) ExecuteActivity(ctx workflow.Context, activityType string, args ...any) workflow.Future {
-	if err := o.stamp(ctx); err != nil {
-		return failed(ctx, err)
-	}
+	o.stamp(ctx)
 	return o.Next.ExecuteActivity(ctx, activityType, args...)
 }
 
 func (o *keyWorkflowOutbound) ExecuteLocalActivity(ctx workflow.Context, activityType string, args ...any) workflow.Future {
-	if err := o.stamp(ctx); err != nil {
-		return failed(ctx, err)
-	}
+	o.stamp(ctx)
 	return o.Next.ExecuteLocalActivity(ctx, activityType, args...)
 }
 
-func (o *keyWorkflowOutbound) stamp(ctx workflow.Context) error {
+func (o *keyWorkflowOutbound) stamp(ctx workflow.Context) {
 	o.calls++
 	p, err := converter.GetDefaultDataConverter().ToPayload(callID{Run: o.Next.GetInfo(ctx).OriginalRunID, N: o.calls})
 	if err != nil {
-		return fmt.Errorf("idemflow: the activity's %s header: %w", callHeader, err)
+		// A struct of a string and an int always encodes as JSON; a panic
+		// fails the workflow task, visibly, rather than an unkeyed call.
+		panic(fmt.Sprintf("idemflow: the activity's %s header: %v", callHeader, err))
 	}
 	if h := interceptor.WorkflowHeader(ctx); h != nil {
 		h[callHeader] = p
 	}
-	return nil
-}
-
-func failed(ctx workflow.Context, err error) workflow.Future {
-	f, s := workflow.NewFuture(ctx)
-	s.SetError(err)
-	return f
 }

@@ -24,6 +24,7 @@ from typing import Annotated, Any
 
 from langchain_core.runnables import RunnableConfig
 from langchain_core.tools import BaseTool, InjectedToolCallId, StructuredTool
+from langgraph.types import interrupt
 from pydantic import BaseModel, create_model
 
 from .answers import Result
@@ -124,8 +125,6 @@ def idemflow_tool(
     error for the model to retry. Arguments the model left out are left
     out of the body, not sent as null.
     """
-    from langgraph.types import interrupt
-
     # The call's ID reaches the tool through LangChain's injection: the
     # model sees args_schema, the function also gets tool_call_id.
     schema = create_model(
