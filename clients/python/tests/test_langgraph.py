@@ -19,18 +19,18 @@ from typing import Annotated, Any
 
 import psycopg
 import pytest
-from langchain_core.messages import AIMessage, ToolMessage
+from langchain_core.messages import AIMessage, HumanMessage, ToolMessage
 from langchain_core.runnables import RunnableConfig
 from langchain_core.tools import InjectedToolCallId
 from langchain_core.tools import tool as lc_tool
 from langgraph.checkpoint.memory import InMemorySaver
 from langgraph.graph import START, MessagesState, StateGraph
-from langgraph.prebuilt import ToolNode, tools_condition
+from langgraph.prebuilt import InjectedState, ToolNode, tools_condition
 from langgraph.types import Command
 from pydantic import BaseModel
 
 import idemflow
-from idemflow.langgraph import durable_key, idemflow_tool
+from idemflow.langgraph import call_message_id, durable_key, idemflow_tool
 
 from . import children
 from .conftest import count
@@ -189,9 +189,11 @@ def test_a_pending_answer_pauses_the_run_and_never_reaches_the_model_as_an_error
         with idemflow.Client(proxy.url, token, attempt_timeout=0.3, initial_backoff=0.02, max_backoff=0.1) as c:
 
             @lc_tool("create_ticket")
-            def control(customer_id: str, title: str, tool_call_id: Annotated[str, InjectedToolCallId], config: RunnableConfig) -> str:
+            def control(
+                customer_id: str, title: str, tool_call_id: Annotated[str, InjectedToolCallId], state: Annotated[Any, InjectedState], config: RunnableConfig
+            ) -> str:
                 """Create a ticket."""
-                key = durable_key(config, tool_call_id, "create_ticket")
+                key = durable_key(config, tool_call_id, "create_ticket", call_message_id(state, tool_call_id))
                 return json.dumps(c.do(idemflow.Intent(key, "/v1/tickets", {"customer_id": customer_id, "title": title}), deadline=1.2).body)
 
             fixed = idemflow_tool(c, name="create_ticket", description="Create a ticket.", path="/v1/tickets", args_schema=Ticket, deadline=1.2)
@@ -244,3 +246,36 @@ def test_a_pending_answer_pauses_the_run_and_never_reaches_the_model_as_an_error
             assert n_tickets == 2, "the control's retry under a new key made a second ticket"
     finally:
         proxy.close()
+
+
+def test_a_tool_call_id_reused_in_a_later_turn_is_a_second_call(client: idemflow.Client, db: psycopg.Connection) -> None:
+    """Some models and servers number tool calls per message (call_0,
+    call_1), so a later turn of the same thread brings the same ID back.
+    Two turns, each asking for the same ticket under call_0, are two
+    intended calls: two tickets, neither answered as the other's replay."""
+    tool = idemflow_tool(client, name="create_ticket", description="Create a ticket.", path="/v1/tickets", args_schema=Ticket)
+    who = f"py-reused-call-id-{uuid.uuid4().hex[:8]}"
+
+    def model(state: MessagesState) -> dict[str, Any]:
+        if isinstance(state["messages"][-1], ToolMessage):
+            return {"messages": [AIMessage("done")]}
+        call = {"name": "create_ticket", "args": {"customer_id": who, "title": "Printer on fire"}, "id": "call_0", "type": "tool_call"}
+        return {"messages": [AIMessage("", tool_calls=[call])]}
+
+    graph = (
+        StateGraph(MessagesState)
+        .add_node("agent", model)
+        .add_node("tools", ToolNode([tool]))
+        .add_edge(START, "agent")
+        .add_conditional_edges("agent", tools_condition)
+        .add_edge("tools", "agent")
+        .compile(checkpointer=InMemorySaver())
+    )
+    config: dict[str, Any] = {"configurable": {"thread_id": who}}
+    answers = []
+    for turn in ("first", "second"):
+        out = graph.invoke({"messages": [HumanMessage(f"{turn} turn: open a ticket")]}, config)
+        answers.append(json.loads(str([m for m in out["messages"] if isinstance(m, ToolMessage)][-1].content)))
+    print(f"two turns under call_0: replayed {[a['replayed'] for a in answers]}, {count(db, 'ticket', who)} tickets")
+    assert [a["replayed"] for a in answers] == [False, False], answers
+    assert count(db, "ticket", who) == 2

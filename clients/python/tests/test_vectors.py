@@ -84,9 +84,9 @@ def test_langgraph_key(c: dict[str, Any]) -> None:
     config = {"configurable": configurable}
     if "error" in c:
         with pytest.raises(idemflow.NoDurableIdentityError, match=c["error"]):
-            durable_key(config, c["tool_call_id"], c["tool"])
+            durable_key(config, c["tool_call_id"], c["tool"], c["message_id"])
     else:
-        assert durable_key(config, c["tool_call_id"], c["tool"]) == c["key"]
+        assert durable_key(config, c["tool_call_id"], c["tool"], c["message_id"]) == c["key"]
 
 
 @pytest.mark.parametrize("c", KEYS["temporal"], ids=lambda c: c["name"])

@@ -4,15 +4,19 @@
 // loop pause), which calls the tool again, replays the first answer
 // instead of taking effect twice.
 //
-// LangGraph checkpoints the model's message, with its tool_calls[].id,
-// before the tool node runs (durability "sync"); a resumed run runs the
-// tool node again with the same thread, node path and tool-call ID. The
-// key is derived from those and the tool's name: no store of its own. Not
+// LangGraph checkpoints the model's message, with its own ID and its
+// tool_calls[].id, before the tool node runs (durability "sync"); a
+// resumed run runs the tool node again with the same thread, node path and
+// message. The key is derived from those, the tool-call ID and the tool's
+// name: no store of its own. The message's ID is there because some models
+// and servers number tool calls per message (call_0, call_1): a later turn
+// brings the same tool-call ID back, and is another intended call. Not
 // from the checkpoint namespace's task IDs: LangGraph derives a task ID
 // from the checkpoint the step started from, so anything that writes a
 // checkpoint between the crash and the resume (updateState in a review
 // step) would change it, and with it the key.
 
+import { type BaseMessage, isAIMessage } from "@langchain/core/messages";
 import { tool } from "@langchain/core/tools";
 import type { ToolRunnableConfig } from "@langchain/core/tools";
 import { interrupt } from "@langchain/langgraph";
@@ -21,8 +25,11 @@ import { Client, DeadlineError, deriveKey, ProblemError, type Result } from "./i
 /** The run has no durable identity to derive a key from. */
 export class NoDurableIdentityError extends Error {}
 
-/** The scheme of a tool call's key (lg1 included the task IDs). */
-export const keyScheme = "lg2";
+/**
+ * The scheme of a tool call's key (lg1 included the task IDs; lg2 lacked
+ * the AI message's ID, and a reused tool-call ID was a replay).
+ */
+export const keyScheme = "lg3";
 
 /**
  * The checkpoint namespace without its task IDs: "inner:<id>|tools:<id>"
@@ -35,14 +42,33 @@ export function nodePath(checkpointNs: string): string {
 }
 
 /**
- * The key of one tool call: from the run's thread_id, the node path of its
- * checkpoint_ns and the call's ID, with the tool's name (the vectors in
- * clients/testdata/keys.json). It throws NoDurableIdentityError
- * when the run has no thread (no checkpointer, or invoked without
- * configurable.thread_id) or the call no ID: a random key would protect
- * nothing across a resume, and is never made in silence.
+ * The ID of the AI message that asked for the tool call: the last one in
+ * the state's messages carrying toolCallId (the one ToolNode runs), or
+ * undefined when the state holds none with an ID. state is what ToolNode
+ * hands its tools (runtime.state): the graph's state, or its messages.
  */
-export function durableKey(config: ToolRunnableConfig | undefined, toolName: string): string {
+export function callMessageId(state: unknown, toolCallId: string | undefined): string | undefined {
+  const messages = (Array.isArray(state) ? state : (state as { messages?: unknown } | undefined)?.messages) as BaseMessage[] | undefined;
+  if (!Array.isArray(messages) || !toolCallId) return undefined;
+  for (let i = messages.length - 1; i >= 0; i--) {
+    const m = messages[i];
+    if (isAIMessage(m) && m.tool_calls?.some((c) => c.id === toolCallId)) return m.id || undefined;
+  }
+  return undefined;
+}
+
+/**
+ * The key of one tool call: from the run's thread_id, the node path of its
+ * checkpoint_ns, the ID of the AI message that asked for the call (from
+ * the state ToolNode hands the tool), the call's ID and the tool's name
+ * (the vectors in clients/testdata/keys.json). It throws
+ * NoDurableIdentityError when the run has no thread (no checkpointer, or
+ * invoked without configurable.thread_id), the call no ID, or the call's
+ * message is unknown: a random key would protect nothing across a resume,
+ * and a key without the message would answer a later turn that reuses the
+ * tool-call ID with this one's replay; neither is made in silence.
+ */
+export function durableKey(config: (ToolRunnableConfig & { state?: unknown }) | undefined, toolName: string): string {
   const threadId = config?.configurable?.thread_id;
   const callId = config?.toolCall?.id;
   if ((typeof threadId !== "string" && typeof threadId !== "number") || threadId === "") {
@@ -51,7 +77,11 @@ export function durableKey(config: ToolRunnableConfig | undefined, toolName: str
   if (!callId) {
     throw new NoDurableIdentityError(`${toolName}: the call has no tool-call ID (call the tool through a ToolNode, or with a ToolCall), so no key can survive a resume`);
   }
-  return deriveKey(keyScheme, String(threadId), nodePath(String(config?.configurable?.checkpoint_ns ?? "")), callId, toolName);
+  const messageId = callMessageId(config?.state, callId);
+  if (!messageId) {
+    throw new NoDurableIdentityError(`${toolName}: the AI message that asked for call ${callId} is not in the graph's state with an ID (call the tool through a ToolNode of a graph whose state keeps the messages), so no key can tell this call from a later turn's that reuses its ID`);
+  }
+  return deriveKey(keyScheme, String(threadId), nodePath(String(config?.configurable?.checkpoint_ns ?? "")), messageId, callId, toolName);
 }
 
 export interface IdemflowToolFields<S> {

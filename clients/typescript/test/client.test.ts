@@ -18,7 +18,7 @@ import {
 import { durableKey, idemflowTool, NoDurableIdentityError } from "../src/langgraph.js";
 import { AIMessage, HumanMessage, ToolMessage } from "@langchain/core/messages";
 import { tool } from "@langchain/core/tools";
-import { Command, END, MemorySaver, MessagesAnnotation, START, StateGraph } from "@langchain/langgraph";
+import { Command, END, MemorySaver, MessagesAnnotation, Send, START, StateGraph } from "@langchain/langgraph";
 import { ToolNode, toolsCondition } from "@langchain/langgraph/prebuilt";
 import { z } from "zod";
 
@@ -93,11 +93,15 @@ test("the file store keeps an intent's key across restarts, and refuses another 
 });
 
 test("a durable key needs a durable identity, and is never made at random", () => {
-  const config = { configurable: { thread_id: "t-1", checkpoint_ns: "tools:abc" }, toolCall: { id: "call_1", name: "create_ticket", args: {} } };
-  assert.equal(durableKey(config, "create_ticket"), durableKey(structuredClone(config), "create_ticket"));
+  const call = { id: "call_1", name: "create_ticket", args: {} };
+  const state = { messages: [new AIMessage({ id: "msg-1", content: "", tool_calls: [call] })] };
+  const config = { configurable: { thread_id: "t-1", checkpoint_ns: "tools:abc" }, toolCall: call, state };
+  assert.equal(durableKey(config, "create_ticket"), durableKey({ ...config, state: [...state.messages] }, "create_ticket"));
+  assert.notEqual(durableKey(config, "create_ticket"), durableKey({ ...config, state: { messages: [new AIMessage({ id: "msg-2", content: "", tool_calls: [call] })] } }, "create_ticket"));
   assert.notEqual(durableKey(config, "create_ticket"), durableKey({ ...config, configurable: { thread_id: "t-2" } }, "create_ticket"));
+  assert.throws(() => durableKey({ ...config, state: undefined }, "create_ticket"), NoDurableIdentityError);
   assert.notEqual(durableKey(config, "create_ticket"), durableKey(config, "create_order"));
-  assert.match(durableKey(config, "create_ticket"), /^lg2_[A-Za-z0-9_-]{42}$/);
+  assert.match(durableKey(config, "create_ticket"), /^lg3_[A-Za-z0-9_-]{42}$/);
   assert.throws(() => durableKey({ toolCall: config.toolCall }, "create_ticket"), NoDurableIdentityError);
   assert.throws(() => durableKey({ configurable: { thread_id: "t-1" } }, "create_ticket"), NoDurableIdentityError);
 });
@@ -181,7 +185,7 @@ test("the shared answer vectors", async () => {
 test("the shared key vectors", async () => {
   const v = JSON.parse(await readFile(new URL("../../../testdata/keys.json", import.meta.url), "utf8")) as {
     derive: { scheme: string; parts: string[]; key: string }[];
-    langgraph: { name: string; thread_id: string | null; checkpoint_ns: string; tool_call_id: string | null; tool: string; key?: string; error?: string }[];
+    langgraph: { name: string; thread_id: string | null; checkpoint_ns: string; tool_call_id: string | null; tool: string; message_id: string | null; key?: string; error?: string }[];
   };
   assert.ok(v.derive.length > 0 && v.langgraph.length > 0);
   for (const d of v.derive) assert.equal(deriveKey(d.scheme, ...d.parts), d.key, `deriveKey ${JSON.stringify(d.parts)}`);
@@ -189,6 +193,9 @@ test("the shared key vectors", async () => {
     const config = {
       configurable: { ...(c.thread_id === null ? {} : { thread_id: c.thread_id }), checkpoint_ns: c.checkpoint_ns },
       ...(c.tool_call_id === null ? {} : { toolCall: { id: c.tool_call_id, name: c.tool, args: {} } }),
+      state: {
+        messages: c.message_id === null ? [] : [new AIMessage({ id: c.message_id, content: "", tool_calls: [{ id: c.tool_call_id ?? undefined, name: c.tool, args: {} }] })],
+      },
     };
     if (c.error) {
       assert.throws(() => durableKey(config, c.tool), (e: Error) => e instanceof NoDurableIdentityError && e.message.includes(c.error!), c.name);
@@ -340,4 +347,39 @@ test("a retry loop leaves no listener on the caller's signal", async () => {
   } finally {
     busy.close();
   }
+});
+
+test("a tool-call ID reused in a later turn is a second call, not the first one's replay", async () => {
+  // Some models and servers number tool calls per message (call_0,
+  // call_1), so a later turn of the thread brings the same ID back. The
+  // tool node gets each call by Send, as LangChain's createAgent sends it.
+  const schema = z.object({ customer_id: z.string(), title: z.string() });
+  const ticketTool = idemflowTool(client(), { name: "create_ticket", description: "Create a ticket.", schema, path: "/v1/tickets" });
+  const who = "c-ts-reused-call-id-" + randomUUID().slice(0, 8);
+  const model = (state: typeof MessagesAnnotation.State) => {
+    if (state.messages[state.messages.length - 1].getType() === "tool") return { messages: [new AIMessage("done")] };
+    const call = { name: "create_ticket", args: { customer_id: who, title: "Printer on fire" }, id: "call_0", type: "tool_call" as const };
+    return { messages: [new AIMessage({ content: "", tool_calls: [call] })] };
+  };
+  const route = (state: typeof MessagesAnnotation.State) => {
+    const last = state.messages[state.messages.length - 1] as AIMessage;
+    return last.tool_calls?.length ? last.tool_calls.map((call) => new Send("tools", { ...state, lg_tool_call: call })) : END;
+  };
+  const graph = new StateGraph(MessagesAnnotation)
+    .addNode("agent", model)
+    .addNode("tools", new ToolNode([ticketTool]))
+    .addEdge(START, "agent")
+    .addConditionalEdges("agent", route, ["tools", END])
+    .addEdge("tools", "agent")
+    .compile({ checkpointer: new MemorySaver() });
+  const config = { configurable: { thread_id: who } };
+  const answers = [];
+  for (const turn of ["first", "second"]) {
+    const out = await graph.invoke({ messages: [new HumanMessage(`${turn} turn: open a ticket`)] }, config);
+    const tools = out.messages.filter((m) => m.getType() === "tool");
+    answers.push(JSON.parse(String(tools[tools.length - 1].content)));
+  }
+  console.log(`two turns under call_0: replayed ${answers.map((a) => a.replayed)}, tickets ${answers.map((a) => a.result.ticket_id)}`);
+  assert.deepEqual(answers.map((a) => a.replayed), [false, false]);
+  assert.notEqual(answers[0].result.ticket_id, answers[1].result.ticket_id, "two tickets");
 });
