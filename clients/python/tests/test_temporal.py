@@ -2,7 +2,8 @@
 workflow, a fake model) whose worker is SIGKILLed inside the tool activity
 after idemflow executed it: Temporal runs the activity again on a second
 worker, under the same activity_key(), and there is one ticket. The
-control, a key per attempt, makes two."""
+control, a key per attempt, makes two. Also: an answer still pending when
+the tool's attempts are spent fails the run, never the model's turn."""
 
 from __future__ import annotations
 
@@ -91,3 +92,84 @@ def test_a_killed_temporal_agent_worker_makes_one_ticket(keys: str, tickets: int
     n = count(db, "ticket", customer)
     print(f"Temporal agent, {keys} keys: {n} tickets after the worker was killed mid activity; the agent said {json.dumps(out)}")
     assert n == tickets
+
+
+def test_a_pending_answer_fails_the_temporal_agent_run_and_a_reset_replays_it(url: str, db: psycopg.Connection) -> None:
+    """idemflow answers nothing for longer than the tool activity's
+    attempts wait (a partition: every request arrives, no answer comes
+    back). The run ends without the model ever reading an error, so it
+    never asks again under a new call; a reset of the run, once the
+    partition heals, makes the call again at its place, under its key,
+    and gets the first call's answer. One ticket."""
+    need("IDEMFLOW_URL")
+    from temporalio.api.common.v1 import WorkflowExecution
+    from temporalio.api.workflowservice.v1 import ResetWorkflowExecutionRequest
+    from temporalio.client import WorkflowFailureError
+
+    from .agents.temporal_agent import TicketAgent, connect
+    from .wire import Proxy
+
+    customer = f"py-temporal-pending-{uuid.uuid4().hex[:6]}"
+    task_queue = f"agent-{customer}"
+    proxy = Proxy(url, "answer-lost", path="/never")
+    proxy.partitioned = True
+    env = {
+        **os.environ,
+        "IDEMFLOW_URL": proxy.url,
+        "IDEMFLOW_AGENT_CUSTOMER": customer,
+        "IDEMFLOW_AGENT_TOOL_WAIT": "1",
+        "IDEMFLOW_AGENT_ATTEMPT_TIMEOUT": "0.3",
+        "PYTHONUNBUFFERED": "1",
+    }
+    w, lines = children.start("tests.agents.temporal_agent", "--task-queue", task_queue, env=env)
+    try:
+        wait_for(lines, "worker up")
+
+        async def main() -> tuple[str, list[str], list[str]]:
+            client: Client = await connect()
+            wid = f"agent-{customer}"
+            handle = await client.start_workflow(TicketAgent.run, args=["Open a ticket.", 2], id=wid, task_queue=task_queue)
+            with pytest.raises(WorkflowFailureError) as failed:
+                await asyncio.wait_for(handle.result(), timeout=90)
+            events = (await handle.fetch_history()).events
+            scheduled = [
+                e.activity_task_scheduled_event_attributes.activity_type.name for e in events if e.HasField("activity_task_scheduled_event_attributes")
+            ]
+            tools = [name for name in scheduled if name == "create_ticket"]
+            models = [name for name in scheduled if name != "create_ticket"]
+            cause = failed.value.cause
+            print(f"pending: the run failed ({type(cause).__name__}: {cause}); tool calls scheduled {len(tools)}, model calls {len(models)}")
+            assert len(tools) == 1, "the model asked for the ticket again"
+            assert len(models) == 1, "the model read the pending call's end"
+            proxy.partitioned = False
+            first_task = next(e.event_id for e in events if e.HasField("workflow_task_completed_event_attributes"))
+            reset = await client.workflow_service.reset_workflow_execution(
+                ResetWorkflowExecutionRequest(
+                    namespace=client.namespace,
+                    workflow_execution=WorkflowExecution(workflow_id=wid, run_id=handle.result_run_id or ""),
+                    reason="the partition healed: the test resets the run to before the call",
+                    workflow_task_finish_event_id=first_task,
+                    request_id=str(uuid.uuid4()),
+                )
+            )
+            again = client.get_workflow_handle(wid, run_id=reset.run_id)
+            out = await asyncio.wait_for(again.result(), timeout=90)
+            answers = [
+                p.data.decode()
+                for e in (await again.fetch_history()).events
+                if e.HasField("activity_task_completed_event_attributes")
+                for p in e.activity_task_completed_event_attributes.result.payloads
+                if b"ticket_id" in p.data
+            ]
+            return out, answers, [k for k in proxy.keys if k]
+
+        out, answers, keys = asyncio.run(main())
+    finally:
+        proxy.close()
+        w.kill()
+        w.wait(30)
+    n = count(db, "ticket", customer)
+    print(f"after the reset: the agent said {json.dumps(out)}; the tool's answer {answers}; keys sent {sorted(set(keys))}; {n} tickets")
+    assert len(answers) == 1 and '\\"replayed\\": true' in answers[0], answers
+    assert len(set(keys)) == 1, "every attempt, and the reset's call, sent one key"
+    assert n == 1

@@ -48,8 +48,12 @@ async def create_ticket(customer_id: str, title: str) -> str:
     # The key of this activity, the same on every attempt; the control's
     # is new on every attempt, the bug of the incident.
     key = activity_key() if KEYS == "idemflow" else str(uuid.uuid4())
-    async with idemflow.AsyncClient(os.environ["IDEMFLOW_URL"], os.environ["IDEMFLOW_TOKEN"]) as c:
-        r = await c.do(idemflow.Intent(key, "/v1/tickets", {"customer_id": customer_id, "title": title}))
+    # The wait for a final answer: an attempt that ends it raises
+    # DeadlineError, and Temporal runs the call again under the same key.
+    wait = float(os.environ.get("IDEMFLOW_AGENT_TOOL_WAIT", "300"))
+    attempt_timeout = float(os.environ.get("IDEMFLOW_AGENT_ATTEMPT_TIMEOUT", "10"))
+    async with idemflow.AsyncClient(os.environ["IDEMFLOW_URL"], os.environ["IDEMFLOW_TOKEN"], attempt_timeout=attempt_timeout) as c:
+        r = await c.do(idemflow.Intent(key, "/v1/tickets", {"customer_id": customer_id, "title": title}), deadline=wait)
     if os.environ.get("IDEMFLOW_AGENT_PAUSE") == "after-effect" and activity.info().attempt == 1:
         print(f"PAUSED after-effect {key}", flush=True)
         await asyncio.sleep(600)
@@ -76,7 +80,7 @@ class ScriptedModel(Model):
 @workflow.defn
 class TicketAgent:
     @workflow.run
-    async def run(self, request: str) -> str:
+    async def run(self, request: str, tool_attempts: int = 5) -> str:
         agent = Agent(
             name="support",
             instructions="Open a ticket for the customer.",
@@ -86,7 +90,7 @@ class TicketAgent:
                     # A killed worker's attempt times out, and Temporal runs
                     # the activity again, on another worker.
                     start_to_close_timeout=timedelta(seconds=4),
-                    retry_policy=RetryPolicy(initial_interval=timedelta(milliseconds=200), maximum_attempts=5),
+                    retry_policy=RetryPolicy(initial_interval=timedelta(milliseconds=200), maximum_attempts=tool_attempts),
                 )
             ],
         )
