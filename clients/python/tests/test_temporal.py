@@ -102,11 +102,10 @@ def test_a_pending_answer_fails_the_temporal_agent_run_and_a_reset_replays_it(ur
     partition heals, makes the call again at its place, under its key,
     and gets the first call's answer. One ticket."""
     need("IDEMFLOW_URL")
-    from temporalio.api.common.v1 import WorkflowExecution
-    from temporalio.api.workflowservice.v1 import ResetWorkflowExecutionRequest
     from temporalio.client import WorkflowFailureError
 
     from .agents.temporal_agent import TicketAgent, connect
+    from .resets import reset_to_first_task
     from .wire import Proxy
 
     customer = f"py-temporal-pending-{uuid.uuid4().hex[:6]}"
@@ -142,17 +141,7 @@ def test_a_pending_answer_fails_the_temporal_agent_run_and_a_reset_replays_it(ur
             assert len(tools) == 1, "the model asked for the ticket again"
             assert len(models) == 1, "the model read the pending call's end"
             proxy.partitioned = False
-            first_task = next(e.event_id for e in events if e.HasField("workflow_task_completed_event_attributes"))
-            reset = await client.workflow_service.reset_workflow_execution(
-                ResetWorkflowExecutionRequest(
-                    namespace=client.namespace,
-                    workflow_execution=WorkflowExecution(workflow_id=wid, run_id=handle.result_run_id or ""),
-                    reason="the partition healed: the test resets the run to before the call",
-                    workflow_task_finish_event_id=first_task,
-                    request_id=str(uuid.uuid4()),
-                )
-            )
-            again = client.get_workflow_handle(wid, run_id=reset.run_id)
+            again = await reset_to_first_task(client, handle, "the partition healed: the test resets the run to before the call")
             out = await asyncio.wait_for(again.result(), timeout=90)
             answers = [
                 p.data.decode()

@@ -10,8 +10,6 @@ import uuid
 
 import psycopg
 import pytest
-from temporalio.api.common.v1 import WorkflowExecution
-from temporalio.api.workflowservice.v1 import ResetWorkflowExecutionRequest
 from temporalio.client import Client
 from temporalio.common import WorkflowIDReusePolicy
 from temporalio.worker import Worker
@@ -20,6 +18,7 @@ from idemflow.temporal import KeyInterceptor
 
 from .agents.keyed_workflow import Keyed, Run, create_ticket
 from .conftest import count, need
+from .resets import reset_to_first_task
 
 
 async def _until(check, within: float = 30) -> None:  # type: ignore[no-untyped-def]
@@ -53,18 +52,7 @@ def test_activity_keys_tell_intended_calls_apart(case: str, intents: int, db: ps
             else:
                 h = await client.start_workflow(Keyed.run, Run(customer, wait_for_done=True), id=wid, task_queue=queue)
                 await _until(lambda: count(db, "ticket", customer) == 1)
-                points = [e.event_id async for e in h.fetch_history_events() if e.HasField("workflow_task_completed_event_attributes")]
-                point = points[0]  # the task that scheduled the call
-                reset = await client.workflow_service.reset_workflow_execution(
-                    ResetWorkflowExecutionRequest(
-                        namespace=client.namespace,
-                        workflow_execution=WorkflowExecution(workflow_id=wid, run_id=h.result_run_id or ""),
-                        reason="the test resets to before the call",
-                        workflow_task_finish_event_id=point,
-                        request_id=str(uuid.uuid4()),
-                    )
-                )
-                again = client.get_workflow_handle(wid, run_id=reset.run_id)
+                again = await reset_to_first_task(client, h, "the test resets to before the call")
                 await again.signal(Keyed.finish)
                 assert len(await again.result()) == 1
 
