@@ -126,12 +126,16 @@ func (a HTTPTool) run(ctx context.Context, in op.Input) (idem.Outcome, error) {
 //     and sent again; after that, the downstream holds the key and will
 //     not say what it did: unknown for good too.
 //
-// A downstream that deduplicates answers the first answer again, which is
-// a 2xx or a rejection of the call itself that the first request got as
-// well; only a downstream that cannot say so ends unknown.
+// A downstream that deduplicates answers the first answer again. A 2xx is
+// believed as it is; a refusal only when the downstream marks it as the
+// answer it gives again (the tool's replayed_header): then it is the
+// first request's own, and nothing happened. Only a downstream that
+// cannot say so ends unknown.
 func resendAnswer(t *httptool.Tool, res httptool.Result, sinceFirst time.Duration) httptool.Result {
 	status := res.Answer.Status
 	switch {
+	case res.Replayed && res.Err == nil:
+		return res
 	case res.Verdict == httptool.Rejected:
 	case status == http.StatusConflict && sinceFirst >= t.Timeout()+httptool.Grace:
 	default:

@@ -190,11 +190,19 @@ func TestAPolledAnswerIsTheReplaysBytesAndMediaType(t *testing.T) {
 // outlasts the first request, has not said that nothing happened: it may
 // hold the first. The intent ends outcome-unknown, final: nothing is sent
 // again, and a retry replays that answer.
+//
+// The first request goes out on a connection an earlier call left open:
+// Go's HTTP client sends a POST with an Idempotency-Key header again by
+// itself when a reused connection drops, and idemflow would then read
+// the downstream's refusal of the repeated key as the first answer.
 func TestARefusedResendLeavesTheOutcomeUnknownNeverNothingHappened(t *testing.T) {
 	for _, repeated := range []int{http.StatusUnprocessableEntity, http.StatusConflict} {
 		t.Run(fmt.Sprint(repeated), func(t *testing.T) {
 			f := newFixture(t)
 			f.ds.RepeatedKey = repeated
+			if r := f.post(testenv.TenantA, "refund_keyed", "r-0", `{"payment_id":"pay-0","amount_cents":100}`); r.Status != http.StatusCreated {
+				t.Fatalf("an earlier call, to leave a connection open: %d %s", r.Status, r.Body)
+			}
 			f.ds.Inject(downstream.Drop) // the first request commits; its answer is lost
 			body := `{"payment_id":"pay-1","amount_cents":100}`
 			first := f.post(testenv.TenantA, "refund_keyed", "r-1", body)
@@ -223,5 +231,36 @@ func TestARefusedResendLeavesTheOutcomeUnknownNeverNothingHappened(t *testing.T)
 				t.Fatalf("after the answer: %d posts, then %d; %d effects", posts, f.ds.Posts(), f.effects(testenv.TenantA, "r-1", "refund_keyed"))
 			}
 		})
+	}
+}
+
+// A downstream that deduplicates refusals too, and marks what it replays
+// (replayed_header), is believed: after the first answer was lost, its
+// refusal of the first request, answered again to the request sent under
+// the same key, is the first request's answer. Nothing was refunded, and
+// the agent reads the downstream's 422, not outcome-unknown. The same
+// refusal from a tool that declares no replayed_header stays unknown: it
+// could be a refusal of the repeated key.
+func TestADeduplicatingDownstreamsRepeatedRefusalIsBelieved(t *testing.T) {
+	f := newFixture(t)
+	f.ds.ReplaysRefusals = true
+	over := fmt.Sprintf(`{"payment_id":"pay-1","amount_cents":%d}`, downstream.MaxAmount+1)
+	for _, c := range []struct {
+		tool   string
+		status int
+		want   string
+	}{
+		{"refund_replaying", http.StatusUnprocessableEntity, "amount_exceeds_capture"},
+		{"refund_keyed", http.StatusBadGateway, "/problems/outcome-unknown"},
+	} {
+		f.ds.Inject(downstream.Drop) // the refusal is stored, its answer lost
+		r := f.post(testenv.TenantA, c.tool, "over-"+c.tool, over)
+		t.Logf("%s: %d %s (downstream posts so far %d)", c.tool, r.Status, r.Body, f.ds.Posts())
+		if r.Status != c.status || !bytes.Contains(r.Body, []byte(c.want)) {
+			t.Fatalf("%s, its refusal replayed to the resend: %d %s, want %d with %s", c.tool, r.Status, r.Body, c.status, c.want)
+		}
+	}
+	if n := len(f.ds.Refunds()); n != 0 {
+		t.Fatalf("%d refunds", n)
 	}
 }

@@ -60,6 +60,10 @@ type Result struct {
 	Answer idem.Outcome
 	// Err says why the verdict is Unknown. It holds no header value.
 	Err error
+	// Replayed: the downstream marked the answer as one it gives again
+	// for a key it has seen (CallSpec.ReplayedHeader).
+	Replayed bool
+	header   http.Header
 }
 
 // Send makes the tool's call for one intent: request is the agent's JSON
@@ -85,6 +89,9 @@ func (t *Tool) Send(ctx context.Context, downstreamKey string, request json.RawM
 	res := t.do(ctx, t.spec.Call.Method, t.spec.Call.URL, h, body)
 	if res.Err != nil {
 		return res
+	}
+	if r := t.spec.Call.ReplayedHeader; r != "" {
+		res.Replayed = strings.EqualFold(strings.TrimSpace(res.header.Get(r)), "true")
 	}
 	switch s := res.Answer.Status; {
 	case s >= 200 && s < 300:
@@ -136,6 +143,14 @@ func (t *Tool) do(ctx context.Context, method, u string, h http.Header, body []b
 		return Result{Err: fmt.Errorf("%s %s: %w", method, u, err)}
 	}
 	req.Header = h
+	// Go's client sends a request again by itself when a connection it
+	// reused drops before the answer, if it can rewind the body and the
+	// request looks idempotent, as one with an Idempotency-Key header
+	// does. That resend is idemflow's to make: the first request may have
+	// taken effect, and the downstream's answer to a second under the same
+	// key (a refusal of the repeated key) then says less than to a first.
+	// Without GetBody the client cannot rewind, so it never resends.
+	req.GetBody = nil
 	// The caller's trace goes on (nothing is written without one).
 	propagation.TraceContext{}.Inject(ctx, propagation.HeaderCarrier(req.Header))
 	resp, err := t.client.Do(req)
@@ -150,7 +165,7 @@ func (t *Tool) do(ctx context.Context, method, u string, h http.Header, body []b
 	if len(b) > MaxAnswer {
 		return Result{Err: fmt.Errorf("%s %s: the answer is over %d bytes", method, u, MaxAnswer)}
 	}
-	return Result{Answer: idem.Outcome{Status: resp.StatusCode, Body: idem.Answer(b), ContentType: resp.Header.Get("Content-Type")}}
+	return Result{Answer: idem.Outcome{Status: resp.StatusCode, Body: idem.Answer(b), ContentType: resp.Header.Get("Content-Type")}, header: resp.Header}
 }
 
 // unwrapURL drops *url.Error's own "Post \"…\":" prefix, which do already

@@ -96,6 +96,8 @@ func TestABadToolsFileIsRefusedNamingTheToolAndField(t *testing.T) {
 		{"a lookup without {key}", edit("external_id={key}", "external_id=x"), "tool refund_create: lookup.url: must hold {key}"},
 		{"a found_status that is no success", edit("external_id={key}\n", "external_id={key}\n      found_status: 404\n"), "tool refund_create: lookup.found_status: 404 is not a 2xx"},
 		{"a timeout past the bound", edit("timeout: 5s", "timeout: 30s"), "tool refund_create: call.timeout:"},
+		{"a replayed_header that is no header name", edit("      key_header: Idempotency-Key\n", "      key_header: Idempotency-Key\n      replayed_header: 'Replayed: yes'\n"), "tool refund_create: call.replayed_header:"},
+		{"a replayed_header without key_header", edit("      key_header: Idempotency-Key\n", "      replayed_header: Idempotent-Replayed\n"), "tool refund_create: call.replayed_header: needs call.key_header"},
 		{"an unset variable", edit("${BILLING_TOKEN}", "${BILLING_KEY}"), "tool refund_create: call.headers.Authorization: $BILLING_KEY is not set"},
 		{"a key field the agent sends", edit("maxLength: 64}", "maxLength: 64}\n        external_id: {type: string}"), "tool refund_create: call.key_field:"},
 		{"a bad name", edit("name: refund_create", "name: Refund-Create"), "tool Refund-Create: name"},

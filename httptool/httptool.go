@@ -76,8 +76,14 @@ type CallSpec struct {
 	// Headers' values may name ${VAR}s of idemflow's environment.
 	Headers   map[string]string `yaml:"headers"`
 	KeyHeader string            `yaml:"key_header"`
-	KeyField  string            `yaml:"key_field"`
-	Timeout   string            `yaml:"timeout"`
+	// ReplayedHeader names the header by which a downstream that
+	// deduplicates by KeyHeader marks an answer it gives again for a key
+	// it has seen (Idempotent-Replayed: true, as Stripe and idemflow
+	// mark theirs). With it, a refusal answered to a request sent again
+	// after a lost answer is believed as the first request's answer.
+	ReplayedHeader string `yaml:"replayed_header"`
+	KeyField       string `yaml:"key_field"`
+	Timeout        string `yaml:"timeout"`
 }
 
 // LookupSpec is the read that says what a key did: 200 with the effect as
@@ -189,6 +195,14 @@ func newTool(spec Spec, getenv func(string) (string, bool), client *http.Client)
 	}
 	if c.KeyHeader != "" && !headerName.MatchString(c.KeyHeader) {
 		return nil, fmt.Errorf("call.key_header: %q is not an HTTP header name", c.KeyHeader)
+	}
+	if c.ReplayedHeader != "" {
+		if !headerName.MatchString(c.ReplayedHeader) {
+			return nil, fmt.Errorf("call.replayed_header: %q is not an HTTP header name", c.ReplayedHeader)
+		}
+		if c.KeyHeader == "" {
+			return nil, errors.New("call.replayed_header: needs call.key_header: only a downstream that deduplicates by a key header replays an answer")
+		}
 	}
 	if c.KeyField != "" {
 		if !fieldName.MatchString(c.KeyField) {

@@ -49,6 +49,15 @@ tools:
       headers: {Authorization: "Bearer ${BILLING_TOKEN}"}
       key_header: Idempotency-Key
       timeout: 300ms
+  - name: refund_replaying
+    description: Refund, at an API that deduplicates by Idempotency-Key and marks the answers it replays.%[2]s
+    call:
+      method: POST
+      url: %[1]s/keyed/refunds
+      headers: {Authorization: "Bearer ${BILLING_TOKEN}"}
+      key_header: Idempotency-Key
+      replayed_header: Idempotent-Replayed
+      timeout: 300ms
   - name: refund_plain
     description: Refund, at an API that ignores Idempotency-Key and stores external_id.%[2]s
     call:

@@ -7,8 +7,8 @@
 //
 // It serves the two kinds of API a tool is declared for:
 //   - POST /keyed/refunds deduplicates by the Idempotency-Key header, as
-//     Stripe does: the same key answers the first answer again, and
-//     other parameters under it are a 422;
+//     Stripe does: the same key answers the first answer again, marked
+//     Idempotent-Replayed: true, and other parameters under it are a 422;
 //   - POST /plain/refunds ignores that header and stores the body's
 //     external_id, which GET /plain/refunds?external_id= looks up (200 with
 //     the refund, 404 for none); a second POST is a second refund.
@@ -71,11 +71,13 @@ type keyed struct {
 	reply
 }
 
-// reply is an answer: its status, body and media type.
+// reply is an answer: its status, body and media type, and whether it is
+// a stored answer given again.
 type reply struct {
 	status      int
 	body        []byte
 	contentType string
+	replayed    bool
 }
 
 // Server is the service. The zero value is not ready: use New.
@@ -94,6 +96,11 @@ type Server struct {
 	// has seen (409 or 422, as some APIs answer a duplicate) instead of
 	// the first answer again.
 	RepeatedKey int
+	// ReplaysRefusals makes the keyed API store a refusal of the call
+	// (the 422 of a refund above the capture) as it stores a refund, and
+	// answer it again to the same key, as an API that stores every answer
+	// does. Without it a refused key is free to be sent afresh.
+	ReplaysRefusals bool
 
 	mu      sync.Mutex
 	refunds []Refund
@@ -243,12 +250,14 @@ func (s *Server) refund(req request, key string) reply {
 	}
 	s.refunds = append(s.refunds, rf)
 	if s.Text {
-		return reply{status, fmt.Appendf(nil, "refund %s of %d cents: %s", rf.ID, rf.AmountCents, rf.Status), "text/plain; charset=utf-8"}
+		return reply{status: status, body: fmt.Appendf(nil, "refund %s of %d cents: %s", rf.ID, rf.AmountCents, rf.Status), contentType: "text/plain; charset=utf-8"}
 	}
 	return jsonReply(status, rf)
 }
 
-func jsonReply(status int, v any) reply { return reply{status, mustJSON(v), "application/json"} }
+func jsonReply(status int, v any) reply {
+	return reply{status: status, body: mustJSON(v), contentType: "application/json"}
+}
 
 func (s *Server) postKeyed(w http.ResponseWriter, r *http.Request) {
 	req, body, ok := decode(w, r)
@@ -269,11 +278,14 @@ func (s *Server) postKeyed(w http.ResponseWriter, r *http.Request) {
 			return jsonReply(s.RepeatedKey, map[string]string{"error": "duplicate request: this key was used before"})
 		case !seen:
 			k = &keyed{body: body, reply: s.refund(req, key)}
-			if k.status < 300 {
+			if k.status < 300 || s.ReplaysRefusals {
 				s.keys[key] = k
 			}
+			return k.reply
 		}
-		return k.reply
+		again := k.reply
+		again.replayed = true
+		return again
 	})
 }
 
@@ -337,6 +349,9 @@ func answer(w http.ResponseWriter, fault Fault, late time.Duration, r reply) {
 		time.Sleep(late)
 	}
 	w.Header().Set("Content-Type", r.contentType)
+	if r.replayed {
+		w.Header().Set("Idempotent-Replayed", "true")
+	}
 	w.WriteHeader(r.status)
 	_, _ = w.Write(r.body)
 }
