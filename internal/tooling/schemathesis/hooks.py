@@ -20,6 +20,7 @@ from __future__ import annotations
 import itertools
 import json
 import os
+import re
 import threading
 from typing import Any
 
@@ -37,9 +38,35 @@ DATABASE_URL = os.environ.get("DATABASE_URL", "")
 RUN = os.environ.get("IDEMFLOW_RUN_ID", "run")
 REPLAYED = "Idempotent-Replayed"
 
-# Tables holding a row per (tenant, key): the records, the recall table,
-# and every effect's.
-KEYED_TABLES = ["idempotency_record", "idempotency_key", "ticket", "purchase_order", "order_event", "tool_call", "refund_request"]
+# The query for the tables holding a row per (tenant, key): the records,
+# the recall table, every built-in's effects and every declared
+# operation's, whose table must hold UNIQUE (tenant_id, idem_key). They
+# are found in the deployment's own schema, never named here: a
+# deployment has the operations it declared, not the example's.
+KEYED_TABLES_SQL = """
+SELECT format('%I.%I', c.table_schema, c.table_name)
+FROM information_schema.columns c
+JOIN information_schema.tables t USING (table_schema, table_name)
+WHERE c.column_name = 'idem_key' AND t.table_type = 'BASE TABLE' AND c.table_schema = ANY (current_schemas(false))
+ORDER BY 1
+"""
+_keyed_tables: list[str] | None = None
+
+
+def keyed_tables(conn: psycopg.Connection) -> list[str]:
+    """The deployment's tables with an idem_key column, read once a run."""
+    global _keyed_tables
+    with _lock:
+        if _keyed_tables is None:
+            _keyed_tables = [row[0] for row in conn.execute(KEYED_TABLES_SQL).fetchall()]
+        return _keyed_tables
+
+
+def rows_under(conn: psycopg.Connection, key: str) -> dict[str, int]:
+    """How many rows each keyed table holds under key, where any does."""
+    found = {t: conn.execute(f"SELECT count(*) FROM {t} WHERE idem_key = %s", (key,)).fetchone()[0] for t in keyed_tables(conn)}
+    return {t: n for t, n in found.items() if n}
+
 
 _lock = threading.Lock()
 _counter = itertools.count()
@@ -156,9 +183,17 @@ def idemflow_replay(ctx: Any, response: Response, case: Case) -> bool | None:
 
 def _change(value: Any, schema: dict[str, Any]) -> Any:
     """Another valid value for a field, or None when this one cannot be
-    changed safely (an enum, a pattern, a format)."""
-    if any(k in schema for k in ("enum", "const", "pattern", "format")):
+    changed safely (an enum, a format, a string its pattern refuses)."""
+    if any(k in schema for k in ("enum", "const", "format")):
         return None
+    if isinstance(value, str) and "pattern" in schema:
+        changed = _change(value, {k: v for k, v in schema.items() if k != "pattern"})
+        # The document's patterns are ECMA-262; Python's re reads the
+        # simple ones the same, and one it cannot read changes nothing.
+        try:
+            return changed if changed is not None and re.search(schema["pattern"], changed) else None
+        except re.error:
+            return None
     if isinstance(value, bool):
         return None
     if isinstance(value, int):
@@ -216,7 +251,10 @@ def idemflow_changed_body(ctx: Any, response: Response, case: Case) -> bool | No
         return None
     schemas = _field_schemas(case)
     for field, value in body.items():
-        changed = _change(value, schemas.get(field, {}) if isinstance(schemas.get(field), dict) else {})
+        changed = _change(
+            value,
+            schemas.get(field, {}) if isinstance(schemas.get(field), dict) else {},
+        )
         if changed is None:
             continue
         judged("idemflow_changed_body")
@@ -244,8 +282,7 @@ def idemflow_nothing_recorded(ctx: Any, response: Response, case: Case) -> bool 
             return None  # an earlier request recorded it: this refusal proves nothing
     judged("idemflow_nothing_recorded")
     with psycopg.connect(DATABASE_URL) as conn:
-        found = {t: conn.execute(f"SELECT count(*) FROM {t} WHERE idem_key = %s", (k,)).fetchone()[0] for t in KEYED_TABLES}
-    left = {t: n for t, n in found.items() if n}
+        left = rows_under(conn, k)
     assert not left, f"a {response.status_code} refusal left rows under key {k!r}: {left}"
     return True
 
@@ -258,7 +295,12 @@ def idemflow_tenant_isolation(ctx: Any, response: Response, case: Case) -> bool 
         return None
     judged("idemflow_tenant_isolation")
     other = resend(response, headers={"Authorization": f"Bearer {TOKEN_B}"})
-    assert other.headers.get(REPLAYED) != "true", f"the other tenant got this tenant's answer replayed: {other.status_code} {other.text[:300]}"
+    # A key this run made (before_call's suffix) is new to the other
+    # tenant, so its answer cannot be a replay. A key drawn as it is may
+    # have been the other tenant's own in an earlier run against the same
+    # deployment: its replay is its own answer, never this one's bytes.
+    if f"-{RUN}-" in (request_key(response) or ""):
+        assert other.headers.get(REPLAYED) != "true", f"the other tenant got a replay under a key new to it: {other.status_code} {other.text[:300]}"
     if 200 <= other.status_code < 300:
         assert other.content != response.content, "the other tenant got this tenant's answer, byte for byte"
     return True
@@ -273,10 +315,19 @@ class IdemflowChecksRan:
         names = ["idemflow_replay", "idemflow_changed_body"]
         names += ["idemflow_nothing_recorded"] if DATABASE_URL else []
         names += ["idemflow_tenant_isolation"] if TOKEN_B else []
-        off = {"idemflow_nothing_recorded": DATABASE_URL, "idemflow_tenant_isolation": TOKEN_B}
-        print("idemflow's checks off (no --database-url or --token-b): " + (", ".join(n for n, v in off.items() if not v) or "none"), flush=True)
+        off = {
+            "idemflow_nothing_recorded": DATABASE_URL,
+            "idemflow_tenant_isolation": TOKEN_B,
+        }
+        print(
+            "idemflow's checks off (no --database-url or --token-b): " + (", ".join(n for n, v in off.items() if not v) or "none"),
+            flush=True,
+        )
         with _lock:
             counts = {n: _judged.get(n, 0) for n in names}
-        print("idemflow's checks judged: " + ", ".join(f"{n} {c}" for n, c in counts.items()), flush=True)
+        print(
+            "idemflow's checks judged: " + ", ".join(f"{n} {c}" for n, c in counts.items()),
+            flush=True,
+        )
         missing = [n for n, c in counts.items() if c == 0]
         assert not missing, f"idemflow's checks never judged an exchange: {missing}"
