@@ -326,3 +326,53 @@ func TestTemporalsFatalErrorIsSaidWhereDevRuns(t *testing.T) {
 		t.Fatalf("the process ended (%v) with its reason only in temporal-server.log; stderr: %q", err, stderr.String())
 	}
 }
+
+// portRaceChild, set in a child's environment, makes
+// TestAPortTakenBetweenPickAndBindIsPickedAgain the child that starts
+// the server.
+const portRaceChild = "IDEMFLOW_TEST_TEMPORAL_PORT_RACE_CHILD"
+
+// A port found free is bound by Temporal a moment later; another process
+// may take it in between (on a busy machine, about one start in ten).
+// Temporal then ends the process ("Failed to start ringpop listener …
+// address already in use"). The start picks its ports again instead. One
+// of the child's picks is a port held open, as if taken in between.
+func TestAPortTakenBetweenPickAndBindIsPickedAgain(t *testing.T) {
+	if dir := os.Getenv(portRaceChild); dir != "" {
+		taken, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer taken.Close()
+		picks := 0
+		var stderr strings.Builder
+		srv, err := StartTemporal(context.Background(), TemporalConfig{DataDir: dir, Namespace: "default", Stderr: &stderr,
+			pickPort: func() (int, error) {
+				// The first pick is the frontend's port, checked before
+				// the start; the second is its membership (ringpop) port,
+				// which only Temporal binds.
+				if picks++; picks == 2 {
+					return taken.Addr().(*net.TCPAddr).Port, nil
+				}
+				return FreePort()
+			}})
+		if err == nil {
+			_ = srv.Stop()
+		}
+		fmt.Fprintf(os.Stdout, "StartTemporal returned: %v\nits stderr: %s\n", err, stderr.String())
+		os.Exit(0)
+	}
+	dir := t.TempDir()
+	cmd := exec.Command(os.Args[0], "-test.run=^TestAPortTakenBetweenPickAndBindIsPickedAgain$")
+	cmd.Env = append(os.Environ(), portRaceChild+"="+dir)
+	var stdout, stderr strings.Builder
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	err := cmd.Run()
+	t.Logf("the child: %v\n%s%s", err, stdout.String(), stderr.String())
+	if err != nil || !strings.Contains(stdout.String(), "StartTemporal returned: <nil>") {
+		t.Fatalf("a port taken between the pick and the bind ended the start (exit: %v)", err)
+	}
+	if !strings.Contains(stdout.String(), "address already in use") {
+		t.Fatal("the start did not say it picked its ports again")
+	}
+}

@@ -67,9 +67,15 @@ type TemporalConfig struct {
 	// 128,000, which closed intents fill at about 30 KB each.
 	HistoryCache int
 	// Stderr also receives the server's fatal errors (default
-	// os.Stderr): Temporal ends the process after logging one (a listener
-	// it cannot bind), and its log is a file in DataDir.
+	// os.Stderr): Temporal ends the process after logging one, and its
+	// log is a file in DataDir. A listener whose port was taken since it
+	// was picked is not one: the start picks the ports again, and says so
+	// here.
 	Stderr io.Writer
+
+	// pickPort picks the ports the server's listeners bind (FreePort;
+	// a test's own in tests).
+	pickPort func() (int, error)
 }
 
 // DefaultHistoryCache is the embedded server's history cache, in
@@ -101,8 +107,12 @@ func StartTemporal(ctx context.Context, cfg TemporalConfig) (*Temporal, error) {
 	if err := os.MkdirAll(cfg.DataDir, 0o755); err != nil {
 		return nil, fmt.Errorf("temporal: data dir: %w", err)
 	}
-	if cfg.Port == 0 {
-		p, err := FreePort()
+	if cfg.pickPort == nil {
+		cfg.pickPort = FreePort
+	}
+	pickedFrontend := cfg.Port == 0
+	if pickedFrontend {
+		p, err := cfg.pickPort()
 		if err != nil {
 			return nil, err
 		}
@@ -160,24 +170,38 @@ func StartTemporal(ctx context.Context, cfg TemporalConfig) (*Temporal, error) {
 		return nil, err
 	}
 
-	serverCfg, err := liteConfig(cfg, persistence)
-	if err != nil {
-		return nil, err
-	}
+	stderr := cmp.Or[io.Writer](cfg.Stderr, os.Stderr)
 	logger := log.NewZapLogger(sayFatal(log.BuildZapLogger(log.Config{
 		Level: "warn", OutputFile: filepath.Join(cfg.DataDir, "temporal-server.log"),
-	}), cmp.Or[io.Writer](cfg.Stderr, os.Stderr)))
-	srv, err := temporal.NewServer(
-		temporal.WithConfig(serverCfg),
-		temporal.ForServices(temporal.DefaultServices),
-		temporal.WithLogger(logger),
-		temporal.WithDynamicConfigClient(dynamicConfig(cfg)),
-	)
-	if err != nil {
-		return nil, fmt.Errorf("temporal: new server: %w", err)
-	}
-	if err := srv.Start(); err != nil {
-		return nil, fmt.Errorf("temporal: start: %w", err)
+	}), stderr).WithOptions(zap.WithFatalHook(bindHook{})))
+	var srv temporal.Server
+	for pick := 1; ; pick++ {
+		serverCfg, err := liteConfig(cfg, persistence)
+		if err != nil {
+			return nil, err
+		}
+		srv, err = startServer(
+			temporal.WithConfig(serverCfg),
+			temporal.ForServices(temporal.DefaultServices),
+			temporal.WithLogger(logger),
+			temporal.WithDynamicConfigClient(dynamicConfig(cfg)),
+		)
+		var taken portTaken
+		if !errors.As(err, &taken) || pick == maxPortPicks {
+			if err != nil {
+				return nil, err
+			}
+			break
+		}
+		if !pickedFrontend && taken.port == cfg.Port {
+			return nil, err // the caller's port: not ours to change
+		}
+		fmt.Fprintf(stderr, "temporal: %v, taken since it was picked; picking the ports again (%d of %d)\n", taken, pick+1, maxPortPicks)
+		if pickedFrontend {
+			if cfg.Port, err = cfg.pickPort(); err != nil {
+				return nil, err
+			}
+		}
 	}
 	t := &Temporal{server: srv, HostPort: net.JoinHostPort(cfg.IP, strconv.Itoa(cfg.Port)), cfg: cfg, lock: lock, pgLock: pgLock}
 	if err := t.ensureNamespace(ctx); err != nil {
@@ -188,6 +212,90 @@ func StartTemporal(ctx context.Context, cfg TemporalConfig) (*Temporal, error) {
 	return t, nil
 }
 
+// maxPortPicks bounds the starts with newly picked ports.
+const maxPortPicks = 5
+
+// portTaken is a listener Temporal could not bind because its port was in
+// use: a port FreePort found free that another process took before the
+// server bound it. bindHook raises it as a panic where Temporal would end
+// the process, and startServer returns it, so that StartTemporal picks the
+// ports again.
+type portTaken struct {
+	port int
+	err  error
+}
+
+func (p portTaken) Error() string { return p.err.Error() }
+
+// bindHook is the embedded server's fatal hook. Temporal logs a listener
+// it cannot bind as fatal, and zap then ends the process; for a port in
+// use this hook panics with portTaken instead, for startServer to recover.
+// Every other fatal entry still ends the process, as zap's default does:
+// the hook must not return, or Temporal would go on without its listener.
+type bindHook struct{}
+
+func (bindHook) OnWrite(_ *zapcore.CheckedEntry, fields []zapcore.Field) {
+	for _, f := range fields {
+		err, ok := f.Interface.(error)
+		if !ok || !errors.Is(err, syscall.EADDRINUSE) {
+			continue
+		}
+		var op *net.OpError
+		if errors.As(err, &op) {
+			if a, ok := op.Addr.(*net.TCPAddr); ok {
+				panic(portTaken{port: a.Port, err: err})
+			}
+		}
+		panic(portTaken{err: err})
+	}
+	os.Exit(1)
+}
+
+// startServer makes and starts a server, and returns portTaken when one
+// of its listeners found its port in use. Temporal binds them while it
+// builds and starts its services, in this goroutine, so the panic comes
+// here; what was started before it is stopped, and what was only built
+// keeps its listeners until the process ends (a few sockets, once).
+func startServer(opts ...temporal.ServerOption) (srv temporal.Server, err error) {
+	defer func() {
+		r := recover()
+		if r == nil {
+			return
+		}
+		taken, ok := r.(portTaken)
+		if !ok {
+			panic(r)
+		}
+		if srv != nil {
+			stopAbandoned(srv)
+		}
+		srv, err = nil, taken
+	}()
+	srv, err = temporal.NewServer(opts...)
+	if err != nil {
+		return nil, fmt.Errorf("temporal: new server: %w", err)
+	}
+	if err := srv.Start(); err != nil {
+		return nil, fmt.Errorf("temporal: start: %w", err)
+	}
+	return srv, nil
+}
+
+// stopAbandoned stops a server whose start failed part way, within a
+// bound: it may not stop cleanly, and the next start must not wait on it.
+func stopAbandoned(srv temporal.Server) {
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		defer func() { _ = recover() }()
+		_ = srv.Stop()
+	}()
+	select {
+	case <-done:
+	case <-time.After(5 * time.Second):
+	}
+}
+
 // sayFatal tees l's fatal entries (and panics) to w, so that the reason a
 // server ended the process is said where it was run, not only in its log.
 func sayFatal(l *zap.Logger, w io.Writer) *zap.Logger {
@@ -195,7 +303,31 @@ func sayFatal(l *zap.Logger, w io.Writer) *zap.Logger {
 	enc.EncodeTime = zapcore.ISO8601TimeEncoder
 	enc.StacktraceKey = "" // the server's own stack: in its log
 	fatal := zapcore.NewCore(zapcore.NewConsoleEncoder(enc), zapcore.AddSync(w), zapcore.DPanicLevel)
-	return l.WithOptions(zap.WrapCore(func(c zapcore.Core) zapcore.Core { return zapcore.NewTee(c, fatal) }))
+	return l.WithOptions(zap.WrapCore(func(c zapcore.Core) zapcore.Core { return zapcore.NewTee(c, unlessPortTaken{fatal}) }))
+}
+
+// unlessPortTaken leaves out the entries bindHook turns into portTaken:
+// the start picks its ports again and says so, and the process goes on.
+type unlessPortTaken struct{ zapcore.Core }
+
+func (u unlessPortTaken) Check(ent zapcore.Entry, ce *zapcore.CheckedEntry) *zapcore.CheckedEntry {
+	if u.Enabled(ent.Level) {
+		return ce.AddCore(ent, u)
+	}
+	return ce
+}
+
+func (u unlessPortTaken) With(fields []zapcore.Field) zapcore.Core {
+	return unlessPortTaken{u.Core.With(fields)}
+}
+
+func (u unlessPortTaken) Write(ent zapcore.Entry, fields []zapcore.Field) error {
+	for _, f := range fields {
+		if err, ok := f.Interface.(error); ok && errors.Is(err, syscall.EADDRINUSE) {
+			return nil
+		}
+	}
+	return u.Core.Write(ent, fields)
 }
 
 // dynamicConfig is the embedded server's dynamic configuration.
@@ -357,13 +489,13 @@ func liteConfig(cfg TemporalConfig, persistence config.Persistence) (*config.Con
 	for _, name := range []string{"frontend", "history", "matching", "worker"} {
 		grpcPort := cfg.Port
 		if name != "frontend" {
-			p, err := FreePort()
+			p, err := cfg.pickPort()
 			if err != nil {
 				return nil, err
 			}
 			grpcPort = p
 		}
-		memberPort, err := FreePort()
+		memberPort, err := cfg.pickPort()
 		if err != nil {
 			return nil, err
 		}
