@@ -310,20 +310,16 @@ func TestTemporalsFatalErrorIsSaidWhereDevRuns(t *testing.T) {
 		os.Exit(0)
 	}
 	dir := t.TempDir()
-	cmd := exec.Command(os.Args[0], "-test.run=^TestTemporalsFatalErrorIsSaidWhereDevRuns$")
-	cmd.Env = append(os.Environ(), fatalChild+"="+dir)
-	var stdout, stderr strings.Builder
-	cmd.Stdout, cmd.Stderr = &stdout, &stderr
-	err := cmd.Run()
+	stdout, stderr, err := runChild(t, fatalChild, dir)
 	logged, _ := os.ReadFile(filepath.Join(dir, "temporal-server.log"))
 	if !strings.Contains(string(logged), "unable to parse bindOnIP") {
-		t.Fatalf("the server did not end as this test expects (exit: %v; stdout: %s; its log: %s)", err, stdout.String(), logged)
+		t.Fatalf("the server did not end as this test expects (exit: %v; stdout: %s; its log: %s)", err, stdout, logged)
 	}
 	if err == nil {
-		t.Fatalf("the server's fatal error did not end the process: %s", stdout.String())
+		t.Fatalf("the server's fatal error did not end the process: %s", stdout)
 	}
-	if !strings.Contains(stderr.String(), "unable to parse bindOnIP") {
-		t.Fatalf("the process ended (%v) with its reason only in temporal-server.log; stderr: %q", err, stderr.String())
+	if !strings.Contains(stderr, "unable to parse bindOnIP") {
+		t.Fatalf("the process ended (%v) with its reason only in temporal-server.log; stderr: %q", err, stderr)
 	}
 }
 
@@ -362,17 +358,25 @@ func TestAPortTakenBetweenPickAndBindIsPickedAgain(t *testing.T) {
 		fmt.Fprintf(os.Stdout, "StartTemporal returned: %v\nits stderr: %s\n", err, stderr.String())
 		os.Exit(0)
 	}
-	dir := t.TempDir()
-	cmd := exec.Command(os.Args[0], "-test.run=^TestAPortTakenBetweenPickAndBindIsPickedAgain$")
-	cmd.Env = append(os.Environ(), portRaceChild+"="+dir)
-	var stdout, stderr strings.Builder
-	cmd.Stdout, cmd.Stderr = &stdout, &stderr
-	err := cmd.Run()
-	t.Logf("the child: %v\n%s%s", err, stdout.String(), stderr.String())
-	if err != nil || !strings.Contains(stdout.String(), "StartTemporal returned: <nil>") {
+	stdout, stderr, err := runChild(t, portRaceChild, t.TempDir())
+	t.Logf("the child: %v\n%s%s", err, stdout, stderr)
+	if err != nil || !strings.Contains(stdout, "StartTemporal returned: <nil>") {
 		t.Fatalf("a port taken between the pick and the bind ended the start (exit: %v)", err)
 	}
-	if !strings.Contains(stdout.String(), "address already in use") {
+	if !strings.Contains(stdout, "address already in use") {
 		t.Fatal("the start did not say it picked its ports again")
 	}
+}
+
+// runChild runs the calling test again in a child process, with env set
+// to dir in its environment, which makes it the child: a server that ends
+// its process must not end the test's.
+func runChild(t *testing.T, env, dir string) (stdout, stderr string, err error) {
+	t.Helper()
+	cmd := exec.Command(os.Args[0], "-test.run=^"+t.Name()+"$")
+	cmd.Env = append(os.Environ(), env+"="+dir)
+	var out, errs strings.Builder
+	cmd.Stdout, cmd.Stderr = &out, &errs
+	err = cmd.Run()
+	return out.String(), errs.String(), err
 }
