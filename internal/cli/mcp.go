@@ -68,6 +68,8 @@ func runMCP(ctx context.Context, env *Env, args []string) error {
 	var httpOpts mcpserver.HTTPOptions
 	fs.IntVar(&httpOpts.MaxSessionsPerTenant, "max-sessions", 64, "with --http: open MCP sessions one tenant may hold (env IDEMFLOW_MCP_MAX_SESSIONS)")
 	fs.DurationVar(&httpOpts.IdleTimeout, "session-idle-timeout", 10*time.Minute, "with --http: close a session idle this long (env IDEMFLOW_MCP_IDLE_TIMEOUT)")
+	callWait := fs.Duration("call-wait", 60*time.Second, "how long one tool call waits for its final answer; past it the model reads NO ANSWER YET, "+
+		"which tells it to call again with the same key (env IDEMFLOW_MCP_CALL_WAIT)")
 	var toolsFile string
 	registerTools(fs, &toolsFile)
 	if err := parseFlags(fs, args); err != nil {
@@ -82,7 +84,10 @@ func runMCP(ctx context.Context, env *Env, args []string) error {
 	if err := env.useTools(toolsFile, false); err != nil {
 		return err
 	}
-	cfg := mcpserver.Config{BaseURL: g.url, Token: g.token, Operations: env.Set.Operations()}
+	if *callWait <= 0 {
+		return fmt.Errorf("%w: --call-wait must be positive", errUsage)
+	}
+	cfg := mcpserver.Config{BaseURL: g.url, Token: g.token, CallTimeout: *callWait, Operations: env.Set.Operations()}
 	if *httpAddr != "" {
 		// The line a user copies into a client's configuration: the URL
 		// itself (any path serves MCP; "/" is the one to give).

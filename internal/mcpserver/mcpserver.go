@@ -43,7 +43,9 @@ type Config struct {
 	BaseURL string
 	// Token is used when a request carries none (stdio).
 	Token string
-	// CallTimeout bounds one tool call, retries included.
+	// CallTimeout bounds one tool call, retries included (default 60 s):
+	// past it the model reads NO ANSWER YET, which says to call again
+	// under the same key (`idemflow mcp --call-wait`).
 	CallTimeout time.Duration
 	HTTP        *http.Client
 	// Operations are the operations the gateway serves, each a tool of

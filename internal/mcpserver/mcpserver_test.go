@@ -284,3 +284,50 @@ func TestMCPArgumentsAreDecodedAsIJSON(t *testing.T) {
 		t.Fatalf("%d records written for refused arguments", n)
 	}
 }
+
+// A call whose final answer has not come within the server's wait
+// (CallTimeout, `idemflow mcp --call-wait`) is answered NO ANSWER YET,
+// which tells the model to call again with the same key and arguments;
+// doing that, once the answers get through, gets the first call's
+// answer as a replay: one ticket.
+func TestMCPNoAnswerYetSaysToCallAgainUnderTheSameKey(t *testing.T) {
+	s := testenv.NewStack(t, testenv.Options{})
+	// Every request reaches the gateway; no answer comes back.
+	partition := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		req, _ := http.NewRequestWithContext(context.WithoutCancel(r.Context()), r.Method, s.URL+r.URL.RequestURI(), r.Body)
+		req.Header = r.Header.Clone()
+		if resp, err := http.DefaultClient.Do(req); err == nil {
+			resp.Body.Close()
+		}
+		<-r.Context().Done()
+	}))
+	t.Cleanup(partition.CloseClientConnections)
+	t.Cleanup(partition.Close)
+	cut := testenv.MCPSession(t, mcpserver.New(mcpserver.Config{BaseURL: partition.URL, Token: s.Tokens[testenv.TenantA],
+		CallTimeout: 700 * time.Millisecond, Operations: s.Set.Operations()}))
+	args := map[string]any{"idempotency_key": "mcp-pending", "customer_id": "c-pending", "title": "Printer on fire"}
+	start := time.Now()
+	res, err := cut.CallTool(context.Background(), &mcp.CallToolParams{Name: "create_ticket", Arguments: args})
+	if err != nil {
+		t.Fatal(err)
+	}
+	took := time.Since(start)
+	t.Logf("after %s: error=%v %q", took.Round(time.Millisecond), res.IsError, text(res))
+	if !res.IsError || !strings.Contains(text(res), "NO ANSWER YET") || !strings.Contains(text(res), `SAME idempotency_key "mcp-pending"`) {
+		t.Fatalf("the wait's end: error=%v %q", res.IsError, text(res))
+	}
+	if took > 10*time.Second {
+		t.Fatalf("the call waited %s, past its 700ms wait", took)
+	}
+	// What the text says: the same key and arguments, again.
+	res, err = inMemory(t, s).CallTool(context.Background(), &mcp.CallToolParams{Name: "create_ticket", Arguments: args})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.IsError || !strings.Contains(text(res), `"replayed":true`) {
+		t.Fatalf("called again as told: error=%v %q", res.IsError, text(res))
+	}
+	if n := testenv.Count(t, s.Pool, "ticket", "customer_id = 'c-pending'"); n != 1 {
+		t.Fatalf("%d tickets", n)
+	}
+}
