@@ -11,9 +11,12 @@ need_go
 unformatted=$(gofmt -l $(git ls-files '*.go' 2>/dev/null || find . -name '*.go' -not -path './.idemflow*'))
 [ -z "$unformatted" ] || die "gofmt would change: $unformatted"
 go vet ./...
-# The production image's build, without the embedded Temporal server.
+# The production image's build: no embedded Temporal server, and none of
+# the tools that drive a stack (dev, chaos, bench, the demo).
 go vet -tags nodev ./internal/cli
 go build -tags nodev -o /dev/null ./cmd/idemflow
+tooling=$(go list -deps -tags nodev ./cmd/idemflow | grep -E '^go\.temporal\.io/server|/internal/tooling/(devserver|chaos|bench|demo)' || true)
+[ -z "$tooling" ] || die "the production build (-tags nodev) holds $(echo "$tooling" | wc -l) packages it must not, e.g. $(echo "$tooling" | head -3 | tr '\n' ' ')"
 go run honnef.co/go/tools/cmd/staticcheck@v0.8.2 ./...
 go run go.temporal.io/sdk/contrib/tools/workflowcheck@v0.6.0 ./...
 # A team's own module, beside idemflow's.

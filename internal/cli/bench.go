@@ -1,6 +1,9 @@
+//go:build !nodev
+
 package cli
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -47,11 +50,11 @@ func runBench(ctx context.Context, env *Env, args []string) error {
 		return err
 	}
 	if *soak > 0 {
-		return runSoak(ctx, env, bench.SoakConfig{URL: g.url, Token: g.token, DatabaseURL: firstNonEmpty(*dbURL, devEnv["DATABASE_URL"]),
+		return runSoak(ctx, env, bench.SoakConfig{URL: g.url, Token: g.token, DatabaseURL: cmp.Or(*dbURL, devEnv["DATABASE_URL"]),
 			Duration: *soak, Interval: *interval, Clients: *soakClients, ReplayEvery: 4, Out: env.Stdout}, *metrics)
 	}
 	cfg := bench.Config{URL: g.url, Token: g.token, Duration: *duration, Rounds: *rounds, Progress: env.Stderr,
-		DatabaseURL: firstNonEmpty(*dbURL, devEnv["DATABASE_URL"])}
+		DatabaseURL: cmp.Or(*dbURL, devEnv["DATABASE_URL"])}
 	if *rounds < 1 {
 		return fmt.Errorf("%w: --rounds wants a whole number above 0, got %d", errUsage, *rounds)
 	}
@@ -71,8 +74,8 @@ func runBench(ctx context.Context, env *Env, args []string) error {
 	if cfg.TenantID, err = tenantOf(ctx, g.url, g.token); err != nil {
 		return err
 	}
-	tAddr := firstNonEmpty(*temporalAddr, devEnv["TEMPORAL_ADDRESS"], "127.0.0.1:7233")
-	ns := firstNonEmpty(*namespace, devEnv["TEMPORAL_NAMESPACE"], "default")
+	tAddr := cmp.Or(*temporalAddr, devEnv["TEMPORAL_ADDRESS"], "127.0.0.1:7233")
+	ns := cmp.Or(*namespace, devEnv["TEMPORAL_NAMESPACE"], "default")
 	// The references' client counts their RPCs.
 	cfg.RefRPCs = &roundtrip.RPCs{}
 	tc, err := dialTemporal(ctx, env.Logger, tAddr, ns, temporalTLS{}, cfg.RefRPCs.ClientOptions())

@@ -1,3 +1,5 @@
+//go:build !nodev
+
 package cli
 
 import (
@@ -60,9 +62,6 @@ func runChaos(ctx context.Context, env *Env, args []string) error {
 		return fmt.Errorf("%w: --target-faults goes with --url (a local stack has every fault)", errUsage)
 	}
 	if cfg.URL == "" {
-		if _, ok := devCommands["temporal"]; !ok {
-			return fmt.Errorf("%w: this build has no embedded Temporal (-tags nodev) to run a local stack; point chaos at a deployment with --url and --database-url", errUsage)
-		}
 		if cfg.Exe, err = os.Executable(); err != nil {
 			return err
 		}

@@ -33,10 +33,7 @@ var commands = map[string]command{
 	"schedule":    {"apply|describe|trigger|pause|unpause the reconcile-and-purge schedule", runSchedule},
 	"audit":       {"check constraints, duplicates and stuck intents; exit 3 when anything is found", runAudit},
 	"mcp":         {"serve idemflow's tools to MCP agents over stdio (or --http) through the gateway", runMCP},
-	"bench":       {"measure the gateway beside a bare Temporal workflow and a PostgreSQL-only reference, as ratios", runBench},
-	"demo":        {"replay a lost-answer incident against a running gateway: idemflow's client beside a naive one", runDemo},
 	"inspect":     {"print everything known about one intent: record, business row, order events, workflow and its history, Web UI link", runInspect},
-	"chaos":       {"kill and restart every part while agents retry; check no intent is duplicated, lost or stuck", runChaos},
 	"healthcheck": {"exit 0 when a URL answers 200 (container health checks)", runHealthcheck},
 	"version":     {"print the module version and the VCS revision it was built from", runVersion},
 }

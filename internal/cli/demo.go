@@ -1,6 +1,9 @@
+//go:build !nodev
+
 package cli
 
 import (
+	"cmp"
 	"context"
 	"flag"
 	"path/filepath"
@@ -37,19 +40,10 @@ func runDemo(ctx context.Context, env *Env, args []string) error {
 	}
 	cfg := d.cfg
 	cfg.BaseURL, cfg.Token, cfg.Tenant = g.url, g.token, devEnv["IDEMFLOW_TENANT"]
-	cfg.DatabaseURL = firstNonEmpty(*dbURL, envOr("DATABASE_URL", ""), devEnv["DATABASE_URL"])
+	cfg.DatabaseURL = cmp.Or(*dbURL, envOr("DATABASE_URL", ""), devEnv["DATABASE_URL"])
 	cfg.UIURL, cfg.Namespace = devEnv["IDEMFLOW_UI_URL"], devEnv["TEMPORAL_NAMESPACE"]
 	cfg.StoreDir = filepath.Join(g.dataDir, "demo-intents")
 	cfg.Out, cfg.Progress = env.Stdout, env.Stderr
 	_, _, err = demo.Run(ctx, cfg)
 	return err
-}
-
-func firstNonEmpty(vals ...string) string {
-	for _, v := range vals {
-		if v != "" {
-			return v
-		}
-	}
-	return ""
 }

@@ -1,6 +1,7 @@
 package cli
 
 import (
+	"cmp"
 	"context"
 	"flag"
 	"fmt"
@@ -77,8 +78,8 @@ func (c *common) resolveTemporal() error {
 	if err != nil {
 		return fmt.Errorf("%w: Temporal client configuration: %w", errUsage, err)
 	}
-	c.temporal = firstNonEmpty(c.temporal, profile.Address, "127.0.0.1:7233")
-	c.namespace = firstNonEmpty(c.namespace, profile.Namespace, "default")
+	c.temporal = cmp.Or(c.temporal, profile.Address, "127.0.0.1:7233")
+	c.namespace = cmp.Or(c.namespace, profile.Namespace, "default")
 	if !c.tls.given() {
 		c.tls.profile = &profile
 	}

@@ -23,11 +23,16 @@ import (
 	"github.com/idemflow/idemflow/migrations"
 )
 
-// devCommands are the commands that embed a Temporal server (dev) or
-// start a private PostgreSQL (postgres): built in by default, so that one
-// binary serves development, and left out of the production image with
-// -tags nodev (222 MB against 47 MB; DEVELOPERS.md).
+// devCommands are the development and proving tools: the commands that
+// embed a Temporal server (dev, temporal) or start a private PostgreSQL
+// (postgres), and chaos, bench and the demo, which drive a stack. They
+// are built in by default, so that one binary serves development, and
+// left out of the production build with -tags nodev, which then holds no
+// go.temporal.io/server package (scripts/lint.sh checks it).
 var devCommands = map[string]command{
+	"bench":    {"measure the gateway beside a bare Temporal workflow and a PostgreSQL-only reference, as ratios", runBench},
+	"chaos":    {"kill and restart every part while agents retry; check no intent is duplicated, lost or stuck", runChaos},
+	"demo":     {"replay a lost-answer incident against a running gateway: idemflow's client beside a naive one", runDemo},
 	"dev":      {"run the whole stack in one process: embedded Temporal and its Web UI, worker, gateway", runDev},
 	"postgres": {"ensure a PostgreSQL server (reachable or private) and print its admin URL", runPostgres},
 	"temporal": {"run the embedded Temporal server alone, on PostgreSQL, for a stack of separate processes (chaos, multi-process tests)", runTemporal},

@@ -1,6 +1,7 @@
 package cli
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -113,7 +114,7 @@ func runInspect(ctx context.Context, env *Env, args []string) error {
 	}
 	if found {
 		in.Row = &inspectRow{BizType: prior.BizType, Fingerprint: prior.Fingerprint, WorkflowID: prior.WorkflowID, Answer: jsonOrNil(prior.Outcome.Body)}
-		workflowID = firstNonEmpty(workflowID, prior.WorkflowID)
+		workflowID = cmp.Or(workflowID, prior.WorkflowID)
 	} else {
 		in.Notes = append(in.Notes, "no business row: nothing was written under this key")
 	}
