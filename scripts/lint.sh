@@ -17,6 +17,10 @@ go vet -tags nodev ./internal/cli
 go build -tags nodev -o /dev/null ./cmd/idemflow
 tooling=$(go list -deps -tags nodev ./cmd/idemflow | grep -E '^go\.temporal\.io/server|/internal/tooling/(devserver|chaos|bench|demo)' || true)
 [ -z "$tooling" ] || die "the production build (-tags nodev) holds $(echo "$tooling" | wc -l) packages it must not, e.g. $(echo "$tooling" | head -3 | tr '\n' ' ')"
+# No arrow runs back up: idemflow's tooling does not depend on the public
+# test kit, which is built on what lies below both.
+back=$(go list -deps ./internal/tooling/... | grep '/idemflow/idemflowtest' || true)
+[ -z "$back" ] || die "internal/tooling depends on the public test kit: $(echo "$back" | tr '\n' ' ')"
 go run honnef.co/go/tools/cmd/staticcheck@v0.8.2 ./...
 go run go.temporal.io/sdk/contrib/tools/workflowcheck@v0.6.0 ./...
 # A team's own module, beside idemflow's.

@@ -24,8 +24,8 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/idemflow/idemflow/idemflowtest/downstream"
 	"github.com/idemflow/idemflow/internal/ops/orders"
+	"github.com/idemflow/idemflow/internal/refundapi"
 	"github.com/idemflow/idemflow/internal/registry"
 	"github.com/idemflow/idemflow/internal/tenant"
 	"github.com/idemflow/idemflow/internal/tooling/devserver"
@@ -246,7 +246,7 @@ type run struct {
 	gatewayProxies    []*Proxy
 	// downstream is the HTTP tools' downstream of a local run (nil
 	// against a deployment chaos did not start: its tools are unknown).
-	downstream   *downstream.Server
+	downstream   *refundapi.Server
 	downstreamLn net.Listener
 	linkProxies  []*Proxy
 	directURLs   []string // gateways without a proxy, for the final replays

@@ -10,7 +10,7 @@ import (
 	"time"
 
 	"github.com/idemflow/idemflow/idem"
-	"github.com/idemflow/idemflow/idemflowtest/downstream"
+	"github.com/idemflow/idemflow/internal/refundapi"
 )
 
 // The HTTP tools a local run's agents call, one of each kind, at the
@@ -40,7 +40,7 @@ func (r *run) startDownstream(ctx context.Context) (toolsFile string, err error)
 	if err != nil {
 		return "", err
 	}
-	ds := downstream.New()
+	ds := refundapi.New()
 	ds.Token, ds.Late = downstreamToken, toolLate
 	ds.Random(r.cfg.Faults[DownstreamFault], r.cfg.Seed+3)
 	go func() { _ = ds.Serve(context.WithoutCancel(ctx), ln) }()
