@@ -118,3 +118,31 @@ def test_a_polled_base64_answer_is_its_bytes() -> None:
     view = {"status": "succeeded", "result_status": 200, "result_base64": base64.b64encode(raw.encode()).decode()}
     j = idemflow.judge_operation(json.dumps(view))
     assert isinstance(j, Success) and j.result.raw == raw and not isinstance(j, Poll)
+
+
+BODIES = json.loads((TESTDATA / "bodies.json").read_text())
+
+
+@pytest.mark.parametrize(
+    "c,same",
+    [(c, True) for c in BODIES["same"]] + [(c, False) for c in BODIES["different"]],
+    ids=[f"same: {c['name']}" for c in BODIES["same"]] + [f"different: {c['name']}" for c in BODIES["different"]],
+)
+def test_the_store_compares_bodies_as_every_client_does(c: dict[str, Any], same: bool, tmp_path: pathlib.Path) -> None:
+    with idemflow.SQLiteStore(tmp_path / "intents.db") as store:
+        first = store.open("step", "POST", "/v1/tickets", json.loads(c["stored"]))
+        if same:
+            assert store.open("step", "POST", "/v1/tickets", json.loads(c["asked"])).key == first.key
+        else:
+            with pytest.raises(idemflow.IntentMismatchError):
+                store.open("step", "POST", "/v1/tickets", json.loads(c["asked"]))
+
+
+def test_a_body_stored_before_jcs_still_compares_as_its_value(tmp_path: pathlib.Path) -> None:
+    """A row written by the sorted json.dumps the store used before keeps
+    its intent: 2.0 stored as "2.0" is the 2 asked now."""
+    with idemflow.SQLiteStore(tmp_path / "intents.db") as store:
+        first = store.open("step", "POST", "/v1/tickets", {"quantity": 2})
+        old = json.dumps({"title": "t", "quantity": 2.0}, sort_keys=True, ensure_ascii=False, separators=(",", ":"))
+        store._db.execute("UPDATE intent SET body = ? WHERE step_id = 'step'", (old,))
+        assert store.open("step", "POST", "/v1/tickets", {"quantity": 2, "title": "t"}).key == first.key

@@ -5,7 +5,8 @@
 // 4xx ever retried. It depends on nothing but Node.
 
 import { createHash, randomUUID } from "node:crypto";
-import { mkdir, readFile, rename, writeFile } from "node:fs/promises";
+import { mkdir, open as openFile, readFile, rename } from "node:fs/promises";
+import canonicalize from "canonicalize";
 import { join } from "node:path";
 
 /** An RFC 9457 problem, as idemflow answers every error. */
@@ -429,12 +430,30 @@ export interface StoredIntent extends Intent {
 export class IntentMismatchError extends Error {}
 
 /**
+ * Whether two bodies are one request: equal RFC 8785 (JCS) forms, as every
+ * idemflow client compares them (clients/testdata/bodies.json). Members in
+ * another order are the same body; so are 2 and 2.0.
+ */
+export function sameBody(a: unknown, b: unknown): boolean {
+  return canonicalize(a) === canonicalize(b);
+}
+
+/** What FileStore tells an observer: each fsync, in order (for tests). */
+export type SyncObserver = (what: "file" | "dir", path: string) => void;
+
+/**
  * FileStore keeps intents for callers with no framework: an intent's key is
  * made once, written to disk before the first attempt, and found again by
- * the intent's own ID after a restart. One JSON file per intent.
+ * the intent's own ID after a restart. One JSON file per intent, written
+ * to a temporary file, synced, renamed into place, and its folder synced:
+ * a key is on disk before open returns, and a crash leaves the old file or
+ * the new one, never half of one.
  */
 export class FileStore {
-  constructor(readonly dir: string) {}
+  constructor(
+    readonly dir: string,
+    readonly onSync?: SyncObserver,
+  ) {}
 
   #file(id: string): string {
     return join(this.dir, createHash("sha256").update(id).digest("hex") + ".json");
@@ -444,7 +463,7 @@ export class FileStore {
   async open(id: string, method: string, path: string, body: unknown): Promise<StoredIntent> {
     try {
       const stored = JSON.parse(await readFile(this.#file(id), "utf8")) as StoredIntent;
-      if (stored.method !== method || stored.path !== path || JSON.stringify(stored.body) !== JSON.stringify(body)) {
+      if (stored.method !== method || stored.path !== path || !sameBody(stored.body, body)) {
         throw new IntentMismatchError(`intent ${id} was stored as ${stored.method} ${stored.path} with another body`);
       }
       return stored;
@@ -463,8 +482,24 @@ export class FileStore {
 
   async #save(intent: StoredIntent): Promise<void> {
     await mkdir(this.dir, { recursive: true });
-    const tmp = this.#file(intent.id) + "." + process.pid + ".tmp";
-    await writeFile(tmp, JSON.stringify(intent));
-    await rename(tmp, this.#file(intent.id));
+    const file = this.#file(intent.id);
+    const tmp = file + "." + process.pid + ".tmp";
+    const fh = await openFile(tmp, "w");
+    try {
+      await fh.writeFile(JSON.stringify(intent));
+      await fh.sync();
+      this.onSync?.("file", tmp);
+    } finally {
+      await fh.close();
+    }
+    await rename(tmp, file);
+    // The rename is durable once the folder's entry is.
+    const dir = await openFile(this.dir, "r");
+    try {
+      await dir.sync();
+      this.onSync?.("dir", this.dir);
+    } finally {
+      await dir.close();
+    }
   }
 }

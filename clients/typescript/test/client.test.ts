@@ -383,3 +383,30 @@ test("a tool-call ID reused in a later turn is a second call, not the first one'
   assert.deepEqual(answers.map((a) => a.replayed), [false, false]);
   assert.notEqual(answers[0].result.ticket_id, answers[1].result.ticket_id, "two tickets");
 });
+
+test("the file store compares bodies as every client does (the shared body vectors)", async () => {
+  const v = JSON.parse(await readFile(new URL("../../../testdata/bodies.json", import.meta.url), "utf8")) as {
+    same: { name: string; stored: string; asked: string }[];
+    different: { name: string; stored: string; asked: string }[];
+  };
+  assert.ok(v.same.length > 0 && v.different.length > 0);
+  const store = new FileStore(await mkdtemp(join(tmpdir(), "idemflow-ts-bodies-")));
+  for (const [cases, same] of [[v.same, true], [v.different, false]] as const) {
+    for (const c of cases) {
+      const first = await store.open(c.name, "POST", "/v1/tickets", JSON.parse(c.stored));
+      if (same) {
+        assert.equal((await store.open(c.name, "POST", "/v1/tickets", JSON.parse(c.asked))).key, first.key, `same: ${c.name}`);
+      } else {
+        await assert.rejects(store.open(c.name, "POST", "/v1/tickets", JSON.parse(c.asked)), IntentMismatchError, `different: ${c.name}`);
+      }
+    }
+  }
+});
+
+test("the file store's key is on disk before open returns: the file and its folder are synced", async () => {
+  const dir = await mkdtemp(join(tmpdir(), "idemflow-ts-sync-"));
+  const synced: string[] = [];
+  const intent = await new FileStore(dir, (what) => synced.push(what)).open("step-sync", "POST", "/v1/tickets", ticket("synced"));
+  assert.deepEqual(synced, ["file", "dir"]);
+  assert.equal((await new FileStore(dir).open("step-sync", "POST", "/v1/tickets", ticket("synced"))).key, intent.key);
+});

@@ -12,6 +12,8 @@ import uuid
 from dataclasses import dataclass
 from typing import Any, Protocol
 
+import rfc8785
+
 from .answers import Result
 from .errors import IntentMismatchError
 
@@ -48,7 +50,23 @@ class Store(Protocol):
 
 
 def _canonical(body: Any) -> str:
-    return json.dumps(body, sort_keys=True, ensure_ascii=False, separators=(",", ":"))
+    """body's RFC 8785 (JCS) form, as every idemflow client compares bodies
+    (clients/testdata/bodies.json): members sorted, numbers written one way
+    (2.0 and 2.5e3 are 2 and 2500). A value JCS cannot write (an integer
+    past 2**53, which idemflow refuses anyway) keeps a sorted JSON form."""
+    try:
+        return rfc8785.dumps(body).decode()
+    except rfc8785.CanonicalizationError:
+        return json.dumps(body, sort_keys=True, ensure_ascii=False, separators=(",", ":"))
+
+
+def _stored_canonical(text: str) -> str:
+    """A stored body in today's canonical form: a row written before the
+    store used JCS (a sorted json.dumps) compares as its value does."""
+    try:
+        return _canonical(json.loads(text))
+    except ValueError:
+        return text
 
 
 class SQLiteStore:
@@ -100,7 +118,7 @@ class SQLiteStore:
                     return StoredIntent(step_id, key, method, path, body)
                 key, m, p, b, refused, status, raw = row
                 revised = ""
-                if (m, p, b) != (method, path, want):
+                if (m, p, _stored_canonical(b)) != (method, path, want):
                     diff = f"stored {m} {p}, asked {method} {path}" if (m, p) != (method, path) else f"stored body {b}, asked body {want}"
                     if not refused or status is not None:
                         raise IntentMismatchError(
