@@ -1,6 +1,7 @@
 // Package pgurl opens PostgreSQL connections from the URLs idemflow
 // documents. Its one job: a URL that works for the pool works everywhere,
-// with the session settings idemflow depends on pinned.
+// with the session settings idemflow depends on pinned, and a pool built
+// from it hands out only connections whose server has not ended them.
 // pgxpool takes its own parameters (pool_max_conns and the other pool_*)
 // out of the URL, while pgx.Connect sends every parameter it does not know
 // to the server as a run-time setting, which the server refuses
@@ -28,16 +29,18 @@ func ParsePoolConfig(url string) (*pgxpool.Config, error) {
 		pc.ConnConfig.RuntimeParams[p.name] = p.value
 	}
 	pc.ShouldPing = shouldPing
+	pc.PrepareConn = prepareConn
 	return pc, nil
 }
 
 // IdlePing is how long a pooled connection may sit idle before it is
 // pinged when acquired. pgxpool's default, 1 s, pinged before nearly every
 // intent of an agent that calls tools seconds apart: a round trip on the
-// request's path for a failure a statement finds as well. A connection
-// found dead by its statement is replaced and the statement sent again,
-// where that is safe (idem.Store.Claim); past IdlePing, when a middlebox
-// may have dropped it silently, the ping stays.
+// request's path. A connection the server ended is found without one
+// (prepareConn); one that dies between that look and its statement is
+// replaced and the statement sent again, where that is safe
+// (idem.Store.Claim). Past IdlePing, when a middlebox may have dropped it
+// without a word, the ping stays.
 const IdlePing = 30 * time.Second
 
 func shouldPing(_ context.Context, p pgxpool.ShouldPingParams) bool { return p.IdleDuration > IdlePing }
