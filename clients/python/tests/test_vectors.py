@@ -33,7 +33,7 @@ ERRORS: dict[str, type[idemflow.ProblemError]] = {
 
 def test_the_vectors_are_there() -> None:
     assert ANSWERS["answers"] and ANSWERS["operations"] and ANSWERS["backoff"]
-    assert KEYS["derive"] and KEYS["langgraph"] and KEYS["temporal"]
+    assert KEYS["derive"] and KEYS["langgraph"] and KEYS["temporal"] and KEYS["openai_agents"]
 
 
 def check(name: str, j: Judgement, e: dict[str, Any]) -> None:
@@ -95,6 +95,26 @@ def test_temporal_key(c: dict[str, Any]) -> None:
 
     got = call_key(c["workflow_id"], c["original_run_id"], c.get("call", 0), c.get("activity_id", ""), c["tool"], c["scope"])
     assert got == c["key"]
+
+
+@pytest.mark.parametrize("c", KEYS["openai_agents"], ids=lambda c: c["name"])
+def test_openai_agents_key(c: dict[str, Any]) -> None:
+    from agents import RunConfig
+    from agents.tool_context import ToolContext
+    from openai.types.responses import ResponseFunctionToolCall
+
+    from idemflow.openai_agents import durable_key as oa_key
+
+    call = ResponseFunctionToolCall(type="function_call", id=c["item_id"], call_id=c["call_id"], name=c["tool"], arguments="{}")
+    ctx = ToolContext(
+        context=None, tool_name=c["tool"], tool_call_id=c["call_id"], tool_arguments="{}", tool_call=call, run_config=RunConfig(group_id=c["group_id"])
+    )
+    unique = c.get("call_ids_unique", False)
+    if "error" in c:
+        with pytest.raises(idemflow.NoDurableIdentityError, match=c["error"]):
+            oa_key(ctx, c["tool"], call_ids_unique=unique)
+    else:
+        assert oa_key(ctx, c["tool"], call_ids_unique=unique) == c["key"]
 
 
 def test_no_interceptor_no_key() -> None:

@@ -21,7 +21,6 @@ Needs the ``langgraph`` extra: ``pip install 'idemflow[langgraph]'``.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable, Mapping
 from typing import Annotated, Any
 
@@ -32,7 +31,7 @@ from langgraph.prebuilt import InjectedState
 from langgraph.types import interrupt
 from pydantic import BaseModel, create_model
 
-from .answers import Result
+from ._tooltext import answer_text, arguments, refusal_text
 from .client import AsyncClient, Client, Intent
 from .errors import DeadlineError, NoDurableIdentityError, ProblemError
 from .keys import derive_key
@@ -102,18 +101,6 @@ def durable_key(config: Mapping[str, Any] | None, tool_call_id: str | None, tool
     return derive_key(KEY_SCHEME, str(thread_id), node_path(str(configurable.get("checkpoint_ns") or "")), message_id, tool_call_id, tool_name)
 
 
-def _answer(r: Result) -> str:
-    return json.dumps({"http_status": r.status, "replayed": r.replayed, "result": r.body}, ensure_ascii=False)
-
-
-def _refusal(e: ProblemError, key: str) -> str:
-    # A final refusal is the model's to read, not a crash of the run: a
-    # rejection stored under the key (the operation's or its downstream's,
-    # whose body is as it came), or idemflow's refusal of the arguments,
-    # which nothing recorded.
-    return json.dumps({**e.to_dict(), "replayed": False, "key": key}, ensure_ascii=False)
-
-
 def pending_answer(name: str, key: str) -> dict[str, str]:
     """What the run is paused with (LangGraph's interrupt) when a call's
     final answer did not come within the deadline: never a tool error,
@@ -177,13 +164,7 @@ def idemflow_tool(
         call_id = kwargs.pop("tool_call_id", None)
         state = kwargs.pop("idemflow_state", None)
         key = durable_key(config, call_id, name, call_message_id(state, call_id, messages_key))
-        args = args_schema(**kwargs).model_dump(mode="json")
-        # An optional argument the model left out reaches the function as
-        # its default, None: it is left out, not sent as null (which the
-        # operation's schema refuses for a typed field).
-        for field, info in args_schema.model_fields.items():
-            if not info.is_required() and info.default is None and args.get(field, 0) is None:
-                del args[field]
+        args = arguments(args_schema, kwargs)
         p = path(args) if callable(path) else path
         return key, Intent(key, p, body(args) if body else args)
 
@@ -194,9 +175,9 @@ def idemflow_tool(
             key, intent = prepare(kwargs, config)
             while True:
                 try:
-                    return _answer(await aclient.do(intent, deadline=deadline))
+                    return answer_text(await aclient.do(intent, deadline=deadline))
                 except ProblemError as e:
-                    return _refusal(e, key)
+                    return refusal_text(e, key)
                 except DeadlineError:
                     interrupt(pending_answer(name, key))  # a resume returns here, and waits again
 
@@ -208,9 +189,9 @@ def idemflow_tool(
         key, intent = prepare(kwargs, config)
         while True:
             try:
-                return _answer(sclient.do(intent, deadline=deadline))
+                return answer_text(sclient.do(intent, deadline=deadline))
             except ProblemError as e:
-                return _refusal(e, key)
+                return refusal_text(e, key)
             except DeadlineError:
                 interrupt(pending_answer(name, key))  # a resume returns here, and waits again
 

@@ -1,0 +1,40 @@
+"""What an agent framework's tool hands the model, the same in every
+integration: a final answer, a final refusal, and the request body made
+from the model's arguments. Never a pending answer: each integration
+stops its run instead (its own way), since a model that reads one as an
+error retries under a new key."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from pydantic import BaseModel
+
+from .answers import Result
+from .errors import ProblemError
+
+
+def answer_text(r: Result) -> str:
+    """A final answer: {http_status, replayed, result}."""
+    return json.dumps({"http_status": r.status, "replayed": r.replayed, "result": r.body}, ensure_ascii=False)
+
+
+def refusal_text(e: ProblemError, key: str) -> str:
+    """A final refusal is the model's to read, not a crash of the run: a
+    rejection stored under the key (the operation's or its downstream's,
+    whose body is as it came), or idemflow's refusal of the arguments,
+    which nothing recorded."""
+    return json.dumps({**e.to_dict(), "replayed": False, "key": key}, ensure_ascii=False)
+
+
+def arguments(args_schema: type[BaseModel], raw: dict[str, Any]) -> dict[str, Any]:
+    """The model's arguments as args_schema reads them, as JSON. An
+    optional argument the model left out (its default, None) is left out,
+    not sent as null, which the operation's schema refuses for a typed
+    field."""
+    args = args_schema(**raw).model_dump(mode="json")
+    for field, info in args_schema.model_fields.items():
+        if not info.is_required() and info.default is None and args.get(field, 0) is None:
+            del args[field]
+    return args
