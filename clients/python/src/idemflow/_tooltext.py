@@ -28,6 +28,12 @@ def refusal_text(e: ProblemError, key: str) -> str:
     return json.dumps({**e.to_dict(), "replayed": False, "key": key}, ensure_ascii=False)
 
 
+def pending_text(name: str, key: str, resume: str) -> str:
+    """Why a call whose answer did not come within the wait stops the run,
+    and how to go on (resume: the framework's own way)."""
+    return f"{name}: no final answer within the wait; the call is pending under key {key} and must not be made again: {resume}"
+
+
 def arguments(args_schema: type[BaseModel], raw: dict[str, Any]) -> dict[str, Any]:
     """The model's arguments as args_schema reads them, as JSON. An
     optional argument the model left out (its default, None) is left out,

@@ -36,9 +36,9 @@ from agents import Agent, FunctionTool, RunConfig, Runner, RunResult, RunState
 from agents.models.fake_id import FAKE_RESPONSES_ID
 from agents.strict_schema import ensure_strict_json_schema
 from agents.tool_context import ToolContext
-from pydantic import BaseModel, ValidationError
+from pydantic import BaseModel
 
-from ._tooltext import answer_text, arguments, refusal_text
+from ._tooltext import answer_text, arguments, pending_text, refusal_text
 from .client import AsyncClient, Client, Intent
 from .errors import DeadlineError, NoDurableIdentityError, ProblemError
 from .keys import derive_key
@@ -128,8 +128,8 @@ def idemflow_function_tool(
         key = durable_key(ctx, name, call_ids_unique=call_ids_unique)
         try:
             args = arguments(args_schema, json.loads(raw or "{}"))
-        except (ValueError, ValidationError) as e:
-            # The model's own mistake, and nothing was sent: its to fix.
+        except ValueError as e:  # bad JSON, or pydantic's ValidationError
+            # The model's own mistake, and nothing was sent: its own to fix.
             return json.dumps({"error": "InvalidArguments", "detail": str(e), "key": key}, ensure_ascii=False)
         p = path(args) if callable(path) else path
         try:
@@ -137,10 +137,7 @@ def idemflow_function_tool(
         except ProblemError as e:
             return refusal_text(e, key)
         except DeadlineError as e:
-            raise DeadlineError(
-                f"{name}: no final answer within the wait; the call is pending under key {key} and must not be made again:"
-                " resume the run from its saved RunState to wait for its answer"
-            ) from e
+            raise DeadlineError(pending_text(name, key, "resume the run from its saved RunState to wait for its answer")) from e
 
     return FunctionTool(
         name=name,
