@@ -1,0 +1,256 @@
+"""Pydantic AI: one tool that runs an idemflow operation exactly once per
+tool call, under a key derived from the durable identity of the call in
+whichever way the agent runs.
+
+- **A plain Agent** (the app keeps the message history). The call's
+  identity is the model's response that wrote it: the conversation, the
+  run that response belongs to, the call's ID and the tool. It is durable
+  only once the app has saved the history with that response in it, and
+  a plain run saves nothing before its tools run: a process killed mid
+  call starts again, the model writes the call again with a new ID, and
+  that is a second effect. So the tool stops the run before the call
+  (Pydantic AI's deferred approval), and :func:`run_durably` saves the
+  history, and the decision, before the call runs.
+- **TemporalDurability** (or the older TemporalAgent). The tool runs in a
+  Temporal activity, and its key is the activity's
+  (:func:`idemflow.temporal.activity_key`): register
+  :class:`idemflow.temporal.KeyInterceptor` on the worker.
+- **DBOSDurability** (or DBOSAgent). Inside a DBOS workflow the call runs
+  as a DBOS step, and its key is the workflow's ID and the step's ID. A
+  recovered workflow runs the unfinished step again under the same ID.
+
+A provider that numbers calls per response (call_0) brings a call ID back
+in a later response: the run in the plain key, the activity call or the
+step in the others, tells those calls apart.
+
+Needs Python 3.11 and the ``pydantic-ai`` extra (``pydantic-ai-temporal``
+or ``pydantic-ai-dbos`` for the durable agents).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+from collections.abc import Awaitable, Callable, Sequence
+from typing import Any
+
+from pydantic import BaseModel
+from pydantic_ai import (
+    Agent,
+    ApprovalRequired,
+    DeferredToolRequests,
+    DeferredToolResults,
+    ModelMessagesTypeAdapter,
+    RunContext,
+    Tool,
+)
+from pydantic_ai.agent import AgentRunResult
+from pydantic_ai.messages import ModelMessage, ModelResponse, ToolCallPart
+
+from ._tooltext import answer_text, arguments, pending_text, refusal_text
+from .client import AsyncClient, Client, Intent
+from .errors import DeadlineError, NoDurableIdentityError, ProblemError
+from .keys import derive_key
+
+__all__ = ["DBOS_KEY_SCHEME", "KEY_SCHEME", "durable_key", "idemflow_tool", "message_key", "run_durably"]
+
+#: The scheme of a plain Agent's tool call: conversation, run, call, tool.
+KEY_SCHEME = "pa1"
+#: The scheme of a call made as a DBOS step: workflow, step, tool.
+DBOS_KEY_SCHEME = "db1"
+
+_log = logging.getLogger("idemflow.pydantic_ai")
+
+
+def durable_key(ctx: RunContext[Any]) -> str:
+    """The key of the tool call ctx is running: the Temporal activity's in
+    an activity, the DBOS step's in a step, else :func:`message_key`.
+
+    Raises NoDurableIdentityError where the call has none (see each)."""
+    tool = ctx.tool_name or ""
+    if _in_temporal_activity():
+        from .temporal import activity_key
+
+        return activity_key(tool)
+    step = _dbos_step()
+    if step is not None:
+        return derive_key(DBOS_KEY_SCHEME, step[0], str(step[1]), tool)
+    return message_key(ctx.messages, ctx.tool_call_id, tool)
+
+
+def message_key(messages: Sequence[ModelMessage], tool_call_id: str | None, tool: str) -> str:
+    """The key of a plain Agent's call tool_call_id of tool, from the
+    response in messages that wrote it: its conversation, its run, the
+    call's ID and, when an earlier response of the same run used that ID
+    too, how many did.
+
+    Raises NoDurableIdentityError when no response in messages holds the
+    call, or it carries no run or conversation (history from a Pydantic
+    AI too old to record them)."""
+    if not tool_call_id:
+        raise NoDurableIdentityError(f"{tool}: the call has no ID, so no key can survive a resume")
+    holders = [m for m in messages if isinstance(m, ModelResponse) and any(_calls(m, tool_call_id))]
+    if not holders:
+        raise NoDurableIdentityError(f"{tool}: no response in the run's messages holds call {tool_call_id}, so nothing durable names it")
+    response = holders[-1]
+    if not response.run_id or not response.conversation_id:
+        raise NoDurableIdentityError(f"{tool}: the response that wrote call {tool_call_id} records no run or conversation, so no key can tell it from another")
+    again = sum(1 for m in holders[:-1] if m.run_id == response.run_id)
+    extra = [str(again)] if again else []
+    return derive_key(KEY_SCHEME, response.conversation_id, response.run_id, tool_call_id, tool, *extra)
+
+
+def _calls(response: ModelResponse, tool_call_id: str) -> list[ToolCallPart]:
+    return [p for p in response.parts if isinstance(p, ToolCallPart) and p.tool_call_id == tool_call_id]
+
+
+def _in_temporal_activity() -> bool:
+    try:
+        from temporalio import activity
+    except ImportError:
+        return False
+    return activity.in_activity()
+
+
+def _dbos_workflow() -> str | None:
+    try:
+        from dbos import DBOS
+    except ImportError:
+        return None
+    return DBOS.workflow_id
+
+
+def _dbos_step() -> tuple[str, int] | None:
+    if _dbos_workflow() is None:
+        return None
+    from dbos import DBOS
+
+    wid, step = DBOS.workflow_id, DBOS.step_id
+    return (wid, step) if wid is not None and step is not None else None
+
+
+def idemflow_tool(
+    client: Client | AsyncClient,
+    *,
+    name: str,
+    description: str,
+    path: str | Callable[[dict[str, Any]], str],
+    args_schema: type[BaseModel],
+    body: Callable[[dict[str, Any]], Any] | None = None,
+    deadline: float = 300.0,
+    requires_approval: bool | None = None,
+) -> Tool[Any]:
+    """A Pydantic AI tool that runs one of idemflow's operations (a ticket,
+    an order, a declared operation, an HTTP tool) exactly once per tool
+    call. path is the operation's (/v1/tickets, /v1/tools/refund_create)
+    or a function of the arguments; body makes the request's body from
+    them (default: the arguments). The model reads JSON: {http_status,
+    replayed, result}, or for a final refusal {http_status, error,
+    problem, body, key}.
+
+    requires_approval: None (the default) stops a plain Agent's run
+    before every call (deferred approval, so that :func:`run_durably`
+    saves the history first), and not a Temporal or DBOS durable agent's,
+    whose engine has saved the call already. False never stops: a plain
+    run killed mid call then re-asks the model, and the new call is a
+    second effect.
+
+    A final answer that does not come within deadline seconds raises
+    DeadlineError, which fails the run (the model never reads it as an
+    error to retry): run_durably again, or let Temporal retry the
+    activity, and the call gets its answer under the same key. Inside a
+    DBOS workflow the step waits on instead, under the same key, since a
+    failed step stays failed when the workflow recovers: idemflow settles
+    every call within its reconcile horizon.
+    """
+
+    async def send(intent: Intent) -> Any:
+        if isinstance(client, AsyncClient):
+            return await client.do(intent, deadline=deadline)
+        return await asyncio.to_thread(client.do, intent, deadline=deadline)
+
+    async def call(ctx: RunContext[Any], raw: dict[str, Any], waits: bool) -> str:
+        key = durable_key(ctx)
+        try:
+            args = arguments(args_schema, raw)
+        except ValueError as e:  # pydantic's ValidationError
+            # The model's own mistake, and nothing was sent: its own to fix.
+            return json.dumps({"error": "InvalidArguments", "detail": str(e), "key": key}, ensure_ascii=False)
+        p = path(args) if callable(path) else path
+        intent = Intent(key, p, body(args) if body else args)
+        while True:
+            try:
+                return answer_text(await send(intent))
+            except ProblemError as e:
+                return refusal_text(e, key)
+            except DeadlineError as e:
+                if waits:
+                    _log.warning("%s", pending_text(name, key, "the DBOS step waits on under the same key"))
+                    continue
+                raise DeadlineError(pending_text(name, key, "run the agent again from its saved history (run_durably), or retry the activity")) from e
+
+    async def invoke(ctx: RunContext[Any], **raw: Any) -> str:
+        workflow = _dbos_workflow()
+        durable = _in_temporal_activity() or workflow is not None
+        if (requires_approval or (requires_approval is None and not durable)) and not ctx.tool_call_approved:
+            raise ApprovalRequired()
+        if workflow is not None and _dbos_step() is None:
+            # The call's own step: its ID is the key, and a recovered
+            # workflow runs it again, unfinished, under the same ID.
+            from dbos import DBOS
+
+            result: str = await DBOS.run_step_async({"name": f"idemflow.{name}"}, call, ctx, raw, True)
+            return result
+        return await call(ctx, raw, workflow is not None)
+
+    return Tool.from_schema(invoke, name=name, description=description, json_schema=args_schema.model_json_schema(), takes_ctx=True)
+
+
+async def run_durably(
+    agent: Agent[Any, Any],
+    prompt: str | None,
+    *,
+    load: Callable[[], Awaitable[bytes | None]],
+    save: Callable[[bytes], Awaitable[None]],
+    approve: Callable[[ToolCallPart], Awaitable[bool]] | None = None,
+    message_history: Sequence[ModelMessage] | None = None,
+    **run: Any,
+) -> AgentRunResult[Any]:
+    """Runs agent on prompt (after message_history) to its end, or resumes
+    the run load() returns. Wherever the run stops for approval, it saves
+    the history with the calls, then the decisions of approve (default:
+    every call), before any call runs. A process killed at any point runs
+    this again: the saved calls run again under the keys they had, and
+    replay. save must be durable before it returns; run passes on to
+    Agent.run (deps, usage_limits and so on). The agent's output types
+    must include DeferredToolRequests."""
+    saved = await load()
+    if saved is not None:
+        state = json.loads(saved)
+        history = ModelMessagesTypeAdapter.validate_python(state["messages"])
+        result = await _resume(agent, history, state, approve, save, run)
+    else:
+        result = await agent.run(prompt, message_history=message_history, **run)
+    while isinstance(result.output, DeferredToolRequests):
+        history = result.all_messages()
+        state = {"messages": ModelMessagesTypeAdapter.dump_python(history, mode="json"), "calls": [c.tool_call_id for c in result.output.approvals]}
+        await save(json.dumps(state).encode())  # the calls, with their IDs, before a decision
+        result = await _resume(agent, history, state, approve, save, run)
+    return result
+
+
+async def _resume(
+    agent: Agent[Any, Any],
+    history: list[ModelMessage],
+    state: dict[str, Any],
+    approve: Callable[[ToolCallPart], Awaitable[bool]] | None,
+    save: Callable[[bytes], Awaitable[None]],
+    run: dict[str, Any],
+) -> AgentRunResult[Any]:
+    approvals: dict[str, bool] | None = state.get("approvals")
+    if approvals is None:
+        parts = {p.tool_call_id: p for m in history if isinstance(m, ModelResponse) for p in m.parts if isinstance(p, ToolCallPart)}
+        approvals = {c: approve is None or await approve(parts[c]) for c in state["calls"]}
+        await save(json.dumps({**state, "approvals": approvals}).encode())  # the decisions, before any call runs
+    return await agent.run(message_history=history, deferred_tool_results=DeferredToolResults(approvals=dict(approvals)), **run)
