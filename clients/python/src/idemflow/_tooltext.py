@@ -1,17 +1,19 @@
-"""What an agent framework's tool hands the model, the same in every
-integration: a final answer, a final refusal, and the request body made
-from the model's arguments. Never a pending answer: each integration
-stops its run instead (its own way), since a model that reads one as an
-error retries under a new key."""
+"""What an agent framework's tool sends and hands the model, the same in
+every integration: the request body made from the model's arguments, the
+wait for its final answer, and that answer or a final refusal. Never a
+pending answer: each integration stops its run instead (its own way),
+since a model that reads one as an error retries under a new key."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 from typing import Any
 
 from pydantic import BaseModel
 
 from .answers import Result
+from .client import AsyncClient, Client, Intent
 from .errors import ProblemError
 
 
@@ -44,3 +46,12 @@ def arguments(args_schema: type[BaseModel], raw: dict[str, Any]) -> dict[str, An
         if not info.is_required() and info.default is None and args.get(field, 0) is None:
             del args[field]
     return args
+
+
+async def send(client: Client | AsyncClient, intent: Intent, deadline: float) -> Result:
+    """intent's final answer from either client, for a framework whose
+    tools are coroutines: a Client's blocking wait runs in a thread, so
+    that it holds no event loop."""
+    if isinstance(client, AsyncClient):
+        return await client.do(intent, deadline=deadline)
+    return await asyncio.to_thread(client.do, intent, deadline=deadline)

@@ -27,7 +27,6 @@ Needs the ``openai-agents`` extra: ``pip install 'idemflow[openai-agents]'``.
 
 from __future__ import annotations
 
-import asyncio
 import json
 from collections.abc import Awaitable, Callable
 from typing import Any
@@ -38,7 +37,7 @@ from agents.strict_schema import ensure_strict_json_schema
 from agents.tool_context import ToolContext
 from pydantic import BaseModel
 
-from ._tooltext import answer_text, arguments, pending_text, refusal_text
+from ._tooltext import answer_text, arguments, pending_text, refusal_text, send
 from .client import AsyncClient, Client, Intent
 from .errors import DeadlineError, NoDurableIdentityError, ProblemError
 from .keys import derive_key
@@ -119,11 +118,6 @@ def idemflow_function_tool(
     if strict_json_schema:
         schema = ensure_strict_json_schema(schema)
 
-    async def send(intent: Intent) -> Any:
-        if isinstance(client, AsyncClient):
-            return await client.do(intent, deadline=deadline)
-        return await asyncio.to_thread(client.do, intent, deadline=deadline)
-
     async def invoke(ctx: ToolContext[Any], raw: str) -> str:
         key = durable_key(ctx, name, call_ids_unique=call_ids_unique)
         try:
@@ -133,7 +127,7 @@ def idemflow_function_tool(
             return json.dumps({"error": "InvalidArguments", "detail": str(e), "key": key}, ensure_ascii=False)
         p = path(args) if callable(path) else path
         try:
-            return answer_text(await send(Intent(key, p, body(args) if body else args)))
+            return answer_text(await send(client, Intent(key, p, body(args) if body else args), deadline))
         except ProblemError as e:
             return refusal_text(e, key)
         except DeadlineError as e:

@@ -29,7 +29,6 @@ or ``pydantic-ai-dbos`` for the durable agents).
 
 from __future__ import annotations
 
-import asyncio
 import json
 import logging
 from collections.abc import Awaitable, Callable, Sequence
@@ -48,7 +47,7 @@ from pydantic_ai import (
 from pydantic_ai.agent import AgentRunResult
 from pydantic_ai.messages import ModelMessage, ModelResponse, ToolCallPart
 
-from ._tooltext import answer_text, arguments, pending_text, refusal_text
+from ._tooltext import answer_text, arguments, pending_text, refusal_text, send
 from .client import AsyncClient, Client, Intent
 from .errors import DeadlineError, NoDurableIdentityError, ProblemError
 from .keys import derive_key
@@ -165,11 +164,6 @@ def idemflow_tool(
     every call within its reconcile horizon.
     """
 
-    async def send(intent: Intent) -> Any:
-        if isinstance(client, AsyncClient):
-            return await client.do(intent, deadline=deadline)
-        return await asyncio.to_thread(client.do, intent, deadline=deadline)
-
     async def call(ctx: RunContext[Any], raw: dict[str, Any], waits: bool) -> str:
         key = durable_key(ctx)
         try:
@@ -181,7 +175,7 @@ def idemflow_tool(
         intent = Intent(key, p, body(args) if body else args)
         while True:
             try:
-                return answer_text(await send(intent))
+                return answer_text(await send(client, intent, deadline))
             except ProblemError as e:
                 return refusal_text(e, key)
             except DeadlineError as e:
@@ -204,7 +198,8 @@ def idemflow_tool(
             return result
         return await call(ctx, raw, workflow is not None)
 
-    return Tool.from_schema(invoke, name=name, description=description, json_schema=args_schema.model_json_schema(), takes_ctx=True)
+    tool: Tool[Any] = Tool.from_schema(invoke, name=name, description=description, json_schema=args_schema.model_json_schema(), takes_ctx=True)
+    return tool
 
 
 async def run_durably(

@@ -1,0 +1,207 @@
+"""Pydantic AI (idemflow.pydantic_ai): a real Agent SIGKILLed mid tool
+call and resumed from the history it saved ends with one ticket; the
+naive control (a fresh key per call) and the unsafe setting (nothing
+saved before the call) make two. Also: a call ID reused by a later turn
+is a second call, a pending answer fails the run instead of reaching the
+model, and a history without a durable identity gets no key."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import queue
+import signal
+import subprocess
+import uuid
+from pathlib import Path
+from typing import Any
+
+import psycopg
+import pytest
+from pydantic_ai import RunContext, Tool
+from pydantic_ai.messages import ModelResponse, ToolCallPart, ToolReturnPart
+
+import idemflow
+from idemflow.errors import DeadlineError, NoDurableIdentityError
+from idemflow.pydantic_ai import message_key, run_durably
+
+from . import children
+from .agents.pydantic_agent import ScriptedModel, agent, ticket_tool
+from .conftest import count
+from .wire import Proxy
+
+
+def start(thread: str, state: Path, env: dict[str, str], *extra: str) -> tuple[subprocess.Popen[str], queue.Queue[str | None]]:
+    return children.start("tests.agents.pydantic_agent", "--thread", thread, "--state", str(state), *extra, env=env)
+
+
+def agent_env(url: str) -> dict[str, str]:
+    return {**os.environ, "IDEMFLOW_URL": url, "PYTHONUNBUFFERED": "1"}
+
+
+def lines_of(lines: queue.Queue[str | None]) -> list[str]:
+    out: list[str] = []
+    while True:
+        try:
+            line = lines.get_nowait()
+        except queue.Empty:
+            return out
+        if line is None:
+            return out
+        out.append(line)
+
+
+def answers(result: Any) -> list[dict[str, Any]]:
+    """The tool answers a run handed the model, as JSON."""
+    return [json.loads(str(p.content)) for m in result.new_messages() for p in m.parts if isinstance(p, ToolReturnPart)]
+
+
+def in_memory() -> tuple[Any, Any]:
+    saved: list[bytes] = []
+
+    async def load() -> bytes | None:
+        return saved[-1] if saved else None
+
+    async def save(state: bytes) -> None:
+        saved.append(state)
+
+    return load, save
+
+
+CASES = [
+    # name, extra arguments, tickets after the kill and the rerun, the rerun's answer replayed
+    ("saved history", (), 1, True),
+    ("control: fresh keys", ("--tools", "naive"), 2, False),
+    ("unsafe: nothing saved before the call", ("--unsafe",), 2, False),
+]
+
+
+@pytest.mark.parametrize("name,extra,tickets,replayed", CASES, ids=[c[0] for c in CASES])
+def test_a_killed_pydantic_agent_resumes_from_its_history_without_a_duplicate(
+    name: str, extra: tuple[str, ...], tickets: int, replayed: bool, url: str, db: psycopg.Connection, tmp_path: Path
+) -> None:
+    thread = f"py-pa-{name.split(':')[0].replace(' ', '-')}-{uuid.uuid4().hex[:6]}"
+    state = tmp_path / "history.json"
+    proxy = Proxy(url, "answer-lost", hold=True)
+    try:
+        # The first POST reaches the gateway, its answer is dropped, and
+        # the agent is SIGKILLed while it waits: the ticket exists, the
+        # run never learned it.
+        p, lines = start(thread, state, agent_env(proxy.url), *extra)
+        if not proxy.hit.wait(90):
+            p.kill()
+            pytest.fail(f"the agent never called the tool: {lines_of(lines)}")
+        p.send_signal(signal.SIGKILL)
+        p.wait(30)
+        seen = lines_of(lines)
+        assert not any(s.startswith("DONE") for s in seen), seen
+        # The app runs it again, the way it resumes a run.
+        p, lines = start(thread, state, agent_env(proxy.url), *extra)
+        p.wait(120)
+        out = lines_of(lines)
+    finally:
+        proxy.close()
+    assert p.returncode == 0 and any(s.startswith("DONE") for s in out), out
+    n = count(db, "ticket", thread)
+    print(f"{name}: {n} tickets after the kill and the rerun; {seen} then {out}")
+    assert n == tickets, out
+    answer = json.loads(next(s for s in out if s.startswith("tool create_ticket ")).split(" ", 2)[2])
+    assert answer["replayed"] is replayed, out
+    if not extra:
+        assert any(s.startswith("resuming") for s in out), out
+
+
+def test_a_call_id_reused_in_a_later_turn_is_a_second_call(url: str, token: str, db: psycopg.Connection) -> None:
+    """A provider that numbers calls per response brings call_0 back in
+    the next turn of the same conversation: two turns, two tickets,
+    neither answered as the other's replay."""
+    who = f"py-pa-reused-{uuid.uuid4().hex[:8]}"
+
+    async def turns() -> tuple[list[bool], list[str]]:
+        replayed: list[bool] = []
+        async with idemflow.AsyncClient(url, token) as c:
+            support = agent(ScriptedModel(who, call_id="call_0"), ticket_tool(c))
+            history: list[Any] = []
+            for _ in range(2):
+                load, save = in_memory()
+                result = await run_durably(support, "Open a ticket.", message_history=history, load=load, save=save)
+                replayed += [a["replayed"] for a in answers(result)]
+                history = result.all_messages()
+        calls = [p.tool_call_id for m in history if isinstance(m, ModelResponse) for p in m.parts if isinstance(p, ToolCallPart)]
+        return replayed, calls
+
+    replayed, calls = asyncio.run(turns())
+    n = count(db, "ticket", who)
+    print(f"two turns, calls {calls}: replayed {replayed}, {n} tickets")
+    assert calls == ["call_0", "call_0"]
+    assert (replayed, n) == ([False, False], 2)
+
+
+def test_a_pending_answer_fails_the_run_and_never_reaches_the_model(url: str, token: str, db: psycopg.Connection) -> None:
+    """A partition longer than the tool's wait: idemflow's tool fails the
+    run with nothing handed to the model, and the run resumed from its
+    saved history gets the first call's answer, one ticket. The control
+    is a plain Pydantic AI tool under the same key rule that does what
+    the framework invites, ModelRetry on an error: the model calls again
+    under a new ID, a new key, and a second ticket."""
+    from pydantic_ai import ModelRetry
+
+    proxy = Proxy(url, "answer-lost", path="/never")
+
+    async def scenario() -> tuple[int, int, list[str]]:
+        async with idemflow.AsyncClient(proxy.url, token, attempt_timeout=0.3, initial_backoff=0.02, max_backoff=0.1) as c:
+            who = f"py-pa-pending-{uuid.uuid4().hex[:8]}"
+            model = ScriptedModel(who)
+            support = agent(model, ticket_tool(c, deadline=1.2))
+            load, save = in_memory()
+            proxy.partitioned = True
+            with pytest.raises(DeadlineError):
+                await run_durably(support, "Open a ticket.", load=load, save=save)
+            assert model.outputs == [], f"the model was handed {model.outputs}"
+            proxy.partitioned = False
+            resumed = await run_durably(support, "Open a ticket.", load=load, save=save)
+            assert [a["replayed"] for a in answers(resumed)] == [True], answers(resumed)
+
+            async def create_ticket(ctx: RunContext[Any], customer_id: str, title: str) -> str:
+                try:
+                    r = await c.do(
+                        idemflow.Intent(
+                            message_key(ctx.messages, ctx.tool_call_id, "create_ticket"), "/v1/tickets", {"customer_id": customer_id, "title": title}
+                        ),
+                        deadline=1.2,
+                    )
+                except DeadlineError as e:
+                    raise ModelRetry(str(e)) from e
+                return json.dumps(r.body)
+
+            naive = f"py-pa-pending-control-{uuid.uuid4().hex[:8]}"
+            control_model = ScriptedModel(naive)
+            proxy.partitioned = True
+            await agent(control_model, Tool(create_ticket, takes_ctx=True, max_retries=2)).run("Open a ticket.")
+            return count(db, "ticket", who), count(db, "ticket", naive), control_model.outputs
+
+    try:
+        ours, control_tickets, control_outputs = asyncio.run(scenario())
+    finally:
+        proxy.close()
+    print(
+        f"pending answer: the run failed, its resume replayed, {ours} ticket; control: {len(control_outputs)} errors to the model, {control_tickets} tickets"
+    )
+    assert ours == 1
+    assert len(control_outputs) == 2 and all(o.startswith("error:") for o in control_outputs), control_outputs
+    assert control_tickets == 2, "the control's retry under a new key made a second ticket"
+
+
+def test_a_history_without_a_durable_identity_gets_no_key() -> None:
+    """A call no response holds, or a response that records no run or
+    conversation (history saved by a Pydantic AI too old to record them):
+    NoDurableIdentityError, never a key two calls could share."""
+    call = ToolCallPart("create_ticket", {}, tool_call_id="call_0")
+    with pytest.raises(NoDurableIdentityError):
+        message_key([], "call_0", "create_ticket")
+    with pytest.raises(NoDurableIdentityError):
+        message_key([ModelResponse(parts=[call])], "call_0", "create_ticket")
+    with pytest.raises(NoDurableIdentityError):
+        message_key([ModelResponse(parts=[call], run_id="r", conversation_id="c")], None, "create_ticket")
+    assert message_key([ModelResponse(parts=[call], run_id="r", conversation_id="c")], "call_0", "create_ticket").startswith("pa1_")
