@@ -185,9 +185,7 @@ def test_a_pending_answer_fails_the_run_and_never_reaches_the_model(url: str, to
         ours, control_tickets, control_outputs = asyncio.run(scenario())
     finally:
         proxy.close()
-    print(
-        f"pending answer: the run failed, its resume replayed, {ours} ticket; control: {len(control_outputs)} errors to the model, {control_tickets} tickets"
-    )
+    print(f"pending answer: the run failed, its resume replayed, {ours} ticket; control: {len(control_outputs)} errors to the model, {control_tickets} tickets")
     assert ours == 1
     assert len(control_outputs) == 2 and all(o.startswith("error:") for o in control_outputs), control_outputs
     assert control_tickets == 2, "the control's retry under a new key made a second ticket"

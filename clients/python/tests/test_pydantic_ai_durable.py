@@ -1,0 +1,94 @@
+"""Pydantic AI's durable agents: TemporalDurability on idemflow's Temporal
+server, whose worker is SIGKILLed mid tool activity after idemflow took
+the call, and DBOSDurability on the test PostgreSQL, whose process is
+SIGKILLed mid step. Each resumes its own way (Temporal retries the
+activity on another worker; DBOS recovers the workflow at launch) with
+one ticket; the control, a fresh key per attempt, makes two."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import queue
+import signal
+import subprocess
+import uuid
+
+import psycopg
+import pytest
+from temporalio.client import Client
+
+from . import children
+from .conftest import count, need
+from .wire import Proxy
+
+
+def wait_for(lines: queue.Queue[str | None], prefix: str) -> str:
+    seen: list[str] = []
+    while True:
+        try:
+            line = lines.get(timeout=90)
+        except queue.Empty:
+            pytest.fail(f"the process never printed {prefix!r}: {seen}")
+        if line is None:
+            pytest.fail(f"the process ended before {prefix!r}: {seen}")
+        seen.append(line)
+        if line.startswith(prefix):
+            return line
+
+
+@pytest.mark.parametrize("tools,tickets", [("idemflow", 1), ("naive", 2)], ids=["activity key", "control, a key per attempt"])
+def test_a_killed_temporal_durable_pydantic_agent_makes_one_ticket(tools: str, tickets: int, url: str, db: psycopg.Connection) -> None:
+    need("TEMPORAL_ADDRESS")
+    from .agents.pydantic_temporal_agent import SupportWorkflow, connect
+
+    customer = f"py-pa-temporal-{tools}-{uuid.uuid4().hex[:6]}"
+    task_queue = f"agent-{customer}"
+    proxy = Proxy(url, "answer-lost", hold=True)
+    env = {**os.environ, "IDEMFLOW_URL": proxy.url, "IDEMFLOW_AGENT_TOOLS": tools, "IDEMFLOW_AGENT_CUSTOMER": customer, "PYTHONUNBUFFERED": "1"}
+    procs: list[subprocess.Popen[str]] = []
+
+    def worker() -> queue.Queue[str | None]:
+        p, lines = children.start("tests.agents.pydantic_temporal_agent", "--task-queue", task_queue, env=env)
+        procs.append(p)
+        wait_for(lines, "worker up")
+        return lines
+
+    try:
+        worker()
+
+        async def main() -> tuple[str, list[int], list[str]]:
+            client: Client = await connect()
+            handle = await client.start_workflow(SupportWorkflow.run, "Open a ticket.", id=f"agent-{customer}", task_queue=task_queue)
+            # The tool's first POST took effect, its answer is lost, and
+            # the worker dies waiting.
+            if not await asyncio.to_thread(proxy.hit.wait, 90):
+                pytest.fail("the tool never called idemflow")
+            procs[0].send_signal(signal.SIGKILL)
+            procs[0].wait(30)
+            worker()
+            out = await asyncio.wait_for(handle.result(), timeout=120)
+            events = (await handle.fetch_history()).events
+            attempts = [e.activity_task_started_event_attributes.attempt for e in events if e.HasField("activity_task_started_event_attributes")]
+            answers = [
+                p.data.decode()
+                for e in events
+                if e.HasField("activity_task_completed_event_attributes")
+                for p in e.activity_task_completed_event_attributes.result.payloads
+                if b"http_status" in p.data
+            ]
+            return out, attempts, answers
+
+        out, attempts, answers = asyncio.run(main())
+    finally:
+        proxy.close()
+        for p in procs:
+            if p.poll() is None:
+                p.kill()
+                p.wait(30)
+    n = count(db, "ticket", customer)
+    print(f"TemporalDurability, {tools} keys: activity attempts {attempts}, the tool's answer {answers}, {n} tickets; the agent said {out!r}")
+    assert 2 in attempts, "the tool activity ran again after the kill"
+    if tools == "idemflow":
+        assert '\\"replayed\\": true' in answers[0] or '"replayed": true' in answers[0], answers
+    assert n == tickets
