@@ -13,6 +13,8 @@ import queue
 import signal
 import subprocess
 import uuid
+from collections.abc import Iterator
+from urllib.parse import urlsplit, urlunsplit
 
 import psycopg
 import pytest
@@ -21,6 +23,18 @@ from temporalio.client import Client
 from . import children
 from .conftest import count, need
 from .wire import Proxy
+
+
+def lines_of(lines: queue.Queue[str | None]) -> list[str]:
+    out: list[str] = []
+    while True:
+        try:
+            line = lines.get_nowait()
+        except queue.Empty:
+            return out
+        if line is None:
+            return out
+        out.append(line)
 
 
 def wait_for(lines: queue.Queue[str | None], prefix: str) -> str:
@@ -91,4 +105,53 @@ def test_a_killed_temporal_durable_pydantic_agent_makes_one_ticket(tools: str, t
     assert 2 in attempts, "the tool activity ran again after the kill"
     if tools == "idemflow":
         assert '\\"replayed\\": true' in answers[0] or '"replayed": true' in answers[0], answers
+    assert n == tickets
+
+
+@pytest.fixture
+def dbos_database(db: psycopg.Connection) -> Iterator[str]:
+    """A fresh database for DBOS's system tables, on the test server."""
+    name = f"dbos_{uuid.uuid4().hex[:12]}"
+    db.execute(f"CREATE DATABASE {name}")
+    u = urlsplit(need("DATABASE_URL"))
+    yield urlunsplit(("postgresql", u.netloc, f"/{name}", u.query, ""))
+    db.execute(f"DROP DATABASE IF EXISTS {name} WITH (FORCE)")
+
+
+@pytest.mark.parametrize("tools,tickets", [("idemflow", 1), ("naive", 2)], ids=["step key", "control, a key per call"])
+def test_a_killed_dbos_durable_pydantic_agent_makes_one_ticket(tools: str, tickets: int, url: str, db: psycopg.Connection, dbos_database: str) -> None:
+    customer = f"py-pa-dbos-{tools}-{uuid.uuid4().hex[:6]}"
+    workflow_id = f"support-{customer}"
+    proxy = Proxy(url, "answer-lost", hold=True)
+    env = {
+        **os.environ,
+        "IDEMFLOW_URL": proxy.url,
+        "IDEMFLOW_AGENT_TOOLS": tools,
+        "IDEMFLOW_AGENT_CUSTOMER": customer,
+        "DBOS_SYSTEM_DATABASE_URL": dbos_database,
+        "PYTHONUNBUFFERED": "1",
+    }
+    try:
+        # The tool's first POST took effect, its answer is lost, and the
+        # process dies waiting, mid step.
+        p, lines = children.start("tests.agents.pydantic_dbos_agent", "--workflow-id", workflow_id, env=env)
+        if not proxy.hit.wait(90):
+            p.kill()
+            pytest.fail(f"the agent never called the tool: {lines_of(lines)}")
+        p.send_signal(signal.SIGKILL)
+        p.wait(30)
+        seen = lines_of(lines)
+        # The app starts again: DBOS.launch recovers the workflow.
+        p, lines = children.start("tests.agents.pydantic_dbos_agent", "--workflow-id", workflow_id, env=env)
+        p.wait(120)
+        out = lines_of(lines)
+    finally:
+        proxy.close()
+    n = count(db, "ticket", customer)
+    print(f"DBOSDurability, {tools} keys: {n} tickets after the kill and the recovery; {seen} then {out}")
+    assert p.returncode == 0 and any(s.startswith("DONE") for s in out), out
+    assert any(s.startswith("recovering") for s in out), out
+    if tools == "idemflow":
+        answer = next(s for s in out if s.startswith("tool create_ticket "))
+        assert '"replayed": true' in answer, out
     assert n == tickets
