@@ -33,7 +33,7 @@ ERRORS: dict[str, type[idemflow.ProblemError]] = {
 
 def test_the_vectors_are_there() -> None:
     assert ANSWERS["answers"] and ANSWERS["operations"] and ANSWERS["backoff"]
-    assert KEYS["derive"] and KEYS["langgraph"] and KEYS["temporal"] and KEYS["openai_agents"]
+    assert KEYS["derive"] and KEYS["langgraph"] and KEYS["temporal"] and KEYS["openai_agents"] and KEYS["pydantic_ai"] and KEYS["dbos"]
 
 
 def check(name: str, j: Judgement, e: dict[str, Any]) -> None:
@@ -115,6 +115,30 @@ def test_openai_agents_key(c: dict[str, Any]) -> None:
             oa_key(ctx, c["tool"], call_ids_unique=unique)
     else:
         assert oa_key(ctx, c["tool"], call_ids_unique=unique) == c["key"]
+
+
+@pytest.mark.parametrize("c", KEYS["pydantic_ai"], ids=lambda c: c["name"])
+def test_pydantic_ai_key(c: dict[str, Any]) -> None:
+    from pydantic_ai.messages import ModelResponse, ToolCallPart
+
+    from idemflow.pydantic_ai import message_key
+
+    messages = [
+        ModelResponse(parts=[ToolCallPart(c["tool"], {}, tool_call_id=i) for i in r["calls"]], run_id=r["run_id"], conversation_id=r["conversation_id"])
+        for r in c["responses"]
+    ]
+    if "error" in c:
+        with pytest.raises(idemflow.NoDurableIdentityError, match=c["error"]):
+            message_key(messages, c["call_id"], c["tool"])
+    else:
+        assert message_key(messages, c["call_id"], c["tool"]) == c["key"]
+
+
+@pytest.mark.parametrize("c", KEYS["dbos"], ids=lambda c: c["name"])
+def test_dbos_step_key(c: dict[str, Any]) -> None:
+    from idemflow.pydantic_ai import step_key
+
+    assert step_key(c["workflow_id"], c["step_id"], c["tool"]) == c["key"]
 
 
 def test_no_interceptor_no_key() -> None:

@@ -52,7 +52,7 @@ from .client import AsyncClient, Client, Intent
 from .errors import DeadlineError, NoDurableIdentityError, ProblemError
 from .keys import derive_key
 
-__all__ = ["DBOS_KEY_SCHEME", "KEY_SCHEME", "durable_key", "idemflow_tool", "message_key", "run_durably"]
+__all__ = ["DBOS_KEY_SCHEME", "KEY_SCHEME", "durable_key", "idemflow_tool", "message_key", "run_durably", "step_key"]
 
 #: The scheme of a plain Agent's tool call: conversation, run, call, tool.
 KEY_SCHEME = "pa1"
@@ -74,7 +74,7 @@ def durable_key(ctx: RunContext[Any]) -> str:
         return activity_key(tool)
     step = _dbos_step()
     if step is not None:
-        return derive_key(DBOS_KEY_SCHEME, step[0], str(step[1]), tool)
+        return step_key(step[0], step[1], tool)
     return message_key(ctx.messages, ctx.tool_call_id, tool)
 
 
@@ -98,6 +98,13 @@ def message_key(messages: Sequence[ModelMessage], tool_call_id: str | None, tool
     again = sum(1 for m in holders[:-1] if m.run_id == response.run_id)
     extra = [str(again)] if again else []
     return derive_key(KEY_SCHEME, response.conversation_id, response.run_id, tool_call_id, tool, *extra)
+
+
+def step_key(workflow_id: str, step_id: int, tool: str) -> str:
+    """The key of a call of tool made as step step_id of DBOS workflow
+    workflow_id. A recovered workflow runs its unfinished step again under
+    the same ID; each step of a workflow has its own."""
+    return derive_key(DBOS_KEY_SCHEME, workflow_id, str(step_id), tool)
 
 
 def _calls(response: ModelResponse, tool_call_id: str) -> list[ToolCallPart]:
