@@ -203,3 +203,24 @@ def test_a_history_without_a_durable_identity_gets_no_key() -> None:
     with pytest.raises(NoDurableIdentityError):
         message_key([ModelResponse(parts=[call], run_id="r", conversation_id="c")], None, "create_ticket")
     assert message_key([ModelResponse(parts=[call], run_id="r", conversation_id="c")], "call_0", "create_ticket").startswith("pa1_")
+
+
+def test_the_readme_snippet_runs(url: str, token: str, db: psycopg.Connection, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The README's snippet, as written, with the deterministic model in
+    place of openai:gpt-4.1 (the only change): it opens a ticket, and run
+    again it resumes from the history it saved and makes no second."""
+    readme = (Path(__file__).resolve().parents[3] / "README.md").read_text()
+    section = readme.split("### Pydantic AI (Python 3.11+)", 1)[1]
+    snippet = section.split("```python\n", 1)[1].split("```", 1)[0]
+    assert 'Agent("openai:gpt-4.1",' in snippet
+    who = "c-1"
+    before = count(db, "ticket", who)
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("IDEMFLOW_URL", url)
+    monkeypatch.setenv("IDEMFLOW_TOKEN", token)
+    code = snippet.replace('Agent("openai:gpt-4.1",', "Agent(MODEL,")
+    exec(compile(code, "README.md", "exec"), {"MODEL": ScriptedModel(who), "__name__": "readme"})
+    assert (tmp_path / "runs" / "ticket-42.json").exists()
+    assert count(db, "ticket", who) == before + 1
+    exec(compile(code, "README.md", "exec"), {"MODEL": ScriptedModel(who), "__name__": "readme"})
+    assert count(db, "ticket", who) == before + 1, "run again from its saved history, the snippet made a second ticket"
