@@ -139,12 +139,19 @@ func newProxy(t *testing.T, gateway string, f fault) *proxy {
 // output, once it is done.
 func runAgent(t *testing.T, bin string, environ []string, thread, tools string, extra ...string) string {
 	t.Helper()
+	return runScript(t, bin, environ, append([]string{"dist/agent/agent.js", "--thread", thread, "--tools", tools}, extra...)...)
+}
+
+// runScript runs node with args (a script and its arguments) and returns
+// its output, once it printed DONE and ended.
+func runScript(t *testing.T, bin string, environ []string, args ...string) string {
+	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	cmd := exec.CommandContext(ctx, bin, append([]string{"dist/agent/agent.js", "--thread", thread, "--tools", tools}, extra...)...)
+	cmd := exec.CommandContext(ctx, bin, args...)
 	cmd.Env = environ
 	out, err := cmd.CombinedOutput()
-	t.Logf("agent %s (%s):\n%s", thread, tools, out)
+	t.Logf("%s:\n%s", strings.Join(args, " "), out)
 	if err != nil || !bytes.Contains(out, []byte("DONE")) {
 		t.Fatalf("the agent did not finish: %v", err)
 	}
@@ -155,7 +162,14 @@ func runAgent(t *testing.T, bin string, environ []string, thread, tools string, 
 // ticket call.
 func killMidCall(t *testing.T, bin string, environ []string, p *proxy, thread, tools string) {
 	t.Helper()
-	cmd := exec.Command(bin, "dist/agent/agent.js", "--thread", thread, "--tools", tools)
+	killScriptMidCall(t, bin, environ, p, "dist/agent/agent.js", "--thread", thread, "--tools", tools)
+}
+
+// killScriptMidCall runs node with args and SIGKILLs it once the proxy saw
+// its ticket call.
+func killScriptMidCall(t *testing.T, bin string, environ []string, p *proxy, args ...string) {
+	t.Helper()
+	cmd := exec.Command(bin, args...)
 	cmd.Env = environ
 	stdout, err := cmd.StdoutPipe()
 	if err != nil {
@@ -185,7 +199,7 @@ func killMidCall(t *testing.T, bin string, environ []string, p *proxy, thread, t
 	}
 	_ = cmd.Wait()
 	for l := range lines {
-		t.Logf("agent %s, killed run: %s", thread, l)
+		t.Logf("%s, killed run: %s", strings.Join(args, " "), l)
 		if strings.Contains(l, "DONE") {
 			t.Fatal("the agent finished before it was killed")
 		}
@@ -246,6 +260,48 @@ func TestALangGraphAgentKilledMidToolCallResumesWithoutADuplicate(t *testing.T) 
 			}
 			if c.replayed != "" && !strings.Contains(out, "tool create_ticket {\"http_status\":201,"+c.replayed) {
 				t.Fatalf("the resumed ticket call's answer is not %s", c.replayed)
+			}
+		})
+	}
+}
+
+// A Vercel AI SDK chat whose server is SIGKILLed mid execute, after
+// idemflow executed the ticket call (its answer lost), and whose request is
+// made again with the chat's saved messages: the call runs again under the
+// key of its approval, one ticket, the answer a replay. The control, the
+// same chat with a fresh key per call, and the unsafe setting (no
+// approval, the messages saved once the response is done, as a route's
+// onFinish does) each make two.
+func TestAVercelAIChatKilledMidExecuteResumesFromItsSavedMessages(t *testing.T) {
+	bin := node(t)
+	s := testenv.NewStack(t, testenv.Options{})
+	for _, c := range []struct {
+		name     string
+		extra    []string
+		tickets  int
+		replayed string
+	}{
+		{"saved messages", nil, 1, `"replayed":true`},
+		{"control, fresh keys", []string{"--tools", "naive"}, 2, `"replayed":false`},
+		{"unsafe, nothing saved before the call", []string{"--unsafe"}, 2, `"replayed":false`},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			chat := "vercel-" + strings.NewReplacer(" ", "-", ",", "").Replace(c.name) + "-" + fmt.Sprint(time.Now().UnixNano()%1e6)
+			args := append([]string{"dist/agent/vercel.js", "--chat", chat, "--state", t.TempDir() + "/chat.json"}, c.extra...)
+			p := newProxy(t, s.URL, answerLost)
+			environ := env(s, p.URL)
+			killScriptMidCall(t, bin, environ, p, args...)
+			out := runScript(t, bin, environ, args...)
+			n := testenv.Count(t, s.Pool, "ticket", "customer_id = $1", chat)
+			t.Logf("%s: %d tickets after the kill and the request made again", c.name, n)
+			if c.extra == nil && !strings.Contains(out, "resuming "+chat+" from its saved messages") {
+				t.Fatal("the request made again did not carry the saved messages")
+			}
+			if n != c.tickets {
+				t.Fatalf("%d tickets, want %d", n, c.tickets)
+			}
+			if !strings.Contains(out, "tool create_ticket {\"http_status\":201,"+c.replayed) {
+				t.Fatalf("the ticket call's answer is not %s", c.replayed)
 			}
 		})
 	}

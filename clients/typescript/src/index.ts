@@ -237,6 +237,9 @@ export interface ClientOptions {
 /** Thrown when an intent has no final answer before its deadline. */
 export class DeadlineError extends Error {}
 
+/** The call has no durable identity to derive a key from: an integration refuses to make one up. */
+export class NoDurableIdentityError extends Error {}
+
 class Retryable extends Error {
   constructor(
     readonly cause: unknown,

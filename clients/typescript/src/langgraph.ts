@@ -20,10 +20,9 @@ import { type BaseMessage, isAIMessage } from "@langchain/core/messages";
 import { tool } from "@langchain/core/tools";
 import type { ToolRunnableConfig } from "@langchain/core/tools";
 import { interrupt } from "@langchain/langgraph";
-import { Client, DeadlineError, deriveKey, ProblemError, type Result } from "./index.js";
+import { Client, DeadlineError, deriveKey, NoDurableIdentityError, ProblemError, type Result } from "./index.js";
 
-/** The run has no durable identity to derive a key from. */
-export class NoDurableIdentityError extends Error {}
+export { NoDurableIdentityError };
 
 /**
  * The scheme of a tool call's key (lg1 included the task IDs; lg2 lacked

@@ -1,0 +1,143 @@
+// A Vercel AI SDK chat for the kill tests (typescript_test.go): what a chat
+// route does per request (generateText over the chat's saved messages, with
+// a tool that creates a ticket through idemflow, then save the messages),
+// with the SDK's mock model scripted, and the user's approval given at
+// once. Run again with the same --chat, it sends the saved messages again.
+//
+//   node dist/agent/vercel.js --chat C --state FILE [--tools idemflow|naive] [--unsafe] [--call-id ID]
+//
+// with IDEMFLOW_URL and IDEMFLOW_TOKEN set. The durable way (default): the
+// tool needs approval, so the response that writes the call ends with its
+// approval request, the messages are saved, and the call runs in the next
+// request, from the saved messages. --unsafe is the setting the README
+// warns about: no approval, the messages saved once the response is done
+// (as a route's onFinish does), so a server killed mid call loses it.
+// --tools naive makes the control: a fresh key on every call.
+
+import { randomUUID } from "node:crypto";
+import { existsSync, readFileSync, writeFileSync, renameSync, openSync, fsyncSync, closeSync } from "node:fs";
+import { parseArgs } from "node:util";
+import { generateText, stepCountIs, tool, type ModelMessage, type ToolApprovalResponse } from "ai";
+import { MockLanguageModelV3 } from "ai/test";
+import { z } from "zod";
+import { Client } from "../src/index.js";
+import { idemflowTool, stopOnPending } from "../src/ai.js";
+
+const { values } = parseArgs({
+  options: {
+    chat: { type: "string" },
+    state: { type: "string" },
+    tools: { type: "string", default: "idemflow" },
+    unsafe: { type: "boolean", default: false },
+    "call-id": { type: "string" },
+  },
+});
+const chat = values.chat!;
+const state = values.state!;
+const url = process.env.IDEMFLOW_URL!;
+const token = process.env.IDEMFLOW_TOKEN!;
+const ticketSchema = z.object({ customer_id: z.string(), title: z.string() });
+
+// The client's attempts time out fast, so that a dropped answer is
+// retried at once (the kill comes first).
+const client = new Client({ baseURL: url, token, attemptTimeoutMs: 3000, initialBackoffMs: 50, maxBackoffMs: 500 });
+
+/** Every tool output the model was handed, as it read them. */
+const outputs: string[] = [];
+
+/**
+ * The scripted model: asks for one ticket until a tool's answer is in its
+ * input, then answers; after a tool error it asks again (a new call, as a
+ * model writes one), up to twice. Each call it writes has a new ID, as a
+ * real model's, unless callId fixes one (a provider that numbers calls
+ * per response).
+ */
+function scriptedModel(customer: string, callId?: string) {
+  const usage = { inputTokens: { total: 1, noCache: 1, cacheRead: 0, cacheWrite: 0 }, outputTokens: { total: 1, text: 1, reasoning: 0 } };
+  return new MockLanguageModelV3({
+    doGenerate: async (opts) => {
+      const last = opts.prompt[opts.prompt.length - 1];
+      let answered = false;
+      if (last?.role === "tool") {
+        for (const p of last.content) {
+          if (p.type !== "tool-result") continue;
+          const text = p.output.type === "error-text" ? `error: ${p.output.value}` : JSON.stringify(p.output);
+          outputs.push(text);
+          answered ||= p.output.type !== "error-text";
+        }
+      }
+      const errors = outputs.filter((o) => o.startsWith("error:")).length;
+      if (answered || errors >= 2) {
+        return { content: [{ type: "text", text: "The ticket is open." }], finishReason: { unified: "stop", raw: "stop" }, usage, warnings: [] };
+      }
+      const input = JSON.stringify({ customer_id: customer, title: "Printer on fire" });
+      return {
+        content: [{ type: "tool-call", toolCallId: callId ?? `call_${randomUUID()}`, toolName: "create_ticket", input }],
+        finishReason: { unified: "tool-calls", raw: "tool_calls" },
+        usage,
+        warnings: [],
+      };
+    },
+  });
+}
+
+function naiveTool(needsApproval: boolean) {
+  return tool({
+    description: "Create a support ticket.",
+    inputSchema: ticketSchema,
+    needsApproval,
+    execute: async (input) => {
+      // The bug of the incident: a key made at call time, new on every call.
+      const r = await client.do({ key: randomUUID(), method: "POST", path: "/v1/tickets", body: input });
+      return JSON.stringify({ http_status: r.status, replayed: r.replayed, result: r.body });
+    },
+  });
+}
+
+/** Saves the chat's messages durably (write, fsync, rename) before it returns. */
+function save(path: string, messages: ModelMessage[]): void {
+  const tmp = path + ".tmp";
+  writeFileSync(tmp, JSON.stringify(messages));
+  const fd = openSync(tmp, "r");
+  fsyncSync(fd);
+  closeSync(fd);
+  renameSync(tmp, path);
+}
+
+/** The approval requests the last message leaves undecided. */
+function undecided(messages: ModelMessage[]): string[] {
+  const last = messages[messages.length - 1];
+  if (last?.role !== "assistant" || typeof last.content === "string") return [];
+  return last.content.flatMap((p) => (p.type === "tool-approval-request" ? [p.approvalId] : []));
+}
+
+const create_ticket =
+  values.tools === "naive"
+    ? naiveTool(!values.unsafe)
+    : idemflowTool(client, { name: "create_ticket", description: "Create a support ticket.", inputSchema: ticketSchema, path: "/v1/tickets", chatId: chat, needsApproval: !values.unsafe, callIdsUnique: values.unsafe });
+const model = scriptedModel(chat, values["call-id"]);
+const saved = existsSync(state);
+let messages: ModelMessage[] = saved && !values.unsafe ? JSON.parse(readFileSync(state, "utf8")) : [{ role: "user", content: "My printer is on fire." }];
+console.log(saved && !values.unsafe ? `resuming ${chat} from its saved messages` : `starting ${chat}`);
+let text = "";
+for (;;) {
+  // The user's decision: approve every call, saved before the call runs.
+  const pending = undecided(messages);
+  if (pending.length > 0) {
+    messages.push({ role: "tool", content: pending.map((approvalId): ToolApprovalResponse => ({ type: "tool-approval-response", approvalId, approved: true })) });
+    save(state, messages);
+    console.log("approved");
+  }
+  // One request of the chat.
+  const r = await generateText({ model, tools: { create_ticket }, messages, stopWhen: stepCountIs(5), prepareStep: stopOnPending() });
+  messages = [...messages, ...r.response.messages];
+  save(state, messages);
+  console.log("saved");
+  text = r.text;
+  if (undecided(messages).length === 0) break;
+}
+for (const m of messages) {
+  if (m.role !== "tool") continue;
+  for (const p of m.content) if (p.type === "tool-result") console.log(`tool ${p.toolName} ${p.output.type === "text" ? p.output.value : JSON.stringify(p.output)}`);
+}
+console.log(`DONE ${text}`);
