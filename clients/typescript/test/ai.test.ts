@@ -6,7 +6,9 @@
 import assert from "node:assert/strict";
 import { randomUUID } from "node:crypto";
 import { createServer, request as httpRequest, type Server } from "node:http";
-import { readFile } from "node:fs/promises";
+import { mkdtemp, readFile, writeFile } from "node:fs/promises";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
 import { test } from "node:test";
 import { generateText, stepCountIs, type ModelMessage, type ToolSet } from "ai";
 import { MockLanguageModelV3 } from "ai/test";
@@ -163,5 +165,35 @@ test("the shared key vectors (vercel_ai)", async () => {
     } else {
       assert.equal(derive(), c.key, c.name);
     }
+  }
+});
+
+test("the README's snippet runs as written, and run again makes no second ticket", async () => {
+  // The only change: the mock model in place of openai/gpt-4.1. The
+  // snippet is written into the package (so that @idemflow/client resolves
+  // to it) and run from a fresh folder, where it keeps its chat file.
+  const readme = await readFile(new URL("../../../../README.md", import.meta.url), "utf8");
+  const section = readme.split("### The Vercel AI SDK (`clients/typescript`, `ai` 6)")[1];
+  const snippet = section.split("```js\n")[1].split("```")[0];
+  assert.ok(snippet.includes('model: "openai/gpt-4.1"'));
+  const code = snippet.replace('model: "openai/gpt-4.1"', "model: globalThis.IDEMFLOW_README_MODEL");
+  const file = new URL("./readme-vercel.mjs", import.meta.url);
+  await writeFile(file, code);
+  const dir = await mkdtemp(join(tmpdir(), "idemflow-readme-"));
+  const cwd = process.cwd();
+  process.chdir(dir);
+  process.env.IDEMFLOW_URL = url;
+  try {
+    const { model, outputs } = scripted("c-1");
+    (globalThis as any).IDEMFLOW_README_MODEL = model;
+    await import(`${file.href}?run=1`);
+    const first = outputs.map((o) => JSON.parse(JSON.parse(o).value));
+    assert.equal(first.length, 1, `one ticket call: ${outputs}`);
+    assert.equal(first[0].http_status, 201);
+    await import(`${file.href}?run=2`);
+    assert.equal(outputs.length, 1, "run again from its saved messages, the snippet called the tool again");
+    assert.equal(model.doGenerateCalls.length, 2, "run again from its saved messages, the snippet asked the model again");
+  } finally {
+    process.chdir(cwd);
   }
 });
