@@ -279,3 +279,39 @@ def test_a_tool_call_id_reused_in_a_later_turn_is_a_second_call(client: idemflow
     print(f"two turns under call_0: replayed {[a['replayed'] for a in answers]}, {count(db, 'ticket', who)} tickets")
     assert [a["replayed"] for a in answers] == [False, False], answers
     assert count(db, "ticket", who) == 2
+
+
+class _ReadmeModel:
+    """A chat model for the README's snippet: asks for the ticket until a
+    tool's answer is in the messages, then answers; bind_tools as a chat
+    model's, a no-op here."""
+
+    def __init__(self, customer: str) -> None:
+        self.customer = customer
+
+    def bind_tools(self, tools: Any) -> _ReadmeModel:
+        return self
+
+    def invoke(self, messages: list[Any]) -> AIMessage:
+        if any(isinstance(m, ToolMessage) for m in messages):
+            return AIMessage("The ticket is open.", id=f"ai-{uuid.uuid4().hex}")
+        call = {"name": "create_ticket", "args": {"customer_id": self.customer, "title": "Printer on fire"}, "id": f"call_{uuid.uuid4().hex}", "type": "tool_call"}
+        return AIMessage("", tool_calls=[call], id=f"ai-{uuid.uuid4().hex}")
+
+
+def test_the_readme_snippet_runs(url: str, token: str, db: psycopg.Connection, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The README's snippet, as written, with a scripted model in place of
+    ChatOpenAI (its import dropped: the only change), on the test's
+    PostgreSQL: it opens one ticket, and its answer reaches the model."""
+    from pathlib import Path
+
+    readme = (Path(__file__).resolve().parents[3] / "README.md").read_text()
+    section = readme.split("### LangGraph (Python)", 1)[1]
+    snippet = section.split("```python\n", 1)[1].split("```", 1)[0]
+    assert 'ChatOpenAI(model="gpt-4.1")' in snippet and "from langchain_openai import ChatOpenAI\n" in snippet
+    who = f"py-lg-readme-{uuid.uuid4().hex[:6]}"
+    monkeypatch.setenv("IDEMFLOW_URL", url)
+    monkeypatch.setenv("IDEMFLOW_TOKEN", token)
+    code = snippet.replace("from langchain_openai import ChatOpenAI\n", "").replace('ChatOpenAI(model="gpt-4.1")', "MODEL").replace('"ticket-42"', repr(who))
+    exec(compile(code, "README.md", "exec"), {"MODEL": _ReadmeModel(who), "__name__": "readme"})
+    assert count(db, "ticket", who) == 1
