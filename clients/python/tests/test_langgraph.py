@@ -295,7 +295,12 @@ class _ReadmeModel:
     def invoke(self, messages: list[Any]) -> AIMessage:
         if any(isinstance(m, ToolMessage) for m in messages):
             return AIMessage("The ticket is open.", id=f"ai-{uuid.uuid4().hex}")
-        call = {"name": "create_ticket", "args": {"customer_id": self.customer, "title": "Printer on fire"}, "id": f"call_{uuid.uuid4().hex}", "type": "tool_call"}
+        call = {
+            "name": "create_ticket",
+            "args": {"customer_id": self.customer, "title": "Printer on fire"},
+            "id": f"call_{uuid.uuid4().hex}",
+            "type": "tool_call",
+        }
         return AIMessage("", tool_calls=[call], id=f"ai-{uuid.uuid4().hex}")
 
 

@@ -13,7 +13,9 @@ import os
 import queue
 import signal
 import subprocess
+import sys
 import uuid
+from pathlib import Path
 
 import psycopg
 import pytest
@@ -162,3 +164,44 @@ def test_a_pending_answer_fails_the_temporal_agent_run_and_a_reset_replays_it(ur
     assert len(answers) == 1 and '\\"replayed\\": true' in answers[0], answers
     assert len(set(keys)) == 1, "every attempt, and the reset's call, sent one key"
     assert n == 1
+
+
+def test_the_readme_snippet_runs(db: psycopg.Connection, tmp_path: Path) -> None:
+    """The README's Temporal-native snippet, as written, run as a worker
+    process, with the test's scripted model provider given to its plugin
+    (the only change): a workflow started on its task queue opens one
+    ticket under the activity's key."""
+    need("IDEMFLOW_URL")
+    from .agents.temporal_agent import connect
+
+    readme = (Path(__file__).resolve().parents[3] / "README.md").read_text()
+    section = readme.split("### Temporal-native agents", 1)[1]
+    snippet = section.split("```python\n", 1)[1].split("```", 1)[0]
+    plugin = "OpenAIAgentsPlugin(model_params="
+    assert plugin in snippet
+    code = snippet.replace(plugin, "OpenAIAgentsPlugin(model_provider=TestModelProvider(ScriptedModel()), model_params=")
+    code = code.replace(
+        "with workflow.unsafe.imports_passed_through():\n",
+        "with workflow.unsafe.imports_passed_through():\n"
+        "    from temporalio.openai_agents.testing import TestModelProvider\n"
+        "    from tests.agents.temporal_agent import ScriptedModel\n",
+        1,
+    )
+    (tmp_path / "readme_temporal.py").write_text(code)
+    customer = f"py-temporal-readme-{uuid.uuid4().hex[:6]}"
+    env = {**os.environ, "IDEMFLOW_AGENT_CUSTOMER": customer, "PYTHONUNBUFFERED": "1", "PYTHONPATH": f"{children.HERE}:{tmp_path}"}
+    w = subprocess.Popen([sys.executable, "-m", "readme_temporal"], cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    try:
+
+        async def main() -> str:
+            client: Client = await connect()
+            handle = await client.start_workflow("SupportAgent", "Open a ticket.", id=f"readme-{customer}", task_queue="support")
+            return str(await asyncio.wait_for(handle.result(), timeout=90))
+
+        out = asyncio.run(main())
+    finally:
+        w.kill()
+        logs, _ = w.communicate(timeout=30)
+        print(f"the worker's output: {logs}")
+    print(f"the README's Temporal-native worker: the agent said {out!r}; {count(db, 'ticket', customer)} ticket")
+    assert count(db, "ticket", customer) == 1, logs
