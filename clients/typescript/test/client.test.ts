@@ -5,7 +5,7 @@ import assert from "node:assert/strict";
 import { randomUUID } from "node:crypto";
 import { getEventListeners } from "node:events";
 import { createServer, request as httpRequest, type Server } from "node:http";
-import { mkdtemp, readFile } from "node:fs/promises";
+import { mkdtemp, readFile, writeFile } from "node:fs/promises";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { test } from "node:test";
@@ -409,4 +409,36 @@ test("the file store's key is on disk before open returns: the file and its fold
   const intent = await new FileStore(dir, (what) => synced.push(what)).open("step-sync", "POST", "/v1/tickets", ticket("synced"));
   assert.deepEqual(synced, ["file", "dir"]);
   assert.equal((await new FileStore(dir).open("step-sync", "POST", "/v1/tickets", ticket("synced"))).key, intent.key);
+});
+
+test("the README's LangGraph.js snippet runs as written", async () => {
+  // The only change: a scripted model in place of ChatOpenAI (its import
+  // dropped). The snippet is written into the package (so that
+  // @idemflow/client resolves to it) and run on the test's PostgreSQL.
+  const readme = await readFile(new URL("../../../../README.md", import.meta.url), "utf8");
+  const section = readme.split("### LangGraph.js (`clients/typescript`)")[1];
+  const snippet = section.split("```js\n")[1].split("```")[0];
+  const importLine = 'import { ChatOpenAI } from "@langchain/openai";\n';
+  assert.ok(snippet.includes(importLine) && snippet.includes('new ChatOpenAI({ model: "gpt-4.1" })'));
+  const thread = "ts-lg-readme-" + randomUUID().slice(0, 8);
+  const code = snippet.replace(importLine, "").replace('new ChatOpenAI({ model: "gpt-4.1" })', "globalThis.IDEMFLOW_README_MODEL").replace('"ticket-42"', JSON.stringify(thread));
+  const seen: string[] = [];
+  (globalThis as any).IDEMFLOW_README_MODEL = {
+    bindTools: () => ({
+      invoke: async (messages: any[]) => {
+        const answers = messages.filter((m) => m.getType?.() === "tool");
+        seen.push(...answers.map((m) => String(m.content)));
+        if (answers.length > 0) return new AIMessage("The ticket is open.");
+        const call = { name: "create_ticket", args: { customer_id: thread, title: "Printer on fire" }, id: "call_" + randomUUID(), type: "tool_call" as const };
+        return new AIMessage({ content: "", tool_calls: [call] });
+      },
+    }),
+  };
+  const file = new URL("./readme-langgraph.mjs", import.meta.url);
+  await writeFile(file, code);
+  await import(file.href);
+  assert.equal(seen.length, 1, `one ticket call: ${seen}`);
+  const answer = JSON.parse(seen[0]);
+  assert.equal(answer.http_status, 201);
+  assert.equal(answer.result.customer_id, thread);
 });
