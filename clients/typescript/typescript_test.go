@@ -306,3 +306,44 @@ func TestAVercelAIChatKilledMidExecuteResumesFromItsSavedMessages(t *testing.T) 
 		})
 	}
 }
+
+// An OpenAI Agents SDK (JavaScript) agent SIGKILLed mid tool call, after
+// idemflow executed it (the answer lost), and run again: runDurably resumes
+// it from the RunState it saved, the call runs again under its key, one
+// ticket, the answer a replay. The control, a fresh key per call, and the
+// unsafe setting (no approval, nothing saved before the call) each make
+// two.
+func TestAnOpenAIAgentsJSAgentKilledMidCallResumesFromItsRunState(t *testing.T) {
+	bin := node(t)
+	s := testenv.NewStack(t, testenv.Options{})
+	for _, c := range []struct {
+		name     string
+		extra    []string
+		tickets  int
+		replayed string
+	}{
+		{"saved RunState", nil, 1, `"replayed":true`},
+		{"control, fresh keys", []string{"--tools", "naive"}, 2, `"replayed":false`},
+		{"unsafe, nothing saved before the call", []string{"--unsafe"}, 2, `"replayed":false`},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			conv := "oa-js-" + strings.NewReplacer(" ", "-", ",", "").Replace(c.name) + "-" + fmt.Sprint(time.Now().UnixNano()%1e6)
+			args := append([]string{"dist/agent/openai-agent.js", "--conversation", conv, "--state", t.TempDir() + "/run-state.json"}, c.extra...)
+			p := newProxy(t, s.URL, answerLost)
+			environ := env(s, p.URL)
+			killScriptMidCall(t, bin, environ, p, args...)
+			out := runScript(t, bin, environ, args...)
+			n := testenv.Count(t, s.Pool, "ticket", "customer_id = $1", conv)
+			t.Logf("%s: %d tickets after the kill and the rerun", c.name, n)
+			if c.extra == nil && !strings.Contains(out, "resuming "+conv+" from its saved RunState") {
+				t.Fatal("the rerun did not resume from the saved RunState")
+			}
+			if n != c.tickets {
+				t.Fatalf("%d tickets, want %d", n, c.tickets)
+			}
+			if !strings.Contains(out, "tool create_ticket {\"http_status\":201,"+c.replayed) {
+				t.Fatalf("the ticket call's answer is not %s", c.replayed)
+			}
+		})
+	}
+}
