@@ -73,7 +73,7 @@ func TestTheTypeScriptClientAgainstTheStack(t *testing.T) {
 	s := testenv.NewStack(t, testenv.Options{Tools: tools})
 	mcp := httptest.NewServer(mcpserver.HTTPHandler(mcpserver.Config{BaseURL: s.URL, CallTimeout: 30 * time.Second, Operations: s.Set.Operations()}, mcpserver.HTTPOptions{}))
 	t.Cleanup(mcp.Close)
-	cmd := exec.Command(bin, "--test", "--test-concurrency=1", "dist/test/client.test.js", "dist/test/ai.test.js")
+	cmd := exec.Command(bin, "--test", "--test-concurrency=1", "dist/test/client.test.js", "dist/test/ai.test.js", "dist/test/openai-agents.test.js")
 	cmd.Env = append(env(s, s.URL), "IDEMFLOW_MCP_URL="+mcp.URL+"/")
 	out, err := cmd.CombinedOutput()
 	t.Log(string(out))

@@ -1,0 +1,152 @@
+// The OpenAI Agents SDK for JavaScript integration (src/openai-agents.ts)
+// against the real stack, with a scripted model: the shared oa1 vectors
+// (the same as Python's), a call ID reused by a later turn is a second
+// call, and a pending answer fails the run instead of reaching the model.
+// The kill test is typescript_test.go's.
+
+import assert from "node:assert/strict";
+import { randomUUID } from "node:crypto";
+import { createServer, request as httpRequest, type Server } from "node:http";
+import { readFile } from "node:fs/promises";
+import { test } from "node:test";
+import { Agent, Runner, tool, Usage, type Model, type ModelRequest, type ModelResponse } from "@openai/agents";
+import { z } from "zod";
+import { Client, DeadlineError } from "../src/index.js";
+import { durableKey, idemflowFunctionTool, NoDurableIdentityError, runDurably } from "../src/openai-agents.js";
+
+const url = process.env.IDEMFLOW_URL!;
+const token = process.env.IDEMFLOW_TOKEN!;
+const schema = z.object({ customer_id: z.string(), title: z.string() });
+
+/**
+ * Asks for one ticket until a tool's output is in its input, then
+ * answers; after a tool error, asks again (new IDs), up to twice. callId
+ * fixes the call ID (a provider that numbers calls per response); the
+ * item ID is always new. outputs: what the model was handed.
+ */
+class ScriptedModel implements Model {
+  outputs: string[] = [];
+  constructor(
+    readonly customer: string,
+    readonly callId?: string,
+  ) {}
+  async getResponse(request: ModelRequest): Promise<ModelResponse> {
+    const items = Array.isArray(request.input) ? request.input : [];
+    const results = items.filter((i: any) => i.type === "function_call_result").map((i: any) => String(i.output?.text ?? JSON.stringify(i.output)));
+    this.outputs = results;
+    const last = results[results.length - 1];
+    if (last !== undefined && (!last.startsWith("An error occurred") || results.length >= 2)) {
+      return { usage: new Usage(), output: [{ type: "message", role: "assistant", status: "completed", content: [{ type: "output_text", text: "done" }] }] };
+    }
+    const args = JSON.stringify({ customer_id: this.customer, title: "Printer on fire" });
+    return { usage: new Usage(), output: [{ type: "function_call", id: `fc_${randomUUID()}`, callId: this.callId ?? `call_${randomUUID()}`, name: "create_ticket", arguments: args, status: "completed" }] };
+  }
+  getStreamedResponse(): AsyncIterable<any> {
+    throw new Error("not streamed");
+  }
+}
+
+function inMemory() {
+  const saved: string[] = [];
+  return { load: async () => saved[saved.length - 1], save: async (s: string) => void saved.push(s) };
+}
+
+function answers(result: any): any[] {
+  return result.newItems.filter((i: any) => i.type === "tool_call_output_item").map((i: any) => JSON.parse(String(i.output)));
+}
+
+test("the shared key vectors (openai_agents, the same as Python's)", async () => {
+  const v = JSON.parse(await readFile(new URL("../../../testdata/keys.json", import.meta.url), "utf8")) as {
+    openai_agents: { name: string; group_id: string | null; item_id: string; call_id: string; tool: string; call_ids_unique?: boolean; key?: string; error?: string }[];
+  };
+  assert.ok(v.openai_agents.length > 0);
+  for (const c of v.openai_agents) {
+    const derive = () => durableKey(c.group_id ?? "", { id: c.item_id, callId: c.call_id }, c.tool, c.call_ids_unique ?? false);
+    if (c.error) {
+      assert.throws(derive, (e: Error) => e instanceof NoDurableIdentityError && e.message.includes(c.error!), c.name);
+    } else {
+      assert.equal(derive(), c.key, c.name);
+    }
+  }
+});
+
+test("a call ID reused in a later turn of the conversation is a second call", async () => {
+  const who = "c-ts-oa-reused-" + randomUUID().slice(0, 8);
+  const c = new Client({ baseURL: url, token });
+  const createTicket = idemflowFunctionTool(c, { name: "create_ticket", description: "Create a ticket.", parameters: schema, path: "/v1/tickets", conversation: who });
+  const agent = new Agent({ name: "support", tools: [createTicket], model: new ScriptedModel(who, "call_0") });
+  const got: any[] = [];
+  for (let i = 0; i < 2; i++) {
+    const result = await runDurably(new Runner({ tracingDisabled: true }), agent, "Open a ticket.", inMemory());
+    got.push(...answers(result));
+  }
+  console.log(`two turns under call_0: replayed ${got.map((a) => a.replayed)}, tickets ${got.map((a) => a.result.ticket_id)}`);
+  assert.deepEqual(got.map((a) => a.replayed), [false, false]);
+  assert.notEqual(got[0].result.ticket_id, got[1].result.ticket_id, "two tickets");
+});
+
+// A partition longer than the tool's wait: the tool fails the run
+// (DeadlineError), the model is handed nothing, and the run resumed from
+// its saved RunState gets the first call's answer: one effect. The
+// control, the SDK's tool() with its default error handling under the
+// same key rule, hands the model the error; the model calls again under
+// new IDs, a new key: two effects.
+test("a pending answer fails the run, and never reaches the model", async () => {
+  let partitioned = true;
+  const keys: string[] = [];
+  const proxy: Server = createServer((req, res) => {
+    if (req.method === "POST") keys.push(String(req.headers["idempotency-key"]));
+    const up = httpRequest(url + req.url, { method: req.method, headers: req.headers }, (ur) => {
+      if (partitioned) {
+        ur.resume(); // the request took effect; its answer never comes back
+        return;
+      }
+      res.writeHead(ur.statusCode!, ur.headers);
+      ur.pipe(res);
+    });
+    req.pipe(up);
+  });
+  await new Promise<void>((r) => proxy.listen(0, "127.0.0.1", r));
+  const base = `http://127.0.0.1:${(proxy.address() as { port: number }).port}`;
+  const c = new Client({ baseURL: base, token, attemptTimeoutMs: 300, initialBackoffMs: 20, maxBackoffMs: 100 });
+  const effects = async (customer: string) => {
+    let n = 0;
+    for (const key of new Set(keys)) {
+      const r = await new Client({ baseURL: url, token }).do({ key, path: "/v1/tickets", body: { customer_id: customer, title: "Printer on fire" } });
+      if (r.replayed) n++;
+    }
+    return n;
+  };
+  try {
+    const who = "c-ts-oa-pending-" + randomUUID().slice(0, 8);
+    const model = new ScriptedModel(who);
+    const createTicket = idemflowFunctionTool(c, { name: "create_ticket", description: "Create a ticket.", parameters: schema, path: "/v1/tickets", conversation: who, waitMs: 1200 });
+    const agent = new Agent({ name: "support", tools: [createTicket], model });
+    const store = inMemory();
+    await assert.rejects(runDurably(new Runner({ tracingDisabled: true }), agent, "Open a ticket.", store), (e: any) => e instanceof DeadlineError || e?.cause instanceof DeadlineError || /pending under key/.test(String(e?.message)));
+    assert.deepEqual(model.outputs, [], "the model was handed nothing");
+    partitioned = false;
+    const resumed = await runDurably(new Runner({ tracingDisabled: true }), agent, "Open a ticket.", store);
+    assert.deepEqual(answers(resumed).map((a) => a.replayed), [true], "the resumed call got the first call's answer");
+    assert.equal(await effects(who), 1);
+
+    keys.length = 0;
+    partitioned = true;
+    const naive = "c-ts-oa-pending-control-" + randomUUID().slice(0, 8);
+    const control = tool({
+      name: "create_ticket",
+      description: "Create a ticket.",
+      parameters: schema,
+      execute: async (input, _ctx, details) => JSON.stringify((await c.do({ key: durableKey(naive, details?.toolCall, "create_ticket"), path: "/v1/tickets", body: input }, { deadlineMs: 1200 })).body),
+    });
+    const controlModel = new ScriptedModel(naive);
+    await new Runner({ tracingDisabled: true }).run(new Agent({ name: "support", tools: [control], model: controlModel }), "Open a ticket.");
+    console.log(`pending answer: one ticket after the resume; the control: ${controlModel.outputs.length} errors to the model`);
+    assert.equal(controlModel.outputs.length, 2, `the control hands the model the wait's end as an error, twice: ${controlModel.outputs}`);
+    partitioned = false;
+    assert.equal(await effects(naive), 2, "the control's retry under a new key made a second ticket");
+  } finally {
+    proxy.closeAllConnections();
+    proxy.close();
+  }
+});
