@@ -7,7 +7,9 @@
 import assert from "node:assert/strict";
 import { randomUUID } from "node:crypto";
 import { createServer, request as httpRequest, type Server } from "node:http";
-import { readFile } from "node:fs/promises";
+import { mkdtemp, readFile, writeFile } from "node:fs/promises";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
 import { test } from "node:test";
 import { Agent, Runner, tool, Usage, type Model, type ModelRequest, type ModelResponse } from "@openai/agents";
 import { z } from "zod";
@@ -43,6 +45,20 @@ class ScriptedModel implements Model {
   }
   getStreamedResponse(): AsyncIterable<any> {
     throw new Error("not streamed");
+  }
+}
+
+/** The tickets of customer, counted in idemflow's database. */
+async function tickets(customer: string): Promise<number> {
+  // pg ships no types, and this is its only use here.
+  const pg: any = (await import("pg" as string)).default;
+  const db = new pg.Client({ connectionString: process.env.DATABASE_URL });
+  await db.connect();
+  try {
+    const r = await db.query("SELECT count(*)::int AS n FROM ticket WHERE customer_id = $1", [customer]);
+    return r.rows[0].n;
+  } finally {
+    await db.end();
   }
 }
 
@@ -149,4 +165,35 @@ test("a pending answer fails the run, and never reaches the model", async () => 
     proxy.closeAllConnections();
     proxy.close();
   }
+});
+
+test("the README's snippet runs as written, and run again makes no second ticket", async () => {
+  // The only change: a scripted model in place of gpt-4.1. The snippet is
+  // written into the package (so that @idemflow/client resolves to it) and
+  // run from a fresh folder, where it keeps its RunState.
+  const readme = await readFile(new URL("../../../../README.md", import.meta.url), "utf8");
+  const section = readme.split("### The OpenAI Agents SDK on its own (TypeScript)")[1];
+  const snippet = section.split("```js\n")[1].split("```")[0];
+  assert.ok(snippet.includes('model: "gpt-4.1"'));
+  const who = "c-ts-oa-readme-" + randomUUID().slice(0, 8);
+  const code = snippet.replace('model: "gpt-4.1"', "model: globalThis.IDEMFLOW_README_MODEL").replace('"ticket-42"', JSON.stringify(who));
+  const file = new URL("./readme-openai-agents.mjs", import.meta.url);
+  await writeFile(file, code);
+  const dir = await mkdtemp(join(tmpdir(), "idemflow-readme-"));
+  const cwd = process.cwd();
+  process.chdir(dir);
+  process.env.IDEMFLOW_URL = url;
+  process.env.OPENAI_AGENTS_DISABLE_TRACING = "1";
+  const counts: number[] = [];
+  try {
+    for (const run of [1, 2]) {
+      (globalThis as any).IDEMFLOW_README_MODEL = new ScriptedModel(who);
+      await import(`${file.href}?run=${run}`);
+      counts.push(await tickets(who));
+    }
+  } finally {
+    process.chdir(cwd);
+  }
+  console.log(`the README's snippet, run twice: ${counts} tickets`);
+  assert.deepEqual(counts, [1, 1], "run again from its saved RunState, the snippet made a second ticket");
 });
