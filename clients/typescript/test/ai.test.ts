@@ -5,16 +5,14 @@
 
 import assert from "node:assert/strict";
 import { randomUUID } from "node:crypto";
-import { createServer, request as httpRequest, type Server } from "node:http";
-import { mkdtemp, readFile, writeFile } from "node:fs/promises";
-import { tmpdir } from "node:os";
-import { join } from "node:path";
+import { readFile } from "node:fs/promises";
 import { test } from "node:test";
 import { generateText, stepCountIs, type ModelMessage, type ToolSet } from "ai";
 import { MockLanguageModelV3 } from "ai/test";
 import { z } from "zod";
 import { Client } from "../src/index.js";
 import { durableKey, idemflowTool, NoDurableIdentityError, PendingRunError, stopOnPending } from "../src/ai.js";
+import { inFreshFolder, partitionProxy, readmeSnippet, ticketsUnder } from "./helpers.js";
 
 const url = process.env.IDEMFLOW_URL!;
 const token = process.env.IDEMFLOW_TOKEN!;
@@ -99,31 +97,10 @@ test("a toolCallId reused in a later turn is a second call, not the first one's 
 // the error; the model calls again under a new toolCallId and a new
 // approval, a new key: two effects.
 test("a pending answer stops the run, and never reaches the model as an error", async () => {
-  let partitioned = true;
-  const keys: string[] = [];
-  const proxy: Server = createServer((req, res) => {
-    if (req.method === "POST") keys.push(String(req.headers["idempotency-key"]));
-    const up = httpRequest(url + req.url, { method: req.method, headers: req.headers }, (ur) => {
-      if (partitioned) {
-        ur.resume(); // the request took effect; its answer never comes back
-        return;
-      }
-      res.writeHead(ur.statusCode!, ur.headers);
-      ur.pipe(res);
-    });
-    req.pipe(up);
-  });
-  await new Promise<void>((r) => proxy.listen(0, "127.0.0.1", r));
-  const base = `http://127.0.0.1:${(proxy.address() as { port: number }).port}`;
+  const { state, base, close } = await partitionProxy(url);
+  const keys = state.keys;
   const c = new Client({ baseURL: base, token, attemptTimeoutMs: 300, initialBackoffMs: 20, maxBackoffMs: 100 });
-  const effects = async (customer: string) => {
-    let n = 0;
-    for (const key of new Set(keys)) {
-      const r = await new Client({ baseURL: url, token }).do({ key, path: "/v1/tickets", body: { customer_id: customer, title: "Printer on fire" } });
-      if (r.replayed) n++;
-    }
-    return n;
-  };
+  const effects = (customer: string) => ticketsUnder(new Client({ baseURL: url, token }), keys, customer);
   try {
     const who = "c-ts-ai-pending-" + randomUUID().slice(0, 8);
     const tools = { create_ticket: idemflowTool(c, { name: "create_ticket", description: "Create a ticket.", inputSchema: schema, path: "/v1/tickets", chatId: who, waitMs: 1200 }) };
@@ -131,13 +108,13 @@ test("a pending answer stops the run, and never reaches the model as an error", 
     const saved: ModelMessage[][] = [[{ role: "user", content: "Open a ticket." }]];
     await assert.rejects(turn(model, tools, saved), PendingRunError);
     assert.deepEqual(outputs, [], "the model was handed nothing");
-    partitioned = false;
+    state.partitioned = false;
     const done = await turn(model, tools, saved);
     assert.deepEqual(answers(done).map((a) => a.replayed), [true], "the call made again got the first call's answer");
     assert.equal(await effects(who), 1);
 
     keys.length = 0;
-    partitioned = true;
+    state.partitioned = true;
     const naive = "c-ts-ai-pending-control-" + randomUUID().slice(0, 8);
     const ctl = scripted(naive);
     const controlTools = { create_ticket: idemflowTool(c, { name: "create_ticket", description: "Create a ticket.", inputSchema: schema, path: "/v1/tickets", chatId: naive, waitMs: 1200 }) };
@@ -145,11 +122,10 @@ test("a pending answer stops the run, and never reaches the model as an error", 
     console.log(`pending answer: one ticket after the resume; the control: ${ctl.outputs.length} errors to the model`);
     assert.equal(ctl.outputs.length, 2, `the control hands the model the wait's end as an error, twice: ${ctl.outputs}`);
     assert.ok(ctl.outputs.every((o) => o.startsWith("error:")));
-    partitioned = false;
+    state.partitioned = false;
     assert.equal(await effects(naive), 2, "the control's retry under a new key made a second ticket");
   } finally {
-    proxy.closeAllConnections();
-    proxy.close();
+    close();
   }
 });
 
@@ -169,31 +145,17 @@ test("the shared key vectors (vercel_ai)", async () => {
 });
 
 test("the README's snippet runs as written, and run again makes no second ticket", async () => {
-  // The only change: the mock model in place of openai/gpt-4.1. The
-  // snippet is written into the package (so that @idemflow/client resolves
-  // to it) and run from a fresh folder, where it keeps its chat file.
-  const readme = await readFile(new URL("../../../../README.md", import.meta.url), "utf8");
-  const section = readme.split("### The Vercel AI SDK (`clients/typescript`, `ai` 6)")[1];
-  const snippet = section.split("```js\n")[1].split("```")[0];
-  assert.ok(snippet.includes('model: "openai/gpt-4.1"'));
-  const code = snippet.replace('model: "openai/gpt-4.1"', "model: globalThis.IDEMFLOW_README_MODEL");
-  const file = new URL("./readme-vercel.mjs", import.meta.url);
-  await writeFile(file, code);
-  const dir = await mkdtemp(join(tmpdir(), "idemflow-readme-"));
-  const cwd = process.cwd();
-  process.chdir(dir);
-  process.env.IDEMFLOW_URL = url;
-  try {
-    const { model, outputs } = scripted("c-1");
-    (globalThis as any).IDEMFLOW_README_MODEL = model;
-    await import(`${file.href}?run=1`);
+  // The only change: the mock model in place of openai/gpt-4.1.
+  const file = await readmeSnippet("### The Vercel AI SDK (`clients/typescript`, `ai` 6)", "readme-vercel", [['model: "openai/gpt-4.1"', "model: globalThis.IDEMFLOW_README_MODEL"]]);
+  const { model, outputs } = scripted("c-1");
+  (globalThis as any).IDEMFLOW_README_MODEL = model;
+  await inFreshFolder(url, async (run) => {
+    await run(1);
     const first = outputs.map((o) => JSON.parse(JSON.parse(o).value));
     assert.equal(first.length, 1, `one ticket call: ${outputs}`);
     assert.equal(first[0].http_status, 201);
-    await import(`${file.href}?run=2`);
+    await run(2);
     assert.equal(outputs.length, 1, "run again from its saved messages, the snippet called the tool again");
     assert.equal(model.doGenerateCalls.length, 2, "run again from its saved messages, the snippet asked the model again");
-  } finally {
-    process.chdir(cwd);
-  }
+  }, file);
 });

@@ -5,7 +5,7 @@ import assert from "node:assert/strict";
 import { randomUUID } from "node:crypto";
 import { getEventListeners } from "node:events";
 import { createServer, request as httpRequest, type Server } from "node:http";
-import { mkdtemp, readFile, writeFile } from "node:fs/promises";
+import { mkdtemp, readFile } from "node:fs/promises";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { test } from "node:test";
@@ -21,6 +21,7 @@ import { tool } from "@langchain/core/tools";
 import { Command, END, MemorySaver, MessagesAnnotation, Send, START, StateGraph } from "@langchain/langgraph";
 import { ToolNode, toolsCondition } from "@langchain/langgraph/prebuilt";
 import { z } from "zod";
+import { partitionProxy, readmeSnippet, ticketsUnder } from "./helpers.js";
 
 const url = process.env.IDEMFLOW_URL!;
 const token = process.env.IDEMFLOW_TOKEN!;
@@ -244,22 +245,8 @@ function check(name: string, j: Judgement, e: Expectation) {
 // the model "Please fix your mistakes"; the model calls again, under a new
 // tool-call ID and so a new key: two effects.
 test("a pending answer pauses the LangGraph.js run, and never reaches the model as an error", async () => {
-  let partitioned = true;
-  const keys: string[] = [];
-  const proxy: Server = createServer((req, res) => {
-    keys.push(String(req.headers["idempotency-key"]));
-    const up = httpRequest(url + req.url, { method: req.method, headers: req.headers }, (ur) => {
-      if (partitioned) {
-        ur.resume(); // the request took effect; its answer never comes back
-        return;
-      }
-      res.writeHead(ur.statusCode!, ur.headers);
-      ur.pipe(res);
-    });
-    req.pipe(up);
-  });
-  await new Promise<void>((r) => proxy.listen(0, "127.0.0.1", r));
-  const base = `http://127.0.0.1:${(proxy.address() as { port: number }).port}`;
+  const { state, base, close } = await partitionProxy(url);
+  const keys = state.keys;
   const c = new Client({ baseURL: base, token, attemptTimeoutMs: 300, initialBackoffMs: 20, maxBackoffMs: 100 });
   const schema = z.object({ customer_id: z.string(), title: z.string() });
   const fixed = idemflowTool(c, { name: "create_ticket", description: "Create a ticket.", schema, path: "/v1/tickets", waitMs: 1200 });
@@ -288,23 +275,14 @@ test("a pending answer pauses the LangGraph.js run, and never reaches the model 
     const out = await graph.invoke({ messages: [new HumanMessage("Open a ticket.")] }, config);
     return { graph, config, out };
   };
-  // Each key that reached the gateway, sent again: replayed means a ticket
-  // was made under it.
-  const effects = async (seen: string[], customer: string) => {
-    let n = 0;
-    for (const key of new Set(seen)) {
-      const r = await client().do({ key, path: "/v1/tickets", body: { customer_id: customer, title: "Printer on fire" } });
-      if (r.replayed) n++;
-    }
-    return n;
-  };
+  const effects = (seen: string[], customer: string) => ticketsUnder(client(), seen, customer);
   try {
     const who = "c-ts-pending-" + randomUUID().slice(0, 8);
     const { graph, config, out } = await run(fixed, who);
     const paused = (out as any).__interrupt__;
     assert.ok(paused?.length === 1 && paused[0].value.idemflow === "pending", `the run paused: ${JSON.stringify(out)}`);
     assert.ok(!out.messages.some((m) => m.getType() === "tool"), "no tool message reached the model");
-    partitioned = false;
+    state.partitioned = false;
     const resumed = await graph.invoke(new Command({ resume: true }), config);
     const answers = resumed.messages.filter((m) => m.getType() === "tool") as ToolMessage[];
     assert.equal(answers.length, 1);
@@ -313,16 +291,15 @@ test("a pending answer pauses the LangGraph.js run, and never reaches the model 
     assert.equal(await effects(keys, who), 1);
 
     keys.length = 0;
-    partitioned = true;
+    state.partitioned = true;
     const naive = "c-ts-pending-control-" + randomUUID().slice(0, 8);
     const ctl = await run(control, naive);
     const errors = ctl.out.messages.filter((m) => m.getType() === "tool" && (m as ToolMessage).status === "error");
     assert.equal(errors.length, 2, "the control hands the model the wait's end as an error, twice");
-    partitioned = false;
+    state.partitioned = false;
     assert.equal(await effects(keys, naive), 2, "the control's retry under a new key made a second ticket");
   } finally {
-    proxy.closeAllConnections();
-    proxy.close();
+    close();
   }
 });
 
@@ -413,15 +390,13 @@ test("the file store's key is on disk before open returns: the file and its fold
 
 test("the README's LangGraph.js snippet runs as written", async () => {
   // The only change: a scripted model in place of ChatOpenAI (its import
-  // dropped). The snippet is written into the package (so that
-  // @idemflow/client resolves to it) and run on the test's PostgreSQL.
-  const readme = await readFile(new URL("../../../../README.md", import.meta.url), "utf8");
-  const section = readme.split("### LangGraph.js (`clients/typescript`)")[1];
-  const snippet = section.split("```js\n")[1].split("```")[0];
-  const importLine = 'import { ChatOpenAI } from "@langchain/openai";\n';
-  assert.ok(snippet.includes(importLine) && snippet.includes('new ChatOpenAI({ model: "gpt-4.1" })'));
+  // dropped), on the test's PostgreSQL.
   const thread = "ts-lg-readme-" + randomUUID().slice(0, 8);
-  const code = snippet.replace(importLine, "").replace('new ChatOpenAI({ model: "gpt-4.1" })', "globalThis.IDEMFLOW_README_MODEL").replace('"ticket-42"', JSON.stringify(thread));
+  const file = await readmeSnippet("### LangGraph.js (`clients/typescript`)", "readme-langgraph", [
+    ['import { ChatOpenAI } from "@langchain/openai";\n', ""],
+    ['new ChatOpenAI({ model: "gpt-4.1" })', "globalThis.IDEMFLOW_README_MODEL"],
+    ['"ticket-42"', JSON.stringify(thread)],
+  ]);
   const seen: string[] = [];
   (globalThis as any).IDEMFLOW_README_MODEL = {
     bindTools: () => ({
@@ -434,8 +409,6 @@ test("the README's LangGraph.js snippet runs as written", async () => {
       },
     }),
   };
-  const file = new URL("./readme-langgraph.mjs", import.meta.url);
-  await writeFile(file, code);
   await import(file.href);
   assert.equal(seen.length, 1, `one ticket call: ${seen}`);
   const answer = JSON.parse(seen[0]);

@@ -6,15 +6,13 @@
 
 import assert from "node:assert/strict";
 import { randomUUID } from "node:crypto";
-import { createServer, request as httpRequest, type Server } from "node:http";
-import { mkdtemp, readFile, writeFile } from "node:fs/promises";
-import { tmpdir } from "node:os";
-import { join } from "node:path";
+import { readFile } from "node:fs/promises";
 import { test } from "node:test";
 import { Agent, Runner, tool, Usage, type Model, type ModelRequest, type ModelResponse } from "@openai/agents";
 import { z } from "zod";
 import { Client, DeadlineError } from "../src/index.js";
 import { durableKey, idemflowFunctionTool, NoDurableIdentityError, runDurably } from "../src/openai-agents.js";
+import { inFreshFolder, partitionProxy, readmeSnippet, ticketsUnder } from "./helpers.js";
 
 const url = process.env.IDEMFLOW_URL!;
 const token = process.env.IDEMFLOW_TOKEN!;
@@ -108,31 +106,10 @@ test("a call ID reused in a later turn of the conversation is a second call", as
 // same key rule, hands the model the error; the model calls again under
 // new IDs, a new key: two effects.
 test("a pending answer fails the run, and never reaches the model", async () => {
-  let partitioned = true;
-  const keys: string[] = [];
-  const proxy: Server = createServer((req, res) => {
-    if (req.method === "POST") keys.push(String(req.headers["idempotency-key"]));
-    const up = httpRequest(url + req.url, { method: req.method, headers: req.headers }, (ur) => {
-      if (partitioned) {
-        ur.resume(); // the request took effect; its answer never comes back
-        return;
-      }
-      res.writeHead(ur.statusCode!, ur.headers);
-      ur.pipe(res);
-    });
-    req.pipe(up);
-  });
-  await new Promise<void>((r) => proxy.listen(0, "127.0.0.1", r));
-  const base = `http://127.0.0.1:${(proxy.address() as { port: number }).port}`;
+  const { state, base, close } = await partitionProxy(url);
+  const keys = state.keys;
   const c = new Client({ baseURL: base, token, attemptTimeoutMs: 300, initialBackoffMs: 20, maxBackoffMs: 100 });
-  const effects = async (customer: string) => {
-    let n = 0;
-    for (const key of new Set(keys)) {
-      const r = await new Client({ baseURL: url, token }).do({ key, path: "/v1/tickets", body: { customer_id: customer, title: "Printer on fire" } });
-      if (r.replayed) n++;
-    }
-    return n;
-  };
+  const effects = (customer: string) => ticketsUnder(new Client({ baseURL: url, token }), keys, customer);
   try {
     const who = "c-ts-oa-pending-" + randomUUID().slice(0, 8);
     const model = new ScriptedModel(who);
@@ -141,13 +118,13 @@ test("a pending answer fails the run, and never reaches the model", async () => 
     const store = inMemory();
     await assert.rejects(runDurably(new Runner({ tracingDisabled: true }), agent, "Open a ticket.", store), (e: any) => e instanceof DeadlineError || e?.cause instanceof DeadlineError || /pending under key/.test(String(e?.message)));
     assert.deepEqual(model.outputs, [], "the model was handed nothing");
-    partitioned = false;
+    state.partitioned = false;
     const resumed = await runDurably(new Runner({ tracingDisabled: true }), agent, "Open a ticket.", store);
     assert.deepEqual(answers(resumed).map((a) => a.replayed), [true], "the resumed call got the first call's answer");
     assert.equal(await effects(who), 1);
 
     keys.length = 0;
-    partitioned = true;
+    state.partitioned = true;
     const naive = "c-ts-oa-pending-control-" + randomUUID().slice(0, 8);
     const control = tool({
       name: "create_ticket",
@@ -159,41 +136,29 @@ test("a pending answer fails the run, and never reaches the model", async () => 
     await new Runner({ tracingDisabled: true }).run(new Agent({ name: "support", tools: [control], model: controlModel }), "Open a ticket.");
     console.log(`pending answer: one ticket after the resume; the control: ${controlModel.outputs.length} errors to the model`);
     assert.equal(controlModel.outputs.length, 2, `the control hands the model the wait's end as an error, twice: ${controlModel.outputs}`);
-    partitioned = false;
+    state.partitioned = false;
     assert.equal(await effects(naive), 2, "the control's retry under a new key made a second ticket");
   } finally {
-    proxy.closeAllConnections();
-    proxy.close();
+    close();
   }
 });
 
 test("the README's snippet runs as written, and run again makes no second ticket", async () => {
-  // The only change: a scripted model in place of gpt-4.1. The snippet is
-  // written into the package (so that @idemflow/client resolves to it) and
-  // run from a fresh folder, where it keeps its RunState.
-  const readme = await readFile(new URL("../../../../README.md", import.meta.url), "utf8");
-  const section = readme.split("### The OpenAI Agents SDK on its own (TypeScript)")[1];
-  const snippet = section.split("```js\n")[1].split("```")[0];
-  assert.ok(snippet.includes('model: "gpt-4.1"'));
+  // The only change: a scripted model in place of gpt-4.1.
   const who = "c-ts-oa-readme-" + randomUUID().slice(0, 8);
-  const code = snippet.replace('model: "gpt-4.1"', "model: globalThis.IDEMFLOW_README_MODEL").replace('"ticket-42"', JSON.stringify(who));
-  const file = new URL("./readme-openai-agents.mjs", import.meta.url);
-  await writeFile(file, code);
-  const dir = await mkdtemp(join(tmpdir(), "idemflow-readme-"));
-  const cwd = process.cwd();
-  process.chdir(dir);
-  process.env.IDEMFLOW_URL = url;
+  const file = await readmeSnippet("### The OpenAI Agents SDK on its own (TypeScript)", "readme-openai-agents", [
+    ['model: "gpt-4.1"', "model: globalThis.IDEMFLOW_README_MODEL"],
+    ['"ticket-42"', JSON.stringify(who)],
+  ]);
   process.env.OPENAI_AGENTS_DISABLE_TRACING = "1";
   const counts: number[] = [];
-  try {
-    for (const run of [1, 2]) {
+  await inFreshFolder(url, async (run) => {
+    for (const n of [1, 2]) {
       (globalThis as any).IDEMFLOW_README_MODEL = new ScriptedModel(who);
-      await import(`${file.href}?run=${run}`);
+      await run(n);
       counts.push(await tickets(who));
     }
-  } finally {
-    process.chdir(cwd);
-  }
+  }, file);
   console.log(`the README's snippet, run twice: ${counts} tickets`);
   assert.deepEqual(counts, [1, 1], "run again from its saved RunState, the snippet made a second ticket");
 });

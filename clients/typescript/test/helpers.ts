@@ -1,0 +1,89 @@
+// What the client's test files share: the README's snippets run as
+// written, and a partition between a client and the gateway.
+
+import assert from "node:assert/strict";
+import { mkdtemp, readFile, writeFile } from "node:fs/promises";
+import { createServer, request as httpRequest, type Server } from "node:http";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import type { Client } from "../src/index.js";
+
+/**
+ * The README's first ```js block after heading, with each [from, to] of
+ * replace applied (each from must be there: the snippet is the README's,
+ * changed only where the test says). It is written into the package, so
+ * that @idemflow/client resolves to it, as name.mjs.
+ */
+export async function readmeSnippet(heading: string, name: string, replace: [string, string][]): Promise<URL> {
+  const readme = await readFile(new URL("../../../../README.md", import.meta.url), "utf8");
+  const section = readme.split(heading)[1];
+  assert.ok(section, `the README has no ${heading}`);
+  let code = section.split("```js\n")[1].split("```")[0];
+  for (const [from, to] of replace) {
+    assert.ok(code.includes(from), `the snippet under ${heading} has no ${from}`);
+    code = code.replace(from, to);
+  }
+  const file = new URL(`./${name}.mjs`, import.meta.url);
+  await writeFile(file, code);
+  return file;
+}
+
+/**
+ * Runs the snippet file once per call of run (its run-th import), from a
+ * fresh folder, where the snippet keeps its files, with IDEMFLOW_URL set.
+ */
+export async function inFreshFolder(url: string, body: (run: (n: number) => Promise<unknown>) => Promise<void>, file: URL): Promise<void> {
+  const dir = await mkdtemp(join(tmpdir(), "idemflow-readme-"));
+  const cwd = process.cwd();
+  process.chdir(dir);
+  process.env.IDEMFLOW_URL = url;
+  try {
+    await body((n) => import(`${file.href}?run=${n}`));
+  } finally {
+    process.chdir(cwd);
+  }
+}
+
+/**
+ * A proxy to url that, while partitioned, forwards each request (it takes
+ * effect) and drops its answer: a partition longer than a caller's wait.
+ * keys holds every POST's Idempotency-Key.
+ */
+export async function partitionProxy(url: string) {
+  const state = { partitioned: true, keys: [] as string[] };
+  const proxy: Server = createServer((req, res) => {
+    if (req.method === "POST") state.keys.push(String(req.headers["idempotency-key"]));
+    const up = httpRequest(url + req.url, { method: req.method, headers: req.headers }, (ur) => {
+      if (state.partitioned) {
+        ur.resume(); // the request took effect; its answer never comes back
+        return;
+      }
+      res.writeHead(ur.statusCode!, ur.headers);
+      ur.pipe(res);
+    });
+    req.pipe(up);
+  });
+  await new Promise<void>((r) => proxy.listen(0, "127.0.0.1", r));
+  return {
+    state,
+    base: `http://127.0.0.1:${(proxy.address() as { port: number }).port}`,
+    close: () => {
+      proxy.closeAllConnections();
+      proxy.close();
+    },
+  };
+}
+
+/**
+ * How many of keys made a ticket: each is sent again with the ticket
+ * body the scripted models write for customer, and a replay means the
+ * first call under it took effect.
+ */
+export async function ticketsUnder(client: Client, keys: string[], customer: string): Promise<number> {
+  let n = 0;
+  for (const key of new Set(keys)) {
+    const r = await client.do({ key, path: "/v1/tickets", body: { customer_id: customer, title: "Printer on fire" } });
+    if (r.replayed) n++;
+  }
+  return n;
+}
