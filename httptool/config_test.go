@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	"github.com/idemflow/idemflow/httptool"
+	"github.com/idemflow/idemflow/internal/tooling/docs"
 	"gopkg.in/yaml.v3"
 )
 
@@ -156,11 +157,11 @@ func TestTheExampleToolsFileLoads(t *testing.T) {
 // The README's "HTTP tools" file is examples/http_tools/tools.yaml: the
 // same tools, field for field (their comments differ).
 func TestTheReadmeToolsFileIsTheExample(t *testing.T) {
-	readme, err := os.ReadFile("../README.md")
+	readme, err := docs.Read("..")
 	if err != nil {
 		t.Fatal(err)
 	}
-	_, section, ok := strings.Cut(string(readme), "\n## HTTP tools\n")
+	_, section, ok := strings.Cut(readme, "\n## HTTP tools\n")
 	_, block, ok2 := strings.Cut(section, "```yaml\n")
 	block, _, ok3 := strings.Cut(block, "```")
 	if !ok || !ok2 || !ok3 {

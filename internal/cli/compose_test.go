@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	"github.com/idemflow/idemflow/internal/cli"
+	"github.com/idemflow/idemflow/internal/tooling/docs"
 	"gopkg.in/yaml.v3"
 )
 
@@ -31,7 +32,10 @@ func TestComposeFileMatchesTheBinaryAndTheReadme(t *testing.T) {
 	if err := yaml.Unmarshal(b, &compose); err != nil {
 		t.Fatal(err)
 	}
-	readme, _ := os.ReadFile("../../README.md")
+	readme, err := docs.Read("../..")
+	if err != nil {
+		t.Fatal(err)
+	}
 	for _, name := range []string{"postgres", "temporal", "temporal-ui", "migrate", "idemflow"} {
 		if _, ok := compose.Services[name]; !ok {
 			t.Errorf("service %s is missing", name)
@@ -66,7 +70,7 @@ func TestComposeFileMatchesTheBinaryAndTheReadme(t *testing.T) {
 		t.Errorf("idemflow's health check %q does not probe /readyz", hc)
 	}
 	for _, want := range []string{"docker compose up", "--scale idemflow=N", "Temporal server 1.32"} {
-		if !strings.Contains(string(readme), want) {
+		if !strings.Contains(readme, want) {
 			t.Errorf("README no longer says %q about the compose stack", want)
 		}
 	}

@@ -18,6 +18,7 @@ import (
 	"time"
 
 	"github.com/idemflow/idemflow/internal/cli"
+	"github.com/idemflow/idemflow/internal/tooling/docs"
 	"github.com/idemflow/idemflow/internal/tooling/testenv"
 	"go.temporal.io/server/temporaltest"
 	"gopkg.in/yaml.v3"
@@ -378,11 +379,11 @@ func TestInspectShowsRecordRowEventsWorkflowAndLink(t *testing.T) {
 // table.
 func checkMetricsTable(t *testing.T, role, scraped string) {
 	t.Helper()
-	readme, err := os.ReadFile("../../README.md")
+	readme, err := docs.Read("../..")
 	if err != nil {
 		t.Fatal(err)
 	}
-	_, table, _ := strings.Cut(string(readme), "| metric | what it counts |")
+	_, table, _ := strings.Cut(readme, "| metric | what it counts |")
 	table, _, _ = strings.Cut(table, "\n\n")
 	named := regexp.MustCompile("`((?:idemflow|temporal)_[a-z_*]+)(?:\\{([a-z_,]+)\\})?`")
 	inTable := map[string]bool{}

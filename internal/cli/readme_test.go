@@ -15,15 +15,31 @@ import (
 	"testing"
 	"time"
 
+	"github.com/idemflow/idemflow/internal/tooling/docs"
 	"github.com/idemflow/idemflow/internal/tooling/testenv"
 )
 
-// readmeLines returns the command lines of the README's sh blocks, one per
-// logical line (continuations joined, comments dropped), each with the
-// variable assignments that stand alone before it in its block.
+// readmeLines returns the command lines of the sh blocks of the README and
+// of docs/, one per logical line (continuations joined, comments dropped),
+// each with the variable assignments that stand alone before it in its
+// block.
 func readmeLines(t *testing.T) []string {
 	t.Helper()
-	f, err := os.Open("../../README.md")
+	files, err := docs.Files("../..")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var lines []string
+	for _, name := range files {
+		lines = append(lines, shLines(t, name)...)
+	}
+	return lines
+}
+
+// shLines returns the command lines of one documentation file's sh blocks.
+func shLines(t *testing.T, name string) []string {
+	t.Helper()
+	f, err := os.Open(name)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -66,7 +82,7 @@ func readmeLines(t *testing.T) []string {
 // for a while and holds it to having started (no usage error, no exit).
 var longRunning = regexp.MustCompile(`bin/idemflow (serve|dev|worker|gateway|chaos|bench|mcp --http)\b`)
 
-// Every command line the README shows runs as written, against a dev
+// Every command line the README and docs/ show runs as written, against a dev
 // stack, from a directory laid out as a clone's: bin/idemflow, .idemflow/
 // with dev.env and the demo token, examples/, clients/. Only the placeholders (…,
 // example hosts, KEY) are replaced. Lines that need what this machine lacks

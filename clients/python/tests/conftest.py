@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Iterator
+from pathlib import Path
 
 import psycopg
 import pytest
@@ -47,3 +48,10 @@ def count(db: psycopg.Connection, table: str, customer_id: str) -> int:
     row = db.execute(f"SELECT count(*) FROM {table} WHERE customer_id = %s", (customer_id,)).fetchone()
     assert row is not None
     return int(row[0])
+
+
+def docs_text() -> str:
+    """The project's documentation, README.md and then docs/*.md, one
+    after another: a snippet's test finds its section wherever it lives."""
+    root = Path(__file__).resolve().parents[3]
+    return "\n\n".join(f.read_text() for f in [root / "README.md", *sorted((root / "docs").glob("*.md"))])

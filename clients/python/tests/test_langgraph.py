@@ -33,7 +33,7 @@ import idemflow
 from idemflow.langgraph import call_message_id, durable_key, idemflow_tool
 
 from . import children
-from .conftest import count
+from .conftest import count, docs_text
 from .wire import Proxy
 
 
@@ -308,9 +308,8 @@ def test_the_readme_snippet_runs(url: str, token: str, db: psycopg.Connection, m
     """The README's snippet, as written, with a scripted model in place of
     ChatOpenAI (its import dropped: the only change), on the test's
     PostgreSQL: it opens one ticket, and its answer reaches the model."""
-    from pathlib import Path
 
-    readme = (Path(__file__).resolve().parents[3] / "README.md").read_text()
+    readme = docs_text()
     section = readme.split("### LangGraph (Python)", 1)[1]
     snippet = section.split("```python\n", 1)[1].split("```", 1)[0]
     assert 'ChatOpenAI(model="gpt-4.1")' in snippet and "from langchain_openai import ChatOpenAI\n" in snippet

@@ -31,7 +31,7 @@ from idemflow.openai_agents import durable_key, idemflow_function_tool, run_dura
 
 from . import children
 from .agents.openai_agent import ScriptedModel, Ticket
-from .conftest import count
+from .conftest import count, docs_text
 from .wire import Proxy
 
 
@@ -219,7 +219,7 @@ def test_the_readme_snippet_runs(url: str, token: str, db: psycopg.Connection, t
     """The README's snippet, as written, with the fake model in place of
     gpt-4.1 (the only change): it opens a ticket, and run again it resumes
     from the RunState it saved and makes no second."""
-    readme = (Path(__file__).resolve().parents[3] / "README.md").read_text()
+    readme = docs_text()
     section = readme.split("### The OpenAI Agents SDK on its own (Python)", 1)[1]
     snippet = section.split("```python\n", 1)[1].split("```", 1)[0]
     assert 'model="gpt-4.1"' in snippet

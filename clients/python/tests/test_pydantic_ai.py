@@ -28,7 +28,7 @@ from idemflow.pydantic_ai import message_key, run_durably
 
 from . import children
 from .agents.pydantic_agent import ScriptedModel, agent, ticket_tool
-from .conftest import count
+from .conftest import count, docs_text
 from .wire import Proxy
 
 
@@ -209,7 +209,7 @@ def test_the_readme_snippet_runs(url: str, token: str, db: psycopg.Connection, t
     """The README's snippet, as written, with the deterministic model in
     place of openai:gpt-4.1 (the only change): it opens a ticket, and run
     again it resumes from the history it saved and makes no second."""
-    readme = (Path(__file__).resolve().parents[3] / "README.md").read_text()
+    readme = docs_text()
     section = readme.split("### Pydantic AI (Python 3.11+)", 1)[1]
     snippet = section.split("```python\n", 1)[1].split("```", 1)[0]
     assert 'Agent("openai:gpt-4.1",' in snippet

@@ -22,7 +22,7 @@ import pytest
 from temporalio.client import Client
 
 from . import children
-from .conftest import count, need
+from .conftest import count, docs_text, need
 
 
 def worker(task_queue: str, keys: str, customer: str, pause: bool) -> tuple[subprocess.Popen[str], queue.Queue[str | None]]:
@@ -174,7 +174,7 @@ def test_the_readme_snippet_runs(db: psycopg.Connection, tmp_path: Path) -> None
     need("IDEMFLOW_URL")
     from .agents.temporal_agent import connect
 
-    readme = (Path(__file__).resolve().parents[3] / "README.md").read_text()
+    readme = docs_text()
     section = readme.split("### Temporal-native agents", 1)[1]
     snippet = section.split("```python\n", 1)[1].split("```", 1)[0]
     plugin = "OpenAIAgentsPlugin(model_params="

@@ -2,21 +2,28 @@
 // written, and a partition between a client and the gateway.
 
 import assert from "node:assert/strict";
-import { mkdtemp, readFile, writeFile } from "node:fs/promises";
+import { mkdtemp, readdir, readFile, writeFile } from "node:fs/promises";
 import { createServer, request as httpRequest, type Server } from "node:http";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import type { Client } from "../src/index.js";
 
+/** The project's documentation, README.md and then docs/*.md, one after another. */
+export async function docsText(): Promise<string> {
+  const root = new URL("../../../../", import.meta.url);
+  const topics = (await readdir(new URL("docs/", root))).filter((f) => f.endsWith(".md")).sort();
+  const texts = await Promise.all(["README.md", ...topics.map((f) => `docs/${f}`)].map((f) => readFile(new URL(f, root), "utf8")));
+  return texts.join("\n\n");
+}
+
 /**
- * The README's first ```js block after heading, with each [from, to] of
+ * The documentation's first ```js block after heading, with each [from, to] of
  * replace applied (each from must be there: the snippet is the README's,
  * changed only where the test says). It is written into the package, so
  * that @idemflow/client resolves to it, as name.mjs.
  */
 export async function readmeSnippet(heading: string, name: string, replace: [string, string][]): Promise<URL> {
-  const readme = await readFile(new URL("../../../../README.md", import.meta.url), "utf8");
-  const section = readme.split(heading)[1];
+  const section = (await docsText()).split(heading)[1];
   assert.ok(section, `the README has no ${heading}`);
   let code = section.split("```js\n")[1].split("```")[0];
   for (const [from, to] of replace) {

@@ -2,24 +2,24 @@ package tickets_test
 
 import (
 	"fmt"
-	"os"
 	"regexp"
 	"strings"
 	"testing"
 
 	"github.com/idemflow/idemflow/internal/ops/tickets"
+	"github.com/idemflow/idemflow/internal/tooling/docs"
 )
 
 // The README's table of a ticket's fields says what the declaration's
 // schema enforces: a rule is written in tickets.Create, and the table is
 // held to it, so the two cannot drift.
 func TestTheReadmeTicketTableIsTheDeclaration(t *testing.T) {
-	b, err := os.ReadFile("../../../README.md")
+	b, err := docs.Read("../../..")
 	if err != nil {
 		t.Fatal(err)
 	}
 	rows := map[string]string{}
-	for _, m := range regexp.MustCompile("(?m)^\\| `([a-z_]+)` \\| string \\| (.+) \\|$").FindAllStringSubmatch(string(b), -1) {
+	for _, m := range regexp.MustCompile("(?m)^\\| `([a-z_]+)` \\| string \\| (.+) \\|$").FindAllStringSubmatch(b, -1) {
 		rows[m[1]] = strings.ReplaceAll(m[2], " ", "")
 	}
 	schema := tickets.Create.RequestSchema()
