@@ -73,14 +73,19 @@ func (a HTTPTool) run(ctx context.Context, in op.Input) (idem.Outcome, error) {
 	if !ok {
 		return idem.Outcome{}, temporal.NewNonRetryableApplicationError("no HTTP tool is a "+in.Intent.BizType, idem.ErrTypeForged, nil)
 	}
-	fingerprint, err := t.Op.Fingerprint(in)
+	// The request is decoded once, for its fingerprint and its call.
+	d, err := t.Op.DecodeInput(in)
+	var fingerprint string
+	if err == nil {
+		fingerprint, err = t.Op.FingerprintOf(d)
+	}
 	if err == nil && fingerprint != in.Intent.Fingerprint {
 		err = errors.New("the request does not match the intent's fingerprint")
 	}
-	if err != nil {
-		return idem.Outcome{}, temporal.NewNonRetryableApplicationError(err.Error(), idem.ErrTypeForged, err)
+	var request json.RawMessage
+	if err == nil {
+		request, err = t.Op.RequestJSON(d)
 	}
-	request, err := t.Op.Decode(in)
 	if err != nil {
 		return idem.Outcome{}, temporal.NewNonRetryableApplicationError(err.Error(), idem.ErrTypeForged, err)
 	}

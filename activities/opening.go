@@ -6,6 +6,7 @@ import (
 	"fmt"
 
 	"github.com/idemflow/idemflow/idem"
+	"github.com/idemflow/idemflow/op"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 )
@@ -41,6 +42,9 @@ var errNotOpen = errors.New("the intent's record is not open for this execution"
 // sent nothing itself, opens the transaction too.
 //
 // Like stepTx, it cannot be committed or rolled back by the step.
+// openingTx is the step's op.ExecutionTx.
+var _ op.ExecutionTx = (*openingTx)(nil)
+
 type openingTx struct {
 	conn  *pgx.Conn
 	in    idem.Intent

@@ -28,16 +28,40 @@ func (a Operation) Run(ctx context.Context, in op.Input) (idem.Outcome, error) {
 		return idem.Outcome{}, temporal.NewNonRetryableApplicationError(
 			"no operation of this activity is a "+in.Intent.BizType, idem.ErrTypeForged, nil)
 	}
-	o := a.Ops[i]
-	return a.execute(ctx, in.Intent, operationRequest{o, in}, func(tx pgx.Tx) (idem.Outcome, error) {
-		return o.Run(ctx, tx, in)
+	r := &operationRequest{op: a.Ops[i], in: in}
+	return a.execute(ctx, in.Intent, r, func(tx pgx.Tx) (idem.Outcome, error) {
+		d, err := r.decoded()
+		if err != nil {
+			return idem.Outcome{}, err
+		}
+		return r.op.RunDecoded(ctx, tx, d)
 	})
 }
 
-// operationRequest is an input's request, fingerprinted by its operation.
+// operationRequest is an input's request, decoded once per execution:
+// the fingerprint checked first and the step (run again on the long way)
+// read the same decode.
 type operationRequest struct {
-	op *op.Operation
-	in op.Input
+	op  *op.Operation
+	in  op.Input
+	dec *op.Decoded
 }
 
-func (r operationRequest) Fingerprint() (string, error) { return r.op.Fingerprint(r.in) }
+func (r *operationRequest) decoded() (op.Decoded, error) {
+	if r.dec == nil {
+		d, err := r.op.DecodeInput(r.in)
+		if err != nil {
+			return op.Decoded{}, err
+		}
+		r.dec = &d
+	}
+	return *r.dec, nil
+}
+
+func (r *operationRequest) Fingerprint() (string, error) {
+	d, err := r.decoded()
+	if err != nil {
+		return "", err
+	}
+	return r.op.FingerprintOf(d)
+}

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"strings"
+	"sync/atomic"
 	"testing"
 
 	"github.com/idemflow/idemflow/activities"
@@ -175,5 +176,65 @@ func TestLaterStatementsCommitWithTheRecordOrNotAtAll(t *testing.T) {
 	}
 	if n := testenv.Count(t, tx, "note", "idem_key = 'plain'"); n != 1 {
 		t.Errorf("op.Later on a plain transaction: %d notes, want it sent at once", n)
+	}
+}
+
+// countedRequest counts its decodes (a package variable: a test's own
+// counter, read only by TestAnExecutionDecodesItsRequestOnce).
+type countedRequest struct {
+	Text string `json:"text"`
+}
+
+var countedDecodes atomic.Int32
+
+func (r *countedRequest) UnmarshalJSON(b []byte) error {
+	countedDecodes.Add(1)
+	var plain struct {
+		Text string `json:"text"`
+	}
+	if err := json.Unmarshal(b, &plain); err != nil {
+		return err
+	}
+	r.Text = plain.Text
+	return nil
+}
+
+// An execution decodes its request once: the fingerprint it checks and
+// the step it runs read the same decode (and so does the step run again on
+// the long way, after a pipeline with Later statements failed).
+func TestAnExecutionDecodesItsRequestOnce(t *testing.T) {
+	f := setup(t)
+	if _, err := f.pool.Exec(context.Background(), `CREATE TABLE counted (tenant_id text, idem_key text, text text, UNIQUE (tenant_id, idem_key))`); err != nil {
+		t.Fatal(err)
+	}
+	o := op.Define(op.Spec[countedRequest, struct{}]{
+		Name: "counted",
+		Step: func(ctx context.Context, tx pgx.Tx, in op.In[countedRequest]) (struct{}, error) {
+			_, err := tx.Exec(ctx, `INSERT INTO counted VALUES ($1, $2, $3)`, in.TenantID, in.Key, in.Request.Text)
+			return struct{}{}, err
+		},
+		Lookup: func(context.Context, op.Querier, string, string) (struct{}, bool, error) {
+			return struct{}{}, false, nil
+		},
+		View:  func(struct{}) op.Answer { return op.Answer{Body: map[string]string{}} },
+		Table: "counted",
+	})
+	p, err := o.Prepare([]byte(`{"text":"once"}`), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	in := starter.OperationIntent(o, "acme", "decoded-once", p)
+	c, err := f.records.Claim(context.Background(), idem.ClaimParams{TenantID: in.TenantID, Key: in.Key, BizType: in.BizType,
+		Fingerprint: in.Fingerprint, WorkflowID: in.WorkflowID, Hint: in.Hint})
+	if err != nil {
+		t.Fatal(err)
+	}
+	in.Attempt = c.Record.Attempts
+	countedDecodes.Store(0)
+	if _, err := (activities.Operation{Activities: f.acts, Ops: []*op.Operation{o}}).Run(context.Background(), in.Input(in.Intent, c.Hint).(op.Input)); err != nil {
+		t.Fatal(err)
+	}
+	if n := countedDecodes.Load(); n != 1 {
+		t.Fatalf("the execution decoded its request %d times, want 1", n)
 	}
 }

@@ -91,11 +91,8 @@ func DefineJSON(s JSONSpec) (*Operation, error) {
 	return o, nil
 }
 
-// Decode returns an input's request as the JSON it was submitted as.
-func (o *Operation) Decode(in Input) (json.RawMessage, error) {
-	req, err := o.request(in)
-	if err != nil {
-		return nil, err
-	}
-	return json.Marshal(req)
+// RequestJSON returns a decoded input's request as the JSON it was
+// submitted as (an operation declared with DefineJSON keeps it canonical).
+func (o *Operation) RequestJSON(d Decoded) (json.RawMessage, error) {
+	return json.Marshal(d.req)
 }

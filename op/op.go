@@ -383,7 +383,7 @@ func define[R, Row any](s Spec[R, Row]) (*Operation, error) {
 	}
 	o.step = func(ctx context.Context, tx pgx.Tx, in Input, req any) (idem.Outcome, error) {
 		var hint json.RawMessage
-		if h, ok := tx.(interface{ Hinted() bool }); ok && h.Hinted() {
+		if h, ok := tx.(ExecutionTx); ok && h.Hinted() {
 			hint = in.Hint
 		}
 		row, err := s.Step(ctx, tx, In[R]{TenantID: in.Intent.TenantID, Key: in.Intent.Key,
@@ -612,14 +612,35 @@ func (o *Operation) Hint(tenantID string, p Prepared) *idem.Hint {
 	return &idem.Hint{SQL: sql, Args: args}
 }
 
+// Decoded is an input with its request decoded, once per execution, for
+// both its fingerprint and its step.
+type Decoded struct {
+	in  Input
+	req any
+}
+
+// DecodeInput decodes an input's request for the operation.
+func (o *Operation) DecodeInput(in Input) (Decoded, error) {
+	req, err := o.request(in)
+	if err != nil {
+		return Decoded{}, err
+	}
+	return Decoded{in: in, req: req}, nil
+}
+
 // Fingerprint recomputes the fingerprint of an input's request: the
 // activity trusts the request, never the fingerprint it was handed.
 func (o *Operation) Fingerprint(in Input) (string, error) {
-	req, err := o.request(in)
+	d, err := o.DecodeInput(in)
 	if err != nil {
 		return "", err
 	}
-	return idem.Fingerprint(o.BizType, o.covered(req))
+	return o.FingerprintOf(d)
+}
+
+// FingerprintOf is Fingerprint of a decoded input.
+func (o *Operation) FingerprintOf(d Decoded) (string, error) {
+	return idem.Fingerprint(o.BizType, o.covered(d.req))
 }
 
 // HasStep reports whether the operation's effect is a step in the
@@ -629,14 +650,19 @@ func (o *Operation) HasStep() bool { return o.step != nil }
 
 // Run is the step over an input, within tx.
 func (o *Operation) Run(ctx context.Context, tx pgx.Tx, in Input) (idem.Outcome, error) {
-	if o.step == nil {
-		return idem.Outcome{}, fmt.Errorf("op: %s has no step in the transaction", o.Name)
-	}
-	req, err := o.request(in)
+	d, err := o.DecodeInput(in)
 	if err != nil {
 		return idem.Outcome{}, err
 	}
-	return o.step(ctx, tx, in, req)
+	return o.RunDecoded(ctx, tx, d)
+}
+
+// RunDecoded is Run over a decoded input.
+func (o *Operation) RunDecoded(ctx context.Context, tx pgx.Tx, d Decoded) (idem.Outcome, error) {
+	if o.step == nil {
+		return idem.Outcome{}, fmt.Errorf("op: %s has no step in the transaction", o.Name)
+	}
+	return o.step(ctx, tx, d.in, d.req)
 }
 
 // Recall is idem.Recall for the operation's rows. The row carries no
@@ -712,12 +738,23 @@ func Later(ctx context.Context, tx pgx.Tx, b *pgx.Batch) error {
 			return fmt.Errorf("op.Later: %q has a result callback, which could not stop the commit sent behind it: send it with tx.SendBatch, or let a constraint refuse what it checks", strings.Join(strings.Fields(q.SQL), " "))
 		}
 	}
-	if l, ok := tx.(interface {
-		Later(ctx context.Context, b *pgx.Batch) error
-	}); ok {
+	if l, ok := tx.(ExecutionTx); ok {
 		return l.Later(ctx, b)
 	}
 	return tx.SendBatch(ctx, b).Close()
+}
+
+// ExecutionTx is what the transaction of an intent's execution offers a
+// step beyond pgx.Tx (the activities package's implements it): Later
+// queues statements for the pipeline that finishes the record and commits,
+// and Hinted says whether the step may use its input's hint (not on the
+// long way after a failed pipeline, which the hint may have caused). A
+// step is handed a plain pgx.Tx in a test: op.Later then sends at once,
+// and In.Hint is nil.
+type ExecutionTx interface {
+	pgx.Tx
+	Later(ctx context.Context, b *pgx.Batch) error
+	Hinted() bool
 }
 
 // MustSchema parses a JSON Schema written as JSON (an embedded file), for
