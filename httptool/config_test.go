@@ -161,7 +161,7 @@ func TestTheReadmeToolsFileIsTheExample(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	_, section, ok := strings.Cut(readme, "\n## HTTP tools\n")
+	_, section, ok := strings.Cut(readme, "\n# HTTP tools\n")
 	_, block, ok2 := strings.Cut(section, "```yaml\n")
 	block, _, ok3 := strings.Cut(block, "```")
 	if !ok || !ok2 || !ok3 {
