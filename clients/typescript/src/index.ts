@@ -283,11 +283,22 @@ export class Client {
    * Runs the intent a store keeps under id: made (with its key) and stored
    * before the first attempt, sent until it has a final answer, which is
    * stored too. After a restart the same id resumes it, with the same key.
+   * Another request under a used id throws IntentMismatchError, except
+   * after idemflow refused the last one as sent (400, 413, 415: nothing
+   * recorded), when the same key carries the corrected one.
    */
   async run(store: FileStore, id: string, method: string, path: string, body: unknown, opts: { deadlineMs?: number; signal?: AbortSignal } = {}): Promise<Result> {
     const intent = await store.open(id, method, path, body);
     if (intent.result) return result(intent.result.status, intent.result.raw, true);
-    const r = await this.do(intent, opts);
+    let r: Result;
+    try {
+      r = await this.do(intent, opts);
+    } catch (e) {
+      // Refused as sent (400, 413, 415), nothing recorded: the same ID,
+      // and key, may carry a corrected body.
+      if (e instanceof InvalidRequestError && !e.settled) await store.refused(intent);
+      throw e;
+    }
     await store.done(intent, r);
     return r;
   }
@@ -427,6 +438,8 @@ export interface StoredIntent extends Intent {
   id: string;
   method: string;
   result?: { status: number; raw: string };
+  /** idemflow refused the request as sent (nothing recorded): the next open may carry a corrected one. */
+  refused?: boolean;
 }
 
 /** The stored intent under an ID was made for another request. */
@@ -466,10 +479,17 @@ export class FileStore {
   async open(id: string, method: string, path: string, body: unknown): Promise<StoredIntent> {
     try {
       const stored = JSON.parse(await readFile(this.#file(id), "utf8")) as StoredIntent;
-      if (stored.method !== method || stored.path !== path || !sameBody(stored.body, body)) {
-        throw new IntentMismatchError(`intent ${id} was stored as ${stored.method} ${stored.path} with another body`);
+      if (stored.method === method && stored.path === path && sameBody(stored.body, body)) return stored;
+      if (!stored.refused || stored.result) {
+        throw new IntentMismatchError(
+          `intent ${id} was stored as ${stored.method} ${stored.path} with another body; its key may already be recorded with the stored request, so use a new ID for a new intent`,
+        );
       }
-      return stored;
+      // idemflow refused the stored request before recording anything: the
+      // same key carries the corrected one.
+      const revised: StoredIntent = { id, key: stored.key, method, path, body };
+      await this.#save(revised);
+      return revised;
     } catch (e) {
       if ((e as NodeJS.ErrnoException).code !== "ENOENT") throw e;
     }
@@ -481,6 +501,11 @@ export class FileStore {
   /** Records an intent's final answer. */
   async done(intent: StoredIntent, r: Result): Promise<void> {
     await this.#save({ ...intent, result: { status: r.status, raw: r.raw } });
+  }
+
+  /** Records that idemflow refused the intent's request as sent (nothing was recorded there), so the next open may carry a corrected one. */
+  async refused(intent: StoredIntent): Promise<void> {
+    await this.#save({ ...intent, refused: true });
   }
 
   async #save(intent: StoredIntent): Promise<void> {

@@ -93,6 +93,18 @@ test("the file store keeps an intent's key across restarts, and refuses another 
   assert.equal(resumed.raw, first.raw);
 });
 
+test("a request idemflow refused as sent is corrected under the same ID and key; a recorded one is not", async () => {
+  const dir = await mkdtemp(join(tmpdir(), "idemflow-ts-"));
+  const bad = { customer_id: "c-ts", title: "corrected", colour: "red" }; // a member the schema does not have
+  await assert.rejects(client().run(new FileStore(dir), "step-fix", "POST", "/v1/tickets", bad), (e: unknown) => e instanceof InvalidRequestError && !e.settled);
+  const refused = await new FileStore(dir).open("step-fix", "POST", "/v1/tickets", bad);
+  assert.equal(refused.refused, true, "the store records the refusal");
+  const fixed = await client().run(new FileStore(dir), "step-fix", "POST", "/v1/tickets", ticket("corrected"));
+  assert.equal(fixed.status, 201);
+  assert.equal(JSON.parse(fixed.raw).idempotency_key, refused.key, "the corrected body went under the same key");
+  await assert.rejects(new FileStore(dir).open("step-fix", "POST", "/v1/tickets", ticket("another")), IntentMismatchError);
+});
+
 test("a durable key needs a durable identity, and is never made at random", () => {
   const call = { id: "call_1", name: "create_ticket", args: {} };
   const state = { messages: [new AIMessage({ id: "msg-1", content: "", tool_calls: [call] })] };
