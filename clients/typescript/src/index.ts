@@ -65,7 +65,9 @@ export class UnauthorizedError extends ProblemError {}
 export class NotFoundError extends ProblemError {}
 /**
  * An at_most_once HTTP tool's call got no answer that says whether it took
- * effect (502, /problems/outcome-unknown). Final: it is never sent again.
+ * effect (502, /problems/outcome-unknown). Final when it is the intent's
+ * own answer (settled: it is never sent again); one not marked so is
+ * retried, and typed this way too.
  */
 export class OutcomeUnknownError extends ProblemError {}
 
@@ -99,6 +101,8 @@ function problemError(status: number, body: string, settled: boolean): ProblemEr
     return new ProblemError(status, p, body, true);
   }
   if (p.type === "/problems/idempotency-key-reused") return new KeyReusedError(status, p, body);
+  // Not the intent's own answer (a retry follows), typed as Go's is.
+  if (p.type === outcomeUnknown) return new OutcomeUnknownError(status, p, body);
   if (status === 413) return new TooLargeError(status, p, body);
   if (status === 400 || status === 415) return new InvalidRequestError(status, p, body);
   if (status === 401) return new UnauthorizedError(status, p, body);

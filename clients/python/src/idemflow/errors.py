@@ -115,7 +115,9 @@ class NotFoundError(ProblemError):
 
 class OutcomeUnknownError(ProblemError):
     """An at_most_once HTTP tool's call got no answer that says whether it
-    took effect (502, /problems/outcome-unknown). Final: never sent again."""
+    took effect (502, /problems/outcome-unknown). Final when it is the
+    intent's own answer (.settled: never sent again); one not marked so is
+    retried, and typed this way too."""
 
 
 class DeadlineError(IdemflowError):
@@ -152,6 +154,9 @@ def problem_error(status: int, body: str, settled: bool) -> ProblemError:
         return ProblemError(status, p, body, True)
     if p.get("type") == "/problems/idempotency-key-reused":
         return KeyReusedError(status, p, body)
+    if p.get("type") == OUTCOME_UNKNOWN:
+        # Not the intent's own answer (a retry follows), typed as Go's is.
+        return OutcomeUnknownError(status, p, body)
     if status == 413:
         return TooLargeError(status, p, body)
     if status in (400, 415):
