@@ -10,7 +10,7 @@ import (
 
 	"github.com/idemflow/idemflow/idem"
 	"github.com/idemflow/idemflow/internal/apperr"
-	"github.com/idemflow/idemflow/internal/ops/payments"
+	"github.com/idemflow/idemflow/internal/ops/orders/payments"
 	"github.com/jackc/pgx/v5"
 )
 
