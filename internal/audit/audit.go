@@ -1,6 +1,8 @@
 // Package audit checks, read-only, that the guarantee still holds in a
 // database: the unique constraints are in place, no (tenant, key) has two
-// business rows, and no intent is stuck in PROCESSING.
+// business rows, and no intent is stuck in PROCESSING. It also reports
+// whether an acknowledged commit would survive a failover to a standby,
+// which warns but is no failure: the guarantee's data is intact now.
 package audit
 
 import (
@@ -9,6 +11,7 @@ import (
 	"time"
 
 	"github.com/idemflow/idemflow/idem"
+	"github.com/idemflow/idemflow/internal/replication"
 	"github.com/jackc/pgx/v5"
 )
 
@@ -27,6 +30,8 @@ type Report struct {
 	Duplicates        []Duplicate
 	Stale             []idem.Record
 	Horizon           time.Duration
+	// Replication is the database's standbys and commit settings.
+	Replication replication.Report
 }
 
 // Healthy is true when nothing was found.
@@ -57,6 +62,9 @@ func Run(ctx context.Context, db idem.Querier, records *idem.Store, guards []ide
 		return rep, err
 	}
 	rep.Stale = stale
+	if rep.Replication, err = replication.Check(ctx, db); err != nil {
+		return rep, err
+	}
 	return rep, nil
 }
 

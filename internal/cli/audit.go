@@ -46,6 +46,10 @@ func runAudit(ctx context.Context, env *Env, args []string) error {
 	for _, r := range rep.Stale {
 		fmt.Fprintf(w, "  %s (tenant %s, key %q, since %s)\n", r.WorkflowID, r.TenantID, r.Key, r.UpdatedAt.Format(time.RFC3339))
 	}
+	fmt.Fprintf(w, "failover               %s\n", rep.Replication.Summary())
+	if warning := rep.Replication.Warning(); warning != "" {
+		fmt.Fprintf(w, "  WARNING: %s\n", warning)
+	}
 	if rep.Healthy() {
 		fmt.Fprintln(w, "healthy")
 		return nil

@@ -16,6 +16,7 @@ import (
 	"github.com/idemflow/idemflow/internal/metrics"
 	"github.com/idemflow/idemflow/internal/pgurl"
 	"github.com/idemflow/idemflow/internal/registry"
+	"github.com/idemflow/idemflow/internal/replication"
 	"github.com/idemflow/idemflow/internal/schedule"
 	"github.com/idemflow/idemflow/internal/service"
 	"github.com/idemflow/idemflow/internal/tenant"
@@ -163,6 +164,7 @@ func openDeps(ctx context.Context, logger *slog.Logger, set *registry.Set, tools
 		return nil, fmt.Errorf("reach database: %w", err)
 	}
 	reg := metrics.New()
+	reportReplication(ctx, logger, pool, reg)
 	base := client.Options{MetricsHandler: reg.SDK, Interceptors: interceptors}
 	if c.rpcs != nil {
 		c.rpcs.Client(&base)
@@ -197,6 +199,31 @@ func openDeps(ctx context.Context, logger *slog.Logger, set *registry.Set, tools
 		Tenants:   tenant.NewStore(pool),
 		namespace: c.namespace,
 	}, nil
+}
+
+// reportReplication tells the operator, at start, whether a commit
+// idemflow acknowledges survives a failover to a standby, and records it
+// (idemflow_database_failover_safe): a warning when standbys exist and a
+// promotion could lose acknowledged answers, never a refusal to start.
+func reportReplication(ctx context.Context, logger *slog.Logger, q replication.Querier, reg *metrics.Registry) {
+	r, err := replication.Check(ctx, q)
+	if err != nil {
+		logger.Warn("database replication could not be read: whether an acknowledged answer survives a failover is unknown", "error", err)
+		reg.Replication(false, 0, 0)
+		return
+	}
+	var sync int
+	for _, s := range r.Standbys {
+		if s.Synchronous() {
+			sync++
+		}
+	}
+	reg.Replication(r.Safe(), sync, len(r.Standbys)-sync)
+	if w := r.Warning(); w != "" {
+		logger.Warn(w, "replication", r.Summary())
+		return
+	}
+	logger.Info("database replication", "summary", r.Summary(), "failover_safe", r.Safe())
 }
 
 // dialTemporal connects a client; base carries what a process adds (its

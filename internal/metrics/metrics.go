@@ -169,3 +169,23 @@ func (p *processing) Collect(ch chan<- prometheus.Metric) {
 	ch <- prometheus.MustNewConstMetric(p.count, prometheus.GaugeValue, float64(n))
 	ch <- prometheus.MustNewConstMetric(p.oldest, prometheus.GaugeValue, age.Seconds())
 }
+
+// Replication records what replication.Check found at the process's
+// start: whether a commit idemflow acknowledges survives the promotion
+// of a standby (1) or not (0), and the streaming standbys by kind.
+func (r *Registry) Replication(safe bool, sync, async int) {
+	g := prometheus.NewGauge(prometheus.GaugeOpts{
+		Name: "idemflow_database_failover_safe",
+		Help: "1 when an acknowledged commit survives a standby's promotion (a synchronous standby, and commits wait for it), else 0; read at start.",
+	})
+	standbys := prometheus.NewGaugeVec(prometheus.GaugeOpts{
+		Name: "idemflow_database_standbys",
+		Help: "Streaming standbys of the database at start, by kind (sync: a commit waits for it; async).",
+	}, []string{"kind"})
+	if safe {
+		g.Set(1)
+	}
+	standbys.WithLabelValues("sync").Set(float64(sync))
+	standbys.WithLabelValues("async").Set(float64(async))
+	r.MustRegister(g, standbys)
+}

@@ -324,3 +324,38 @@ func redact(u string) string {
 	}
 	return p.Redacted()
 }
+
+// StartStandby makes a streaming standby of the private server p in
+// dataDir/postgres (a base backup with pg_basebackup, which writes the
+// connection to p and standby.signal) and starts it on 127.0.0.1:port,
+// where it reports to p as application name. It is asynchronous until p's
+// synchronous_standby_names names it.
+func (p *Postgres) StartStandby(ctx context.Context, dataDir string, port int, name string) (*Postgres, error) {
+	if !p.Private {
+		return nil, errors.New("postgres: a standby is made of a private server only")
+	}
+	dir, err := filepath.Abs(filepath.Join(dataDir, "postgres"))
+	if err != nil {
+		return nil, err
+	}
+	if err := os.MkdirAll(filepath.Dir(dir), 0o700); err != nil {
+		return nil, fmt.Errorf("postgres: standby dir: %w", err)
+	}
+	if p.cred != nil {
+		if err := chownTree(filepath.Dir(dir), int(p.cred.Uid), int(p.cred.Gid)); err != nil {
+			return nil, err
+		}
+	}
+	bin := filepath.Dir(p.pgCtl)
+	conninfo := fmt.Sprintf("host=127.0.0.1 port=%d user=postgres application_name=%s", p.port, name)
+	if err := p.run(ctx, filepath.Join(bin, "pg_basebackup"), "-D", dir, "-d", conninfo, "-R", "-X", "stream", "-c", "fast"); err != nil {
+		return nil, fmt.Errorf("postgres: base backup: %w", err)
+	}
+	s := &Postgres{AdminURL: fmt.Sprintf("postgres://postgres@127.0.0.1:%d/postgres?sslmode=disable&connect_timeout=2", port),
+		Private: true, dir: dir, pgCtl: p.pgCtl, port: port, cred: p.cred}
+	if err := s.start(ctx); err != nil {
+		s.stopOrphan(context.WithoutCancel(ctx))
+		return nil, err
+	}
+	return s, nil
+}
