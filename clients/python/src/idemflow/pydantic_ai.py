@@ -11,11 +11,11 @@ whichever way the agent runs.
   that is a second effect. So the tool stops the run before the call
   (Pydantic AI's deferred approval), and :func:`run_durably` saves the
   history, and the decision, before the call runs.
-- **TemporalDurability** (or the older TemporalAgent). The tool runs in a
+- **TemporalDurability** (tested; the older TemporalAgent is not). The tool runs in a
   Temporal activity, and its key is the activity's
   (:func:`idemflow.temporal.activity_key`): register
   :class:`idemflow.temporal.KeyInterceptor` on the worker.
-- **DBOSDurability** (or DBOSAgent). Inside a DBOS workflow the call runs
+- **DBOSDurability** (tested; DBOSAgent is not). Inside a DBOS workflow the call runs
   as a DBOS step, and its key is the workflow's ID and the step's ID. A
   recovered workflow runs the unfinished step again under the same ID.
 
