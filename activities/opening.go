@@ -42,9 +42,6 @@ var errNotOpen = errors.New("the intent's record is not open for this execution"
 // sent nothing itself, opens the transaction too.
 //
 // Like stepTx, it cannot be committed or rolled back by the step.
-// openingTx is the step's op.ExecutionTx.
-var _ op.ExecutionTx = (*openingTx)(nil)
-
 type openingTx struct {
 	conn  *pgx.Conn
 	in    idem.Intent
@@ -59,6 +56,9 @@ type openingTx struct {
 	// carried later statements failed).
 	now bool
 }
+
+// openingTx is the transaction a step runs in: op.ExecutionTx.
+var _ op.ExecutionTx = (*openingTx)(nil)
 
 // Later keeps b's statements for the finishing pipeline (op.Later), or
 // sends them at once on the long way.

@@ -151,7 +151,9 @@ type Spec[R, Row any] struct {
 	// It never ends tx (its Commit and Rollback fail); it may nest
 	// savepoints with Begin, and should queue statements that depend on
 	// no earlier answer in a pgx.Batch: each round trip is on the
-	// intent's critical path.
+	// intent's critical path. It must not change in.Request (a slice's
+	// elements, a map): the request is decoded once per execution, and a
+	// step run again the long way gets the same one.
 	Step func(ctx context.Context, tx pgx.Tx, in In[R]) (Row, error)
 	// Lookup reads the row a key's step wrote, within q (found false, or
 	// ErrNotFound, when there is none). It is how a key whose record was
