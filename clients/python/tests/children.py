@@ -32,3 +32,53 @@ def start(module: str, *args: str, env: dict[str, str]) -> tuple[subprocess.Pope
 
     threading.Thread(target=read, daemon=True).start()
     return p, lines
+
+
+def lines_of(lines: queue.Queue[str | None]) -> list[str]:
+    """The lines a process printed so far (all of them, once it ended)."""
+    out: list[str] = []
+    while True:
+        try:
+            line = lines.get_nowait()
+        except queue.Empty:
+            return out
+        if line is None:
+            return out
+        out.append(line)
+
+
+def wait_for(lines: queue.Queue[str | None], prefix: str) -> str:
+    """The first line a process prints that starts with prefix; the test
+    fails if the process ends, or says nothing for 90 s, before it."""
+    import pytest
+
+    seen: list[str] = []
+    while True:
+        try:
+            line = lines.get(timeout=90)
+        except queue.Empty:
+            pytest.fail(f"the process never printed {prefix!r}: {seen}")
+        if line is None:
+            pytest.fail(f"the process ended before {prefix!r}: {seen}")
+        seen.append(line)
+        if line.startswith(prefix):
+            return line
+
+
+def kill_mid_call_and_rerun(module: str, args: list[str], env: dict[str, str], hit: threading.Event) -> tuple[list[str], subprocess.Popen[str], list[str]]:
+    """Runs python -m module, SIGKILLs it once hit is set (the proxy saw
+    its tool call), and runs it again as the app would, to its end: what
+    the killed run printed, and the rerun with what it printed."""
+    import pytest
+
+    p, lines = start(module, *args, env=env)
+    if not hit.wait(90):
+        p.kill()
+        pytest.fail(f"the agent never called the tool: {lines_of(lines)}")
+    p.kill()  # SIGKILL
+    p.wait(30)
+    seen = lines_of(lines)
+    assert not any(s.startswith("DONE") for s in seen), seen
+    p, lines = start(module, *args, env=env)
+    p.wait(120)
+    return seen, p, lines_of(lines)

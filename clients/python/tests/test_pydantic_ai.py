@@ -10,9 +10,6 @@ from __future__ import annotations
 import asyncio
 import json
 import os
-import queue
-import signal
-import subprocess
 import uuid
 from pathlib import Path
 from typing import Any
@@ -32,24 +29,8 @@ from .conftest import count, docs_text
 from .wire import Proxy
 
 
-def start(thread: str, state: Path, env: dict[str, str], *extra: str) -> tuple[subprocess.Popen[str], queue.Queue[str | None]]:
-    return children.start("tests.agents.pydantic_agent", "--thread", thread, "--state", str(state), *extra, env=env)
-
-
 def agent_env(url: str) -> dict[str, str]:
     return {**os.environ, "IDEMFLOW_URL": url, "PYTHONUNBUFFERED": "1"}
-
-
-def lines_of(lines: queue.Queue[str | None]) -> list[str]:
-    out: list[str] = []
-    while True:
-        try:
-            line = lines.get_nowait()
-        except queue.Empty:
-            return out
-        if line is None:
-            return out
-        out.append(line)
 
 
 def answers(result: Any) -> list[dict[str, Any]]:
@@ -87,19 +68,10 @@ def test_a_killed_pydantic_agent_resumes_from_its_history_without_a_duplicate(
     try:
         # The first POST reaches the gateway, its answer is dropped, and
         # the agent is SIGKILLed while it waits: the ticket exists, the
-        # run never learned it.
-        p, lines = start(thread, state, agent_env(proxy.url), *extra)
-        if not proxy.hit.wait(90):
-            p.kill()
-            pytest.fail(f"the agent never called the tool: {lines_of(lines)}")
-        p.send_signal(signal.SIGKILL)
-        p.wait(30)
-        seen = lines_of(lines)
-        assert not any(s.startswith("DONE") for s in seen), seen
-        # The app runs it again, the way it resumes a run.
-        p, lines = start(thread, state, agent_env(proxy.url), *extra)
-        p.wait(120)
-        out = lines_of(lines)
+        # run never learned it. The app then runs it again, the way it
+        # resumes a run.
+        args = ["--thread", thread, "--state", str(state), *extra]
+        seen, p, out = children.kill_mid_call_and_rerun("tests.agents.pydantic_agent", args, agent_env(proxy.url), proxy.hit)
     finally:
         proxy.close()
     assert p.returncode == 0 and any(s.startswith("DONE") for s in out), out

@@ -25,32 +25,6 @@ from .conftest import count, need
 from .wire import Proxy
 
 
-def lines_of(lines: queue.Queue[str | None]) -> list[str]:
-    out: list[str] = []
-    while True:
-        try:
-            line = lines.get_nowait()
-        except queue.Empty:
-            return out
-        if line is None:
-            return out
-        out.append(line)
-
-
-def wait_for(lines: queue.Queue[str | None], prefix: str) -> str:
-    seen: list[str] = []
-    while True:
-        try:
-            line = lines.get(timeout=90)
-        except queue.Empty:
-            pytest.fail(f"the process never printed {prefix!r}: {seen}")
-        if line is None:
-            pytest.fail(f"the process ended before {prefix!r}: {seen}")
-        seen.append(line)
-        if line.startswith(prefix):
-            return line
-
-
 @pytest.mark.parametrize("tools,tickets", [("idemflow", 1), ("naive", 2)], ids=["activity key", "control, a key per attempt"])
 def test_a_killed_temporal_durable_pydantic_agent_makes_one_ticket(tools: str, tickets: int, url: str, db: psycopg.Connection) -> None:
     need("TEMPORAL_ADDRESS")
@@ -65,7 +39,7 @@ def test_a_killed_temporal_durable_pydantic_agent_makes_one_ticket(tools: str, t
     def worker() -> queue.Queue[str | None]:
         p, lines = children.start("tests.agents.pydantic_temporal_agent", "--task-queue", task_queue, env=env)
         procs.append(p)
-        wait_for(lines, "worker up")
+        children.wait_for(lines, "worker up")
         return lines
 
     try:
@@ -133,18 +107,9 @@ def test_a_killed_dbos_durable_pydantic_agent_makes_one_ticket(tools: str, ticke
     }
     try:
         # The tool's first POST took effect, its answer is lost, and the
-        # process dies waiting, mid step.
-        p, lines = children.start("tests.agents.pydantic_dbos_agent", "--workflow-id", workflow_id, env=env)
-        if not proxy.hit.wait(90):
-            p.kill()
-            pytest.fail(f"the agent never called the tool: {lines_of(lines)}")
-        p.send_signal(signal.SIGKILL)
-        p.wait(30)
-        seen = lines_of(lines)
-        # The app starts again: DBOS.launch recovers the workflow.
-        p, lines = children.start("tests.agents.pydantic_dbos_agent", "--workflow-id", workflow_id, env=env)
-        p.wait(120)
-        out = lines_of(lines)
+        # process dies waiting, mid step. The app starts again, and
+        # DBOS.launch recovers the workflow.
+        seen, p, out = children.kill_mid_call_and_rerun("tests.agents.pydantic_dbos_agent", ["--workflow-id", workflow_id], env, proxy.hit)
     finally:
         proxy.close()
     n = count(db, "ticket", customer)

@@ -32,20 +32,6 @@ def worker(task_queue: str, keys: str, customer: str, pause: bool) -> tuple[subp
     return children.start("tests.agents.temporal_agent", "--task-queue", task_queue, env=env)
 
 
-def wait_for(lines: queue.Queue[str | None], prefix: str) -> str:
-    seen: list[str] = []
-    while True:
-        try:
-            line = lines.get(timeout=90)
-        except queue.Empty:
-            pytest.fail(f"the worker never printed {prefix!r}: {seen}")
-        if line is None:
-            pytest.fail(f"the worker ended before {prefix!r}: {seen}")
-        seen.append(line)
-        if line.startswith(prefix):
-            return line
-
-
 @pytest.mark.parametrize("keys,tickets", [("idemflow", 1), ("naive", 2)], ids=["activity_key", "control, a key per attempt"])
 def test_a_killed_temporal_agent_worker_makes_one_ticket(keys: str, tickets: int, db: psycopg.Connection) -> None:
     need("IDEMFLOW_URL")
@@ -56,19 +42,19 @@ def test_a_killed_temporal_agent_worker_makes_one_ticket(keys: str, tickets: int
     first, first_lines = worker(task_queue, keys, customer, pause=True)
     second = None
     try:
-        wait_for(first_lines, "worker up")
+        children.wait_for(first_lines, "worker up")
 
         async def main() -> str:
             client: Client = await connect()
             handle = await client.start_workflow(TicketAgent.run, "Open a ticket.", id=f"agent-{customer}", task_queue=task_queue)
             # The first attempt took effect; its worker dies before it
             # returns.
-            paused = await asyncio.to_thread(wait_for, first_lines, "PAUSED after-effect")
+            paused = await asyncio.to_thread(children.wait_for, first_lines, "PAUSED after-effect")
             first.send_signal(signal.SIGKILL)
             first.wait(30)
             nonlocal second
             second, second_lines = worker(task_queue, keys, customer, pause=False)
-            await asyncio.to_thread(wait_for, second_lines, "worker up")
+            await asyncio.to_thread(children.wait_for, second_lines, "worker up")
             out = await asyncio.wait_for(handle.result(), timeout=90)
             events = (await handle.fetch_history()).events
             attempts = [e.activity_task_started_event_attributes.attempt for e in events if e.HasField("activity_task_started_event_attributes")]
@@ -124,7 +110,7 @@ def test_a_pending_answer_fails_the_temporal_agent_run_and_a_reset_replays_it(ur
     }
     w, lines = children.start("tests.agents.temporal_agent", "--task-queue", task_queue, env=env)
     try:
-        wait_for(lines, "worker up")
+        children.wait_for(lines, "worker up")
 
         async def main() -> tuple[str, list[str], list[str]]:
             client: Client = await connect()
