@@ -273,6 +273,21 @@ func TestALangGraphAgentKilledMidToolCallResumesWithoutADuplicate(t *testing.T) 
 // approval, the messages saved once the response is done, as a route's
 // onFinish does) each make two.
 func TestAVercelAIChatKilledMidExecuteResumesFromItsSavedMessages(t *testing.T) {
+	killAndRerun(t, killedAgent{script: "dist/agent/vercel.js", idFlag: "--chat", prefix: "vercel-",
+		state: "chat.json", resumed: "from its saved messages"})
+}
+
+// killedAgent is a framework's agent script for killAndRerun: its file,
+// the flag naming the conversation (its customer too), the prefix of that
+// name, its state file, and what a rerun that resumed says after the name.
+type killedAgent struct{ script, idFlag, prefix, state, resumed string }
+
+// killAndRerun runs a's three cases: each agent is SIGKILLed after
+// idemflow executed its ticket call (the answer lost) and run again.
+// Resumed from what it saved, there is one ticket and the answer is a
+// replay; the control (--tools naive, a fresh key per call) and the
+// unsafe setting (--unsafe, nothing saved before the call) make two.
+func killAndRerun(t *testing.T, a killedAgent) {
 	bin := node(t)
 	s := testenv.NewStack(t, testenv.Options{})
 	for _, c := range []struct {
@@ -281,21 +296,21 @@ func TestAVercelAIChatKilledMidExecuteResumesFromItsSavedMessages(t *testing.T) 
 		tickets  int
 		replayed string
 	}{
-		{"saved messages", nil, 1, `"replayed":true`},
+		{"saved " + strings.TrimPrefix(a.resumed, "from its saved "), nil, 1, `"replayed":true`},
 		{"control, fresh keys", []string{"--tools", "naive"}, 2, `"replayed":false`},
 		{"unsafe, nothing saved before the call", []string{"--unsafe"}, 2, `"replayed":false`},
 	} {
 		t.Run(c.name, func(t *testing.T) {
-			chat := "vercel-" + strings.NewReplacer(" ", "-", ",", "").Replace(c.name) + "-" + fmt.Sprint(time.Now().UnixNano()%1e6)
-			args := append([]string{"dist/agent/vercel.js", "--chat", chat, "--state", t.TempDir() + "/chat.json"}, c.extra...)
+			id := a.prefix + strings.NewReplacer(" ", "-", ",", "").Replace(c.name) + "-" + fmt.Sprint(time.Now().UnixNano()%1e6)
+			args := append([]string{a.script, a.idFlag, id, "--state", t.TempDir() + "/" + a.state}, c.extra...)
 			p := newProxy(t, s.URL, answerLost)
 			environ := env(s, p.URL)
 			killScriptMidCall(t, bin, environ, p, args...)
 			out := runScript(t, bin, environ, args...)
-			n := testenv.Count(t, s.Pool, "ticket", "customer_id = $1", chat)
-			t.Logf("%s: %d tickets after the kill and the request made again", c.name, n)
-			if c.extra == nil && !strings.Contains(out, "resuming "+chat+" from its saved messages") {
-				t.Fatal("the request made again did not carry the saved messages")
+			n := testenv.Count(t, s.Pool, "ticket", "customer_id = $1", id)
+			t.Logf("%s: %d tickets after the kill and the rerun", c.name, n)
+			if c.extra == nil && !strings.Contains(out, "resuming "+id+" "+a.resumed) {
+				t.Fatalf("the rerun did not resume %s", a.resumed)
 			}
 			if n != c.tickets {
 				t.Fatalf("%d tickets, want %d", n, c.tickets)
@@ -314,36 +329,6 @@ func TestAVercelAIChatKilledMidExecuteResumesFromItsSavedMessages(t *testing.T) 
 // unsafe setting (no approval, nothing saved before the call) each make
 // two.
 func TestAnOpenAIAgentsJSAgentKilledMidCallResumesFromItsRunState(t *testing.T) {
-	bin := node(t)
-	s := testenv.NewStack(t, testenv.Options{})
-	for _, c := range []struct {
-		name     string
-		extra    []string
-		tickets  int
-		replayed string
-	}{
-		{"saved RunState", nil, 1, `"replayed":true`},
-		{"control, fresh keys", []string{"--tools", "naive"}, 2, `"replayed":false`},
-		{"unsafe, nothing saved before the call", []string{"--unsafe"}, 2, `"replayed":false`},
-	} {
-		t.Run(c.name, func(t *testing.T) {
-			conv := "oa-js-" + strings.NewReplacer(" ", "-", ",", "").Replace(c.name) + "-" + fmt.Sprint(time.Now().UnixNano()%1e6)
-			args := append([]string{"dist/agent/openai-agent.js", "--conversation", conv, "--state", t.TempDir() + "/run-state.json"}, c.extra...)
-			p := newProxy(t, s.URL, answerLost)
-			environ := env(s, p.URL)
-			killScriptMidCall(t, bin, environ, p, args...)
-			out := runScript(t, bin, environ, args...)
-			n := testenv.Count(t, s.Pool, "ticket", "customer_id = $1", conv)
-			t.Logf("%s: %d tickets after the kill and the rerun", c.name, n)
-			if c.extra == nil && !strings.Contains(out, "resuming "+conv+" from its saved RunState") {
-				t.Fatal("the rerun did not resume from the saved RunState")
-			}
-			if n != c.tickets {
-				t.Fatalf("%d tickets, want %d", n, c.tickets)
-			}
-			if !strings.Contains(out, "tool create_ticket {\"http_status\":201,"+c.replayed) {
-				t.Fatalf("the ticket call's answer is not %s", c.replayed)
-			}
-		})
-	}
+	killAndRerun(t, killedAgent{script: "dist/agent/openai-agent.js", idFlag: "--conversation", prefix: "oa-js-",
+		state: "run-state.json", resumed: "from its saved RunState"})
 }
