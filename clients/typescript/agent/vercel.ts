@@ -18,10 +18,10 @@ import { randomUUID } from "node:crypto";
 import { existsSync, readFileSync, writeFileSync, renameSync, openSync, fsyncSync, closeSync } from "node:fs";
 import { parseArgs } from "node:util";
 import { generateText, stepCountIs, tool, type ModelMessage, type ToolApprovalResponse } from "ai";
-import { MockLanguageModelV3 } from "ai/test";
 import { z } from "zod";
 import { Client } from "../src/index.js";
 import { idemflowTool, stopOnPending } from "../src/ai.js";
+import { scriptedChat } from "./scripted-chat.js";
 
 const { values } = parseArgs({
   options: {
@@ -41,45 +41,6 @@ const ticketSchema = z.object({ customer_id: z.string(), title: z.string() });
 // The client's attempts time out fast, so that a dropped answer is
 // retried at once (the kill comes first).
 const client = new Client({ baseURL: url, token, attemptTimeoutMs: 3000, initialBackoffMs: 50, maxBackoffMs: 500 });
-
-/** Every tool output the model was handed, as it read them. */
-const outputs: string[] = [];
-
-/**
- * The scripted model: asks for one ticket until a tool's answer is in its
- * input, then answers; after a tool error it asks again (a new call, as a
- * model writes one), up to twice. Each call it writes has a new ID, as a
- * real model's, unless callId fixes one (a provider that numbers calls
- * per response).
- */
-function scriptedModel(customer: string, callId?: string) {
-  const usage = { inputTokens: { total: 1, noCache: 1, cacheRead: 0, cacheWrite: 0 }, outputTokens: { total: 1, text: 1, reasoning: 0 } };
-  return new MockLanguageModelV3({
-    doGenerate: async (opts) => {
-      const last = opts.prompt[opts.prompt.length - 1];
-      let answered = false;
-      if (last?.role === "tool") {
-        for (const p of last.content) {
-          if (p.type !== "tool-result") continue;
-          const text = p.output.type === "error-text" ? `error: ${p.output.value}` : JSON.stringify(p.output);
-          outputs.push(text);
-          answered ||= p.output.type !== "error-text";
-        }
-      }
-      const errors = outputs.filter((o) => o.startsWith("error:")).length;
-      if (answered || errors >= 2) {
-        return { content: [{ type: "text", text: "The ticket is open." }], finishReason: { unified: "stop", raw: "stop" }, usage, warnings: [] };
-      }
-      const input = JSON.stringify({ customer_id: customer, title: "Printer on fire" });
-      return {
-        content: [{ type: "tool-call", toolCallId: callId ?? `call_${randomUUID()}`, toolName: "create_ticket", input }],
-        finishReason: { unified: "tool-calls", raw: "tool_calls" },
-        usage,
-        warnings: [],
-      };
-    },
-  });
-}
 
 function naiveTool(needsApproval: boolean) {
   return tool({
@@ -115,7 +76,8 @@ const create_ticket =
   values.tools === "naive"
     ? naiveTool(!values.unsafe)
     : idemflowTool(client, { name: "create_ticket", description: "Create a support ticket.", inputSchema: ticketSchema, path: "/v1/tickets", chatId: chat, needsApproval: !values.unsafe, callIdsUnique: values.unsafe });
-const model = scriptedModel(chat, values["call-id"]);
+const callId = values["call-id"];
+const { model } = scriptedChat(chat, callId ? () => callId : undefined);
 const saved = existsSync(state);
 let messages: ModelMessage[] = saved && !values.unsafe ? JSON.parse(readFileSync(state, "utf8")) : [{ role: "user", content: "My printer is on fire." }];
 console.log(saved && !values.unsafe ? `resuming ${chat} from its saved messages` : `starting ${chat}`);

@@ -8,50 +8,21 @@ import { randomUUID } from "node:crypto";
 import { readFile } from "node:fs/promises";
 import { test } from "node:test";
 import { generateText, stepCountIs, type ModelMessage, type ToolSet } from "ai";
-import { MockLanguageModelV3 } from "ai/test";
 import { z } from "zod";
 import { Client } from "../src/index.js";
 import { durableKey, idemflowTool, NoDurableIdentityError, PendingRunError, stopOnPending } from "../src/ai.js";
+import { scriptedChat } from "../agent/scripted-chat.js";
 import { inFreshFolder, partitionProxy, readmeSnippet, ticketsUnder } from "./helpers.js";
 
 const url = process.env.IDEMFLOW_URL!;
 const token = process.env.IDEMFLOW_TOKEN!;
 const schema = z.object({ customer_id: z.string(), title: z.string() });
-const usage = { inputTokens: { total: 1, noCache: 1, cacheRead: 0, cacheWrite: 0 }, outputTokens: { total: 1, text: 1, reasoning: 0 } };
-
-/**
- * A model that asks for one ticket until a tool's answer is in its input,
- * then answers; after a tool error it asks again (a new call ID, as a
- * model writes one), up to twice. outputs: what it was handed.
- */
-function scripted(customer: string, callId?: () => string) {
-  const outputs: string[] = [];
-  const model = new MockLanguageModelV3({
-    doGenerate: async (opts) => {
-      const last = opts.prompt[opts.prompt.length - 1];
-      let answered = false;
-      if (last?.role === "tool") {
-        for (const p of last.content) {
-          if (p.type !== "tool-result") continue;
-          outputs.push(p.output.type === "error-text" ? `error: ${p.output.value}` : JSON.stringify(p.output));
-          answered ||= p.output.type !== "error-text";
-        }
-      }
-      if (answered || outputs.length >= 2) return { content: [{ type: "text", text: "done" }], finishReason: { unified: "stop", raw: "stop" }, usage, warnings: [] };
-      const input = JSON.stringify({ customer_id: customer, title: "Printer on fire" });
-      const id = callId ? callId() : `call_${randomUUID()}`;
-      return { content: [{ type: "tool-call", toolCallId: id, toolName: "create_ticket", input }], finishReason: { unified: "tool-calls", raw: "tool_calls" }, usage, warnings: [] };
-    },
-  });
-  return { model, outputs };
-}
-
 /**
  * One turn of a chat as a route runs it: requests over the saved messages
  * until no approval is left undecided, every call approved. saved holds
  * what the app saved; a failed request saves nothing.
  */
-async function turn(model: MockLanguageModelV3, tools: ToolSet, saved: ModelMessage[][], guard = true): Promise<ModelMessage[]> {
+async function turn(model: ReturnType<typeof scriptedChat>["model"], tools: ToolSet, saved: ModelMessage[][], guard = true): Promise<ModelMessage[]> {
   let messages = saved[saved.length - 1];
   for (;;) {
     const last = messages[messages.length - 1];
@@ -82,7 +53,7 @@ test("a toolCallId reused in a later turn is a second call, not the first one's 
   let messages: ModelMessage[] = [];
   for (const t of ["first", "second"]) {
     saved.push([...messages, { role: "user", content: `${t} turn: open a ticket` }]);
-    messages = await turn(scripted(who, () => "call_0").model, { create_ticket }, saved);
+    messages = await turn(scriptedChat(who, () => "call_0").model, { create_ticket }, saved);
   }
   const got = answers(messages);
   console.log(`two turns under call_0: replayed ${got.map((a) => a.replayed)}, tickets ${got.map((a) => a.result.ticket_id)}`);
@@ -104,7 +75,7 @@ test("a pending answer stops the run, and never reaches the model as an error", 
   try {
     const who = "c-ts-ai-pending-" + randomUUID().slice(0, 8);
     const tools = { create_ticket: idemflowTool(c, { name: "create_ticket", description: "Create a ticket.", inputSchema: schema, path: "/v1/tickets", chatId: who, waitMs: 1200 }) };
-    const { model, outputs } = scripted(who);
+    const { model, outputs } = scriptedChat(who);
     const saved: ModelMessage[][] = [[{ role: "user", content: "Open a ticket." }]];
     await assert.rejects(turn(model, tools, saved), PendingRunError);
     assert.deepEqual(outputs, [], "the model was handed nothing");
@@ -116,7 +87,7 @@ test("a pending answer stops the run, and never reaches the model as an error", 
     keys.length = 0;
     state.partitioned = true;
     const naive = "c-ts-ai-pending-control-" + randomUUID().slice(0, 8);
-    const ctl = scripted(naive);
+    const ctl = scriptedChat(naive);
     const controlTools = { create_ticket: idemflowTool(c, { name: "create_ticket", description: "Create a ticket.", inputSchema: schema, path: "/v1/tickets", chatId: naive, waitMs: 1200 }) };
     await turn(ctl.model, controlTools, [[{ role: "user", content: "Open a ticket." }]], false);
     console.log(`pending answer: one ticket after the resume; the control: ${ctl.outputs.length} errors to the model`);
@@ -147,7 +118,7 @@ test("the shared key vectors (vercel_ai)", async () => {
 test("the README's snippet runs as written, and run again makes no second ticket", async () => {
   // The only change: the mock model in place of openai/gpt-4.1.
   const file = await readmeSnippet("### The Vercel AI SDK (`clients/typescript`, `ai` 6)", "readme-vercel", [['model: "openai/gpt-4.1"', "model: globalThis.IDEMFLOW_README_MODEL"]]);
-  const { model, outputs } = scripted("c-1");
+  const { model, outputs } = scriptedChat("c-1");
   (globalThis as any).IDEMFLOW_README_MODEL = model;
   await inFreshFolder(url, async (run) => {
     await run(1);

@@ -1,0 +1,39 @@
+// The scripted chat model of the Vercel AI SDK tests, the kill test's
+// agent (vercel.ts) and the client's (test/ai.test.ts): the SDK's mock
+// model, reading its input as a real model would.
+
+import { randomUUID } from "node:crypto";
+import { MockLanguageModelV3 } from "ai/test";
+
+const usage = { inputTokens: { total: 1, noCache: 1, cacheRead: 0, cacheWrite: 0 }, outputTokens: { total: 1, text: 1, reasoning: 0 } };
+
+/**
+ * Asks for one ticket for customer until a tool's answer is in its input,
+ * then answers; after a tool error it asks again (a new call, as a model
+ * writes one), up to twice. Each call it writes has a new ID, as a real
+ * model's, unless callId gives one (a provider that numbers calls per
+ * response). outputs: every tool output it was handed, as it read them.
+ */
+export function scriptedChat(customer: string, callId?: () => string) {
+  const outputs: string[] = [];
+  const model = new MockLanguageModelV3({
+    doGenerate: async (opts) => {
+      const last = opts.prompt[opts.prompt.length - 1];
+      let answered = false;
+      if (last?.role === "tool") {
+        for (const p of last.content) {
+          if (p.type !== "tool-result") continue;
+          outputs.push(p.output.type === "error-text" ? `error: ${p.output.value}` : JSON.stringify(p.output));
+          answered ||= p.output.type !== "error-text";
+        }
+      }
+      if (answered || outputs.filter((o) => o.startsWith("error:")).length >= 2) {
+        return { content: [{ type: "text", text: "The ticket is open." }], finishReason: { unified: "stop", raw: "stop" }, usage, warnings: [] };
+      }
+      const input = JSON.stringify({ customer_id: customer, title: "Printer on fire" });
+      const id = callId ? callId() : `call_${randomUUID()}`;
+      return { content: [{ type: "tool-call", toolCallId: id, toolName: "create_ticket", input }], finishReason: { unified: "tool-calls", raw: "tool_calls" }, usage, warnings: [] };
+    },
+  });
+  return { model, outputs };
+}
