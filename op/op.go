@@ -74,11 +74,29 @@ type Read struct {
 	Route string
 	// Summary and Description are shown in OpenAPI.
 	Summary, Description string
+	// OperationID names the read in OpenAPI (a Link's target); by default
+	// it is the operation's name and _read1, _read2, ... in order.
+	OperationID string
 	// Get returns the resource as JSON, the body of a 200, for tenantID:
 	// path(name) is the value of the route's {name}. An error wrapping
 	// ErrNotFound (NotFound's) is a 404 with its text: nothing of that
 	// name is the tenant's. Any other error is a 503.
 	Get func(ctx context.Context, q Querier, tenantID string, path func(name string) string) (json.RawMessage, error)
+}
+
+// Link is a call a client can make next from an operation's answer (an
+// OpenAPI link, written on each 2xx of its POST but the 202).
+type Link struct {
+	// Name names the link in the answer's links.
+	Name string
+	// OperationID is the target's: a declared operation's name (or the
+	// operationId its Paths give it), or a read's (Read.OperationID).
+	OperationID string
+	// Parameters are the target's parameters as OpenAPI runtime
+	// expressions: $response.body#/ticket_id, $request.path.order_no.
+	Parameters map[string]string
+	// Description is shown in OpenAPI.
+	Description string
 }
 
 // In is what a step receives: the intent's identity and its request, as
@@ -181,6 +199,26 @@ type Spec[R, Row any] struct {
 	// Name. Without it the contract says only "an object". SchemaFor
 	// derives one from a Go type.
 	Answer *Schema
+	// Links are the calls a client can make next from the operation's
+	// answer (OpenAPI links, which Schemathesis' stateful phase follows
+	// too): to its read, or to another operation on what it wrote.
+	Links []Link
+	// Paths, if set, are OpenAPI 3.1 path items (a JSON object, path to
+	// item) that describe the operation's route and reads in full, but
+	// for the request body, which is always the declaration's. Without
+	// them the contract derives both from its neutral templates.
+	Paths []byte
+	// Inspect, if set, is what 'idemflow inspect' shows of a key beyond
+	// its row: lines an operator reads (an order's events). It runs for
+	// the operation whose business type the key's record or row names.
+	Inspect func(ctx context.Context, q Querier, tenantID, key string) ([]string, error)
+	// Seed, if set, writes the demo data a new tenant of a dev stack (and
+	// of a chaos run) needs to use the operation: a catalog, say. It must
+	// be safe to run again.
+	Seed func(ctx context.Context, q Querier, tenantID string) error
+	// Example, if set, is a request body to try the operation with (the
+	// dev stack's banner shows the first one's as a curl command).
+	Example string
 	// Route, Tool, BizType, Scope, Workflow and Activity override the
 	// names derived from Name. Built-in operations keep their historical
 	// names this way, so that recorded histories, workflow IDs and stored
@@ -204,6 +242,13 @@ type Operation struct {
 	Reads []Read
 	// Answer is its answer's schema (Spec.Answer), or nil.
 	Answer *Schema
+	// Links, Paths, Inspect, Seed and Example are the declaration's (see
+	// Spec).
+	Links   []Link
+	Paths   []byte
+	Inspect func(ctx context.Context, q Querier, tenantID, key string) ([]string, error)
+	Seed    func(ctx context.Context, q Querier, tenantID string) error
+	Example string
 	// PathParams are the Route's {name} segments, in order.
 	PathParams []string
 
@@ -318,6 +363,16 @@ func define[R, Row any](s Spec[R, Row]) (*Operation, error) {
 	}
 	o.Reads = slices.Clone(s.Reads)
 	o.Answer = s.Answer
+	for _, l := range s.Links {
+		if l.Name == "" || l.OperationID == "" {
+			return nil, fmt.Errorf("link %q: a Name and an OperationID are required", l.Name)
+		}
+	}
+	if len(s.Paths) > 0 && !json.Valid(s.Paths) {
+		return nil, errors.New("the Paths are not JSON")
+	}
+	o.Links, o.Paths = slices.Clone(s.Links), s.Paths
+	o.Inspect, o.Seed, o.Example = s.Inspect, s.Seed, s.Example
 	o.PathParams = RouteParams(o.Route)
 	sch, err := jsonschema.For[R](nil)
 	if err != nil {

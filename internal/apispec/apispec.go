@@ -1,12 +1,13 @@
 // Package apispec holds the gateway's HTTP contract, its OpenAPI 3.1
 // document: what is not derived from the operations' declarations (the
-// headers, the problem types, idemflow's own routes, and the built-ins'
-// paths with their answers' statuses), written once, and WithOperations,
-// which writes each declaration in: its request schema, its answer's
-// schema (a component), its reads. The gateway serves the result and the
-// tests check every exchange against it; a rule of a request (a length, an
+// headers, the problem types, idemflow's own routes, and the neutral
+// templates a declared operation's paths are derived from), written once,
+// and WithOperations, which writes each declaration in: its paths (its
+// own, or derived), its request schema, its answer's schema (a component),
+// its reads and its links. The gateway serves the result and the tests
+// check every exchange against it; a rule of a request (a length, an
 // enum, a required field) or a field of an answer is written in its
-// declaration alone.
+// declaration alone, and no built-in is named here.
 package apispec
 
 import (
@@ -46,22 +47,31 @@ func dig(v any, path ...string) any {
 	return v
 }
 
-// WithOperations returns the contract with each declared operation's
-// request schema: in its path where the document describes it (a built-in
-// operation's answers), else in a new path, POST at its route, with the
-// answers every intent can get (the ticket's, whose 201 becomes the
-// operation's answer schema, or any object). Each operation's answer
-// schema is a component (addAnswers) and each of its reads a GET path
-// (addReads).
+// WithOperations returns the contract with each declared operation: the
+// path items its declaration writes (op.Spec.Paths, a built-in's), else a
+// POST at its route derived from the document's neutral intent template
+// (x-templates, which the served document does not carry), with the
+// operation's answer schema on its 201. Either way the request schema is
+// the declaration's. Each operation's answer schema is a component
+// (addAnswers), each of its reads a GET path (addReads) and each of its
+// links is written on its answers (addLinks).
 func WithOperations(ops []*op.Operation) ([]byte, error) {
 	var doc map[string]any
 	if err := json.Unmarshal(document, &doc); err != nil {
 		return nil, fmt.Errorf("apispec: %w", err)
 	}
 	paths, _ := doc["paths"].(map[string]any)
-	template, ok := dig(doc, "paths", "/v1/tickets", "post").(map[string]any)
+	template, ok := dig(doc, "x-templates", "intent").(map[string]any)
 	if !ok {
-		return nil, errors.New("apispec: the contract has no POST /v1/tickets to derive operations from")
+		return nil, errors.New("apispec: the contract has no x-templates.intent to derive operations from")
+	}
+	readTemplate, ok := dig(doc, "x-templates", "read").(map[string]any)
+	if !ok {
+		return nil, errors.New("apispec: the contract has no x-templates.read to derive reads from")
+	}
+	delete(doc, "x-templates")
+	if err := addPaths(paths, ops); err != nil {
+		return nil, err
 	}
 	answers, err := addAnswers(doc, ops)
 	if err != nil {
@@ -108,10 +118,10 @@ func WithOperations(ops []*op.Operation) ([]byte, error) {
 		}
 		paths[o.Route] = map[string]any{"post": item}
 	}
-	if err := addReads(paths, ops, answers); err != nil {
+	if err := addReads(paths, ops, answers, readTemplate); err != nil {
 		return nil, err
 	}
-	if err := addLinks(paths); err != nil {
+	if err := addLinks(paths, ops); err != nil {
 		return nil, err
 	}
 	if err := enumerateProblems(paths, ops); err != nil {
@@ -175,14 +185,32 @@ func isString(t any) bool {
 // it).
 const HeaderOperationID = "Operation-Id"
 
-// addReads writes each operation's GET routes (op.Read) that the document
-// does not: from the document's GET /v1/tickets/{id}, with the route's
-// parameters and a body the declaration does not describe further.
-func addReads(paths map[string]any, ops []*op.Operation, answers answerRefs) error {
-	template, ok := dig(paths, "/v1/tickets/{id}", "get").(map[string]any)
-	if !ok {
-		return errors.New("apispec: the contract has no GET /v1/tickets/{id} to derive reads from")
+// addPaths writes the path items the operations' declarations carry
+// (op.Spec.Paths). A path that the document or another declaration
+// already writes is an error: each path has one author.
+func addPaths(paths map[string]any, ops []*op.Operation) error {
+	for _, o := range ops {
+		if len(o.Paths) == 0 {
+			continue
+		}
+		var items map[string]any
+		if err := json.Unmarshal(o.Paths, &items); err != nil {
+			return fmt.Errorf("apispec: operation %s: its paths: %w", o.Name, err)
+		}
+		for path, item := range items {
+			if _, written := paths[path]; written {
+				return fmt.Errorf("apispec: operation %s: the path %s is written twice", o.Name, path)
+			}
+			paths[path] = item
+		}
 	}
+	return nil
+}
+
+// addReads writes each operation's GET routes (op.Read) that no path item
+// describes: from the document's read template, with the route's
+// parameters and the operation's answer schema.
+func addReads(paths map[string]any, ops []*op.Operation, answers answerRefs, template map[string]any) error {
 	for _, o := range ops {
 		for i, rd := range o.Reads {
 			if _, written := dig(paths, rd.Route, "get").(map[string]any); written {
@@ -192,7 +220,7 @@ func addReads(paths map[string]any, ops []*op.Operation, answers answerRefs) err
 			if err != nil {
 				return err
 			}
-			item["operationId"] = fmt.Sprintf("%s_read%d", o.Name, i+1)
+			item["operationId"] = cmp.Or(rd.OperationID, fmt.Sprintf("%s_read%d", o.Name, i+1))
 			item["summary"] = cmp.Or(rd.Summary, "Read what "+o.Name+" wrote")
 			item["description"] = rd.Description
 			var params []any
@@ -265,13 +293,20 @@ func addAnswers(doc map[string]any, ops []*op.Operation) (answerRefs, error) {
 // addLinks writes the links a client (or Schemathesis's stateful run)
 // follows from an answer to the next call: from every intent's answer
 // (any 2xx, idemflow's 202 included) to its operation, through the
-// Operation-Id header; from a ticket to its read; from an order, and from
-// each transition of it, to its read and its transitions.
-func addLinks(paths map[string]any) error {
+// Operation-Id header; and each declaration's own (op.Spec.Links) on its
+// POST's 2xx answers but the 202. A link to an operationId the document
+// does not have is an error.
+func addLinks(paths map[string]any, ops []*op.Operation) error {
 	operation := map[string]any{"operationId": "getOperation",
 		"parameters":  map[string]any{"id": "$response.header." + HeaderOperationID},
 		"description": "The intent's operation: its state and stored answer."}
+	ids := map[string]bool{}
 	for _, item := range paths {
+		for _, m := range item.(map[string]any) {
+			if id, ok := dig(m, "operationId").(string); ok {
+				ids[id] = true
+			}
+		}
 		post, ok := dig(item, "post").(map[string]any)
 		if !ok {
 			continue
@@ -294,28 +329,35 @@ func addLinks(paths map[string]any) error {
 			link(answer, "getOperation", operation)
 		}
 	}
-	ticket, ok := dig(paths, "/v1/tickets", "post", "responses", "201").(map[string]any)
-	if !ok {
-		return errors.New("apispec: the contract has no 201 of POST /v1/tickets to link from")
-	}
-	link(ticket, "getTicket", map[string]any{"operationId": "getTicket", "parameters": map[string]any{"id": "$response.body#/ticket_id"}})
-	transitions := []string{"getOrder", "payOrder", "cancelOrder", "refundOrder", "fulfillOrder"}
-	orderLinks := func(answer map[string]any, orderNo string) {
-		for _, id := range transitions {
-			link(answer, id, map[string]any{"operationId": id, "parameters": map[string]any{"order_no": orderNo}})
+	for _, o := range ops {
+		if len(o.Links) == 0 {
+			continue
 		}
-	}
-	created, ok := dig(paths, "/v1/orders", "post", "responses", "201").(map[string]any)
-	if !ok {
-		return errors.New("apispec: the contract has no 201 of POST /v1/orders to link from")
-	}
-	orderLinks(created, "$response.body#/order_no")
-	for _, action := range []string{"pay", "cancel", "refund", "fulfill"} {
-		done, ok := dig(paths, "/v1/orders/{order_no}/"+action, "post", "responses", "200").(map[string]any)
+		responses, ok := dig(paths, o.Route, "post", "responses").(map[string]any)
 		if !ok {
-			return fmt.Errorf("apispec: the contract has no 200 of POST /v1/orders/{order_no}/%s to link from", action)
+			return fmt.Errorf("apispec: operation %s: no POST %s to link from", o.Name, o.Route)
 		}
-		orderLinks(done, "$request.path.order_no")
+		for _, l := range o.Links {
+			if !ids[l.OperationID] {
+				return fmt.Errorf("apispec: operation %s: link %s leads to operationId %s, which the contract does not have", o.Name, l.Name, l.OperationID)
+			}
+			target := map[string]any{"operationId": l.OperationID}
+			if len(l.Parameters) > 0 {
+				params := map[string]any{}
+				for k, v := range l.Parameters {
+					params[k] = v
+				}
+				target["parameters"] = params
+			}
+			if l.Description != "" {
+				target["description"] = l.Description
+			}
+			for code, r := range responses {
+				if code[0] == '2' && code != "202" {
+					link(r.(map[string]any), l.Name, target)
+				}
+			}
+		}
 	}
 	return nil
 }

@@ -15,8 +15,8 @@ import (
 	"time"
 
 	"github.com/idemflow/idemflow/internal/metrics"
-	"github.com/idemflow/idemflow/internal/ops/orders"
 	"github.com/idemflow/idemflow/internal/pgurl"
+	"github.com/idemflow/idemflow/internal/registry"
 	"github.com/idemflow/idemflow/internal/tenant"
 	"github.com/idemflow/idemflow/internal/tooling/demo"
 	"github.com/idemflow/idemflow/internal/tooling/devserver"
@@ -168,14 +168,7 @@ idemflow dev is up (Ctrl-C stops it; data in %s)
   metrics      %s/metrics
   tenant       %s
   token        %s
-
-try it (run twice: the second answer is a replay):
-  curl -i -X POST %s/v1/tickets \
-    -H 'Authorization: Bearer %s' \
-    -H 'Idempotency-Key: demo-1' -H 'Content-Type: application/json' \
-    -d '{"customer_id":"c-1","title":"Printer on fire","priority":"high"}'
-then find it: idemflow inspect %s demo-1, or IdempotencyKey="demo-1" in the Web UI's filter
-`, *dataDir, gw, tsrv.HostPort, c.namespace, uiLine, gw, tenantID, token, gw, token, tenantID)
+%s`, *dataDir, gw, tsrv.HostPort, c.namespace, uiLine, gw, tenantID, token, tryIt(d.Set, gw, token, tenantID))
 		if *withDemo {
 			cfg := dm.cfg
 			cfg.BaseURL, cfg.Token, cfg.Tenant, cfg.DatabaseURL = gw, token, tenantID, c.databaseURL
@@ -192,6 +185,23 @@ then find it: idemflow inspect %s demo-1, or IdempotencyKey="demo-1" in the Web 
 			}()
 		}
 	}})
+}
+
+// tryIt is the banner's example: a curl of the first operation that
+// declares an example request (op.Spec.Example), or nothing.
+func tryIt(set *registry.Set, gateway, token, tenantID string) string {
+	route, body, ok := set.Example()
+	if !ok {
+		return ""
+	}
+	return fmt.Sprintf(`
+try it (run twice: the second answer is a replay):
+  curl -i -X POST %s%s \
+    -H 'Authorization: Bearer %s' \
+    -H 'Idempotency-Key: demo-1' -H 'Content-Type: application/json' \
+    -d '%s'
+then find it: idemflow inspect %s demo-1, or IdempotencyKey="demo-1" in the Web UI's filter
+`, gateway, route, token, body, tenantID)
 }
 
 // devPoolMaxConns bounds a dev stack's own pool, unless its URL sets
@@ -258,10 +268,10 @@ func bootstrapTokens(ctx context.Context, d *deps, bindings bindingsFlag, dataDi
 	if err := applyBindings(ctx, d, bindings); err != nil {
 		return "", "", err
 	}
-	// The dev stack's tenants get the demo catalog; a deployment's
-	// migrations seed none.
+	// The dev stack's tenants get the operations' demo data (an order
+	// catalog); a deployment's migrations seed none.
 	for _, b := range bindings {
-		if err := orders.SeedDemoCatalog(ctx, d.Pool, b.Tenant); err != nil {
+		if err := d.Set.Seed(ctx, d.Pool, b.Tenant); err != nil {
 			return "", "", err
 		}
 	}

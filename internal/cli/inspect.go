@@ -12,7 +12,6 @@ import (
 
 	"github.com/idemflow/idemflow/idem"
 	"github.com/idemflow/idemflow/internal/apperr"
-	"github.com/idemflow/idemflow/internal/ops/orders"
 	commonpb "go.temporal.io/api/common/v1"
 	"go.temporal.io/api/enums/v1"
 	"go.temporal.io/api/history/v1"
@@ -26,10 +25,12 @@ type inspection struct {
 	Key      string         `json:"idempotency_key"`
 	Record   *inspectRecord `json:"record"`
 	Row      *inspectRow    `json:"business_row"`
-	Events   []orders.Event `json:"order_events,omitempty"`
-	Workflow *inspectRun    `json:"workflow"`
-	UILink   string         `json:"ui_link,omitempty"`
-	Notes    []string       `json:"notes,omitempty"`
+	// Details are what the key's operation shows beyond its row (an
+	// order's events; op.Spec.Inspect).
+	Details  []string    `json:"details,omitempty"`
+	Workflow *inspectRun `json:"workflow"`
+	UILink   string      `json:"ui_link,omitempty"`
+	Notes    []string    `json:"notes,omitempty"`
 }
 
 type inspectRecord struct {
@@ -118,8 +119,10 @@ func runInspect(ctx context.Context, env *Env, args []string) error {
 	} else {
 		in.Notes = append(in.Notes, "no business row: nothing was written under this key")
 	}
-	if in.Events, err = orders.EventsOf(ctx, conn, tenantID, key); err != nil {
-		return err
+	if biz := bizTypeOf(in); biz != "" {
+		if in.Details, err = env.Set.Inspect(ctx, conn, biz, tenantID, key); err != nil {
+			return err
+		}
 	}
 	if workflowID != "" {
 		in.Workflow = &inspectRun{ID: workflowID, Status: "unknown"}
@@ -139,15 +142,27 @@ func runInspect(ctx context.Context, env *Env, args []string) error {
 	} else {
 		printInspection(env, in)
 	}
-	if in.Record == nil && in.Row == nil && len(in.Events) == 0 {
+	if in.Record == nil && in.Row == nil {
 		// A probe or a script must tell found from missing.
 		return exitCodeError{code: ExitNotFound, err: fmt.Errorf("nothing is known of tenant %s key %q", tenantID, key)}
 	}
 	return nil
 }
 
+// bizTypeOf is the business type the key's record or row names: the
+// operation whose view inspect shows.
+func bizTypeOf(in inspection) string {
+	if in.Record != nil {
+		return in.Record.BizType
+	}
+	if in.Row != nil {
+		return in.Row.BizType
+	}
+	return ""
+}
+
 // ExitNotFound is inspect's exit code when nothing is known of the key: no
-// record, no business row, no order event.
+// record, no business row.
 const ExitNotFound = 4
 
 func inspectWorkflow(ctx context.Context, env *Env, c common, run *inspectRun) error {
@@ -228,8 +243,8 @@ func printInspection(env *Env, in inspection) {
 	if r := in.Row; r != nil {
 		fmt.Fprintf(w, "row         %s written by %s\n", r.BizType, r.WorkflowID)
 	}
-	for _, e := range in.Events {
-		fmt.Fprintf(w, "event       %s %s -> %s at %s (key %s)\n", e.OrderNo, e.From, e.To, e.At.UTC().Format(time.RFC3339), e.Key)
+	for _, d := range in.Details {
+		fmt.Fprintf(w, "detail      %s\n", d)
 	}
 	if r := in.Workflow; r != nil {
 		fmt.Fprintf(w, "workflow    %s  %s\n", r.ID, r.Status)

@@ -18,6 +18,7 @@ import (
 	"time"
 
 	"github.com/idemflow/idemflow/internal/cli"
+	"github.com/idemflow/idemflow/internal/ops/orders"
 	"github.com/idemflow/idemflow/internal/tooling/docs"
 	"github.com/idemflow/idemflow/internal/tooling/testenv"
 	"go.temporal.io/server/temporaltest"
@@ -297,7 +298,7 @@ func TestSIGTERMDrainsUnderLoadAndLosesNothing(t *testing.T) {
 // stores: the record, the business row, the order's events, the workflow
 // with its history one line per step, and a Web UI link.
 func TestInspectShowsRecordRowEventsWorkflowAndLink(t *testing.T) {
-	_, dbURL := testenv.Pool(t)
+	pool, dbURL := testenv.Pool(t)
 	ts := temporaltest.NewServer(temporaltest.WithT(t))
 	addr := fmt.Sprintf("127.0.0.1:%d", testenv.FreePort(t))
 	tok := "tok-inspect-test-0123456789"
@@ -370,6 +371,40 @@ func TestInspectShowsRecordRowEventsWorkflowAndLink(t *testing.T) {
 	}
 	if err := json.Unmarshal([]byte(outL.String()), &wf); err != nil || !strings.HasPrefix(wf.Workflow.ID, "ticket/acme/sha256,") || wf.Workflow.Status != "Completed" {
 		t.Fatalf("inspect of a 255-character key: %v\n%s", err, outL.String())
+	}
+	// An order's keys show its events: the declaration's view
+	// (op.Spec.Inspect), which inspect runs for the key's business type.
+	if err := orders.SeedDemoCatalog(t.Context(), pool, "acme"); err != nil {
+		t.Fatal(err)
+	}
+	created := testenv.Do(t, "http://"+addr, testenv.Request{Path: "/v1/orders", Token: tok, Key: "look-o",
+		Body: `{"customer_id":"c-9","items":[{"sku":"SKU-MOUSE","quantity":1}]}`})
+	var order struct {
+		OrderNo string `json:"order_no"`
+	}
+	if err := json.Unmarshal(created.Body, &order); err != nil || created.Status != 201 {
+		t.Fatalf("%d %s", created.Status, created.Body)
+	}
+	if r := testenv.Do(t, "http://"+addr, testenv.Request{Path: "/v1/orders/" + order.OrderNo + "/pay", Token: tok, Key: "look-p",
+		Body: `{"payment_ref":"psp-1"}`}); r.Status != 200 {
+		t.Fatalf("%d %s", r.Status, r.Body)
+	}
+	for key, want := range map[string][]string{"look-o": {"INIT -> CREATED", "CREATED -> PAID"}, "look-p": {"CREATED -> PAID"}} {
+		var got struct {
+			Details []string `json:"details"`
+		}
+		out := run("--json", "acme", key)
+		if err := json.Unmarshal([]byte(out), &got); err != nil {
+			t.Fatal(err)
+		}
+		for _, w := range want {
+			if !strings.Contains(strings.Join(got.Details, "\n"), order.OrderNo+" "+w) {
+				t.Errorf("inspect of %s: details %q, want the event %s %s", key, got.Details, order.OrderNo, w)
+			}
+		}
+		if text := run("acme", key); !strings.Contains(text, "detail      event "+order.OrderNo) {
+			t.Errorf("inspect of %s:\n%s", key, text)
+		}
 	}
 }
 

@@ -158,8 +158,11 @@ func (g *Gateway) Handler() http.Handler {
 			writeProblem(w, problem.New(problem.TypeMethodNotAllowed, http.StatusMethodNotAllowed, r.Method+" is not allowed here; use "+allow))
 		})
 	}
-	// Each order action has its own route; any other is named.
-	mux.HandleFunc("/v1/orders/{order_no}/{action}", g.unknownAction)
+	// Each action of a family has its own route; any other is told
+	// which there are.
+	for _, f := range g.Set.Families() {
+		mux.HandleFunc(f.Pattern, g.unknownAction(f))
+	}
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
 		writeNotFound(w, "no route for "+r.Method+" "+r.URL.Path)
 	})

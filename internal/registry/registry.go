@@ -14,6 +14,7 @@ import (
 	"maps"
 	"reflect"
 	"slices"
+	"strings"
 
 	"github.com/idemflow/idemflow/activities"
 	"github.com/idemflow/idemflow/httptool"
@@ -39,7 +40,7 @@ type Set struct {
 // reserved are the names that idemflow's other routes, tools, workflows
 // and activities hold, and which no declared operation may take.
 var reserved = struct{ routes, tools, workflows []string }{
-	routes: []string{"/v1/operations", "/v1/operations/{id}", "/v1/tenant", "/v1/tools", "/v1/orders/{order_no}/{action}",
+	routes: []string{"/v1/operations", "/v1/operations/{id}", "/v1/tenant", "/v1/tools",
 		"/healthz", "/readyz", "/metrics", "/openapi.json", "/problems/{slug}"},
 	tools:     []string{"get_operation"},
 	workflows: []string{"Reconcile"},
@@ -103,7 +104,50 @@ func New(ops ...*op.Operation) (*Set, error) {
 		s.ops = append(s.ops, o)
 		s.byBiz[o.BizType] = o
 	}
+	for _, f := range s.Families() {
+		if err := claim("route", f.Pattern, "idemflow (the actions of "+f.Parent+")"); err != nil {
+			return nil, err
+		}
+	}
 	return s, nil
+}
+
+// Family is sibling operations: POST routes that differ only in their last,
+// literal segment under one parent with a path parameter (an order's pay,
+// cancel, refund and fulfill under /v1/orders/{order_no}). The gateway
+// answers a path under the parent that names none of them with a 404 that
+// lists them, so that a misspelled action is told what it can be.
+type Family struct {
+	// Parent is the path the actions hang from; Pattern is Parent with
+	// a wildcard last segment, the route of that 404.
+	Parent, Pattern string
+	// Actions are the last segments, in declaration order.
+	Actions []string
+}
+
+// Families are the set's families of sibling operations, in the order of
+// their first operation.
+func (s *Set) Families() []Family {
+	var out []Family
+	index := map[string]int{}
+	for _, o := range s.ops {
+		i := strings.LastIndex(o.Route, "/")
+		parent, last := o.Route[:i], o.Route[i+1:]
+		if len(op.RouteParams(parent)) == 0 || strings.Contains(last, "{") {
+			continue
+		}
+		j, ok := index[parent]
+		if !ok {
+			wildcard := "{action}"
+			for strings.Contains(parent, wildcard) {
+				wildcard = "{" + wildcard[1:len(wildcard)-1] + "_}"
+			}
+			j, index[parent] = len(out), len(out)
+			out = append(out, Family{Parent: parent, Pattern: parent + "/" + wildcard})
+		}
+		out[j].Actions = append(out[j].Actions, last)
+	}
+	return out
 }
 
 // Schemas are the declared operations' own migrations.
@@ -115,6 +159,41 @@ func (s *Set) Schemas() []migrations.Schema {
 		}
 	}
 	return out
+}
+
+// Seed writes every operation's demo data for a new tenant (op.Spec.Seed):
+// a dev stack's and a chaos run's tenants get it, a deployment's none.
+func (s *Set) Seed(ctx context.Context, q idem.Querier, tenantID string) error {
+	for _, o := range s.ops {
+		if o.Seed != nil {
+			if err := o.Seed(ctx, q, tenantID); err != nil {
+				return fmt.Errorf("operation %s: seed %s: %w", o.Name, tenantID, err)
+			}
+		}
+	}
+	return nil
+}
+
+// Example is the first operation that declares an example request: its
+// route and body, for a banner's "try it" (ok false when none does).
+func (s *Set) Example() (route, body string, ok bool) {
+	for _, o := range s.ops {
+		if o.Example != "" {
+			return o.Route, o.Example, true
+		}
+	}
+	return "", "", false
+}
+
+// Inspect is what the operation of bizType shows of a key beyond its row
+// (op.Spec.Inspect): nothing when it declares no view, or no operation
+// has that business type.
+func (s *Set) Inspect(ctx context.Context, q idem.Querier, bizType, tenantID, key string) ([]string, error) {
+	o, ok := s.byBiz[bizType]
+	if !ok || o.Inspect == nil {
+		return nil, nil
+	}
+	return o.Inspect(ctx, q, tenantID, key)
 }
 
 // Operations lists the operations: the built-in ones, then the ones given

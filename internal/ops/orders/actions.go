@@ -103,6 +103,9 @@ func transition[R any](a Action, description string, split func(R) (string, Tran
 		Table:      "order_event",
 		Rejections: transitionRejections(),
 		Answer:     transitionAnswer,
+		Paths:      pathsOf("/v1/orders/{order_no}/" + string(a)),
+		Links:      links("$request.path.order_no"),
+		Inspect:    eventLines,
 	})
 }
 

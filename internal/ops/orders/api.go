@@ -7,6 +7,7 @@ package orders
 
 import (
 	_ "embed"
+	"encoding/json"
 
 	"github.com/idemflow/idemflow/idem"
 	"github.com/idemflow/idemflow/op"
@@ -22,7 +23,46 @@ var (
 	transitionSchema []byte
 
 	transitionAnswer = op.MustSchema(transitionSchema)
+
+	// The orders' paths in the contract, with their answers' statuses
+	// and texts (each declaration carries its own, op.Spec.Paths).
+	//go:embed openapi.json
+	contract []byte
 )
+
+// pathsOf are the contract's path items of routes, for a declaration's
+// Paths.
+func pathsOf(routes ...string) []byte {
+	var all map[string]json.RawMessage
+	if err := json.Unmarshal(contract, &all); err != nil {
+		panic("orders: openapi.json: " + err.Error())
+	}
+	some := map[string]json.RawMessage{}
+	for _, r := range routes {
+		item, ok := all[r]
+		if !ok {
+			panic("orders: openapi.json has no path " + r)
+		}
+		some[r] = item
+	}
+	b, err := json.Marshal(some)
+	if err != nil {
+		panic(err)
+	}
+	return b
+}
+
+// links lead from an order's answer (a create's, whose order number is in
+// the body, or a transition's, whose number is in its path) to its read
+// and to each of its transitions.
+func links(orderNo string) []op.Link {
+	out := []op.Link{{Name: "getOrder", OperationID: "getOrder", Parameters: map[string]string{"order_no": orderNo}}}
+	for _, a := range []Action{ActionPay, ActionCancel, ActionRefund, ActionFulfill} {
+		id := string(a) + "Order"
+		out = append(out, op.Link{Name: id, OperationID: id, Parameters: map[string]string{"order_no": orderNo}})
+	}
+	return out
+}
 
 const (
 	// BizCreate names order creation in idempotency records.

@@ -62,3 +62,23 @@ func SeedDemoCatalog(ctx context.Context, q idem.Querier, tenantID string) error
 	}
 	return nil
 }
+
+// Stock is each product's units of a tenant, on hand or reserved: what a
+// consistency check compares a run's end against (CheckConsistency).
+func Stock(ctx context.Context, q idem.Querier, tenantID string) (map[string]int, error) {
+	rows, err := q.Query(ctx, `SELECT sku, stock + reserved FROM product WHERE tenant_id = $1`, tenantID)
+	if err != nil {
+		return nil, fmt.Errorf("stock of %s: %w", tenantID, err)
+	}
+	defer rows.Close()
+	out := map[string]int{}
+	for rows.Next() {
+		var sku string
+		var n int
+		if err := rows.Scan(&sku, &n); err != nil {
+			return nil, err
+		}
+		out[sku] = n
+	}
+	return out, rows.Err()
+}

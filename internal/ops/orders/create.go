@@ -45,8 +45,15 @@ var Create = op.Define(op.Spec[CreateRequest, event]{
 		return op.Answer{Status: 201, Body: json.RawMessage(e.Body), Location: "/v1/orders/" + e.OrderNo}
 	},
 	Table:  "purchase_order",
-	Reads:  []op.Read{{Route: "/v1/orders/{order_no}", Get: read}},
+	Reads:  []op.Read{{Route: "/v1/orders/{order_no}", Get: read, OperationID: "getOrder"}},
 	Answer: op.MustSchema(orderSchema),
+	Paths:  pathsOf("/v1/orders", "/v1/orders/{order_no}"),
+	Links:  links("$response.body#/order_no"),
+	// What an operator sees beside an order's key: its events, and
+	// the catalog a new dev tenant orders from.
+	Inspect: eventLines,
+	Seed:    SeedDemoCatalog,
+	Example: `{"customer_id":"c-1","items":[{"sku":"SKU-MOUSE","quantity":1}]}`,
 	Rejections: map[string]string{
 		"out-of-stock":   "A business rule rejected the order: an item is out of stock. Nothing was written; a retry under the same key may execute once stock is back.",
 		"unknown-sku":    "A business rule rejected the order: an item's SKU is not in the tenant's catalog. Nothing was written.",

@@ -59,3 +59,14 @@ func EventsOf(ctx context.Context, q idem.Querier, tenantID, key string) ([]Even
 	}
 	return out, rows.Err()
 }
+
+// eventLines are the events of EventsOf as an operator reads them
+// (op.Spec.Inspect).
+func eventLines(ctx context.Context, q idem.Querier, tenantID, key string) ([]string, error) {
+	events, err := EventsOf(ctx, q, tenantID, key)
+	var lines []string
+	for _, e := range events {
+		lines = append(lines, fmt.Sprintf("event %s %s -> %s at %s (key %s)", e.OrderNo, e.From, e.To, e.At.UTC().Format(time.RFC3339), e.Key))
+	}
+	return lines, err
+}

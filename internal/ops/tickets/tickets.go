@@ -54,9 +54,19 @@ var Create = op.Define(op.Spec[Request, Ticket]{
 	},
 	View:   Ticket.answer,
 	Table:  "ticket",
-	Reads:  []op.Read{{Route: "/v1/tickets/{id}", Get: read}},
+	Reads:  []op.Read{{Route: "/v1/tickets/{id}", Get: read, OperationID: "getTicket"}},
 	Answer: op.MustSchema(answerSchema),
+	Paths:  contract,
+	Links: []op.Link{{Name: "getTicket", OperationID: "getTicket",
+		Parameters: map[string]string{"id": "$response.body#/ticket_id"}}},
+	Example: `{"customer_id":"c-1","title":"Printer on fire","priority":"high"}`,
 })
+
+// contract is the ticket's paths in the contract, with their answers'
+// statuses and texts.
+//
+//go:embed openapi.json
+var contract []byte
 
 // answerSchema is the ticket's JSON Schema: the body of a 201, its
 // replays and GET /v1/tickets/{id} (View).

@@ -651,7 +651,7 @@ func (r *run) setupTenants(ctx context.Context) error {
 		if err := ts.AddToken(ctx, id, tok, "chaos"); err != nil {
 			return err
 		}
-		if err := orders.SeedDemoCatalog(ctx, r.admin, id); err != nil {
+		if err := r.set.Seed(ctx, r.admin, id); err != nil {
 			return err
 		}
 		for _, sku := range skus {
@@ -661,21 +661,9 @@ func (r *run) setupTenants(ctx context.Context) error {
 		}
 		r.tenants[i], r.tokens[i] = id, tok
 	}
-	r.initialStock = map[string]int{}
-	rows, err := r.admin.Query(ctx, `SELECT sku, stock + reserved FROM product WHERE tenant_id = $1`, r.tenants[0])
-	if err != nil {
-		return err
-	}
-	defer rows.Close()
-	for rows.Next() {
-		var sku string
-		var n int
-		if err := rows.Scan(&sku, &n); err != nil {
-			return err
-		}
-		r.initialStock[sku] = n
-	}
-	return rows.Err()
+	var err error
+	r.initialStock, err = orders.Stock(ctx, r.admin, r.tenants[0])
+	return err
 }
 
 var skus = []string{"SKU-CABLE", "SKU-MOUSE", "SKU-KEYBOARD"}

@@ -235,9 +235,9 @@ func countRows(ctx context.Context, cfg Config, rep *Report, prefix string) erro
 	defer conn.Close(context.Background())
 	rows, err := conn.Query(ctx, `
 		SELECT customer_id, count(*) FROM (
-			SELECT customer_id FROM ticket WHERE customer_id LIKE $1
+			SELECT customer_id FROM `+tickets.Create.Table+` WHERE customer_id LIKE $1
 			UNION ALL
-			SELECT customer_id FROM purchase_order WHERE customer_id LIKE $1) r
+			SELECT customer_id FROM `+orders.Create.Table+` WHERE customer_id LIKE $1) r
 		GROUP BY customer_id`, prefix+"-%")
 	if err != nil {
 		return fmt.Errorf("demo: count rows: %w", err)

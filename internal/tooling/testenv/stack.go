@@ -15,7 +15,6 @@ import (
 	"github.com/idemflow/idemflow/httptool"
 	"github.com/idemflow/idemflow/idem"
 	"github.com/idemflow/idemflow/internal/gateway"
-	"github.com/idemflow/idemflow/internal/ops/orders"
 	"github.com/idemflow/idemflow/internal/registry"
 	"github.com/idemflow/idemflow/internal/schedule"
 	"github.com/idemflow/idemflow/internal/service"
@@ -151,7 +150,7 @@ func NewStack(t testing.TB, opts Options) *Stack {
 		if err := tenants.AddToken(context.Background(), id, tok, "test"); err != nil {
 			t.Fatal(err)
 		}
-		if err := orders.SeedDemoCatalog(context.Background(), pool, id); err != nil {
+		if err := set.Seed(context.Background(), pool, id); err != nil {
 			t.Fatal(err)
 		}
 		s.Tokens[id] = tok
