@@ -69,7 +69,7 @@ type Answer struct {
 // Read is a GET route of an operation: one resource, read for the
 // caller's tenant (a ticket by its ID, an order by its number).
 type Read struct {
-	// Route is the path, e.g. /v1/tickets/{id}: its {name} segments are
+	// Route is the path, e.g. /v1/widgets/{id}: its {name} segments are
 	// the path's values Get receives.
 	Route string
 	// Summary and Description are shown in OpenAPI.
@@ -329,6 +329,17 @@ var (
 	namePattern = regexp.MustCompile(`^[a-z][a-z0-9_]{0,62}$`)
 	pathParam   = regexp.MustCompile(`\{([a-z_]+)\}`)
 )
+
+// MustSub is the directory dir of fsys, for Spec.Migrations: an embedded
+// folder of migrations (//go:embed migrations/*.sql) whose files tern
+// must find at its root. A dir that is not there panics at start-up.
+func MustSub(fsys fs.FS, dir string) fs.FS {
+	sub, err := fs.Sub(fsys, dir)
+	if err != nil {
+		panic(fmt.Sprintf("op.MustSub %q: %v", dir, err))
+	}
+	return sub
+}
 
 // Define checks a declaration and returns its operation. A declaration
 // that cannot work (a bad name, a missing step, a rule naming no field) is

@@ -21,6 +21,16 @@ tooling=$(go list -deps -tags nodev ./cmd/idemflow | grep -E '^go\.temporal\.io/
 # test kit, which is built on what lies below both.
 back=$(go list -deps ./internal/tooling/... | grep '/idemflow/idemflowtest' || true)
 [ -z "$back" ] || die "internal/tooling depends on the public test kit: $(echo "$back" | tr '\n' ' ')"
+# Built-ins are plug-ins: outside internal/ops/, no product file names a
+# built-in's route or, in SQL, its table (what internal/ops/*/openapi.json
+# and internal/ops/*/migrations declare). Tests, test data, docs, clients
+# and examples may.
+builtin_routes=$(cat internal/ops/*/openapi.json | grep -oE '^  "/v1/[a-z_]+' | tr -d ' "' | sort -u | paste -sd'|')
+builtin_tables=$(cat internal/ops/*/migrations/*.sql | grep -oiE 'CREATE TABLE IF NOT EXISTS [a-z_]+' | awk '{print $6}' | sort -u | paste -sd'|')
+[ -n "$builtin_routes" ] && [ -n "$builtin_tables" ] || die "found no built-in routes or tables under internal/ops"
+named=$(git ls-files '*.go' '*.sql' '*.json' '*.py' '*.yaml' '*.yml' '*.ts' | grep -vE '^(internal/ops/|clients/|examples/|docs/)|_test\.go$|/testdata/|(^|/)tests?/' |
+  xargs grep -nE "($builtin_routes)\b|\b(FROM|INTO|JOIN|UPDATE|TABLE|EXISTS|REFERENCES)\s+($builtin_tables)\b" || true)
+[ -z "$named" ] || die "outside internal/ops/, a file names a built-in's route or table: $named"
 go run honnef.co/go/tools/cmd/staticcheck@v0.8.2 ./...
 go run go.temporal.io/sdk/contrib/tools/workflowcheck@v0.6.0 ./...
 # A team's own module, beside idemflow's.

@@ -16,7 +16,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io/fs"
 	"time"
 
 	"github.com/google/uuid"
@@ -81,7 +80,7 @@ var Operation = op.Define(op.Spec[Request, RefundRequest]{
 		"refund-limit-exceeded": "The refund requests of this payment would add up to more than the limit; nothing was recorded. " +
 			"A retry with the same key may run again, once the limit allows it.",
 	},
-	Migrations: mustSub(migrationFiles, "migrations"),
+	Migrations: op.MustSub(migrationFiles, "migrations"),
 	// GET /v1/refund_request/{refund_request_id}: what a key wrote, read
 	// again by its ID (from the answer), for the caller's tenant only.
 	Reads: []op.Read{{Route: "/v1/refund_request/{refund_request_id}", Summary: "Read a refund request", Get: get}},
@@ -156,12 +155,4 @@ func scan(row pgx.Row) (RefundRequest, bool, error) {
 func view(r RefundRequest) op.Answer {
 	return op.Answer{Status: 201, Body: View{RefundRequestID: r.ID.String(), PaymentID: r.PaymentID, AmountCents: r.AmountCents,
 		Reason: r.Reason, Status: r.Status, CreatedAt: r.CreatedAt.UTC().Format(time.RFC3339Nano)}}
-}
-
-func mustSub(f fs.FS, dir string) fs.FS {
-	sub, err := fs.Sub(f, dir)
-	if err != nil {
-		panic(err)
-	}
-	return sub
 }

@@ -113,8 +113,8 @@ func New(ops ...*op.Operation) (*Set, error) {
 }
 
 // Family is sibling operations: POST routes that differ only in their last,
-// literal segment under one parent with a path parameter (an order's pay,
-// cancel, refund and fulfill under /v1/orders/{order_no}). The gateway
+// literal segment under one parent with a path parameter (archive and
+// restore under /v1/widgets/{id}, as an order's actions are). The gateway
 // answers a path under the parent that names none of them with a 404 that
 // lists them, so that a misspelled action is told what it can be.
 type Family struct {

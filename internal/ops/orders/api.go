@@ -6,7 +6,7 @@ package orders
 // states and actions in machine.go, the answers' views in order.go.
 
 import (
-	_ "embed"
+	"embed"
 	"encoding/json"
 
 	"github.com/idemflow/idemflow/idem"
@@ -28,6 +28,10 @@ var (
 	// and texts (each declaration carries its own, op.Spec.Paths).
 	//go:embed openapi.json
 	contract []byte
+
+	// The orders' tables, coupons, catalog and payments' schema.
+	//go:embed migrations/*.sql
+	migrationFiles embed.FS
 )
 
 // pathsOf are the contract's path items of routes, for a declaration's

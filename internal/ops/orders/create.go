@@ -54,6 +54,8 @@ var Create = op.Define(op.Spec[CreateRequest, event]{
 	Inspect: eventLines,
 	Seed:    SeedDemoCatalog,
 	Example: `{"customer_id":"c-1","items":[{"sku":"SKU-MOUSE","quantity":1}]}`,
+	// The tables of all five order operations, in the orders' own chain.
+	Migrations: op.MustSub(migrationFiles, "migrations"),
 	Rejections: map[string]string{
 		"out-of-stock":   "A business rule rejected the order: an item is out of stock. Nothing was written; a retry under the same key may execute once stock is back.",
 		"unknown-sku":    "A business rule rejected the order: an item's SKU is not in the tenant's catalog. Nothing was written.",

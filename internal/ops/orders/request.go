@@ -47,6 +47,9 @@ func createRules(s *op.Schema) {
 	// are equal, not that no two name one SKU; the description says the rest.
 	items.UniqueItems = true
 	items.Description = "One line per SKU: a SKU sent twice is refused (400); send one line with the total quantity."
+	// The rule a generator can read: no two items share this member
+	// (Schemathesis' hook honours it for any declaration).
+	items.Extra = map[string]any{"x-unique-by": "sku"}
 	items.Items.Properties["sku"].Pattern = skuPattern
 	items.Items.Properties["quantity"].Minimum = op.Ptr(1.0)
 	items.Items.Properties["quantity"].Maximum = op.Ptr(float64(maxQuantity))

@@ -4,7 +4,7 @@ package tickets
 
 import (
 	"context"
-	_ "embed"
+	"embed"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -60,7 +60,13 @@ var Create = op.Define(op.Spec[Request, Ticket]{
 	Links: []op.Link{{Name: "getTicket", OperationID: "getTicket",
 		Parameters: map[string]string{"id": "$response.body#/ticket_id"}}},
 	Example: `{"customer_id":"c-1","title":"Printer on fire","priority":"high"}`,
+	Migrations: op.MustSub(migrationFiles, "migrations"),
 })
+
+// migrationFiles are the ticket table's schema, in the tickets' own chain.
+//
+//go:embed migrations/*.sql
+var migrationFiles embed.FS
 
 // contract is the ticket's paths in the contract, with their answers'
 // statuses and texts.

@@ -70,10 +70,10 @@ type job struct {
 	ticket  bool
 	tool    string // an HTTP tool's refund, instead of a ticket or an order
 	coupon  string
-	then    []string // order actions after create: pay, fulfill, refund, cancel
-	burst   int      // concurrent sends of the first intent (0: one)
-	reuse   bool     // send the first intent's key again with changed parameters
-	abandon bool     // send the first intent once and walk away
+	then    []orders.Action // order actions after create
+	burst   int             // concurrent sends of the first intent (0: one)
+	reuse   bool            // send the first intent's key again with changed parameters
+	abandon bool            // send the first intent once and walk away
 }
 
 func (r *run) newJob(n int) job {
@@ -88,13 +88,13 @@ func (r *run) newJob(n int) job {
 	if !j.ticket && j.tool == "" {
 		switch x := r.float(); {
 		case x < 0.2:
-			j.then = []string{"cancel"}
+			j.then = []orders.Action{orders.ActionCancel}
 		case x < 0.5:
-			j.then = []string{"pay", "fulfill"}
+			j.then = []orders.Action{orders.ActionPay, orders.ActionFulfill}
 		case x < 0.75:
-			j.then = []string{"pay", "refund"}
+			j.then = []orders.Action{orders.ActionPay, orders.ActionRefund}
 		default:
-			j.then = []string{"pay"}
+			j.then = []orders.Action{orders.ActionPay}
 		}
 		switch x := r.float(); {
 		case x < 0.15:
@@ -221,12 +221,12 @@ func (a *agent) job(ctx context.Context, j job) {
 	for _, action := range j.then {
 		b := map[string]any{}
 		switch action {
-		case "pay":
+		case orders.ActionPay:
 			b["payment_ref"] = "pay-" + marker
-		case "cancel", "refund":
+		case orders.ActionCancel, orders.ActionRefund:
 			b["reason"] = "chaos"
 		}
-		if _, ok := a.do(ctx, marker+"/"+action, orders.Pay.Table, orders.Create.Route+"/"+order.OrderNo+"/"+action, b, job{}); !ok {
+		if _, ok := a.do(ctx, marker+"/"+string(action), orders.Pay.Table, orders.Create.Route+"/"+order.OrderNo+"/"+string(action), b, job{}); !ok {
 			return
 		}
 	}

@@ -22,6 +22,7 @@ import json
 import os
 import re
 import threading
+from collections.abc import Hashable
 from typing import Any
 
 import psycopg
@@ -122,6 +123,31 @@ def stored_success(response: Response) -> bool:
     return request_key(response) is not None and header(response, REPLAYED) is not None and 200 <= response.status_code < 300
 
 
+def unique_by(body: dict[str, Any], operation: Any) -> None:
+    """Drops the items of a body's arrays that repeat the member their
+    schema names in x-unique-by (an order's lines, one per SKU): a rule
+    across items that JSON Schema cannot state (uniqueItems says no two
+    items are equal, not that no two name one SKU). The declaration says
+    it in the contract, and the server refuses a repeat with a 400."""
+    try:
+        props = operation["requestBody"]["content"]["application/json"]["schema"]["properties"]
+    except (KeyError, TypeError):
+        return
+    for name, schema in props.items():
+        member = schema.get("x-unique-by") if isinstance(schema, dict) else None
+        if member is None or not isinstance(body.get(name), list):
+            continue
+        seen: set[Any] = set()
+        kept = []
+        for item in body[name]:
+            value = item.get(member) if isinstance(item, dict) else None
+            if value is None or not isinstance(value, Hashable) or value not in seen:
+                kept.append(item)
+                if isinstance(value, Hashable):
+                    seen.add(value)
+        body[name] = kept
+
+
 @schemathesis.hook
 def before_call(ctx: Any, case: Case, kwargs: dict[str, Any]) -> None:
     """A schema-valid request gets a key of its own (the generated one with
@@ -133,13 +159,8 @@ def before_call(ctx: Any, case: Case, kwargs: dict[str, Any]) -> None:
     if meta is None or not meta.generation.mode.is_positive:
         return
     body = case.body
-    if case.method == "POST" and case.path == "/v1/orders" and isinstance(body, dict) and isinstance(body.get("items"), list):
-        # One line per SKU: a rule across items that JSON Schema cannot
-        # state (uniqueItems says no two lines are equal, not that no two
-        # name one SKU); the document says it in words, and the server
-        # refuses a SKU sent twice with a 400.
-        seen: set[Any] = set()
-        body["items"] = [i for i in body["items"] if not (isinstance(i, dict) and (i.get("sku") in seen or seen.add(i.get("sku"))))]
+    if isinstance(body, dict):
+        unique_by(body, case.operation.definition.raw)
     if not case.headers:
         return
     for name in list(case.headers):
