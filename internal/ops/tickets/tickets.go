@@ -59,7 +59,7 @@ var Create = op.Define(op.Spec[Request, Ticket]{
 	Paths:  contract,
 	Links: []op.Link{{Name: "getTicket", OperationID: "getTicket",
 		Parameters: map[string]string{"id": "$response.body#/ticket_id"}}},
-	Example: `{"customer_id":"c-1","title":"Printer on fire","priority":"high"}`,
+	Example:    `{"customer_id":"c-1","title":"Printer on fire","priority":"high"}`,
 	Migrations: op.MustSub(migrationFiles, "migrations"),
 })
 
