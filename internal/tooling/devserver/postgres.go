@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net"
 	"net/url"
 	"os"
 	"os/exec"
@@ -12,6 +13,7 @@ import (
 	"path/filepath"
 	"sort"
 	"strconv"
+	"strings"
 	"syscall"
 	"time"
 
@@ -325,12 +327,67 @@ func redact(u string) string {
 	return p.Redacted()
 }
 
+// Addr is where a private server listens: 127.0.0.1 and its port.
+func (p *Postgres) Addr() string { return "127.0.0.1:" + strconv.Itoa(p.port) }
+
+// Kill SIGKILLs a private server and every backend of it at once (the
+// postmaster's process group: pg_ctl starts it in a session of its own),
+// as a machine that loses its power does: nothing is flushed or handed
+// over, and the data directory is left as it was.
+func (p *Postgres) Kill() error {
+	if !p.Private {
+		return errors.New("postgres: not a private server: refusing to kill it")
+	}
+	b, err := os.ReadFile(filepath.Join(p.dir, "postmaster.pid"))
+	if err != nil {
+		return fmt.Errorf("postgres: kill: %w", err)
+	}
+	first, _, _ := strings.Cut(string(b), "\n")
+	pid, err := strconv.Atoi(strings.TrimSpace(first))
+	if err != nil || pid <= 1 {
+		return fmt.Errorf("postgres: kill: postmaster.pid names no process: %q", first)
+	}
+	if err := syscall.Kill(-pid, syscall.SIGKILL); err != nil {
+		return fmt.Errorf("postgres: kill %d: %w", pid, err)
+	}
+	// The port is free once the postmaster is gone.
+	for range 100 {
+		if syscall.Kill(pid, 0) != nil {
+			return nil
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	return fmt.Errorf("postgres: %d still runs after SIGKILL", pid)
+}
+
+// Promote makes a standby a primary (pg_ctl promote) and waits until it
+// takes writes.
+func (p *Postgres) Promote(ctx context.Context) error {
+	if !p.Private {
+		return errors.New("postgres: not a private server: refusing to promote it")
+	}
+	if err := p.run(ctx, p.pgCtl, "-D", p.dir, "-w", "-t", "60", "promote"); err != nil {
+		return fmt.Errorf("postgres: promote: %w", err)
+	}
+	return nil
+}
+
+// RemoveData deletes a stopped private server's data directory (a killed
+// primary's, before it is rebuilt from the new one).
+func (p *Postgres) RemoveData() error {
+	if !p.Private {
+		return errors.New("postgres: not a private server: refusing to remove its data")
+	}
+	return os.RemoveAll(p.dir)
+}
+
 // StartStandby makes a streaming standby of the private server p in
 // dataDir/postgres (a base backup with pg_basebackup, which writes the
-// connection to p and standby.signal) and starts it on 127.0.0.1:port,
-// where it reports to p as application name. It is asynchronous until p's
-// synchronous_standby_names names it.
-func (p *Postgres) StartStandby(ctx context.Context, dataDir string, port int, name string) (*Postgres, error) {
+// connection and standby.signal) and starts it on 127.0.0.1:port, where it
+// reports to p as application name. It streams from from (p's own
+// address when empty: from may be a link in between, with its latency).
+// It is asynchronous until p's synchronous_standby_names names it.
+func (p *Postgres) StartStandby(ctx context.Context, dataDir string, port int, name, from string) (*Postgres, error) {
 	if !p.Private {
 		return nil, errors.New("postgres: a standby is made of a private server only")
 	}
@@ -347,9 +404,38 @@ func (p *Postgres) StartStandby(ctx context.Context, dataDir string, port int, n
 		}
 	}
 	bin := filepath.Dir(p.pgCtl)
-	conninfo := fmt.Sprintf("host=127.0.0.1 port=%d user=postgres application_name=%s", p.port, name)
-	if err := p.run(ctx, filepath.Join(bin, "pg_basebackup"), "-D", dir, "-d", conninfo, "-R", "-X", "stream", "-c", "fast"); err != nil {
+	conninfo := func(addr string) (string, error) {
+		host, port, err := net.SplitHostPort(addr)
+		if err != nil {
+			return "", fmt.Errorf("postgres: standby source %q: %w", addr, err)
+		}
+		return fmt.Sprintf("host=%s port=%s user=postgres application_name=%s", host, port, name), nil
+	}
+	direct, err := conninfo(p.Addr())
+	if err != nil {
+		return nil, err
+	}
+	if err := p.run(ctx, filepath.Join(bin, "pg_basebackup"), "-D", dir, "-d", direct, "-R", "-X", "stream", "-c", "fast"); err != nil {
 		return nil, fmt.Errorf("postgres: base backup: %w", err)
+	}
+	if from != "" && from != p.Addr() {
+		// The backup is taken directly; the standby streams over from.
+		// The last primary_conninfo in the file is the one that holds.
+		link, err := conninfo(from)
+		if err != nil {
+			return nil, err
+		}
+		f, err := os.OpenFile(filepath.Join(dir, "postgresql.auto.conf"), os.O_APPEND|os.O_WRONLY, 0)
+		if err != nil {
+			return nil, fmt.Errorf("postgres: standby conninfo: %w", err)
+		}
+		_, err = fmt.Fprintf(f, "primary_conninfo = '%s'\n", link)
+		if cerr := f.Close(); err == nil {
+			err = cerr
+		}
+		if err != nil {
+			return nil, fmt.Errorf("postgres: standby conninfo: %w", err)
+		}
 	}
 	s := &Postgres{AdminURL: fmt.Sprintf("postgres://postgres@127.0.0.1:%d/postgres?sslmode=disable&connect_timeout=2", port),
 		Private: true, dir: dir, pgCtl: p.pgCtl, port: port, cred: p.cred}

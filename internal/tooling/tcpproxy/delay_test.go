@@ -110,3 +110,52 @@ func TestALinkDelaysEachRoundTripOnceAndOverlapsThem(t *testing.T) {
 		t.Errorf("50 overlapping exchanges took %v: the link queues them", took)
 	}
 }
+
+// A proxy that moves (a failover's virtual IP) hangs up on the
+// connections it carried, and the next connection reaches the new
+// target.
+func TestAMovedProxyCutsItsConnectionsAndReachesTheNewTarget(t *testing.T) {
+	second, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer second.Close()
+	go func() {
+		for {
+			c, err := second.Accept()
+			if err != nil {
+				return
+			}
+			_, _ = c.Write([]byte("second\n"))
+			_ = c.Close()
+		}
+	}()
+	p, err := tcpproxy.Listen(echo(t), tcpproxy.DelayLine(0))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Close()
+	old, err := net.Dial("tcp", p.Addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer old.Close()
+	r := bufio.NewReader(old)
+	if err := roundTrip(old, r); err != nil {
+		t.Fatal(err)
+	}
+	p.Move(second.Addr().String())
+	_ = old.SetDeadline(time.Now().Add(5 * time.Second))
+	if err := roundTrip(old, r); err == nil {
+		t.Fatal("a connection to the old target still works after the move")
+	}
+	c, err := net.Dial("tcp", p.Addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	_ = c.SetDeadline(time.Now().Add(5 * time.Second))
+	if line, err := bufio.NewReader(c).ReadString('\n'); err != nil || line != "second\n" {
+		t.Fatalf("a new connection after the move read %q, %v; want the new target's greeting", line, err)
+	}
+}

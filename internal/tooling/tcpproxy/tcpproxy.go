@@ -57,6 +57,27 @@ func (p *Proxy) Close() error {
 	return err
 }
 
+// Move points the proxy at target from now on and cuts every connection it
+// carries, as a virtual IP that moves to another host does (a failover):
+// a caller's next connection reaches target, and one that was open sees
+// its peer hang up.
+func (p *Proxy) Move(target string) {
+	p.mu.Lock()
+	p.target = target
+	p.mu.Unlock()
+	p.Cut()
+}
+
+// Cut hangs up on every connection the proxy carries, bytes in flight
+// lost with them, as a link that fails does; new ones are taken as before.
+func (p *Proxy) Cut() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for c := range p.conns {
+		_ = c.Close()
+	}
+}
+
 func (p *Proxy) serve() {
 	defer p.wg.Done()
 	for {
@@ -83,14 +104,26 @@ func (p *Proxy) track(c net.Conn, on bool) {
 }
 
 func (p *Proxy) handle(client net.Conn) {
-	server, err := net.DialTimeout("tcp", p.target, 5*time.Second)
+	p.mu.Lock()
+	target := p.target
+	p.mu.Unlock()
+	server, err := net.DialTimeout("tcp", target, 5*time.Second)
 	if err != nil {
 		// The caller sees the connection close: the target is down.
 		_ = client.Close()
 		return
 	}
-	p.track(client, true)
-	p.track(server, true)
+	p.mu.Lock()
+	if p.target != target {
+		// Moved while this connection was dialed: it belongs to the
+		// host the proxy left.
+		p.mu.Unlock()
+		_ = client.Close()
+		_ = server.Close()
+		return
+	}
+	p.conns[client], p.conns[server] = struct{}{}, struct{}{}
+	p.mu.Unlock()
 	defer func() {
 		p.track(client, false)
 		p.track(server, false)

@@ -28,7 +28,7 @@ func PrivatePostgres(t *testing.T) *devserver.Postgres {
 // synchronous_standby_names names it; it stops when the test ends.
 func Standby(t *testing.T, primary *devserver.Postgres, name string) *devserver.Postgres {
 	t.Helper()
-	s, err := primary.StartStandby(context.Background(), t.TempDir(), FreePort(t), name)
+	s, err := primary.StartStandby(context.Background(), t.TempDir(), FreePort(t), name, "")
 	if err != nil {
 		t.Fatal(err)
 	}
