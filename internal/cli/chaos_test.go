@@ -61,7 +61,7 @@ func TestChaosShortRunFindsNoViolationAndTheNaiveControlDuplicates(t *testing.T)
 				t.Errorf("the time bound cut the load at %d of %d jobs", rep.Client.Jobs, jobs)
 			}
 			for _, k := range chaos.Kinds() {
-				if rep.Faults[k] == 0 {
+				if rep.Enabled[k] && rep.Faults[k] == 0 {
 					t.Errorf("fault %s was never injected", k)
 				}
 			}
@@ -76,23 +76,12 @@ func TestChaosShortRunFindsNoViolationAndTheNaiveControlDuplicates(t *testing.T)
 	}
 }
 
-// checkChaosVerdict fails t unless the run is OK and every number a
-// broken invariant shows in is zero, and the reused keys it sent were
-// refused.
+// checkChaosVerdict fails t unless the run held the guarantee
+// (Report.Failures).
 func checkChaosVerdict(t *testing.T, rep *chaos.Report) {
 	t.Helper()
-	if !rep.OK() {
-		t.Errorf("%d violations: %q", len(rep.Violations), rep.Violations)
-	}
-	if d, l, s, m := rep.Zeros(); d+l+s+m != 0 {
-		t.Errorf("duplicates %d, lost %d, stuck %d, replay mismatches %d", d, l, s, m)
-	}
-	c := rep.Client
-	if c.ReuseAccepted != 0 || c.BurstMismatches != 0 {
-		t.Errorf("reused keys executed %d, bursts answered two ways %d", c.ReuseAccepted, c.BurstMismatches)
-	}
-	if rep.Faults[chaos.Reuse] > 0 && c.Conflicts == 0 {
-		t.Errorf("%d reused keys sent, none refused with 422", rep.Faults[chaos.Reuse])
+	for _, f := range rep.Failures() {
+		t.Error(f)
 	}
 }
 

@@ -42,6 +42,9 @@ type sent struct {
 	status  int
 	answer  []byte
 	outcome outcome
+	// at is when the agent had its answer: a failover after it must not
+	// lose what it was told.
+	at time.Time
 }
 
 // lbTransport spreads requests over the gateways' proxies, one connection
@@ -252,7 +255,7 @@ func (a *agent) do(ctx context.Context, id, table, path string, body map[string]
 		st, b, err := a.send(ictx, in.Method, in.Path, in.Key, in.Body)
 		s.outcome = abandoned
 		if err == nil && st < 300 && st != http.StatusAccepted {
-			s.status, s.answer, s.outcome = st, b, done
+			s.status, s.answer, s.outcome, s.at = st, b, done, time.Now()
 		}
 		a.st.add(func(st *clientStats) { st.Abandoned++; st.sent = append(st.sent, s) })
 		return s, false
@@ -299,7 +302,7 @@ func (a *agent) do(ctx context.Context, id, table, path string, body map[string]
 	var re *agentclient.RejectedError
 	switch {
 	case err == nil:
-		s.status, s.answer, s.outcome = res.Status, res.Body, done
+		s.status, s.answer, s.outcome, s.at = res.Status, res.Body, done, time.Now()
 	case errors.As(err, &re):
 		s.status, s.answer, s.outcome = re.Status, re.Body, rejected
 	case errors.As(err, &pe):
@@ -415,6 +418,11 @@ const naiveAttempts = 5
 // replay sends an intent again straight to a gateway (no faults).
 func (r *run) replay(ctx context.Context, token string, s sent) (int, []byte, bool, error) {
 	u := r.directURLs[r.intN(len(r.directURLs))] + s.path
+	// An intent still running after this long is not replaying its first
+	// answer: its last answer (a 202, a 409) is what the check compares,
+	// and the run goes on to the next (a failover that lost an intent's
+	// run can leave it running for good).
+	giveUp := time.Now().Add(replayPatience)
 	for {
 		req, err := http.NewRequestWithContext(ctx, s.method, u, bytes.NewReader(s.body))
 		if err != nil {
@@ -433,6 +441,9 @@ func (r *run) replay(ctx context.Context, token string, s sent) (int, []byte, bo
 			return 0, nil, false, err
 		}
 		if resp.StatusCode == http.StatusAccepted || (resp.StatusCode == http.StatusConflict && strings.Contains(string(b), "request-in-progress")) {
+			if time.Now().After(giveUp) {
+				return resp.StatusCode, b, false, nil
+			}
 			select {
 			case <-ctx.Done():
 				return 0, nil, false, ctx.Err()
@@ -443,6 +454,10 @@ func (r *run) replay(ctx context.Context, token string, s sent) (int, []byte, bo
 		return resp.StatusCode, b, resp.Header.Get("Idempotent-Replayed") == "true", nil
 	}
 }
+
+// replayPatience bounds how long a final replay waits for a running
+// intent to finish.
+const replayPatience = 30 * time.Second
 
 func waitReady(ctx context.Context, u string) error {
 	for {

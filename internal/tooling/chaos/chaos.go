@@ -29,6 +29,7 @@ import (
 	"github.com/idemflow/idemflow/internal/registry"
 	"github.com/idemflow/idemflow/internal/tenant"
 	"github.com/idemflow/idemflow/internal/tooling/devserver"
+	"github.com/idemflow/idemflow/internal/tooling/tcpproxy"
 	"github.com/idemflow/idemflow/migrations"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"go.temporal.io/sdk/client"
@@ -52,6 +53,13 @@ const (
 	PGTerminate  Kind = "pg-terminate"  // every backend of idemflow's database terminated
 	PGRestart    Kind = "pg-restart"    // PostgreSQL stopped as by a power cut, then started
 	KillTemporal Kind = "kill-temporal" // SIGKILL of the Temporal server, restarted
+	// PGFailover: the primary and all its backends SIGKILLed under load,
+	// its streaming standby promoted, the address every process and
+	// Temporal reach PostgreSQL at moved to it (a virtual IP), and the old
+	// primary rebuilt from the new one as its standby (a fresh base
+	// backup). Off by default: it needs a standby, and Config.Replication
+	// says how that is fed.
+	PGFailover Kind = "pg-failover"
 	// DownstreamFault: the HTTP tools' downstream drops the connection
 	// after committing, answers past the tool's timeout, or fails with a
 	// 503 (a share of its POSTs).
@@ -60,14 +68,14 @@ const (
 
 // Kinds lists every fault, request faults first.
 func Kinds() []Kind {
-	return []Kind{DropReply, DelayReply, Latency, Burst, Reuse, Abandon, DownstreamFault, KillWorker, KillGateway, PGTerminate, PGRestart, KillTemporal}
+	return []Kind{DropReply, DelayReply, Latency, Burst, Reuse, Abandon, DownstreamFault, KillWorker, KillGateway, PGTerminate, PGRestart, PGFailover, KillTemporal}
 }
 
 // processKinds are injected by the scheduler rather than per request.
-var processKinds = map[Kind]bool{KillWorker: true, KillGateway: true, PGTerminate: true, PGRestart: true, KillTemporal: true}
+var processKinds = map[Kind]bool{KillWorker: true, KillGateway: true, PGTerminate: true, PGRestart: true, PGFailover: true, KillTemporal: true}
 
 // localOnly faults need processes this run started.
-var localOnly = map[Kind]bool{DownstreamFault: true, KillWorker: true, KillGateway: true, PGRestart: true, KillTemporal: true, Latency: true}
+var localOnly = map[Kind]bool{DownstreamFault: true, KillWorker: true, KillGateway: true, PGRestart: true, PGFailover: true, KillTemporal: true, Latency: true}
 
 // targetFaults touch a deployment chaos did not start (its database's
 // backends): against one, they run only when Config.TargetFaults names
@@ -86,7 +94,26 @@ const (
 	TopologySplit = "split"
 )
 
-// DefaultFaults switch every fault on.
+// How a run with pg-failover feeds its standby (Config.Replication).
+const (
+	// ReplicationSync: synchronous_standby_names names the standby, so a
+	// commit is acknowledged only once the standby has flushed it
+	// (synchronous_commit on). A promoted standby is made synchronous
+	// again at once, before it has a standby of its own: its commits wait
+	// for the rebuilt one, and none is acknowledged from one machine.
+	ReplicationSync = "sync"
+	// ReplicationAsync: the standby streams what it can. The control: a
+	// failover loses the commits the standby had not received, and the
+	// checks must name them.
+	ReplicationAsync = "async"
+)
+
+// standbyName is the application name the standby reports to its primary
+// (what synchronous_standby_names names).
+const standbyName = "standby"
+
+// DefaultFaults switch every fault on, but pg-failover, which needs a
+// standby.
 func DefaultFaults() map[Kind]float64 {
 	return map[Kind]float64{
 		DropReply: 0.10, DelayReply: 0.05, Latency: 0.2, Burst: 0.05, Reuse: 0.05, Abandon: 0.02, DownstreamFault: 0.3,
@@ -163,6 +190,12 @@ type Config struct {
 	// given to the workers: short, so a run can wait them out.
 	ProcessingTimeout, ReconcileInterval time.Duration
 	Seed                                 uint64
+	// Replication is how a run with pg-failover feeds its standby:
+	// ReplicationSync (the default) or ReplicationAsync. ReplicationLag
+	// is the round trip added to the link the standby streams over: how
+	// far an asynchronous standby trails, and so what a failover loses.
+	Replication    string
+	ReplicationLag time.Duration
 
 	// URL, DatabaseURL and TemporalAddress point the run at an existing
 	// deployment instead of a local stack. DatabaseURL is needed for the
@@ -212,6 +245,9 @@ func (c *Config) defaults() {
 	if c.Namespace == "" {
 		c.Namespace = "default"
 	}
+	if c.Replication == "" {
+		c.Replication = ReplicationSync
+	}
 	if c.Seed == 0 {
 		c.Seed = uint64(time.Now().UnixNano())
 	}
@@ -240,7 +276,16 @@ type run struct {
 	dbName string
 	tc     client.Client // nil without Temporal
 
-	pg                *devserver.Postgres
+	pg *devserver.Postgres
+	// With pg-failover: the standby, the address every process reaches
+	// PostgreSQL at (a virtual IP, moved to the new primary at each
+	// failover), the link the standby streams over, and when each
+	// failover killed a primary.
+	standby           *devserver.Postgres
+	vip               *tcpproxy.Proxy
+	replLink          *tcpproxy.Proxy
+	failovers         []failover
+	pgGen             int
 	temporal          *process
 	workers, gateways []*process
 	gatewayProxies    []*Proxy
@@ -326,6 +371,9 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 	cfg.defaults()
 	if err := cfg.CheckBudget(); err != nil {
 		return nil, err
+	}
+	if cfg.Replication != ReplicationSync && cfg.Replication != ReplicationAsync {
+		return nil, fmt.Errorf("chaos: replication %q: want %s or %s", cfg.Replication, ReplicationSync, ReplicationAsync)
 	}
 	if cfg.Topology != TopologyServe && cfg.Topology != TopologySplit {
 		return nil, fmt.Errorf("chaos: topology %q: want %s or %s", cfg.Topology, TopologyServe, TopologySplit)
@@ -449,6 +497,14 @@ func (r *run) run(ctx context.Context) (*Report, error) {
 		}
 	}
 	rep.KilledInTx = int(r.killedInTx.Load())
+	rep.Replication, rep.ReplicationLag = cfg.Replication, cfg.ReplicationLag
+	r.faultMu.Lock()
+	rep.Failovers = len(r.failovers)
+	for _, f := range r.failovers {
+		rep.StandbyBehind = max(rep.StandbyBehind, f.behind)
+		rep.Promoted, rep.Rebuilt = max(rep.Promoted, f.promoted), max(rep.Rebuilt, f.rebuilt)
+	}
+	r.faultMu.Unlock()
 	rep.LoadTime = time.Since(r.startedAt)
 
 	if err := r.waitHealthy(ctx); err != nil {
@@ -521,10 +577,22 @@ func (r *run) up(ctx context.Context) error {
 	if _, _, err := migrations.MigrateURL(ctx, dbURL, r.set.Schemas()...); err != nil {
 		return err
 	}
+	pgAddr := r.pg.Addr()
+	if cfg.Faults[PGFailover] > 0 {
+		if err := r.startReplication(ctx); err != nil {
+			return err
+		}
+		// Everyone, Temporal and the checks too, reaches the primary
+		// where production would: at an address that moves.
+		pgAddr = r.vip.Addr
+		if dbURL, err = withHost(dbURL, pgAddr); err != nil {
+			return err
+		}
+	}
 	if r.admin, err = openAdmin(ctx, dbURL); err != nil {
 		return err
 	}
-	pgProxy, err := NewProxy("127.0.0.1:"+strconv.Itoa(pgPort), cfg.Seed+1)
+	pgProxy, err := NewProxy(pgAddr, cfg.Seed+1)
 	if err != nil {
 		return err
 	}
@@ -719,6 +787,12 @@ func (r *run) injectFaults(ctx context.Context) {
 		}
 		if err := r.inject(ctx, k); err != nil && ctx.Err() == nil {
 			r.log.Warn("chaos: inject", "fault", k, "error", err)
+			if k == PGFailover {
+				// Without its standby the stack is not what the run
+				// claims to test: end it, saying why.
+				r.fail(fmt.Errorf("%s: %w", k, err))
+				return
+			}
 		}
 	}
 }
@@ -782,6 +856,14 @@ func (r *run) inject(ctx context.Context, k Kind) error {
 		}
 		r.admin.Reset() // its connections died with the server
 		r.count(k, 1)
+	case PGFailover:
+		if r.standby == nil {
+			return errors.New("no standby to promote: the last rebuild failed")
+		}
+		if err := r.failover(ctx); err != nil {
+			return err
+		}
+		r.count(k, 1)
 	}
 	return nil
 }
@@ -841,10 +923,18 @@ func (r *run) close() {
 		r.admin.Close()
 		r.admin = nil
 	}
-	if r.pg != nil {
-		if err := r.pg.Stop(context.Background()); err != nil {
-			r.log.Warn("chaos: stop PostgreSQL", "error", err)
+	for _, p := range []*tcpproxy.Proxy{r.vip, r.replLink} {
+		if p != nil {
+			_ = p.Close()
 		}
-		r.pg = nil
 	}
+	r.vip, r.replLink = nil, nil
+	for _, pg := range []*devserver.Postgres{r.standby, r.pg} {
+		if pg != nil {
+			if err := pg.Stop(context.Background()); err != nil {
+				r.log.Warn("chaos: stop PostgreSQL", "error", err)
+			}
+		}
+	}
+	r.pg, r.standby = nil, nil
 }

@@ -66,14 +66,15 @@ func (r *run) check(ctx context.Context, rep *Report) error {
 	if c.LogicalDuplicates > 0 {
 		rep.violate("%d tasks of the idemflow client made more than one row", c.LogicalDuplicates)
 	}
-	// An HTTP tool's effect is at the downstream: its own store counts.
-	r.checkDownstream(rep)
-
 	// Invariants 3 and 4: what an agent was told exists exactly once and
 	// replays byte for byte; what it was not told ended done or failed.
 	if err := r.checkIntents(ctx, rep); err != nil {
 		return err
 	}
+	// An HTTP tool's effect is at the downstream: its own store counts,
+	// after the final replays, so that a call a replay sent again (its
+	// first answer lost with a failover) shows as a second effect.
+	r.checkDownstream(rep)
 	var processing int
 	if err := r.admin.QueryRow(ctx, `SELECT count(*) FROM idempotency_record WHERE tenant_id = $1 AND status = 'PROCESSING'`, tenant).Scan(&processing); err != nil {
 		return err
@@ -216,6 +217,10 @@ func (r *run) checkIntent(ctx context.Context, rep *Report, tenant string, s sen
 		if rows != 1 {
 			c.Lost++
 			rep.violate("%s %s: the agent was answered %d but there are %d rows", s.table, s.key, s.status, rows)
+			if gap, ok := r.lostBefore(s.at); ok && rows == 0 {
+				rep.AcknowledgedLost++
+				rep.LossWindow = max(rep.LossWindow, gap)
+			}
 		}
 		c.FinalReplays++
 		if st != s.status || !bytes.Equal(body, s.answer) || !replayed {

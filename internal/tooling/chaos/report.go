@@ -51,6 +51,20 @@ type Report struct {
 	// before the start; only reconcile settles those.
 	NeverStarted map[string]int
 	Violations   []string
+	// Replication, ReplicationLag and Failovers describe a run with
+	// pg-failover; StandbyBehind is the most WAL (bytes) a standby had not
+	// flushed when its primary was killed. AcknowledgedLost counts answers
+	// an agent had, whose record and row a failover after them lost;
+	// LossWindow is the longest time from such an answer to its failover.
+	Replication    string
+	ReplicationLag time.Duration
+	Failovers      int
+	StandbyBehind  int64
+	// Promoted and Rebuilt are the longest a failover took until the
+	// standby took writes, and until the old primary streamed again.
+	Promoted, Rebuilt time.Duration
+	AcknowledgedLost  int
+	LossWindow        time.Duration
 	// CutShort: the time bound (Config.Duration) ended the load before
 	// the idemflow client's Jobs were done.
 	CutShort   bool
@@ -84,6 +98,27 @@ func (rep *Report) OK() bool {
 	dups, lost, stuck, mism := rep.Zeros()
 	return len(rep.Violations) == 0 && dups+lost+stuck+mism == 0 &&
 		c.IllegalTransitions+c.StockOff+c.CouponsOff+c.ReuseAccepted == 0
+}
+
+// Failures lists why the run failed the guarantee: its violations, every
+// number that names a broken invariant when it is not zero, and reused
+// keys that were sent with none refused. None: it held.
+func (rep *Report) Failures() []string {
+	var out []string
+	if len(rep.Violations) > 0 {
+		out = append(out, fmt.Sprintf("%d violations: %q", len(rep.Violations), rep.Violations))
+	}
+	if d, l, s, m := rep.Zeros(); d+l+s+m != 0 {
+		out = append(out, fmt.Sprintf("duplicates %d, lost %d, stuck %d, replay mismatches %d", d, l, s, m))
+	}
+	c := rep.Client
+	if c.ReuseAccepted != 0 || c.BurstMismatches != 0 {
+		out = append(out, fmt.Sprintf("reused keys executed %d, bursts answered two ways %d", c.ReuseAccepted, c.BurstMismatches))
+	}
+	if rep.Faults[Reuse] > 0 && c.Conflicts == 0 {
+		out = append(out, fmt.Sprintf("%d reused keys sent, none refused with 422", rep.Faults[Reuse]))
+	}
+	return out
 }
 
 // Zeros are the four numbers the run exists for.
@@ -147,6 +182,13 @@ func (rep *Report) print(w io.Writer) {
 		}
 	}
 	fmt.Fprintf(w, "    (worker kills inside a statement or transaction: %d)\n", rep.KilledInTx)
+	if rep.Enabled[PGFailover] {
+		fmt.Fprintf(w, "    (failovers: %d, %s replication, link round trip %v; the standby was at most %d bytes of WAL behind at a kill;\n"+
+			"     promoted within %v, the old primary streaming again within %v;\n"+
+			"     acknowledged intents a failover lost: %d, answered at most %v before it)\n",
+			rep.Failovers, rep.Replication, rep.ReplicationLag, rep.StandbyBehind, rep.Promoted.Round(time.Millisecond), rep.Rebuilt.Round(time.Millisecond),
+			rep.AcknowledgedLost, rep.LossWindow.Round(time.Millisecond))
+	}
 	var parts []string
 	for _, v := range []activities.Verdict{activities.VerdictFromRow, activities.VerdictFromWorkflow, activities.VerdictFailed, activities.VerdictSettled, activities.VerdictError} {
 		parts = append(parts, fmt.Sprintf("%s %d", v, rep.Reconciled[v]))
