@@ -785,7 +785,7 @@ func (r *run) injectFaults(ctx context.Context) {
 				}
 			}
 		}
-		if err := r.inject(ctx, k); err != nil && ctx.Err() == nil {
+		if err := r.inject(ctx, k); err != nil && (ctx.Err() == nil || k == PGFailover) {
 			r.log.Warn("chaos: inject", "fault", k, "error", err)
 			if k == PGFailover {
 				// Without its standby the stack is not what the run
@@ -860,7 +860,12 @@ func (r *run) inject(ctx context.Context, k Kind) error {
 		if r.standby == nil {
 			return errors.New("no standby to promote: the last rebuild failed")
 		}
-		if err := r.failover(ctx); err != nil {
+		// A failover is finished even when the load ends meanwhile: a
+		// synchronous primary left without its rebuilt standby would
+		// hold every commit of the checks.
+		fctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 3*time.Minute)
+		defer cancel()
+		if err := r.failover(fctx); err != nil {
 			return err
 		}
 		r.count(k, 1)
