@@ -3,7 +3,6 @@ package chaos
 import (
 	"context"
 	"fmt"
-	"net"
 	"net/url"
 	"path/filepath"
 	"strconv"
@@ -146,12 +145,7 @@ func (r *run) failover(ctx context.Context) error {
 	if err := old.RemoveData(); err != nil {
 		return err
 	}
-	_, port, err := net.SplitHostPort(old.Addr())
-	if err != nil {
-		return err
-	}
-	n, _ := strconv.Atoi(port)
-	if r.standby, err = r.newStandby(ctx, next, n); err != nil {
+	if r.standby, err = r.newStandby(ctx, next, old.Port()); err != nil {
 		return fmt.Errorf("rebuild the old primary as the new one's standby: %w", err)
 	}
 	r.faultMu.Lock()

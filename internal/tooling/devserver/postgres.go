@@ -327,6 +327,9 @@ func redact(u string) string {
 	return p.Redacted()
 }
 
+// Port is the port a private server listens on.
+func (p *Postgres) Port() int { return p.port }
+
 // Addr is where a private server listens: 127.0.0.1 and its port.
 func (p *Postgres) Addr() string { return "127.0.0.1:" + strconv.Itoa(p.port) }
 

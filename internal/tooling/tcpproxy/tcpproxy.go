@@ -93,12 +93,12 @@ func (p *Proxy) serve() {
 	}
 }
 
-func (p *Proxy) track(c net.Conn, on bool) {
+// untrack forgets connections that ended (handle adds them, under the
+// lock that Move and Cut take).
+func (p *Proxy) untrack(conns ...net.Conn) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	if on {
-		p.conns[c] = struct{}{}
-	} else {
+	for _, c := range conns {
 		delete(p.conns, c)
 	}
 }
@@ -125,8 +125,7 @@ func (p *Proxy) handle(client net.Conn) {
 	p.conns[client], p.conns[server] = struct{}{}, struct{}{}
 	p.mu.Unlock()
 	defer func() {
-		p.track(client, false)
-		p.track(server, false)
+		p.untrack(client, server)
 		_ = client.Close()
 		_ = server.Close()
 	}()
