@@ -9,6 +9,7 @@ import (
 	"net"
 	"net/http"
 	"net/http/pprof"
+	"strconv"
 	"time"
 
 	"github.com/idemflow/idemflow/idem"
@@ -194,6 +195,20 @@ func (g *gatewayConfig) check() error {
 		return fmt.Errorf("%w: --pprof-addr %s: the profiler has no authentication, so it listens on loopback only (127.0.0.1:PORT; reach it with ssh or kubectl port-forward)", errUsage, g.pprofAddr)
 	}
 	return nil
+}
+
+// ports are the ports of the addresses the gateway binds (0 for an
+// address without one): dev reserves them before its Temporal server
+// picks ports of its own.
+func (g *gatewayConfig) ports() []int {
+	var ports []int
+	for _, addr := range []string{g.addr, g.metricsAddr, g.pprofAddr} {
+		if _, port, err := net.SplitHostPort(addr); err == nil {
+			p, _ := strconv.Atoi(port)
+			ports = append(ports, p)
+		}
+	}
+	return ports
 }
 
 // serveGateway serves the gateway (and its metrics, where they have an

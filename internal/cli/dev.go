@@ -119,6 +119,8 @@ func runDev(ctx context.Context, env *Env, args []string) error {
 		Retention:    time.Duration(*nsRetention),
 		HistoryCache: tf.historyCache,
 		Stderr:       env.Stderr,
+		// dev binds these once Temporal is up.
+		Reserved: append(gw.ports(), *uiPort),
 	}
 	if err := chooseTemporalStore(log, &tcfg, *store, c.databaseURL); err != nil {
 		return err
@@ -348,6 +350,7 @@ func runTemporal(ctx context.Context, env *Env, args []string) error {
 		Retention:    time.Duration(*nsRetention),
 		HistoryCache: tf.historyCache,
 		Stderr:       env.Stderr,
+		Reserved:     []int{*uiPort}, // bound once Temporal is up
 	}
 	if err := chooseTemporalStore(env.Logger, &tcfg, "postgres", *dbURL); err != nil {
 		return err

@@ -368,6 +368,63 @@ func TestAPortTakenBetweenPickAndBindIsPickedAgain(t *testing.T) {
 	}
 }
 
+// distinctPortsChild, set in a child's environment, makes
+// TestOneStartsListenersTakeDistinctPortsAndNoneReserved the child that
+// starts the server.
+const distinctPortsChild = "IDEMFLOW_TEST_TEMPORAL_DISTINCT_PORTS_CHILD"
+
+// A port is free until its listener binds it, so two picks of one start
+// can return the same port, and a pick can return the port dev serves its
+// gateway on once Temporal is up. The first made the start collide with
+// itself; the second made dev fail with "bind: address already in use"
+// on its own --http-addr (a CI run of TestDevRestartsAtOnceAfterSIGKILL).
+// Here every pick repeats the one before, and one returns the reserved
+// port.
+func TestOneStartsListenersTakeDistinctPortsAndNoneReserved(t *testing.T) {
+	if dir := os.Getenv(distinctPortsChild); dir != "" {
+		reserved, err := FreePort()
+		if err != nil {
+			t.Fatal(err)
+		}
+		picks, last := 0, 0
+		var stderr strings.Builder
+		srv, err := StartTemporal(context.Background(), TemporalConfig{DataDir: dir, Namespace: "default", Stderr: &stderr,
+			Reserved: []int{reserved},
+			pickPort: func() (int, error) {
+				picks++
+				switch {
+				case picks == 3:
+					return reserved, nil
+				case picks%2 == 0:
+					return last, nil
+				}
+				last, err = FreePort()
+				return last, err
+			}})
+		if err != nil {
+			fmt.Fprintf(os.Stdout, "StartTemporal returned: %v\nits stderr: %s\n", err, stderr.String())
+			os.Exit(0)
+		}
+		defer srv.Stop()
+		fmt.Fprintf(os.Stdout, "StartTemporal returned: <nil>\nits stderr: %s\n", stderr.String())
+		if err := portFree("127.0.0.1", reserved); err != nil {
+			fmt.Fprintf(os.Stdout, "the reserved port: %v\n", err)
+		}
+		return
+	}
+	stdout, stderr, err := runChild(t, distinctPortsChild, t.TempDir())
+	t.Logf("the child: %v\n%s%s", err, stdout, stderr)
+	if err != nil || !strings.Contains(stdout, "StartTemporal returned: <nil>") {
+		t.Fatalf("a start whose picks repeat did not start (exit: %v)", err)
+	}
+	if strings.Contains(stdout, "picking the ports again") {
+		t.Fatal("the start's own listeners collided: it picked its ports again")
+	}
+	if strings.Contains(stdout, "the reserved port") {
+		t.Fatal("a listener of the server took the port reserved for the caller")
+	}
+}
+
 // runChild runs the calling test again in a child process, with env set
 // to dir in its environment, which makes it the child: a server that ends
 // its process must not end the test's.

@@ -73,6 +73,12 @@ type TemporalConfig struct {
 	// here.
 	Stderr io.Writer
 
+	// Reserved are ports the caller binds once the server is up (dev's
+	// gateway and Web UI). The server's own listeners never pick them:
+	// a port dev was told to serve on must still be free when it gets
+	// there.
+	Reserved []int
+
 	// pickPort picks the ports the server's listeners bind (FreePort;
 	// a test's own in tests).
 	pickPort func() (int, error)
@@ -110,9 +116,10 @@ func StartTemporal(ctx context.Context, cfg TemporalConfig) (*Temporal, error) {
 	if cfg.pickPort == nil {
 		cfg.pickPort = FreePort
 	}
+	picks := newPortPicker(cfg.pickPort, append([]int{cfg.Port}, cfg.Reserved...))
 	pickedFrontend := cfg.Port == 0
 	if pickedFrontend {
-		p, err := cfg.pickPort()
+		p, err := picks.next()
 		if err != nil {
 			return nil, err
 		}
@@ -176,7 +183,7 @@ func StartTemporal(ctx context.Context, cfg TemporalConfig) (*Temporal, error) {
 	}), stderr).WithOptions(zap.WithFatalHook(bindHook{})))
 	var srv temporal.Server
 	for pick := 1; ; pick++ {
-		serverCfg, err := liteConfig(cfg, persistence)
+		serverCfg, err := liteConfig(cfg, persistence, picks)
 		if err != nil {
 			return nil, err
 		}
@@ -198,7 +205,7 @@ func StartTemporal(ctx context.Context, cfg TemporalConfig) (*Temporal, error) {
 		}
 		fmt.Fprintf(stderr, "temporal: %v, taken since it was picked; picking the ports again (%d of %d)\n", taken, pick+1, maxPortPicks)
 		if pickedFrontend {
-			if cfg.Port, err = cfg.pickPort(); err != nil {
+			if cfg.Port, err = picks.next(); err != nil {
 				return nil, err
 			}
 		}
@@ -470,7 +477,7 @@ func (t *Temporal) Stop() error {
 	return err
 }
 
-func liteConfig(cfg TemporalConfig, persistence config.Persistence) (*config.Config, error) {
+func liteConfig(cfg TemporalConfig, persistence config.Persistence, picks *portPicker) (*config.Config, error) {
 	frontendAddr := net.JoinHostPort(cfg.IP, strconv.Itoa(cfg.Port))
 	c := &config.Config{}
 	c.Global.Membership = config.Membership{MaxJoinDuration: 30 * time.Second, BroadcastAddress: "127.0.0.1"}
@@ -489,13 +496,13 @@ func liteConfig(cfg TemporalConfig, persistence config.Persistence) (*config.Con
 	for _, name := range []string{"frontend", "history", "matching", "worker"} {
 		grpcPort := cfg.Port
 		if name != "frontend" {
-			p, err := cfg.pickPort()
+			p, err := picks.next()
 			if err != nil {
 				return nil, err
 			}
 			grpcPort = p
 		}
-		memberPort, err := cfg.pickPort()
+		memberPort, err := picks.next()
 		if err != nil {
 			return nil, err
 		}
@@ -516,6 +523,42 @@ func liteConfig(cfg TemporalConfig, persistence config.Persistence) (*config.Con
 	}}
 	c.PublicClient = config.PublicClient{HostPort: frontendAddr}
 	return c, nil
+}
+
+// portPicker hands out the ports of one start's listeners. Each port it
+// hands out is free when picked, as FreePort's are, and also one it never
+// handed out before and not one the caller reserved: a port is free until
+// its listener binds it, so a second pick within one start could return
+// it again, and the start's own listeners would collide (which Temporal
+// ends the process for), or take dev's gateway port before dev binds it.
+type portPicker struct {
+	pick func() (int, error)
+	used map[int]bool
+}
+
+func newPortPicker(pick func() (int, error), reserved []int) *portPicker {
+	p := &portPicker{pick: pick, used: map[int]bool{}}
+	for _, port := range reserved {
+		if port != 0 {
+			p.used[port] = true
+		}
+	}
+	return p
+}
+
+// next is a free port not handed out or reserved before.
+func (p *portPicker) next() (int, error) {
+	for range 100 {
+		port, err := p.pick()
+		if err != nil {
+			return 0, err
+		}
+		if !p.used[port] {
+			p.used[port] = true
+			return port, nil
+		}
+	}
+	return 0, errors.New("temporal: every port picked was one this start already uses")
 }
 
 // FreePort finds a free loopback port for a listener of Temporal's (its
