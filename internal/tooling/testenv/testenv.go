@@ -46,9 +46,23 @@ func Database(t testing.TB, schemas ...migrations.Schema) string {
 // CREATE DATABASE (ENCODING 'SQL_ASCII' ...), and each of Settings is set
 // on it (ALTER DATABASE ... SET standard_conforming_strings = off) before
 // anything connects to it.
+//
+// Server, when set, is the admin URL of the server the database is made
+// on (a test's private primary, or a multi-host URL naming it and its
+// standbys, which the database's URL then names too); empty, the suite's
+// (AdminURL).
 type Setup struct {
 	Create   string
 	Settings []string
+	Server   string
+}
+
+// server is the admin URL the database is made on.
+func (s Setup) server() string {
+	if s.Server != "" {
+		return s.Server
+	}
+	return AdminURL()
 }
 
 // DatabaseWith is Database on a database made as setup says.
@@ -86,9 +100,9 @@ func emptyDatabase(t testing.TB, setup Setup) string {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	admin, err := pgx.Connect(ctx, AdminURL())
+	admin, err := pgx.Connect(ctx, setup.server())
 	if err != nil {
-		t.Fatalf("testenv: PostgreSQL at %s is not reachable (run scripts/test.sh, which starts one, or set IDEMFLOW_TEST_DATABASE_URL): %v", AdminURL(), err)
+		t.Fatalf("testenv: PostgreSQL at %s is not reachable (run scripts/test.sh, which starts one, or set IDEMFLOW_TEST_DATABASE_URL): %v", setup.server(), err)
 	}
 	defer admin.Close(context.Background())
 	b := make([]byte, 6)
@@ -105,7 +119,7 @@ func emptyDatabase(t testing.TB, setup Setup) string {
 	t.Cleanup(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 		defer cancel()
-		conn, err := pgx.Connect(ctx, AdminURL())
+		conn, err := pgx.Connect(ctx, setup.server())
 		if err != nil {
 			t.Logf("testenv: drop %s: %v", name, err)
 			return
@@ -115,7 +129,7 @@ func emptyDatabase(t testing.TB, setup Setup) string {
 			t.Logf("testenv: drop %s: %v", name, err)
 		}
 	})
-	u, err := devserver.WithDatabase(AdminURL(), name)
+	u, err := devserver.WithDatabase(setup.server(), name)
 	if err != nil {
 		t.Fatal(err)
 	}
