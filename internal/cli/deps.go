@@ -163,6 +163,9 @@ func openDeps(ctx context.Context, logger *slog.Logger, set *registry.Set, tools
 		pool.Close()
 		return nil, fmt.Errorf("reach database: %w", err)
 	}
+	if pgurl.AnyHost(poolCfg.ConnConfig) {
+		logger.Warn("the database URL names several hosts and lets a connection stay on any of them: one may reach a standby, where every write fails; add target_session_attrs=read-write (docs/production.md)")
+	}
 	reg := metrics.New()
 	reportReplication(ctx, logger, pool, reg)
 	base := client.Options{MetricsHandler: reg.SDK, Interceptors: interceptors}

@@ -12,9 +12,13 @@ package pgurl
 
 import (
 	"context"
+	"net"
+	"reflect"
+	"strconv"
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 )
 
@@ -75,4 +79,27 @@ func Connect(ctx context.Context, url string) (*pgx.Conn, error) {
 		return nil, err
 	}
 	return pgx.ConnectConfig(ctx, cc)
+}
+
+// AnyHost reports whether cfg names more than one server and lets a
+// connection stay on whichever of them accepts it first: pgx's default
+// target_session_attrs (any), or one that prefers or wants a standby. A
+// standby named in the URL, or the old primary rebuilt as one after a
+// failover, then takes connections on which every write fails (SQLSTATE
+// 25006). target_session_attrs=read-write or primary keeps them on the
+// primary. One host is never at risk: sslmode=prefer's second try is the
+// same server.
+func AnyHost(cfg *pgx.ConnConfig) bool {
+	if v := cfg.ValidateConnect; v != nil {
+		p := reflect.ValueOf(v).Pointer()
+		if p == reflect.ValueOf(pgconn.ValidateConnectTargetSessionAttrsReadWrite).Pointer() ||
+			p == reflect.ValueOf(pgconn.ValidateConnectTargetSessionAttrsPrimary).Pointer() {
+			return false
+		}
+	}
+	hosts := map[string]bool{net.JoinHostPort(cfg.Host, strconv.Itoa(int(cfg.Port))): true}
+	for _, f := range cfg.Fallbacks {
+		hosts[net.JoinHostPort(f.Host, strconv.Itoa(int(f.Port)))] = true
+	}
+	return len(hosts) > 1
 }

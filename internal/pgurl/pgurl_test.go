@@ -43,3 +43,30 @@ func TestAnIdleConnectionIsPingedOnlyPastIdlePing(t *testing.T) {
 		}
 	}
 }
+
+// A DATABASE_URL that names a primary and its standbys must keep its
+// connections on the primary (target_session_attrs=read-write or
+// primary): otherwise one may stay on a standby, where every write
+// fails, and the roles warn at start.
+func TestAnyHostNamesAMultiHostURLThatMayLandOnAStandby(t *testing.T) {
+	for u, want := range map[string]bool{
+		"postgres://u@a:5432,b:5432/db":                                        true,
+		"postgres://u@a:5432,b:5432/db?target_session_attrs=any":               true,
+		"postgres://u@a:5432,b:5432/db?target_session_attrs=prefer-standby":    true,
+		"postgres://u@a:5432,b:5432/db?target_session_attrs=read-write":        false,
+		"postgres://u@a:5432,b:5432/db?target_session_attrs=primary":           false,
+		"host=a,b port=5432,5433 dbname=db":                                    true,
+		"host=a,b port=5432,5433 dbname=db target_session_attrs=read-write":    false,
+		"postgres://u@a:5432/db":                                               false, // sslmode=prefer tries a twice
+		"postgres://u@a:5432/db?sslmode=disable":                               false,
+		"postgres://u@a:5432/db?target_session_attrs=standby&pool_max_conns=4": false,
+	} {
+		cfg, err := pgurl.ParseConfig(u)
+		if err != nil {
+			t.Fatalf("%s: %v", u, err)
+		}
+		if got := pgurl.AnyHost(cfg); got != want {
+			t.Errorf("%s: AnyHost %v, want %v", u, got, want)
+		}
+	}
+}
