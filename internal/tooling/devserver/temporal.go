@@ -74,7 +74,7 @@ type TemporalConfig struct {
 	Stderr io.Writer
 
 	// Reserved are ports the caller binds once the server is up (dev's
-	// gateway and Web UI). The server's own listeners never pick them:
+	// gateway, metrics, profiler and Web UI). The server's own listeners never pick them:
 	// a port dev was told to serve on must still be free when it gets
 	// there.
 	Reserved []int
@@ -529,8 +529,9 @@ func liteConfig(cfg TemporalConfig, persistence config.Persistence, picks *portP
 // hands out is free when picked, as FreePort's are, and also one it never
 // handed out before and not one the caller reserved: a port is free until
 // its listener binds it, so a second pick within one start could return
-// it again, and the start's own listeners would collide (which Temporal
-// ends the process for), or take dev's gateway port before dev binds it.
+// it again, and the start's own listeners would collide (the start then
+// picks all its ports again), or take dev's gateway port before dev
+// binds it.
 type portPicker struct {
 	pick func() (int, error)
 	used map[int]bool
