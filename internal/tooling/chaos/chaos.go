@@ -740,18 +740,15 @@ var skus = []string{"SKU-CABLE", "SKU-MOUSE", "SKU-KEYBOARD"}
 // enabled kind once (so a short run sees them all), then at random by
 // weight.
 func (r *run) injectFaults(ctx context.Context) {
-	var kinds []Kind
-	total := 0.0
-	for _, k := range Kinds() {
-		if processKinds[k] && r.cfg.Faults[k] > 0 {
-			kinds = append(kinds, k)
-			total += r.cfg.Faults[k]
-		}
-	}
+	kinds := processFaults(r.cfg.Faults)
 	if len(kinds) == 0 {
 		return
 	}
-	queue := firstRound(r.cfg.Faults)
+	total := 0.0
+	for _, k := range kinds {
+		total += r.cfg.Faults[k]
+	}
+	queue := firstRound(kinds)
 	for i := range queue {
 		j := i + r.intN(len(queue)-i)
 		queue[i], queue[j] = queue[j], queue[i]
@@ -804,17 +801,26 @@ func (r *run) injectFaults(ctx context.Context) {
 // jobs done and reaches its random faults only in its last share of them:
 // a second failover there was luck (two in some runs of the failover test,
 // whose check wants at least two).
-func firstRound(faults map[Kind]float64) []Kind {
+func firstRound(kinds []Kind) []Kind {
 	var round []Kind
-	for _, k := range Kinds() {
-		if processKinds[k] && faults[k] > 0 {
+	for _, k := range kinds {
+		round = append(round, k)
+		if k == PGFailover {
 			round = append(round, k)
-			if k == PGFailover {
-				round = append(round, k)
-			}
 		}
 	}
 	return round
+}
+
+// processFaults are the process faults faults enables, in Kinds' order.
+func processFaults(faults map[Kind]float64) []Kind {
+	var kinds []Kind
+	for _, k := range Kinds() {
+		if processKinds[k] && faults[k] > 0 {
+			kinds = append(kinds, k)
+		}
+	}
+	return kinds
 }
 
 // waitJobs waits until n jobs are done; false when ctx ended first.

@@ -13,7 +13,7 @@ func TestTheFirstRoundFailsOverAndBackAndHoldsEveryOtherFaultOnce(t *testing.T) 
 	if err != nil {
 		t.Fatal(err)
 	}
-	round := firstRound(faults)
+	round := firstRound(processFaults(faults))
 	count := map[Kind]int{}
 	for _, k := range round {
 		count[k]++
@@ -27,7 +27,7 @@ func TestTheFirstRoundFailsOverAndBackAndHoldsEveryOtherFaultOnce(t *testing.T) 
 	if len(round) != 6 || slices.Contains(round, KillTemporal) {
 		t.Errorf("first round %v: want only the enabled process faults", round)
 	}
-	if got := firstRound(DefaultFaults()); slices.Contains(got, PGFailover) {
+	if got := firstRound(processFaults(DefaultFaults())); slices.Contains(got, PGFailover) {
 		t.Errorf("without pg-failover the first round %v holds one", got)
 	}
 }
