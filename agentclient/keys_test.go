@@ -9,8 +9,12 @@ import (
 	"strings"
 	"testing"
 
+	commonpb "go.temporal.io/api/common/v1"
 	"go.temporal.io/sdk/activity"
+	"go.temporal.io/sdk/converter"
+	"go.temporal.io/sdk/temporal"
 	"go.temporal.io/sdk/testsuite"
+	"go.temporal.io/sdk/workflow"
 )
 
 // keyVectors is clients/testdata/keys.json: how every client derives a key.
@@ -23,7 +27,12 @@ type keyVectors struct {
 	} `json:"derive"`
 	Temporal []struct {
 		Name          string `json:"name"`
+		Scheme        string `json:"scheme"`
 		WorkflowID    string `json:"workflow_id"`
+		Lineage       string `json:"lineage"`
+		Turn          int    `json:"turn"`
+		Args          string `json:"args"`
+		N             int    `json:"n"`
 		OriginalRunID string `json:"original_run_id"`
 		Call          int    `json:"call"`
 		ActivityID    string `json:"activity_id"`
@@ -31,6 +40,26 @@ type keyVectors struct {
 		Scope         string `json:"scope"`
 		Key           string `json:"key"`
 	} `json:"temporal"`
+	TemporalArgs []struct {
+		Name     string `json:"name"`
+		Payloads []struct {
+			Encoding   string `json:"encoding"`
+			Data       string `json:"data"`
+			DataBase64 []byte `json:"data_base64"`
+		} `json:"payloads"`
+		Digest string `json:"digest"`
+	} `json:"temporal_args"`
+	TemporalLineage []struct {
+		Name           string   `json:"name"`
+		Attempt        int32    `json:"attempt"`
+		ContinuedRunID string   `json:"continued_run_id"`
+		CronSchedule   string   `json:"cron_schedule"`
+		FirstRunID     string   `json:"first_run_id"`
+		OriginalRunID  string   `json:"original_run_id"`
+		Header         *lineage `json:"header"`
+		Lineage        string   `json:"lineage"`
+		Turn           int      `json:"turn"`
+	} `json:"temporal_lineage"`
 }
 
 func TestTheSharedKeyVectors(t *testing.T) {
@@ -42,7 +71,7 @@ func TestTheSharedKeyVectors(t *testing.T) {
 	if err := json.Unmarshal(raw, &v); err != nil {
 		t.Fatal(err)
 	}
-	if len(v.Derive) == 0 || len(v.Temporal) == 0 {
+	if len(v.Derive) == 0 || len(v.Temporal) == 0 || len(v.TemporalArgs) == 0 || len(v.TemporalLineage) == 0 {
 		t.Fatal("the vectors are empty")
 	}
 	for _, d := range v.Derive {
@@ -51,16 +80,44 @@ func TestTheSharedKeyVectors(t *testing.T) {
 		}
 	}
 	for _, c := range v.Temporal {
-		var scope []string
-		if c.Scope != "" {
-			scope = []string{c.Scope}
-		}
-		got := activityKey(c.WorkflowID, callID{Run: c.OriginalRunID, N: c.Call}, c.Tool, scope...)
-		if c.OriginalRunID == "" {
-			got = legacyActivityKey(c.WorkflowID, c.ActivityID, c.Tool, scope...)
+		// The scope goes in as a caller passes it, empty or not: an
+		// empty one is no scope.
+		var got string
+		switch c.Scheme {
+		case "tp3":
+			got = activityKey(c.WorkflowID, callID{Lineage: c.Lineage, Turn: c.Turn, Args: c.Args, N: c.N}, c.Tool, c.Scope)
+		case "tp2":
+			got = placeActivityKey(c.WorkflowID, callID{Run: c.OriginalRunID, N: c.Call}, c.Tool, c.Scope)
+		case "tp1":
+			got = legacyActivityKey(c.WorkflowID, c.ActivityID, c.Tool, c.Scope)
+		default:
+			t.Fatalf("%s: scheme %q", c.Name, c.Scheme)
 		}
 		if got != c.Key {
 			t.Errorf("%s: %s, want %s", c.Name, got, c.Key)
+		}
+	}
+	for _, c := range v.TemporalArgs {
+		ps := &commonpb.Payloads{}
+		for _, p := range c.Payloads {
+			data := []byte(p.Data)
+			if p.DataBase64 != nil {
+				data = p.DataBase64
+			}
+			ps.Payloads = append(ps.Payloads, &commonpb.Payload{Metadata: map[string][]byte{converter.MetadataEncoding: []byte(p.Encoding)}, Data: data})
+		}
+		if got := argsDigest(ps); got != c.Digest {
+			t.Errorf("the arguments' digest, %s: %s, want %s", c.Name, got, c.Digest)
+		}
+	}
+	for _, c := range v.TemporalLineage {
+		header := map[string]*commonpb.Payload{}
+		if c.Header != nil {
+			header[lineageHeader] = mustPayload(c.Header)
+		}
+		info := &workflow.Info{Attempt: c.Attempt, ContinuedExecutionRunID: c.ContinuedRunID, CronSchedule: c.CronSchedule, FirstRunID: c.FirstRunID, OriginalRunID: c.OriginalRunID}
+		if got := lineageOf(info, header); got.ID != c.Lineage || got.Turn != c.Turn {
+			t.Errorf("the lineage of %s: %+v, want %s turn %d", c.Name, got, c.Lineage, c.Turn)
 		}
 	}
 }
@@ -76,7 +133,9 @@ func TestActivityKeyNeedsAnActivityAndTheInterceptor(t *testing.T) {
 	if _, err := env.ExecuteActivity("create_ticket"); err == nil || !strings.Contains(err.Error(), "KeyInterceptor") {
 		t.Fatalf("without the interceptor: %v, want a refusal that names KeyInterceptor", err)
 	}
-	if _, err := ActivityKey(context.Background(), "create_ticket"); !errors.Is(err, ErrNoDurableIdentity) {
-		t.Fatalf("outside an activity: %v, want ErrNoDurableIdentity", err)
+	_, err := ActivityKey(context.Background(), "create_ticket")
+	var app *temporal.ApplicationError
+	if !errors.Is(err, ErrNoDurableIdentity) || !errors.As(err, &app) || !app.NonRetryable() {
+		t.Fatalf("outside an activity: %v, want a non-retryable ErrNoDurableIdentity", err)
 	}
 }

@@ -145,7 +145,7 @@ func TestActivityKeysTellIntendedCallsApart(t *testing.T) {
 		{"continue-as-new, twice", 3, func(t *testing.T, who string) {
 			finish(t, start(t, "can-"+who, client.StartWorkflowOptions{}, agentRun{Customer: who, Regular: 1, Continues: 2}))
 		}},
-		{"a workflow retry", 2, func(t *testing.T, who string) {
+		{"a workflow retry (the same intended calls)", 1, func(t *testing.T, who string) {
 			finish(t, start(t, "retry-"+who, client.StartWorkflowOptions{RetryPolicy: &temporal.RetryPolicy{InitialInterval: 50 * time.Millisecond, MaximumAttempts: 2}},
 				agentRun{Customer: who, Regular: 1, FailFirstAttempt: true}))
 		}},
@@ -216,36 +216,81 @@ func TestActivityKeysTellIntendedCallsApart(t *testing.T) {
 		}
 	})
 
-	t.Run("an activity scheduled before the upgrade keeps its tp1 key", func(t *testing.T) {
-		// The workflow's worker has no interceptor (not yet upgraded); the
-		// activity's worker has it: the activity sends the key its
-		// earlier attempts sent.
-		wfQueue, toolQueue := agentQueue+"-old", agentQueue+"-tools"
-		s.Server.NewWorkerWithOptions(wfQueue, func(r sdkworker.Registry) {
-			r.RegisterWorkflowWithOptions(agentWorkflow, workflow.RegisterOptions{Name: "agent"})
-		}, sdkworker.Options{})
-		s.Server.NewWorkerWithOptions(toolQueue, func(r sdkworker.Registry) {
-			r.RegisterActivityWithOptions(createTicket(c), activity.RegisterOptions{Name: "create_ticket"})
-		}, withKeys)
-		id := "upgrade-" + customer()
-		run, err := tc.ExecuteWorkflow(ctx, client.StartWorkflowOptions{ID: id, TaskQueue: wfQueue}, "agent", agentRun{Customer: customer(), Regular: 1, ToolQueue: toolQueue})
-		if err != nil {
-			t.Fatal(err)
-		}
-		var keys []string
-		if err := run.Get(ctx, &keys); err != nil {
-			t.Fatal(err)
-		}
-		var activityID string
-		for _, e := range history(t, tc, id, run.GetRunID()) {
-			if a := e.GetActivityTaskScheduledEventAttributes(); a != nil {
-				activityID = a.GetActivityId()
+	// An activity in flight across the upgrade to this release: numbered
+	// by its place by a workflow worker of the previous release (tp2), or
+	// by nothing, scheduled before the workflow workers got the
+	// interceptor (tp1, only with UpgradedAt). Each keeps the key its
+	// earlier attempts sent.
+	for _, tt := range []struct {
+		name       string
+		wfOptions  sdkworker.Options
+		upgradedAt time.Time
+		want       func(id string, runID, activityID string) string
+	}{
+		{"an activity the previous release numbered keeps its tp2 key", sdkworker.Options{Interceptors: []interceptor.WorkerInterceptor{&previousRelease{}}}, time.Time{},
+			func(id, runID, _ string) string {
+				return placeActivityKey(id, callID{Run: runID, N: 1}, "create_ticket")
+			}},
+		{"an activity scheduled before UpgradedAt keeps its tp1 key", sdkworker.Options{}, time.Now().Add(time.Hour),
+			func(id, _, activityID string) string { return legacyActivityKey(id, activityID, "create_ticket") }},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			wfQueue, toolQueue := agentQueue+"-old-"+uuid.NewString()[:8], agentQueue+"-tools-"+uuid.NewString()[:8]
+			s.Server.NewWorkerWithOptions(wfQueue, func(r sdkworker.Registry) {
+				r.RegisterWorkflowWithOptions(agentWorkflow, workflow.RegisterOptions{Name: "agent"})
+			}, tt.wfOptions)
+			s.Server.NewWorkerWithOptions(toolQueue, func(r sdkworker.Registry) {
+				r.RegisterActivityWithOptions(createTicket(c), activity.RegisterOptions{Name: "create_ticket"})
+			}, sdkworker.Options{Interceptors: []interceptor.WorkerInterceptor{KeyInterceptor(UpgradedAt(tt.upgradedAt))}})
+			id := "upgrade-" + customer()
+			run, err := tc.ExecuteWorkflow(ctx, client.StartWorkflowOptions{ID: id, TaskQueue: wfQueue}, "agent", agentRun{Customer: customer(), Regular: 1, ToolQueue: toolQueue})
+			if err != nil {
+				t.Fatal(err)
 			}
-		}
-		if want := legacyActivityKey(id, activityID, "create_ticket"); len(keys) != 1 || keys[0] != want {
-			t.Fatalf("keys %v, want the tp1 key %s", keys, want)
-		}
-	})
+			var keys []string
+			if err := run.Get(ctx, &keys); err != nil {
+				t.Fatal(err)
+			}
+			var activityID string
+			for _, e := range history(t, tc, id, run.GetRunID()) {
+				if a := e.GetActivityTaskScheduledEventAttributes(); a != nil {
+					activityID = a.GetActivityId()
+				}
+			}
+			if want := tt.want(id, run.GetRunID(), activityID); len(keys) != 1 || keys[0] != want {
+				t.Fatalf("keys %v, want %s", keys, want)
+			}
+		})
+	}
+}
+
+// previousRelease numbers calls as the previous release's KeyInterceptor
+// did: the original run ID and the call's place (tp2).
+type previousRelease struct {
+	interceptor.WorkerInterceptorBase
+}
+
+func (*previousRelease) InterceptWorkflow(ctx workflow.Context, next interceptor.WorkflowInboundInterceptor) interceptor.WorkflowInboundInterceptor {
+	return &previousInbound{WorkflowInboundInterceptorBase: interceptor.WorkflowInboundInterceptorBase{Next: next}}
+}
+
+type previousInbound struct {
+	interceptor.WorkflowInboundInterceptorBase
+}
+
+func (w *previousInbound) Init(outbound interceptor.WorkflowOutboundInterceptor) error {
+	return w.Next.Init(&previousOutbound{WorkflowOutboundInterceptorBase: interceptor.WorkflowOutboundInterceptorBase{Next: outbound}})
+}
+
+type previousOutbound struct {
+	interceptor.WorkflowOutboundInterceptorBase
+	calls int
+}
+
+func (o *previousOutbound) ExecuteActivity(ctx workflow.Context, activityType string, args ...any) workflow.Future {
+	o.calls++
+	interceptor.WorkflowHeader(ctx)[callHeader] = mustPayload(map[string]any{"run": o.Next.GetInfo(ctx).OriginalRunID, "n": o.calls})
+	return o.Next.ExecuteActivity(ctx, activityType, args...)
 }
 
 func history(t *testing.T, tc client.Client, id, runID string) []*historypb.HistoryEvent {

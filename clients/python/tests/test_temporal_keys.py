@@ -7,18 +7,20 @@ from __future__ import annotations
 
 import asyncio
 import uuid
+from datetime import timedelta
 
 import psycopg
 import pytest
-from temporalio.client import Client
-from temporalio.common import WorkflowIDReusePolicy
+from temporalio.client import Client, WorkflowFailureError
+from temporalio.common import RetryPolicy, WorkflowIDReusePolicy
+from temporalio.exceptions import ActivityError, ApplicationError
 from temporalio.worker import Worker
 
 from idemflow.temporal import KeyInterceptor
 
-from .agents.keyed_workflow import Keyed, Run, create_ticket
+from .agents.keyed_workflow import SCRIPTS, Keyed, Plan, Planned, Run, create_ticket, create_ticket_titled, lookup, model
 from .conftest import count, need
-from .resets import reset_to_first_task
+from .resets import reset_to_first_task, reset_to_task
 
 
 async def _until(check, within: float = 30) -> None:  # type: ignore[no-untyped-def]
@@ -31,7 +33,13 @@ async def _until(check, within: float = 30) -> None:  # type: ignore[no-untyped-
 
 @pytest.mark.parametrize(
     "case,intents",
-    [("a workflow ID run twice", 2), ("continue-as-new, twice", 3), ("one regular and six local activities", 7), ("a reset to before the call", 1)],
+    [
+        ("a workflow ID run twice", 2),
+        ("continue-as-new, twice", 3),
+        ("one regular and six local activities", 7),
+        ("a reset to before the call", 1),
+        ("a workflow retry", 1),
+    ],
 )
 def test_activity_keys_tell_intended_calls_apart(case: str, intents: int, db: psycopg.Connection) -> None:
     need("IDEMFLOW_URL")
@@ -47,6 +55,14 @@ def test_activity_keys_tell_intended_calls_apart(case: str, intents: int, db: ps
                     await client.execute_workflow(Keyed.run, Run(customer), id=wid, task_queue=queue, id_reuse_policy=WorkflowIDReusePolicy.ALLOW_DUPLICATE)
             elif case == "continue-as-new, twice":
                 await client.execute_workflow(Keyed.run, Run(customer, continues=2), id=wid, task_queue=queue)
+            elif case == "a workflow retry":
+                await client.execute_workflow(
+                    Keyed.run,
+                    Run(customer, fail_first_attempt=True),
+                    id=wid,
+                    task_queue=queue,
+                    retry_policy=RetryPolicy(initial_interval=timedelta(milliseconds=50), maximum_attempts=2),
+                )
             elif case == "one regular and six local activities":
                 await client.execute_workflow(Keyed.run, Run(customer, regular=1, local=6), id=wid, task_queue=queue)
             else:
@@ -60,3 +76,100 @@ def test_activity_keys_tell_intended_calls_apart(case: str, intents: int, db: ps
     n = count(db, "ticket", customer)
     print(f"{case}: {n} tickets for {intents} intended calls")
     assert n == intents
+
+
+PRINTER, TONER, LOOKUP = ("create_ticket", "Printer on fire"), ("create_ticket", "Toner empty"), ("lookup", "Printer on fire")
+
+
+def titled(db: psycopg.Connection, customer: str, title: str) -> int:
+    row = db.execute("SELECT count(*) FROM ticket WHERE customer_id = %s AND title = %s", (customer, title)).fetchone()
+    assert row is not None
+    return int(row[0])
+
+
+@pytest.mark.parametrize(
+    "case,plans,reset_task,want",
+    [
+        ("a reset runs the model again, which adds a lookup before the same call", [[PRINTER], [LOOKUP, PRINTER]], 1, {"Printer on fire": 1}),
+        ("a reset runs the model again, which asks for another ticket at the same place", [[PRINTER], [TONER]], 1, {"Printer on fire": 1, "Toner empty": 1}),
+        ("a reset runs the model again, which plans the same two equal calls", [[PRINTER, PRINTER]], 1, {"Printer on fire": 2}),
+        ("a reset after the model answered", [[LOOKUP, PRINTER], [TONER]], 2, {"Printer on fire": 1, "Toner empty": 0}),
+    ],
+)
+def test_a_reset_that_runs_the_model_again_keeps_each_calls_key(
+    case: str, plans: list[list[tuple[str, str]]], reset_task: int, want: dict[str, int], db: psycopg.Connection
+) -> None:
+    """The twin of Go's TestAKeyNamesTheIntendedCallNotItsPlace: a reset
+    runs the model again, which answers otherwise; a call it asks for again
+    replays wherever it comes, a call it never asked for is new (never a
+    422, never a replay)."""
+    need("IDEMFLOW_URL")
+    customer = f"py-plan-{uuid.uuid4().hex[:8]}"
+    queue = f"plan-{customer}"
+    SCRIPTS[customer] = plans
+    first = sum(1 for tool, _ in plans[0] if tool == "create_ticket")
+
+    async def main() -> None:
+        client = await Client.connect(need("TEMPORAL_ADDRESS"), namespace=need("TEMPORAL_NAMESPACE"))
+        async with Worker(client, task_queue=queue, workflows=[Planned], activities=[model, lookup, create_ticket_titled], interceptors=[KeyInterceptor()]):
+            h = await client.start_workflow(Planned.run, Plan(customer, wait_for_done=True), id=f"{customer}-wf", task_queue=queue)
+            await _until(lambda: count(db, "ticket", customer) == first)
+            again = await reset_to_task(client, h, reset_task, "the test resets: the model is asked again")
+            await again.signal(Planned.finish)
+            await again.result()
+
+    asyncio.run(main())
+    got = {title: titled(db, customer, title) for title in want}
+    print(f"{case}: {got}")
+    assert got == want
+
+
+def test_a_reset_of_a_continue_as_new_chain_replays_the_turns_after_it(db: psycopg.Connection) -> None:
+    need("IDEMFLOW_URL")
+    customer = f"py-chain-{uuid.uuid4().hex[:8]}"
+    queue = f"chain-{customer}"
+    SCRIPTS[customer] = [[PRINTER]]  # every turn asks for the same ticket
+
+    async def main() -> None:
+        client = await Client.connect(need("TEMPORAL_ADDRESS"), namespace=need("TEMPORAL_NAMESPACE"))
+        async with Worker(client, task_queue=queue, workflows=[Planned], activities=[model, lookup, create_ticket_titled], interceptors=[KeyInterceptor()]):
+            h = await client.start_workflow(Planned.run, Plan(customer, turns=1), id=f"{customer}-wf", task_queue=queue)
+            await h.result()
+            assert count(db, "ticket", customer) == 2, "the chain's two turns"
+            first = client.get_workflow_handle(h.id, run_id=h.first_execution_run_id or h.result_run_id)
+            again = await reset_to_task(client, first, 1, "the test resets the chain's first run")
+            await client.get_workflow_handle(h.id, run_id=again.run_id).result()
+
+    asyncio.run(main())
+    n = count(db, "ticket", customer)
+    print(f"a reset of a continue-as-new chain: {n} tickets for 2 intended calls")
+    assert n == 2
+
+
+@pytest.mark.parametrize("tools_intercepted", [True, False], ids=["the workflow's worker lacks the interceptor", "no worker has it"])
+def test_a_call_nobody_numbered_fails_the_run_naming_the_fix(tools_intercepted: bool, db: psycopg.Connection) -> None:
+    """No silent fallback: a call no interceptor numbered gets no key that
+    another run's call could share; the run fails at once (the error is
+    not retryable) and names KeyInterceptor."""
+    need("IDEMFLOW_URL")
+    customer = f"py-bare-{uuid.uuid4().hex[:8]}"
+    queue, tools = f"bare-{customer}", f"tools-{customer}"
+    SCRIPTS[customer] = [[PRINTER]]
+
+    async def main() -> None:
+        client = await Client.connect(need("TEMPORAL_ADDRESS"), namespace=need("TEMPORAL_NAMESPACE"))
+        bare = Worker(client, task_queue=queue, workflows=[Planned], activities=[model, lookup])
+        keyed = Worker(client, task_queue=tools, activities=[create_ticket_titled], interceptors=[KeyInterceptor()] if tools_intercepted else [])
+        async with bare, keyed:
+            for _ in range(2):  # the workflow ID run twice: two intended calls
+                with pytest.raises(WorkflowFailureError) as failed:
+                    await asyncio.wait_for(
+                        client.execute_workflow(Planned.run, Plan(customer, tool_queue=tools), id=f"{customer}-wf", task_queue=queue), timeout=30
+                    )
+                cause = failed.value.cause
+                assert isinstance(cause, ActivityError) and isinstance(cause.cause, ApplicationError), failed.value
+                assert cause.cause.non_retryable and "KeyInterceptor" in str(cause.cause), cause.cause
+                print(f"the run failed: {cause.cause}")
+
+    asyncio.run(main())
+    assert count(db, "ticket", customer) == 0

@@ -33,7 +33,16 @@ ERRORS: dict[str, type[idemflow.ProblemError]] = {
 
 def test_the_vectors_are_there() -> None:
     assert ANSWERS["answers"] and ANSWERS["operations"] and ANSWERS["backoff"]
-    assert KEYS["derive"] and KEYS["langgraph"] and KEYS["temporal"] and KEYS["openai_agents"] and KEYS["pydantic_ai"] and KEYS["dbos"]
+    assert (
+        KEYS["derive"]
+        and KEYS["langgraph"]
+        and KEYS["temporal"]
+        and KEYS["temporal_args"]
+        and KEYS["temporal_lineage"]
+        and KEYS["openai_agents"]
+        and KEYS["pydantic_ai"]
+        and KEYS["dbos"]
+    )
 
 
 def check(name: str, j: Judgement, e: dict[str, Any]) -> None:
@@ -91,10 +100,50 @@ def test_langgraph_key(c: dict[str, Any]) -> None:
 
 @pytest.mark.parametrize("c", KEYS["temporal"], ids=lambda c: c["name"])
 def test_temporal_key(c: dict[str, Any]) -> None:
-    from idemflow.temporal import call_key
+    from idemflow.temporal import call_key, legacy_key, place_key
 
-    got = call_key(c["workflow_id"], c["original_run_id"], c.get("call", 0), c.get("activity_id", ""), c["tool"], c["scope"])
+    if c["scheme"] == "tp3":
+        got = call_key(c["workflow_id"], c["lineage"], c["turn"], c["tool"], c["args"], c["n"], c["scope"])
+    elif c["scheme"] == "tp2":
+        got = place_key(c["workflow_id"], c["original_run_id"], c["call"], c["tool"], c["scope"])
+    else:
+        got = legacy_key(c["workflow_id"], c["activity_id"], c["tool"], c["scope"])
     assert got == c["key"]
+
+
+@pytest.mark.parametrize("c", KEYS["temporal_args"], ids=lambda c: c["name"])
+def test_temporal_args_digest(c: dict[str, Any]) -> None:
+    from temporalio.api.common.v1 import Payload
+
+    from idemflow.temporal import args_digest
+
+    payloads = [
+        Payload(metadata={"encoding": p["encoding"].encode()}, data=base64.b64decode(p["data_base64"]) if "data_base64" in p else p["data"].encode())
+        for p in c["payloads"]
+    ]
+    assert args_digest(payloads) == c["digest"]
+
+
+@pytest.mark.parametrize("c", KEYS["temporal_lineage"], ids=lambda c: c["name"])
+def test_temporal_lineage(c: dict[str, Any]) -> None:
+    from types import SimpleNamespace
+
+    import temporalio.converter
+
+    from idemflow.temporal import LINEAGE_HEADER, lineage_of
+
+    info = SimpleNamespace(
+        attempt=c["attempt"],
+        continued_run_id=c["continued_run_id"] or None,
+        cron_schedule=c["cron_schedule"] or None,
+        first_execution_run_id=c["first_run_id"],
+        original_execution_run_id=c["original_run_id"],
+    )
+    headers = {}
+    if c["header"] is not None:
+        headers[LINEAGE_HEADER] = temporalio.converter.default().payload_converter.to_payloads([c["header"]])[0]
+    got = lineage_of(info, headers)  # type: ignore[arg-type]
+    assert (got.id, got.turn) == (c["lineage"], c["turn"])
 
 
 @pytest.mark.parametrize("c", KEYS["openai_agents"], ids=lambda c: c["name"])
@@ -151,10 +200,13 @@ def test_no_interceptor_no_key() -> None:
 
 
 def test_no_activity_no_key() -> None:
+    from temporalio.exceptions import ApplicationError
+
     from idemflow.temporal import activity_key
 
-    with pytest.raises(idemflow.NoDurableIdentityError, match="not in a Temporal activity"):
+    with pytest.raises(idemflow.NoDurableIdentityError, match="outside a Temporal activity") as e:
         activity_key("create_ticket")
+    assert isinstance(e.value, ApplicationError) and e.value.non_retryable, "Temporal must not retry a call that has no key"
 
 
 def test_a_polled_base64_answer_is_its_bytes() -> None:

@@ -10,6 +10,7 @@ from datetime import timedelta
 
 from temporalio import activity, workflow
 from temporalio.common import RetryPolicy
+from temporalio.exceptions import ApplicationError
 
 with workflow.unsafe.imports_passed_through():
     import idemflow
@@ -23,6 +24,7 @@ class Run:
     local: int = 0
     continues: int = 0  # continue as new this many times
     wait_for_done: bool = False  # wait for the signal "done" after the calls
+    fail_first_attempt: bool = False  # fail the first attempt after its calls (a workflow retry runs them again)
 
 
 @activity.defn(name="create_ticket")
@@ -55,4 +57,76 @@ class Keyed:
             await workflow.wait_condition(lambda: self.done)
         if r.continues:
             workflow.continue_as_new(replace(r, continues=r.continues - 1))
+        if r.fail_first_attempt and workflow.info().attempt == 1:
+            raise ApplicationError("the first attempt fails after its calls")
         return keys
+
+
+# A planned agent (test_temporal_keys.py's reset cases, the twin of Go's
+# TestAKeyNamesTheIntendedCallNotItsPlace): a model activity answers with
+# the tool calls to make, from a script the test sets per customer, so
+# that a reset that runs the model again gets another plan, as a real
+# model gives.
+
+
+@dataclass
+class Plan:
+    customer: str
+    turns: int = 0  # continue as new this many times; each turn asks the model again
+    turn: int = 0
+    wait_for_done: bool = False
+    fail_first_attempt: bool = False
+    tool_queue: str | None = None  # the tools' task queue, if not the workflow's
+
+
+#: customer -> the plans the model answers, in order (the last one after
+#: that); each plan is a list of (tool, title).
+SCRIPTS: dict[str, list[list[tuple[str, str]]]] = {}
+_ASKED: dict[tuple[str, int], int] = {}
+
+
+@activity.defn(name="model")
+async def model(customer: str, turn: int) -> list[list[str]]:
+    n = _ASKED.get((customer, turn), 0)
+    _ASKED[(customer, turn)] = n + 1
+    plans = SCRIPTS[customer]
+    return [list(c) for c in plans[min(n, len(plans) - 1)]]
+
+
+@activity.defn(name="lookup")
+async def lookup(customer: str, title: str) -> None:
+    return None
+
+
+@activity.defn(name="create_ticket_titled")
+async def create_ticket_titled(customer: str, title: str) -> str:
+    key = activity_key("create_ticket")
+    async with idemflow.AsyncClient(os.environ["IDEMFLOW_URL"], os.environ["IDEMFLOW_TOKEN"], initial_backoff=0.02, max_backoff=0.2) as c:
+        r = await c.do(idemflow.Intent(key, "/v1/tickets", {"customer_id": customer, "title": title}))
+    return r.raw
+
+
+@workflow.defn(name="planned")
+class Planned:
+    def __init__(self) -> None:
+        self.done = False
+
+    @workflow.signal
+    def finish(self) -> None:
+        self.done = True
+
+    @workflow.run
+    async def run(self, p: Plan) -> int:
+        retry = RetryPolicy(initial_interval=timedelta(milliseconds=50), maximum_attempts=3)
+        timeout = timedelta(seconds=30)
+        plan = await workflow.execute_activity(model, args=[p.customer, p.turn], start_to_close_timeout=timeout, retry_policy=retry)
+        for tool, title in plan:
+            act = lookup if tool == "lookup" else create_ticket_titled
+            await workflow.execute_activity(act, args=[p.customer, title], task_queue=p.tool_queue, start_to_close_timeout=timeout, retry_policy=retry)
+        if p.wait_for_done:
+            await workflow.wait_condition(lambda: self.done)
+        if p.turn < p.turns:
+            workflow.continue_as_new(replace(p, turn=p.turn + 1))
+        if p.fail_first_attempt and workflow.info().attempt == 1:
+            raise ApplicationError("the first attempt fails after its calls")
+        return len(plan)
