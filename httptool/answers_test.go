@@ -78,8 +78,10 @@ func TestADownstreams202IsItsAnswerNotIdemflows(t *testing.T) {
 // A downstream's 4xx is the operation's rejection, recorded under the
 // key: never idemflow's refusal of the request, whose advice (fix the
 // body, same key) would meet a conflict. The Go client types it as a
-// rejection (no ReviseIntent), and MCP says to use a new key for other
-// arguments, which is what the server then does.
+// rejection (no ReviseIntent), and MCP says that the key stays bound to
+// these arguments and tells the model to stop rather than send others
+// under another key on its own (which the server would run as a new
+// intent).
 func TestADownstreams4xxIsARejectionNotARefusal(t *testing.T) {
 	f := newFixture(t)
 	tooMuch := fmt.Sprintf(`{"payment_id":"pay-1","amount_cents":%d}`, downstream.MaxAmount+1)
@@ -103,7 +105,7 @@ func TestADownstreams4xxIsARejectionNotARefusal(t *testing.T) {
 	r, _ := call("refund_keyed", args)
 	msg := text(r)
 	if !r.IsError || !strings.Contains(msg, "REJECTED by the service (HTTP 422)") || !strings.Contains(msg, "amount_exceeds_capture") ||
-		!strings.Contains(msg, "use a NEW key") || strings.Contains(msg, "INVALID ARGUMENTS") {
+		!strings.Contains(msg, "Do not send other arguments under another key on your own") || strings.Contains(msg, "INVALID ARGUMENTS") {
 		t.Fatalf("MCP's words: %s", msg)
 	}
 	if strings.Contains(msg, "get it again") || !strings.Contains(msg, "sends them to the service again") {

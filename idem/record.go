@@ -101,11 +101,14 @@ type KeyReusedError struct {
 
 // Error says plainly whether the key was used for another operation or for
 // this one with other parameters: the two mistakes have different fixes.
+// It says what happened and nothing more: integrations hand it to a model,
+// which cannot choose keys and would read advice to use a new key as
+// "call again", the duplicate idemflow prevents (modeltexts.json).
 func (e *KeyReusedError) Error() string {
 	if e.Asked != "" && e.Asked != e.BizType {
-		return fmt.Sprintf("idempotency key %q was already used for another operation (%s), not %s; use a new key for a new intent", e.Key, e.BizType, e.Asked)
+		return fmt.Sprintf("idempotency key %q was already used for another operation (%s), not %s; this request was not executed", e.Key, e.BizType, e.Asked)
 	}
-	return fmt.Sprintf("idempotency key %q was already used with different parameters (first use: %s); use a new key for a new intent", e.Key, e.BizType)
+	return fmt.Sprintf("idempotency key %q was already used with different parameters (first use: %s); this request was not executed", e.Key, e.BizType)
 }
 
 // Retention says how long a finished record is kept, per business type.

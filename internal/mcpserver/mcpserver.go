@@ -196,21 +196,26 @@ func result(res agentclient.Result) (*mcp.CallToolResult, Result, error) {
 	return nil, out, nil
 }
 
-// explain turns an error into words a model can act on.
+// explain turns an error into words a model can act on. None invites the
+// model to make the call again as a new one (a new key, a new intent): a
+// model that reads that calls again, the duplicate idemflow prevents; it
+// is told to stop and tell the user instead (clients/testdata/modeltexts.json,
+// TestNoTextAfterARefusalOrAPendingAnswerInvitesANewCall).
 func explain(key string, err error) error {
 	var rej *agentclient.RejectedError
 	switch {
 	case errors.Is(err, agentclient.ErrKeyReused):
-		return fmt.Errorf("CONFLICT: idempotency_key %q was already used with different arguments, so nothing was done. "+
-			"If you are retrying, resend the original arguments; if this is a new intent, use a new key", key)
+		return fmt.Errorf("CONFLICT: idempotency_key %q was already used with different arguments, so nothing was done for this call. "+
+			"If you were retrying, the first call under this key is the one that counts: send its original arguments to read its answer. "+
+			"Do not make this call again under another key on your own: tell the user", key)
 	case errors.As(err, &rej) && rej.Code == agentclient.CodeDownstreamRejected:
 		// The service's own refusal, in its own words. The record keeps
 		// the key's arguments (others under it are a conflict) but is not
 		// final: the same arguments under it go to the service again,
 		// which may answer otherwise (a limit raised since).
 		return fmt.Errorf("REJECTED by the service (HTTP %d): %s. Nothing was changed there. idempotency_key %q stays bound to these arguments: "+
-			"calling again with it and the same arguments sends them to the service again, and it may answer differently; "+
-			"to send different arguments, use a NEW key", rej.Status, clipText(rej.Body), key)
+			"calling again with it and the same arguments sends them to the service again, and it may answer differently. "+
+			"Do not send other arguments under another key on your own: tell the user what the service said", rej.Status, clipText(rej.Body), key)
 	case errors.As(err, &rej):
 		msg := fmt.Sprintf("REJECTED (%s): %s. Nothing was changed", rej.Code, rej.Problem.Detail)
 		if rej.CurrentState != "" {
@@ -219,7 +224,7 @@ func explain(key string, err error) error {
 		return errors.New(msg)
 	case errors.Is(err, agentclient.ErrOutcomeUnknown):
 		return fmt.Errorf("OUTCOME UNKNOWN: the call may or may not have taken effect, and it will never be sent again under idempotency_key %q. "+
-			"Do not retry it under a new key before you have checked with the service or a human: %w", key, err)
+			"Do not make it again under another key: tell the user, who can check with the service: %w", key, err)
 	case errors.Is(err, agentclient.ErrInvalidRequest):
 		return fmt.Errorf("INVALID ARGUMENTS, nothing was recorded; fix them and call again with the same key: %w", err)
 	case errors.Is(err, context.DeadlineExceeded):

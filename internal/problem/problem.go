@@ -49,7 +49,7 @@ var descriptions = map[string]string{
 	TypeInvalidRequest:    "The body is not valid JSON, has unknown fields or invalid values. Nothing was recorded: fix the body and retry with the same key.",
 	TypeUnauthorized:      "The bearer token is missing, unknown or revoked.",
 	TypeBodyTooLarge:      "The body is larger than 1 MiB. Nothing was recorded.",
-	TypeKeyReused:         "This Idempotency-Key was already used with different parameters. Nothing was executed. Use a new key for a new intent.",
+	TypeKeyReused:         "This Idempotency-Key was already used with different parameters. Nothing was executed: the key stays bound to the parameters it was first used with, and those replay its first answer.",
 	TypeInProgress:        "A request with this Idempotency-Key is still being processed. Retry after the Retry-After delay with the same key.",
 	TypeInvalidTransition: "The order is not in a state that allows this transition; current_state says which state it is in.",
 	TypeNotFound:          "No such resource for this tenant.",

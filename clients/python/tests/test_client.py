@@ -17,7 +17,9 @@ import pytest
 
 import idemflow
 from idemflow import Intent
+from idemflow._tooltext import refusal_text
 
+from .modeltext import invitation
 from .wire import Proxy
 
 
@@ -67,8 +69,11 @@ def test_final_answers_are_typed_errors_never_retried(url: str, token: str) -> N
         key = str(uuid.uuid4())
         c.do(Intent(key, "/v1/tickets", ticket("first")))
         attempts.clear()
-        with pytest.raises(idemflow.KeyReusedError):
+        with pytest.raises(idemflow.KeyReusedError) as reused:
             c.do(Intent(key, "/v1/tickets", ticket("changed")))
+        # What an integration hands the model of it invites no new call.
+        text = refusal_text(reused.value, key)
+        assert not invitation(text), f"{text!r} invites a new call at {invitation(text)!r}"
         with pytest.raises(idemflow.InvalidRequestError) as bad:
             c.do(Intent(str(uuid.uuid4()), "/v1/tickets", {"title": ""}))
         assert bad.value.revisable and not bad.value.settled

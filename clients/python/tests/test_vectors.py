@@ -242,3 +242,19 @@ def test_a_body_stored_before_jcs_still_compares_as_its_value(tmp_path: pathlib.
         old = json.dumps({"title": "t", "quantity": 2.0}, sort_keys=True, ensure_ascii=False, separators=(",", ":"))
         store._db.execute("UPDATE intent SET body = ? WHERE step_id = 'step'", (old,))
         assert store.open("step", "POST", "/v1/tickets", {"quantity": 2, "title": "t"}).key == first.key
+
+
+def test_no_text_after_a_refusal_or_a_pending_answer_invites_a_new_call() -> None:
+    """The rule's own examples show the check catches what it should; then
+    every pending text an integration can hand on, and a refusal as the
+    integrations write it (test_final_answers_are_typed_errors_never_retried
+    checks one from the real server)."""
+    from idemflow._tooltext import RESUME, pending_text
+
+    from .modeltext import RULE, invitation
+
+    assert all(invitation(s) for s in RULE["examples"]["invite"]), [s for s in RULE["examples"]["invite"] if not invitation(s)]
+    assert not any(invitation(s) for s in RULE["examples"]["allow"]), [invitation(s) for s in RULE["examples"]["allow"]]
+    for name, resume in RESUME.items():
+        text = pending_text("create_ticket", "lg3_k", resume)
+        assert not invitation(text), f"{name}: {text!r} invites a new call at {invitation(text)!r}"

@@ -21,6 +21,7 @@ import { tool } from "@langchain/core/tools";
 import type { ToolRunnableConfig } from "@langchain/core/tools";
 import { interrupt } from "@langchain/langgraph";
 import { Client, DeadlineError, deriveKey, NoDurableIdentityError, ProblemError, type Result } from "./index.js";
+import { pendingText, refusalText, resume } from "./tooltext.js";
 
 export { NoDurableIdentityError };
 
@@ -145,7 +146,7 @@ export function idemflowTool<S>(client: Client, f: IdemflowToolFields<S>) {
             // operation's or its downstream's, whose body is as it came),
             // or idemflow's refusal of the arguments, which nothing
             // recorded.
-            return JSON.stringify({ http_status: e.status, replayed: false, error: e.name, problem: e.problem, body: e.body, key });
+            return refusalText(e, key);
           }
           if (!(e instanceof DeadlineError)) throw e;
           // Pauses the run (ToolNode re-throws an interrupt whatever its
@@ -154,7 +155,7 @@ export function idemflowTool<S>(client: Client, f: IdemflowToolFields<S>) {
             idemflow: "pending",
             tool: f.name,
             key,
-            message: `${f.name}: no final answer within the wait; the call is pending under key ${key} and must not be made again: resume the run to wait for its answer`,
+            message: pendingText(f.name, key, resume.langgraph),
           });
         }
       }

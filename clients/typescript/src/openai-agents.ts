@@ -24,6 +24,7 @@
 
 import { RunState, tool, type Agent, type RunContext, type RunResult, type Runner, type RunToolApprovalItem } from "@openai/agents";
 import { Client, DeadlineError, deriveKey, NoDurableIdentityError, ProblemError, type Result } from "./index.js";
+import { pendingText, refusalText, resume } from "./tooltext.js";
 
 export { NoDurableIdentityError };
 
@@ -108,12 +109,10 @@ export function idemflowFunctionTool<I = any>(client: Client, f: IdemflowFunctio
       try {
         r = await client.do({ key, method: "POST", path, body: f.body ? f.body(input) : input }, { deadlineMs: f.waitMs, signal: details?.signal });
       } catch (e) {
-        if (e instanceof ProblemError) {
-          // A final refusal is the model's to read, not a crash of the run.
-          return JSON.stringify({ http_status: e.status, replayed: false, error: e.name, problem: e.problem, body: e.body, key });
-        }
+        // A final refusal is the model's to read, not a crash of the run.
+        if (e instanceof ProblemError) return refusalText(e, key);
         if (e instanceof DeadlineError) {
-          throw new DeadlineError(`${f.name}: no final answer within the wait; the call is pending under key ${key} and must not be made again: resume the run from its saved RunState to wait for its answer`);
+          throw new DeadlineError(pendingText(f.name, key, resume.openaiAgents));
         }
         throw e;
       }

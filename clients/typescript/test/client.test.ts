@@ -15,6 +15,8 @@ import {
   backoffCeiling, Client, deriveKey, FileStore, IntentMismatchError, InvalidRequestError, judge, judgeOperation, type Judgement, KeyReusedError,
   NotFoundError, OutcomeUnknownError, RejectedError, TooLargeError, UnauthorizedError,
 } from "../src/index.js";
+import { pendingText, refusalText, resume } from "../src/tooltext.js";
+import { invitation, rule } from "./modeltext.js";
 import { durableKey, idemflowTool, NoDurableIdentityError } from "../src/langgraph.js";
 import { AIMessage, HumanMessage, ToolMessage } from "@langchain/core/messages";
 import { tool } from "@langchain/core/tools";
@@ -27,6 +29,15 @@ const url = process.env.IDEMFLOW_URL!;
 const token = process.env.IDEMFLOW_TOKEN!;
 const client = (base = url, t = token) => new Client({ baseURL: base, token: t, attemptTimeoutMs: 2000, initialBackoffMs: 20, maxBackoffMs: 200 });
 const ticket = (title: string) => ({ customer_id: "c-ts", title, priority: "high" });
+
+test("no text after a refusal or a pending answer invites a new call", () => {
+  for (const s of rule.examples.invite) assert.notEqual(invitation(s), "", `the check lets through ${JSON.stringify(s)}`);
+  for (const s of rule.examples.allow) assert.equal(invitation(s), "", `the check refuses ${JSON.stringify(s)}`);
+  for (const [name, how] of Object.entries(resume)) {
+    const text = pendingText("create_ticket", "va1_k", how);
+    assert.equal(invitation(text), "", `${name}: ${text}`);
+  }
+});
 
 test("a replay returns the first answer, marked replayed", async () => {
   const key = randomUUID();
@@ -70,7 +81,10 @@ test("an answer lost on the wire is retried under the same key, and replays", as
 test("final answers are typed errors, never retried", async () => {
   const key = randomUUID();
   await client().do({ key, path: "/v1/tickets", body: ticket("first") });
-  await assert.rejects(client().do({ key, path: "/v1/tickets", body: ticket("changed") }), KeyReusedError);
+  const reused = await client().do({ key, path: "/v1/tickets", body: ticket("changed") }).catch((e) => e);
+  assert.ok(reused instanceof KeyReusedError, String(reused));
+  // What an integration hands the model of it invites no new call.
+  assert.equal(invitation(refusalText(reused, key)), "", refusalText(reused, key));
   await assert.rejects(client().do({ key: randomUUID(), path: "/v1/tickets", body: { title: "" } }), InvalidRequestError);
   await assert.rejects(client(url, "not-a-token").do({ key: randomUUID(), path: "/v1/tickets", body: ticket("x") }), UnauthorizedError);
   await assert.rejects(client().do({ key: randomUUID(), path: "/v1/orders/ORD-NOPE/pay", body: { payment_ref: "p" } }), NotFoundError);

@@ -30,6 +30,17 @@ def refusal_text(e: ProblemError, key: str) -> str:
     return json.dumps({**e.to_dict(), "replayed": False, "key": key}, ensure_ascii=False)
 
 
+#: How each integration's run goes on after a pending answer: always the
+#: same call under the same key, never a new one (tests/modeltext.py holds
+#: them to the rule every client shares).
+RESUME = {
+    "langgraph": "resume the run to wait for its answer",
+    "openai_agents": "resume the run from its saved RunState to wait for its answer",
+    "pydantic_ai": "resume the agent from its saved history (run_durably), or let Temporal make the activity's next attempt under the same key",
+    "dbos": "the DBOS step waits on under the same key",
+}
+
+
 def pending_text(name: str, key: str, resume: str) -> str:
     """Why a call whose answer did not come within the wait stops the run,
     and how to go on (resume: the framework's own way)."""

@@ -31,7 +31,7 @@ from langgraph.prebuilt import InjectedState
 from langgraph.types import interrupt
 from pydantic import BaseModel, create_model
 
-from ._tooltext import answer_text, arguments, pending_text, refusal_text
+from ._tooltext import RESUME, answer_text, arguments, pending_text, refusal_text
 from .client import AsyncClient, Client, Intent
 from .errors import DeadlineError, NoDurableIdentityError, ProblemError
 from .keys import derive_key
@@ -112,7 +112,7 @@ def pending_answer(name: str, key: str) -> dict[str, str]:
         "idemflow": "pending",
         "tool": name,
         "key": key,
-        "message": pending_text(name, key, "resume the run to wait for its answer"),
+        "message": pending_text(name, key, RESUME["langgraph"]),
     }
 
 

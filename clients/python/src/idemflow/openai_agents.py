@@ -37,7 +37,7 @@ from agents.strict_schema import ensure_strict_json_schema
 from agents.tool_context import ToolContext
 from pydantic import BaseModel
 
-from ._tooltext import answer_text, arguments, pending_text, refusal_text, send
+from ._tooltext import RESUME, answer_text, arguments, pending_text, refusal_text, send
 from .client import AsyncClient, Client, Intent
 from .errors import DeadlineError, NoDurableIdentityError, ProblemError
 from .keys import derive_key
@@ -131,7 +131,7 @@ def idemflow_function_tool(
         except ProblemError as e:
             return refusal_text(e, key)
         except DeadlineError as e:
-            raise DeadlineError(pending_text(name, key, "resume the run from its saved RunState to wait for its answer")) from e
+            raise DeadlineError(pending_text(name, key, RESUME["openai_agents"])) from e
 
     return FunctionTool(
         name=name,

@@ -47,7 +47,7 @@ from pydantic_ai import (
 from pydantic_ai.agent import AgentRunResult
 from pydantic_ai.messages import ModelMessage, ModelResponse, ToolCallPart
 
-from ._tooltext import answer_text, arguments, pending_text, refusal_text, send
+from ._tooltext import RESUME, answer_text, arguments, pending_text, refusal_text, send
 from .client import AsyncClient, Client, Intent
 from .errors import DeadlineError, NoDurableIdentityError, ProblemError
 from .keys import derive_key
@@ -187,9 +187,9 @@ def idemflow_tool(
                 return refusal_text(e, key)
             except DeadlineError as e:
                 if waits:
-                    _log.warning("%s", pending_text(name, key, "the DBOS step waits on under the same key"))
+                    _log.warning("%s", pending_text(name, key, RESUME["dbos"]))
                     continue
-                raise DeadlineError(pending_text(name, key, "run the agent again from its saved history (run_durably), or retry the activity")) from e
+                raise DeadlineError(pending_text(name, key, RESUME["pydantic_ai"])) from e
 
     async def invoke(ctx: RunContext[Any], **raw: Any) -> str:
         workflow = _dbos_workflow()

@@ -1,0 +1,31 @@
+// What an agent framework's tool hands the model, the same in every
+// integration (Python's idemflow._tooltext is its twin): a final refusal,
+// and the text of a pending answer, which each integration keeps from the
+// model its own way. Neither invites the model to make the call again as
+// a new one: a model cannot choose keys, and reads "use a new key" as
+// "call again", the duplicate idemflow prevents (test/tooltext.test.ts
+// holds them to clients/testdata/modeltexts.json).
+
+import type { ProblemError } from "./index.js";
+
+/** How each integration's run goes on after a pending answer: always the same call under the same key. */
+export const resume = {
+  langgraph: "resume the run to wait for its answer",
+  openaiAgents: "resume the run from its saved RunState to wait for its answer",
+  ai: "resume the chat from its saved messages to wait for its answer",
+} as const;
+
+/** Why a call whose answer did not come within the wait stops the run, and how it goes on. */
+export function pendingText(tool: string, key: string, how: string): string {
+  return `${tool}: no final answer within the wait; the call is pending under key ${key} and must not be made again: ${how}`;
+}
+
+/**
+ * A final refusal is the model's to read, not a crash of the run: a
+ * rejection stored under the key (the operation's or its downstream's,
+ * whose body is as it came), or idemflow's refusal of the arguments,
+ * which nothing recorded.
+ */
+export function refusalText(e: ProblemError, key: string): string {
+  return JSON.stringify({ http_status: e.status, replayed: false, error: e.name, problem: e.problem, body: e.body, key });
+}
