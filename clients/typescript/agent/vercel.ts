@@ -17,10 +17,10 @@
 import { randomUUID } from "node:crypto";
 import { existsSync, readFileSync, writeFileSync, renameSync, openSync, fsyncSync, closeSync } from "node:fs";
 import { parseArgs } from "node:util";
-import { generateText, stepCountIs, tool, type ModelMessage, type ToolApprovalResponse } from "ai";
+import { stepCountIs, tool, type ModelMessage, type ToolApprovalResponse } from "ai";
 import { z } from "zod";
 import { Client } from "../src/index.js";
-import { idemflowTool, stopOnPending } from "../src/ai.js";
+import { generateText, idemflowTool } from "../src/ai.js";
 import { scriptedChat } from "./scripted-chat.js";
 
 const { values } = parseArgs({
@@ -91,7 +91,7 @@ for (;;) {
     console.log("approved");
   }
   // One request of the chat.
-  const r = await generateText({ model, tools: { create_ticket }, messages, stopWhen: stepCountIs(5), prepareStep: stopOnPending() });
+  const r = await generateText({ model, tools: { create_ticket }, messages, stopWhen: stepCountIs(5) });
   messages = [...messages, ...r.response.messages];
   save(state, messages);
   console.log("saved");

@@ -16,9 +16,30 @@
 // this call and which a later turn that reuses the toolCallId (call_0)
 // does not share; the key is the chat, the approval's ID, the toolCallId
 // and the tool's name.
+//
+// A pending answer (the wait ended, the intent may have taken effect) must
+// never reach the model, which would call again under a new ID, a new
+// approval and a new key; nor the chat's saved messages, where it would
+// stand as the call's result, so that sending them again runs nothing. The
+// SDK hands a tool's error to both: an approved call runs before the
+// first step, and streamText streams its error before any prepareStep. So
+// the guard is this module's generateText and streamText, the SDK's own
+// with it built in, and the tool runs only under them (or where the app
+// says, with guarded: false, that it guards the run itself).
 
-import { tool, type ModelMessage, type PrepareStepFunction, type ToolExecutionOptions, type ToolSet } from "ai";
+import {
+  generateText as sdkGenerateText,
+  streamText as sdkStreamText,
+  tool,
+  type ModelMessage,
+  type PrepareStepFunction,
+  type StreamTextTransform,
+  type Tool,
+  type ToolExecutionOptions,
+  type ToolSet,
+} from "ai";
 import { Client, DeadlineError, deriveKey, NoDurableIdentityError, ProblemError, type Result } from "./index.js";
+import { pendingText, refusalText, resume } from "./tooltext.js";
 
 export { NoDurableIdentityError };
 
@@ -89,6 +110,14 @@ export interface IdemflowToolFields<I> {
   callIdsUnique?: boolean;
   /** How long one call waits for its final answer (default 300 s) before it throws PendingAnswerError. */
   waitMs?: number;
+  /**
+   * Default true: the tool runs only under this module's generateText or
+   * streamText, which keep a pending answer from the model and from the
+   * saved messages; under the SDK's own it refuses before anything is
+   * sent. false: the app guards the run itself (stopOnPending as
+   * prepareStep, hidePending as a streamText transform).
+   */
+  guarded?: boolean;
 }
 
 /** What the tool returns to the model. */
@@ -111,12 +140,69 @@ export class PendingAnswerError extends Error {
     readonly tool: string,
     readonly key: string,
   ) {
-    super(`${pendingMark} ${tool}: no final answer within the wait; the call is pending under key ${key} and must not be made again: send the chat's saved messages again to wait for its answer`);
+    super(`${pendingMark} ${pendingText(tool, key, resume.ai)}`);
   }
 }
 
 /** Thrown by stopOnPending: the run stopped where a call's answer is pending; nothing reached the model. */
 export class PendingRunError extends Error {}
+
+function isPending(e: unknown): boolean {
+  return e instanceof PendingAnswerError || (e instanceof Error && e.message.startsWith(pendingMark)) || (typeof e === "string" && e.startsWith(pendingMark));
+}
+
+/**
+ * A streamText transform that keeps a pending answer out of the stream:
+ * the call's error part is dropped, so neither the UI stream nor the
+ * messages the app saves from it carry a result for the call, and sending
+ * them again runs it again under its key. It does not end the stream
+ * (the SDK adds the next step's stream to it, and fails on a closed one):
+ * stopOnPending ends the run before the model is asked again. streamText
+ * below installs both; hidePending is exported for an app that builds its
+ * own guard (guarded: false).
+ */
+export function hidePending<T extends ToolSet>(): StreamTextTransform<T> {
+  return () =>
+    new TransformStream({
+      transform(part, controller) {
+        if (part.type === "tool-error" && isPending(part.error)) return;
+        controller.enqueue(part);
+      },
+    });
+}
+
+/** Where idemflowTool keeps the execute it runs under the guard. */
+const guardedExecute = Symbol("idemflow.guardedExecute");
+
+/** tools with every idemflow tool's execute armed: only the guarded generateText and streamText call this. */
+function arm<T extends ToolSet | undefined>(tools: T): T {
+  if (!tools) return tools;
+  return Object.fromEntries(Object.entries(tools).map(([name, t]) => [name, (t as any)[guardedExecute] ? { ...t, execute: (t as any)[guardedExecute] } : t])) as T;
+}
+
+function guard(options: any): any {
+  return { ...options, tools: arm(options.tools), prepareStep: stopOnPending(options.prepareStep) };
+}
+
+/**
+ * The SDK's generateText with the pending guard built in (stopOnPending,
+ * and the idemflow tools armed): a run whose call's answer is pending
+ * throws PendingRunError before the model is asked again, so the app saves
+ * nothing of the request and sends the same messages again later.
+ */
+export const generateText: typeof sdkGenerateText = ((options: any) => sdkGenerateText(guard(options))) as typeof sdkGenerateText;
+
+/**
+ * The SDK's streamText with the pending guard built in: a pending answer
+ * never reaches the model (stopOnPending) nor the stream (hidePending), so
+ * a chat continued as useChat does keeps the call without a result, and
+ * runs it again, under its key, when its saved messages are sent again.
+ */
+export const streamText: typeof sdkStreamText = ((options: any) => {
+  const own = options.experimental_transform;
+  const transforms = [hidePending(), ...(own === undefined ? [] : Array.isArray(own) ? own : [own])];
+  return sdkStreamText({ ...guard(options), experimental_transform: transforms });
+}) as typeof sdkStreamText;
 
 /**
  * A prepareStep for generateText or streamText that stops the run, before
@@ -144,31 +230,34 @@ export function stopOnPending<T extends ToolSet>(next?: PrepareStepFunction<T>):
  * operations (a ticket, an order, a declared operation, an HTTP tool)
  * exactly once per tool call. The model reads JSON: {http_status,
  * replayed, result}, or for a final refusal {http_status, replayed,
- * error, problem, body, key}. Run it with stopOnPending.
+ * error, problem, body, key}. Run it with this module's generateText or
+ * streamText (see guarded).
  */
-export function idemflowTool<I = any>(client: Client, f: IdemflowToolFields<I>) {
-  return tool<I, string>({
-    description: f.description,
-    inputSchema: f.inputSchema,
-    needsApproval: f.needsApproval ?? true,
-    execute: async (input: I, options: ToolExecutionOptions) => {
-      const key = durableKey(f.chatId, options.messages, options.toolCallId, f.name, f.callIdsUnique);
-      const path = typeof f.path === "function" ? f.path(input) : f.path;
-      let r: Result;
-      try {
-        r = await client.do({ key, method: "POST", path, body: f.body ? f.body(input) : input }, { deadlineMs: f.waitMs, signal: options.abortSignal });
-      } catch (e) {
-        if (e instanceof ProblemError) {
-          // A final refusal is the model's to read, not a crash of the
-          // run: a rejection stored under the key, or idemflow's refusal
-          // of the arguments, which nothing recorded.
-          return JSON.stringify({ http_status: e.status, replayed: false, error: e.name, problem: e.problem, body: e.body, key });
-        }
-        if (e instanceof DeadlineError) throw new PendingAnswerError(f.name, key);
-        throw e;
-      }
-      const answer: ToolAnswer = { http_status: r.status, replayed: r.replayed, result: r.body };
-      return JSON.stringify(answer);
+export function idemflowTool<I = any>(client: Client, f: IdemflowToolFields<I>): Tool<I, string> {
+  const execute = async (input: I, options: ToolExecutionOptions): Promise<string> => {
+    const key = durableKey(f.chatId, options.messages, options.toolCallId, f.name, f.callIdsUnique);
+    const path = typeof f.path === "function" ? f.path(input) : f.path;
+    let r: Result;
+    try {
+      r = await client.do({ key, method: "POST", path, body: f.body ? f.body(input) : input }, { deadlineMs: f.waitMs, signal: options.abortSignal });
+    } catch (e) {
+      if (e instanceof ProblemError) return refusalText(e, key);
+      if (e instanceof DeadlineError) throw new PendingAnswerError(f.name, key);
+      throw e;
+    }
+    const answer: ToolAnswer = { http_status: r.status, replayed: r.replayed, result: r.body };
+    return JSON.stringify(answer);
+  };
+  const fields = { description: f.description, inputSchema: f.inputSchema, needsApproval: f.needsApproval ?? true };
+  if (f.guarded === false) return tool<I, string>({ ...fields, execute } as any);
+  const t = tool<I, string>({
+    ...fields,
+    // Nothing is sent under the SDK's own generateText or streamText,
+    // which would hand a pending answer to the model.
+    execute: async () => {
+      throw new Error(`${f.name}: run idemflow tools with generateText or streamText from @idemflow/client/ai, which keep a pending answer from the model; nothing was sent`);
     },
   } as any);
+  (t as any)[guardedExecute] = execute;
+  return t;
 }

@@ -7,10 +7,10 @@ import assert from "node:assert/strict";
 import { randomUUID } from "node:crypto";
 import { readFile } from "node:fs/promises";
 import { test } from "node:test";
-import { generateText, stepCountIs, type ModelMessage, type ToolSet } from "ai";
+import { convertToModelMessages, generateText as sdkGenerateText, readUIMessageStream, stepCountIs, type ModelMessage, type ToolSet, type UIMessage } from "ai";
 import { z } from "zod";
 import { Client } from "../src/index.js";
-import { durableKey, idemflowTool, NoDurableIdentityError, PendingRunError, stopOnPending } from "../src/ai.js";
+import { durableKey, generateText, idemflowTool, NoDurableIdentityError, pendingMark, PendingRunError, streamText } from "../src/ai.js";
 import { scriptedChat } from "../agent/scripted-chat.js";
 import { inFreshFolder, partitionProxy, readmeSnippet, ticketsUnder } from "./helpers.js";
 
@@ -33,7 +33,8 @@ async function turn(model: ReturnType<typeof scriptedChat>["model"], tools: Tool
     } else if (last?.role === "assistant") {
       return messages;
     }
-    const r = await generateText({ model, tools, messages, stopWhen: stepCountIs(5), ...(guard ? { prepareStep: stopOnPending() } : {}) });
+    // The guarded generateText, or (the control) the SDK's own.
+    const r = await (guard ? generateText : sdkGenerateText)({ model, tools, messages, stopWhen: stepCountIs(5) });
     messages = [...messages, ...r.response.messages];
     saved.push(messages);
   }
@@ -88,13 +89,97 @@ test("a pending answer stops the run, and never reaches the model as an error", 
     state.partitioned = true;
     const naive = "c-ts-ai-pending-control-" + randomUUID().slice(0, 8);
     const ctl = scriptedChat(naive);
-    const controlTools = { create_ticket: idemflowTool(c, { name: "create_ticket", description: "Create a ticket.", inputSchema: schema, path: "/v1/tickets", chatId: naive, waitMs: 1200 }) };
+    const controlTools = {
+      create_ticket: idemflowTool(c, { name: "create_ticket", description: "Create a ticket.", inputSchema: schema, path: "/v1/tickets", chatId: naive, waitMs: 1200, guarded: false }),
+    };
     await turn(ctl.model, controlTools, [[{ role: "user", content: "Open a ticket." }]], false);
     console.log(`pending answer: one ticket after the resume; the control: ${ctl.outputs.length} errors to the model`);
     assert.equal(ctl.outputs.length, 2, `the control hands the model the wait's end as an error, twice: ${ctl.outputs}`);
     assert.ok(ctl.outputs.every((o) => o.startsWith("error:")));
     state.partitioned = false;
     assert.equal(await effects(naive), 2, "the control's retry under a new key made a second ticket");
+  } finally {
+    close();
+  }
+});
+
+/**
+ * One request of a chat as useChat and a streamText route make it: the
+ * route streams the response to the saved UI messages
+ * (toUIMessageStream), the client reads it into the chat's last message
+ * (readUIMessageStream, continuing an assistant message as useChat does)
+ * and saves the chat. A request whose stream ends in an error saves what
+ * it read, as useChat keeps it.
+ */
+async function streamed(model: ReturnType<typeof scriptedChat>["model"], tools: ToolSet, chat: UIMessage[]): Promise<UIMessage[]> {
+  const result = streamText({ model, tools, messages: await convertToModelMessages(chat), stopWhen: stepCountIs(5) });
+  const last = chat[chat.length - 1];
+  const continued = last?.role === "assistant" ? last : undefined;
+  let message: UIMessage | undefined = continued;
+  for await (const m of readUIMessageStream({ message: continued, stream: result.toUIMessageStream({ originalMessages: chat }), onError: () => {} })) {
+    message = m;
+  }
+  return continued ? [...chat.slice(0, -1), message!] : [...chat, message!];
+}
+
+/** The user approves every call the chat's last message asks approval for, as addToolApprovalResponse does. */
+function approveAll(chat: UIMessage[]): UIMessage[] {
+  const last = chat[chat.length - 1];
+  const parts = last.parts.map((p: any) => (p.state === "approval-requested" ? { ...p, state: "approval-responded", approval: { ...p.approval, approved: true } } : p));
+  return [...chat.slice(0, -1), { ...last, parts }];
+}
+
+// A streamed chat continued as useChat continues one, and a partition
+// longer than the tool's wait: the stream carries no pending answer, the
+// chat saves none, the model's prompts never hold one, and the chat's
+// saved messages sent again run the call again under its key: one ticket.
+test("a streamed chat never hands on a pending answer, and its saved messages sent again resume the call", async () => {
+  const { state, base, close } = await partitionProxy(url);
+  const c = new Client({ baseURL: base, token, attemptTimeoutMs: 300, initialBackoffMs: 20, maxBackoffMs: 100 });
+  try {
+    const who = "c-ts-ai-stream-" + randomUUID().slice(0, 8);
+    const tools = { create_ticket: idemflowTool(c, { name: "create_ticket", description: "Create a ticket.", inputSchema: schema, path: "/v1/tickets", chatId: who, waitMs: 1200 }) };
+    const { model, prompts } = scriptedChat(who);
+    let chat: UIMessage[] = [{ id: "u1", role: "user", parts: [{ type: "text", text: "Open a ticket." }] }];
+    chat = await streamed(model, tools, chat); // the call and its approval request
+    chat = approveAll(chat);
+    state.partitioned = true;
+    chat = await streamed(model, tools, chat); // the approved call runs; its answer does not come
+    const saved = JSON.stringify(chat);
+    assert.ok(!saved.includes(pendingMark), `the saved chat holds a pending answer: ${saved}`);
+    assert.equal(state.keys.filter((k) => k).length > 0, true, "the call was sent");
+    // Sent again while the partition lasts: still nothing pending saved.
+    chat = await streamed(model, tools, chat);
+    assert.ok(!JSON.stringify(chat).includes(pendingMark), "the saved chat holds a pending answer after a second try");
+    state.partitioned = false;
+    chat = await streamed(model, tools, chat); // the same call, its key, its answer
+    const keys = new Set(state.keys.filter((k) => k));
+    const tickets = await ticketsUnder(new Client({ baseURL: url, token }), [...keys], who);
+    const pendingPrompts = prompts.filter((p) => p.includes(pendingMark));
+    const answer = chat[chat.length - 1].parts.find((p: any) => p.type === "tool-create_ticket") as any;
+    console.log(`streamed chat: ${prompts.length} prompts, ${pendingPrompts.length} with a pending answer; keys sent ${[...keys]}; the call's state ${answer?.state}; ${tickets} ticket`);
+    assert.equal(pendingPrompts.length, 0, `a prompt held a pending answer: ${pendingPrompts[0]}`);
+    assert.equal(keys.size, 1, "every try sent the call's one key");
+    assert.equal(answer?.state, "output-available", JSON.stringify(answer));
+    assert.equal(tickets, 1);
+  } finally {
+    close();
+  }
+});
+
+// The guard is on by default: under the SDK's own generateText the tool
+// sends nothing.
+test("an idemflow tool under the SDK's own generateText sends nothing", async () => {
+  const { state, base, close } = await partitionProxy(url);
+  state.partitioned = false;
+  try {
+    const who = "c-ts-ai-unguarded-" + randomUUID().slice(0, 8);
+    const c = new Client({ baseURL: base, token });
+    const create_ticket = idemflowTool(c, { name: "create_ticket", description: "Create a ticket.", inputSchema: schema, path: "/v1/tickets", chatId: who, needsApproval: false, callIdsUnique: true });
+    const { model, outputs } = scriptedChat(who);
+    await sdkGenerateText({ model, tools: { create_ticket }, messages: [{ role: "user", content: "Open a ticket." }], stopWhen: stepCountIs(5) });
+    assert.ok(outputs.length > 0 && outputs.every((o) => o.includes("@idemflow/client/ai")), outputs.join("\n"));
+    assert.deepEqual(state.keys, [], "a request was sent");
   } finally {
     close();
   }
