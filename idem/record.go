@@ -320,6 +320,11 @@ func (s *Store) Claim(ctx context.Context, p ClaimParams) (Claim, error) {
 	hinted := p.Hint
 	for try := 0; ; try++ {
 		var hintErr error
+		// Each try says for itself whether it inserted: pgx scans the
+		// row before the statement's end can fail (a connection ended
+		// by a switchover, 57P01), so a failed try may have set it, and
+		// a later try that fails before any row must not inherit it.
+		inserted = false
 		rec, hint, hintErr, err = s.claimOnce(ctx, p, hinted, ttl, &inserted)
 		if hintErr != nil && !ConnectionLost(hintErr) && ctx.Err() == nil {
 			// The hint's own failure undid the claim with it (one
@@ -332,7 +337,7 @@ func (s *Store) Claim(ctx context.Context, p ClaimParams) (Claim, error) {
 			break
 		}
 	}
-	if inserted {
+	if inserted && err == nil {
 		return Claim{Record: rec, Owner: true, Hint: hint}, nil
 	}
 	// The statement's read is the first round's. What it did not settle

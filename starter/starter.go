@@ -185,6 +185,11 @@ func (s *Starter) Submit(ctx context.Context, in Intent) (Reply, error) {
 		return Reply{}, fmt.Errorf("%w: %w", ErrUnavailable, err)
 	}
 	rec := claim.Record
+	if rec.Status == "" {
+		// No record is no answer: never a final outcome of status 0,
+		// which the gateway cannot write.
+		return Reply{}, fmt.Errorf("%w: the claim of %s/%s read no record", ErrUnavailable, in.TenantID, in.Key)
+	}
 	reply := Reply{OperationID: rec.ID, WorkflowID: rec.WorkflowID, Owner: claim.Owner, Replayed: !claim.Owner}
 	if rec.Status != idem.StatusProcessing {
 		s.Answers.keep(rec)
