@@ -545,7 +545,7 @@ func outcome(a Answer) (idem.Outcome, error) {
 // other rule the body breaks, so that one answer lists them all.
 func (o *Operation) validate(body []byte, req any) error {
 	decodeErr := ijson.Decode(body, req)
-	if decodeErr != nil && !ijson.IsUnknownMember(decodeErr) {
+	if decodeErr != nil && !ijson.SchemaCanName(decodeErr) {
 		return decodeErr
 	}
 	inst, err := validator.UnmarshalJSON(bytes.NewReader(body))
@@ -554,8 +554,26 @@ func (o *Operation) validate(body []byte, req any) error {
 	}
 	var verr *validator.ValidationError
 	if err := o.validator.Validate(inst); errors.As(err, &verr) {
-		var inv apperr.Invalid
-		addLeaves(&inv, verr)
+		// One answer names every field the body breaks: the decoder's
+		// words for the one it stopped at, the schema's for every other.
+		var inv, leaves apperr.Invalid
+		named := map[string]bool{}
+		var dec *apperr.InvalidError
+		if errors.As(decodeErr, &dec) {
+			for _, f := range dec.Fields {
+				inv.Add(f.Field, "%s", f.Reason)
+				named[f.Field] = true
+			}
+		}
+		addLeaves(&leaves, verr)
+		var all *apperr.InvalidError
+		if errors.As(leaves.Err(), &all) {
+			for _, f := range all.Fields {
+				if !named[f.Field] {
+					inv.Add(f.Field, "%s", f.Reason)
+				}
+			}
+		}
 		return inv.Err()
 	} else if err != nil {
 		return err
@@ -571,6 +589,14 @@ func addLeaves(inv *apperr.Invalid, e *validator.ValidationError) {
 		// names one.
 		for _, name := range extra.Properties {
 			inv.Add(ijson.FieldOf(append(slices.Clone(e.InstanceLocation), name)), ijson.UnknownMember)
+		}
+		return
+	}
+	if missing, ok := e.ErrorKind.(*kind.Required); ok {
+		// Each missing member is named as a field of its own, as the
+		// other rules name theirs.
+		for _, name := range missing.Missing {
+			inv.Add(ijson.FieldOf(append(slices.Clone(e.InstanceLocation), name)), "is required")
 		}
 		return
 	}

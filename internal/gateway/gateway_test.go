@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"fmt"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -438,18 +439,30 @@ func TestWrongMethodIs405Problem(t *testing.T) {
 // not only the first the decoder met.
 func TestEveryBrokenRuleIsNamedInOneAnswer(t *testing.T) {
 	s := testenv.NewStack(t, testenv.Options{})
-	r := ticket(s, testenv.TenantA, "k", `{"customer_id":"c","title":"","assignee":"bob","due":"friday","priority":"asap"}`)
-	var p struct {
-		Errors []struct{ Field, Reason string } `json:"errors"`
-	}
-	_ = json.Unmarshal(r.Body, &p)
-	named := map[string]bool{}
-	for _, e := range p.Errors {
-		named[e.Field] = true
-	}
-	for _, f := range []string{"assignee", "due", "title", "priority"} {
-		if !named[f] {
-			t.Errorf("the 400 does not name %s: %d %s", f, r.Status, r.Body)
+	for i, c := range []struct {
+		body  string
+		names []string
+	}{
+		{`{"customer_id":"c","title":"","assignee":"bob","due":"friday","priority":"asap"}`, []string{"assignee", "due", "title", "priority"}},
+		// A value of the wrong type stopped the decoder at that field:
+		// the fields after it, and a missing one, went unnamed.
+		{`{"customer_id":5,"priority":"asap","foo":1}`, []string{"customer_id", "priority", "foo", "title"}},
+		{`{"title":7}`, []string{"title", "customer_id"}},
+		{`{"customer_id":"c","title":"t","priority":7,"bar":true}`, []string{"priority", "bar"}},
+	} {
+		r := ticket(s, testenv.TenantA, fmt.Sprintf("k-%d", i), c.body)
+		var p struct {
+			Errors []struct{ Field, Reason string } `json:"errors"`
+		}
+		_ = json.Unmarshal(r.Body, &p)
+		named := map[string]bool{}
+		for _, e := range p.Errors {
+			named[e.Field] = true
+		}
+		for _, f := range c.names {
+			if r.Status != 400 || !named[f] {
+				t.Errorf("%s: the 400 does not name %s: %d %s", c.body, f, r.Status, r.Body)
+			}
 		}
 	}
 	if n := countRecords(t, s); n != 0 {

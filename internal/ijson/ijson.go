@@ -62,13 +62,15 @@ func Decode(body []byte, v any) error {
 		inv.Add("body", "is not valid JSON at byte %d: %s", syntaxErr.ByteOffset, syntaxErr.Err)
 	case errors.As(err, &semErr) && errors.Is(err, jsonv2.ErrUnknownName):
 		inv.Add(fieldName(semErr.JSONPointer), UnknownMember)
-		return unknownMember{inv.Err()}
+		return schemaRule{inv.Err()}
 	case errors.As(err, &semErr) && errors.As(err, new(notAnInteger)):
 		var n notAnInteger
 		errors.As(err, &n)
 		inv.Add(fieldName(semErr.JSONPointer), "%s", n.reason)
+		return schemaRule{inv.Err()}
 	case errors.As(err, &semErr) && semErr.GoType != nil:
 		inv.Add(fieldName(semErr.JSONPointer), "must be %s, got JSON %s", jsonKind(semErr.GoType.Kind().String()), kindName(semErr.JSONKind))
+		return schemaRule{inv.Err()}
 	default:
 		inv.Add("body", "%s", err.Error())
 	}
@@ -159,18 +161,21 @@ func jsonKind(goKind string) string {
 // know.
 const UnknownMember = "is not a known field (names are case-sensitive)"
 
-// unknownMember is Decode's error when the body is sound but for a member
-// the target does not know. The decoder stops at the first; a caller with
-// a schema that forbids unknown members names them all, and every other
-// rule the body breaks (IsUnknownMember).
-type unknownMember struct{ err error }
+// schemaRule is Decode's error when the body is sound JSON but breaks a
+// rule a schema states too: a member the target does not know, a value of
+// the wrong type, a number that is not an integer. The decoder stops at
+// the first; a caller with a schema names every other rule the body
+// breaks in the same answer (SchemaCanName).
+type schemaRule struct{ err error }
 
-func (u unknownMember) Error() string { return u.err.Error() }
-func (u unknownMember) Unwrap() error { return u.err }
+func (u schemaRule) Error() string { return u.err.Error() }
+func (u schemaRule) Unwrap() error { return u.err }
 
-// IsUnknownMember reports whether err is Decode's for an unknown member,
-// the body being otherwise sound as far as the decoder read.
-func IsUnknownMember(err error) bool {
-	var u unknownMember
+// SchemaCanName reports whether err is Decode's for a rule a schema
+// states too (an unknown member, a wrong type), the body being otherwise
+// sound as far as the decoder read: a schema's validation then names
+// every field the body breaks, not only the decoder's first.
+func SchemaCanName(err error) bool {
+	var u schemaRule
 	return errors.As(err, &u)
 }
