@@ -20,26 +20,52 @@ type kitNoteRequest struct {
 }
 
 // kitNote is the external test's note operation, under a name of its own.
-var kitNote = op.Define(op.Spec[kitNoteRequest, kitNoteRequest]{
-	Name:        "kit_note_internal",
-	Description: "Write a note once.",
-	Step: func(ctx context.Context, tx pgx.Tx, in op.In[kitNoteRequest]) (kitNoteRequest, error) {
-		_, err := tx.Exec(ctx, `INSERT INTO kit_note_internal VALUES ($1, $2, $3)`, in.TenantID, in.Key, in.Request.Text)
-		return in.Request, err
-	},
-	Lookup: func(ctx context.Context, q op.Querier, tenantID, key string) (kitNoteRequest, bool, error) {
-		var r kitNoteRequest
-		err := q.QueryRow(ctx, `SELECT text FROM kit_note_internal WHERE tenant_id = $1 AND idem_key = $2`, tenantID, key).Scan(&r.Text)
-		if errors.Is(err, pgx.ErrNoRows) {
-			return r, false, nil
-		}
-		return r, err == nil, err
-	},
-	View:  func(r kitNoteRequest) op.Answer { return op.Answer{Status: 201, Body: r} },
-	Table: "kit_note_internal",
-	Migrations: fstest.MapFS{"001_kit_note_internal.sql": {Data: []byte(`CREATE TABLE kit_note_internal (tenant_id text NOT NULL,
-		idem_key text NOT NULL, text text NOT NULL, CONSTRAINT kit_note_internal_tenant_key UNIQUE (tenant_id, idem_key));`)}},
-})
+var kitNote = noteOp("kit_note_internal", ", CONSTRAINT kit_note_internal_tenant_key UNIQUE (tenant_id, idem_key)")
+
+// noteOp declares a note operation on table name, whose columns are
+// followed by constraints.
+func noteOp(name, constraints string) *op.Operation {
+	return op.Define(op.Spec[kitNoteRequest, kitNoteRequest]{
+		Name:        name,
+		Description: "Write a note once.",
+		Step: func(ctx context.Context, tx pgx.Tx, in op.In[kitNoteRequest]) (kitNoteRequest, error) {
+			_, err := tx.Exec(ctx, `INSERT INTO `+name+` VALUES ($1, $2, $3)`, in.TenantID, in.Key, in.Request.Text)
+			return in.Request, err
+		},
+		Lookup: func(ctx context.Context, q op.Querier, tenantID, key string) (kitNoteRequest, bool, error) {
+			var r kitNoteRequest
+			err := q.QueryRow(ctx, `SELECT text FROM `+name+` WHERE tenant_id = $1 AND idem_key = $2`, tenantID, key).Scan(&r.Text)
+			if errors.Is(err, pgx.ErrNoRows) {
+				return r, false, nil
+			}
+			return r, err == nil, err
+		},
+		View:  func(r kitNoteRequest) op.Answer { return op.Answer{Status: 201, Body: r} },
+		Table: name,
+		Migrations: fstest.MapFS{"001_" + name + ".sql": {Data: []byte(`CREATE TABLE ` + name + ` (tenant_id text NOT NULL,
+		idem_key text NOT NULL, text text NOT NULL` + constraints + `);`)}},
+	})
+}
+
+// A declared operation whose table has no unique (tenant_id, idem_key)
+// could write a duplicate: the kit refuses to start it, naming the table,
+// as every role does.
+func TestTheKitRefusesATableWithoutItsUniqueKey(t *testing.T) {
+	rec := &recorder{TB: t}
+	func() {
+		defer func() {
+			if p := recover(); p != nil {
+				if _, ok := p.(failedNow); !ok {
+					panic(p)
+				}
+			}
+		}()
+		Start(rec, noteOp("kit_note_unkeyed", ""))
+	}()
+	if !strings.Contains(rec.msg, "kit_note_unkeyed") || !strings.Contains(rec.msg, "no unique index on (tenant_id, idem_key)") {
+		t.Fatalf("Start of an operation whose table lacks its unique key: %q, want a refusal naming the table", rec.msg)
+	}
+}
 
 // recorder is a test that a check fails, without failing the real one.
 type recorder struct {

@@ -39,6 +39,39 @@ func (r Report) Healthy() bool {
 	return len(r.MissingConstraint) == 0 && len(r.Duplicates) == 0 && len(r.Stale) == 0
 }
 
+// MissingConstraintError: tables whose (tenant_id, idem_key) has no unique
+// index, so that a duplicate could be written. Every role refuses to start
+// on one (RequireConstraints), as audit reports it.
+type MissingConstraintError struct {
+	Tables []string
+}
+
+func (e *MissingConstraintError) Error() string {
+	return fmt.Sprintf("table(s) %v have no unique index on (tenant_id, idem_key): duplicates are possible, so nothing starts; "+
+		"add UNIQUE (tenant_id, idem_key) to the table's migration (docs/your-operation.md)", e.Tables)
+}
+
+// RequireConstraints returns a *MissingConstraintError naming every guard
+// whose table lacks its unique index on (tenant_id, idem_key): the
+// constraint is the last line of invariant 1, so an operation whose table
+// lacks it is not served.
+func RequireConstraints(ctx context.Context, db idem.Querier, guards []idem.Guard) error {
+	var missing []string
+	for _, g := range guards {
+		ok, err := hasUniqueIndex(ctx, db, g.Table)
+		if err != nil {
+			return err
+		}
+		if !ok {
+			missing = append(missing, g.Table)
+		}
+	}
+	if len(missing) > 0 {
+		return &MissingConstraintError{Tables: missing}
+	}
+	return nil
+}
+
 // Run audits db. guards are the tables whose (tenant_id, idem_key) must be
 // unique; horizon is the reconcile horizon (processing timeout).
 func Run(ctx context.Context, db idem.Querier, records *idem.Store, guards []idem.Guard, horizon time.Duration) (Report, error) {

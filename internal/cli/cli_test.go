@@ -275,3 +275,19 @@ func TestABadToolsFileIsAStartUpErrorForEveryRole(t *testing.T) {
 		t.Errorf("gateway without the secret: exit %d\n%s", code, out)
 	}
 }
+
+// A table whose (tenant_id, idem_key) lacks its unique index can take a
+// duplicate: no role starts on it, and the refusal names the table and
+// the fix (issue #57), before anything else is dialled.
+func TestNoRoleStartsOnATableWithoutItsUniqueKey(t *testing.T) {
+	pool, dbURL := testenv.Pool(t)
+	if _, err := pool.Exec(context.Background(), `ALTER TABLE ticket DROP CONSTRAINT ticket_tenant_idem_key_uq`); err != nil {
+		t.Fatal(err)
+	}
+	for _, role := range []string{"worker", "gateway", "serve"} {
+		code, out := run(t, role, "--database-url", dbURL, "--temporal-address", "127.0.0.1:1")
+		if code == 0 || !strings.Contains(out, "[ticket]") || !strings.Contains(out, "no unique index on (tenant_id, idem_key)") {
+			t.Errorf("%s: exit %d, want a refusal naming the table ticket and its missing unique index:\n%s", role, code, out)
+		}
+	}
+}

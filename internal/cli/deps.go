@@ -13,6 +13,7 @@ import (
 
 	"github.com/idemflow/idemflow/httptool"
 	"github.com/idemflow/idemflow/idem"
+	"github.com/idemflow/idemflow/internal/audit"
 	"github.com/idemflow/idemflow/internal/metrics"
 	"github.com/idemflow/idemflow/internal/pgurl"
 	"github.com/idemflow/idemflow/internal/registry"
@@ -162,6 +163,10 @@ func openDeps(ctx context.Context, logger *slog.Logger, set *registry.Set, tools
 	if err := pool.Ping(ctx); err != nil {
 		pool.Close()
 		return nil, fmt.Errorf("reach database: %w", err)
+	}
+	if err := audit.RequireConstraints(ctx, pool, set.Guards()); err != nil {
+		pool.Close()
+		return nil, err
 	}
 	if pgurl.AnyHost(poolCfg.ConnConfig) {
 		logger.Warn("the database URL names several hosts and lets a connection stay on any of them: one may reach a standby, where every write fails; add target_session_attrs=read-write (docs/production.md)")

@@ -14,6 +14,7 @@ import (
 	"github.com/idemflow/idemflow/activities"
 	"github.com/idemflow/idemflow/httptool"
 	"github.com/idemflow/idemflow/idem"
+	"github.com/idemflow/idemflow/internal/audit"
 	"github.com/idemflow/idemflow/internal/gateway"
 	"github.com/idemflow/idemflow/internal/registry"
 	"github.com/idemflow/idemflow/internal/schedule"
@@ -101,6 +102,12 @@ func NewStack(t testing.TB, opts Options) *Stack {
 		}
 		opts.Tracing.Pool(c)
 	})
+	// As every role refuses to start (cli.openDeps), so does a test's
+	// stack, the kit's among them: an operation's table without its
+	// unique key is not served.
+	if err := audit.RequireConstraints(context.Background(), pool, set.Guards()); err != nil {
+		t.Fatal(err)
+	}
 	interceptors, err := opts.Tracing.Interceptors()
 	if err != nil {
 		t.Fatal(err)
