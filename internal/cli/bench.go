@@ -53,7 +53,7 @@ func runBench(ctx context.Context, env *Env, args []string) error {
 		return runSoak(ctx, env, bench.SoakConfig{URL: g.url, Token: g.token, DatabaseURL: cmp.Or(*dbURL, devEnv["DATABASE_URL"]),
 			Duration: *soak, Interval: *interval, Clients: *soakClients, ReplayEvery: 4, Out: env.Stdout}, *metrics)
 	}
-	cfg := bench.Config{URL: g.url, Token: g.token, Duration: *duration, Rounds: *rounds, Progress: env.Stderr,
+	cfg := bench.Config{URL: g.url, Token: g.token, Duration: *duration, Rounds: *rounds, Progress: progressOn(env.Stderr),
 		DatabaseURL: cmp.Or(*dbURL, devEnv["DATABASE_URL"])}
 	if *rounds < 1 {
 		return fmt.Errorf("%w: --rounds wants a whole number above 0, got %d", errUsage, *rounds)

@@ -69,7 +69,7 @@ func runChaos(ctx context.Context, env *Env, args []string) error {
 		}
 		cfg.DatabaseURL = ""
 	}
-	cfg.Out, cfg.Progress, cfg.Logger = env.Stdout, env.Stderr, env.Logger
+	cfg.Out, cfg.Progress, cfg.Logger = env.Stdout, progressOn(env.Stderr), env.Logger
 	rep, err := chaos.Run(ctx, cfg)
 	if err != nil {
 		return err

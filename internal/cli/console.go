@@ -53,6 +53,16 @@ func (b barWriter) Write(p []byte) (int, error) {
 	return n, err
 }
 
+// progressOn is the writer a progress bar draws on w with: w on a
+// terminal, nil (no bar) elsewhere, where its in-place redraws would
+// fill a log or a pipe with \r and ESC[K.
+func progressOn(w io.Writer) io.Writer {
+	if !isTerminal(w) {
+		return nil
+	}
+	return w
+}
+
 // isTerminal reports whether w is a person's terminal, not a pipe, a file
 // or /dev/null (a character device too, which a mode check would take).
 func isTerminal(w io.Writer) bool {
@@ -75,7 +85,9 @@ func devLogging(stderr io.Writer, dataDir string, terminal bool) (*slog.Logger, 
 	con := newConsole(stderr)
 	text := slog.NewTextHandler(con, &slog.HandlerOptions{Level: logLevel()})
 	if !terminal {
-		return slog.New(text), con.bar(), slog.LevelInfo, func() {}, nil
+		// No bar: redrawn in place, it would put \r and ESC[K among the
+		// log's lines; the log says what the bar would.
+		return slog.New(text), nil, slog.LevelInfo, func() {}, nil
 	}
 	path := filepath.Join(dataDir, "dev.log")
 	f, err := os.OpenFile(path, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)

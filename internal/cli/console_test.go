@@ -39,13 +39,21 @@ func TestDevLogsRequestsAtInfoOffATerminal(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer f.Close()
-	_, _, level, closeLog, err := devConsole(f, dir)
+	_, bar, level, closeLog, err := devConsole(f, dir)
 	if err != nil {
 		t.Fatal(err)
 	}
 	closeLog()
 	if level != slog.LevelInfo {
 		t.Fatalf("request level %v off a terminal", level)
+	}
+	// A bar redrawn in place (\r, ESC[K) off a terminal shared the log's
+	// lines (issue #57): there is none.
+	if bar != nil {
+		t.Fatalf("a progress bar is drawn off a terminal: %T", bar)
+	}
+	if progressOn(f) != nil {
+		t.Fatal("progressOn gives a bar off a terminal")
 	}
 	if _, err := os.Stat(filepath.Join(dir, "dev.log")); !os.IsNotExist(err) {
 		t.Fatalf("dev.log written off a terminal: %v", err)

@@ -43,7 +43,7 @@ func runDemo(ctx context.Context, env *Env, args []string) error {
 	cfg.DatabaseURL = cmp.Or(*dbURL, envOr("DATABASE_URL", ""), devEnv["DATABASE_URL"])
 	cfg.UIURL, cfg.Namespace = devEnv["IDEMFLOW_UI_URL"], devEnv["TEMPORAL_NAMESPACE"]
 	cfg.StoreDir = filepath.Join(g.dataDir, "demo-intents")
-	cfg.Out, cfg.Progress = env.Stdout, env.Stderr
+	cfg.Out, cfg.Progress = env.Stdout, progressOn(env.Stderr)
 	_, _, err = demo.Run(ctx, cfg)
 	return err
 }
