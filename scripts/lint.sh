@@ -14,7 +14,15 @@ go vet ./...
 # The production image's build: no embedded Temporal server, and none of
 # the tools that drive a stack (dev, chaos, bench, the demo).
 go vet -tags nodev ./internal/cli
-go build -tags nodev -o /dev/null ./cmd/idemflow
+nodev_bin=$(mktemp)
+go build -tags nodev -o "$nodev_bin" ./cmd/idemflow
+# A development command in that build says where it went, not "unknown".
+nodev_dev=$("$nodev_bin" dev 2>&1 || true)
+rm -f "$nodev_bin"
+case "$nodev_dev" in
+  *"left out of this production build"*) ;;
+  *) die "the production build answers 'dev' without saying it was left out: $nodev_dev" ;;
+esac
 tooling=$(go list -deps -tags nodev ./cmd/idemflow | grep -E '^go\.temporal\.io/server|/internal/tooling/(devserver|chaos|bench|demo)' || true)
 [ -z "$tooling" ] || die "the production build (-tags nodev) holds $(echo "$tooling" | wc -l) packages it must not, e.g. $(echo "$tooling" | head -3 | tr '\n' ' ')"
 # No arrow runs back up: idemflow's tooling does not depend on the public

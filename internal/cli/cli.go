@@ -116,6 +116,11 @@ func Run(ctx context.Context, args []string, stdout, stderr io.Writer, ops ...*o
 	if !ok {
 		cmd, ok = devCommands[args[0]]
 	}
+	if !ok && slices.Contains(devCommandNames, args[0]) {
+		fmt.Fprintf(stderr, "idemflow: %q is a development command, left out of this production build (-tags nodev, as the Dockerfile builds it): "+
+			"build without the tag (go build ./cmd/idemflow), or run scripts/run.sh\n", args[0])
+		return 2
+	}
 	if !ok {
 		fmt.Fprintf(stderr, "idemflow: unknown command %q\n\n", args[0])
 		usage(stderr)

@@ -5,8 +5,10 @@ package cli
 import (
 	"io"
 	"log/slog"
+	"maps"
 	"os"
 	"path/filepath"
+	"slices"
 	"testing"
 
 	"github.com/idemflow/idemflow/internal/tooling/devserver"
@@ -34,5 +36,14 @@ func TestDevChoosesTheTemporalStore(t *testing.T) {
 	}
 	if err := chooseTemporalStore(logger, &cfg, "mysql", db); err == nil {
 		t.Fatal("an unknown store was accepted")
+	}
+}
+
+// The production build names the development commands it left out by
+// devCommandNames: it must name these.
+func TestDevCommandNamesAreTheDevCommands(t *testing.T) {
+	names := slices.Sorted(maps.Keys(devCommands))
+	if !slices.Equal(names, devCommandNames) {
+		t.Fatalf("devCommandNames %v, the development commands %v", devCommandNames, names)
 	}
 }
