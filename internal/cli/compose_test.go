@@ -3,6 +3,7 @@ package cli_test
 import (
 	"os"
 	"regexp"
+	"slices"
 	"strings"
 	"testing"
 
@@ -27,6 +28,8 @@ func TestComposeFileMatchesTheBinaryAndTheReadme(t *testing.T) {
 			Healthcheck struct {
 				Test []string `yaml:"test"`
 			} `yaml:"healthcheck"`
+			Ports   []string `yaml:"ports"`
+			Volumes []string `yaml:"volumes"`
 		} `yaml:"services"`
 	}
 	if err := yaml.Unmarshal(b, &compose); err != nil {
@@ -68,6 +71,26 @@ func TestComposeFileMatchesTheBinaryAndTheReadme(t *testing.T) {
 	}
 	if hc := strings.Join(compose.Services["idemflow"].Healthcheck.Test, " "); !strings.Contains(hc, "healthcheck") || !strings.Contains(hc, "/readyz") {
 		t.Errorf("idemflow's health check %q does not probe /readyz", hc)
+	}
+	// '--scale idemflow=N', as docs/production.md gives it, works: no
+	// replica publishes a host port (a second could not bind it); the
+	// proxy does, and finds every replica by name, checking /readyz.
+	if p := compose.Services["idemflow"].Ports; len(p) > 0 {
+		t.Errorf("idemflow publishes %v: a second replica of 'docker compose up --scale idemflow=N' cannot bind it", p)
+	}
+	proxy := compose.Services["proxy"]
+	if !slices.Contains(proxy.Ports, "8080:8080") || !slices.Contains(proxy.Volumes, "./deploy/haproxy/haproxy.cfg:/usr/local/etc/haproxy/haproxy.cfg:ro") {
+		t.Errorf("the proxy publishes %v with %v, want the gateway's 8080 and deploy/haproxy/haproxy.cfg", proxy.Ports, proxy.Volumes)
+	}
+	cfg, err := os.ReadFile("../../deploy/haproxy/haproxy.cfg")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{"server-template idemflow 10 idemflow:8080 check resolvers docker", "option httpchk GET /readyz",
+		"stick store-response res.hdr(Mcp-Session-Id)", "bind :8080"} {
+		if !strings.Contains(string(cfg), want) {
+			t.Errorf("deploy/haproxy/haproxy.cfg lacks %q", want)
+		}
 	}
 	for _, want := range []string{"docker compose up", "--scale idemflow=N", "Temporal server 1.32"} {
 		if !strings.Contains(readme, want) {
