@@ -61,6 +61,20 @@ func TestTemporalKeepsWorkflowsAcrossRestartAndSetsRetention(t *testing.T) {
 	})
 }
 
+// A multi-host URL whose first host is down: the embedded store follows
+// it to the next one, as pgx does for idemflow's own pools (issue #55: it
+// took the first host alone and dialled it for ever).
+func TestTemporalOnAMultiHostURLSkipsAHostThatIsDown(t *testing.T) {
+	db := "idemflow_test_temporal_" + strconv.FormatInt(time.Now().UnixNano(), 36)
+	t.Cleanup(func() { dropDatabases(t, db, db+"_visibility") })
+	admin := testAdminURL()
+	multi := strings.Replace(admin, "@", "@127.0.0.1:1,", 1) + "&target_session_attrs=read-write"
+	if !strings.Contains(admin, "@") || !strings.Contains(admin, "?") {
+		t.Fatalf("the test's admin URL %q has no user or query to extend", admin)
+	}
+	testKeepsWorkflows(t, TemporalConfig{DataDir: t.TempDir(), Retention: 36 * time.Hour, Postgres: multi, PostgresDatabase: db}, func(*testing.T) {})
+}
+
 // belowEphemeral fails t unless hostPort's port is below the kernel's
 // ephemeral range, where an outgoing connection could take it between
 // the check that it is free and the server's bind (a failed bind ends

@@ -5,10 +5,14 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"net/url"
+	"slices"
 	"strconv"
+	"strings"
 
 	"github.com/idemflow/idemflow/internal/pgurl"
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 	"go.temporal.io/server/common/config"
 	"go.temporal.io/server/common/log"
 	pgplugin "go.temporal.io/server/common/persistence/sql/sqlplugin/postgresql"
@@ -35,6 +39,30 @@ const (
 // throughput when measured.
 var pgPools = [2]struct{ max, idle int }{{max: 5, idle: 5}, {max: 2, idle: 2}}
 
+// sqlAddress is where Temporal's SQL store connects for the server of
+// adminURL (parsed as pc): every host the URL names, in its order, and
+// its target_session_attrs. Temporal's PostgreSQL plugin writes the
+// address into the host part of a URL that pgx parses, so a comma-joined
+// list of hosts is pgx's multi-host URL: after a failover its new
+// connections find the promoted standby, as idemflow's own pools do,
+// instead of dialling the first host for ever.
+func sqlAddress(adminURL string, pc *pgconn.Config) (string, map[string]string) {
+	addrs := []string{net.JoinHostPort(pc.Host, strconv.Itoa(int(pc.Port)))}
+	for _, f := range pc.Fallbacks {
+		// pgx also adds a fallback per host for each TLS mode it may try.
+		if a := net.JoinHostPort(f.Host, strconv.Itoa(int(f.Port))); !slices.Contains(addrs, a) {
+			addrs = append(addrs, a)
+		}
+	}
+	var attrs map[string]string
+	if _, query, ok := strings.Cut(adminURL, "?"); ok {
+		if q, err := url.ParseQuery(query); err == nil && q.Get("target_session_attrs") != "" {
+			attrs = map[string]string{"target_session_attrs": q.Get("target_session_attrs")}
+		}
+	}
+	return strings.Join(addrs, ","), attrs
+}
+
 // pgStores makes the two databases Temporal needs on the server of
 // adminURL, brings their schemas to this server's versions, and returns
 // their settings. It holds an advisory lock on the server for as long as
@@ -45,6 +73,7 @@ func pgStores(ctx context.Context, adminURL, database string) (main, visibility 
 	if err != nil {
 		return nil, nil, nil, fmt.Errorf("temporal: PostgreSQL URL: %w", err)
 	}
+	addr, attrs := sqlAddress(adminURL, &pc.Config)
 	stores := make([]*config.SQL, 2)
 	for i, name := range []string{database, database + "_visibility"} {
 		bound := pgPools[i]
@@ -52,14 +81,15 @@ func pgStores(ctx context.Context, adminURL, database string) (main, visibility 
 			return nil, nil, nil, fmt.Errorf("temporal: %w (or run dev with --temporal-store sqlite)", err)
 		}
 		stores[i] = &config.SQL{
-			PluginName:      pgplugin.PluginNamePGX,
-			DatabaseName:    name,
-			ConnectAddr:     net.JoinHostPort(pc.Host, strconv.Itoa(int(pc.Port))),
-			ConnectProtocol: "tcp",
-			User:            pc.User,
-			Password:        pc.Password,
-			MaxConns:        bound.max,
-			MaxIdleConns:    bound.idle,
+			PluginName:        pgplugin.PluginNamePGX,
+			DatabaseName:      name,
+			ConnectAddr:       addr,
+			ConnectAttributes: attrs,
+			ConnectProtocol:   "tcp",
+			User:              pc.User,
+			Password:          pc.Password,
+			MaxConns:          bound.max,
+			MaxIdleConns:      bound.idle,
 		}
 	}
 	lockURL, err := WithDatabase(adminURL, database)
