@@ -9,8 +9,9 @@ the same server, and, for "nothing recorded", looks into the database:
   body, is the same status and bytes, with Idempotent-Replayed: true.
 - idemflow_changed_body: the same key with one field changed to another
   valid value is 422 /problems/idempotency-key-reused.
-- idemflow_nothing_recorded: idemflow's own 4xx refusal of a POST left no
-  record and no row under the key.
+- idemflow_nothing_recorded: idemflow's own 4xx refusal of a POST added no
+  record and no row under the key (rows a deployment already held under
+  it, from an earlier run, are counted before the request and allowed).
 - idemflow_tenant_isolation: the same request under the other tenant's
   token is not a replay of the first tenant's answer.
 """
@@ -74,6 +75,8 @@ _counter = itertools.count()
 # Keys a request of this run may have recorded something under: a refusal
 # under one of them proves nothing about what it left.
 _recorded_keys: set[str] = set()
+# The rows each key held just before a POST under it was sent.
+_rows_before: dict[str, dict[str, int]] = {}
 # How often each of idemflow's checks judged an exchange (passed or
 # failed it, not skipped it).
 _judged: dict[str, int] = {}
@@ -150,6 +153,21 @@ def unique_by(body: dict[str, Any], operation: Any) -> None:
 
 @schemathesis.hook
 def before_call(ctx: Any, case: Case, kwargs: dict[str, Any]) -> None:
+    """Makes a schema-valid request's key its own (own_key), then counts
+    the rows a POST's key already holds, so that idemflow_nothing_recorded
+    judges what the request added, not what the deployment had."""
+    own_key(case)
+    key = next((str(v) for n, v in (case.headers or {}).items() if n.lower() == "idempotency-key"), None)
+    if not DATABASE_URL or case.method.upper() != "POST" or key is None or not valid_key(key):
+        return
+    k = unquote(key)
+    with psycopg.connect(DATABASE_URL) as conn:
+        before = rows_under(conn, k)
+    with _lock:
+        _rows_before[k] = before
+
+
+def own_key(case: Case) -> None:
     """A schema-valid request gets a key of its own (the generated one with
     a suffix, in its own form): Hypothesis draws the same few keys again
     and again, and a key reused with another body is refused by design,
@@ -302,9 +320,12 @@ def idemflow_nothing_recorded(ctx: Any, response: Response, case: Case) -> bool 
         if k in _recorded_keys:
             return None  # an earlier request recorded it: this refusal proves nothing
     judged("idemflow_nothing_recorded")
+    with _lock:
+        before = _rows_before.get(k, {})
     with psycopg.connect(DATABASE_URL) as conn:
-        left = rows_under(conn, k)
-    assert not left, f"a {response.status_code} refusal left rows under key {k!r}: {left}"
+        after = rows_under(conn, k)
+    added = {t: n - before.get(t, 0) for t, n in after.items() if n > before.get(t, 0)}
+    assert not added, f"a {response.status_code} refusal added rows under key {k!r}: {added} (before it: {before})"
     return True
 
 

@@ -70,6 +70,10 @@ const toolsFile = `tools:
     lookup: {url: %[3]q, found_status: 201}
 `
 
+// exampleKey is the Idempotency-Key the served contract gives as its
+// example (internal/apispec/openapi.json), which generated requests carry.
+const exampleKey = "ticket:create:acme:6f1c2e7a-4a8e-4f55-9d43-2f1f6b0c1e2d"
+
 func TestSchemathesisAgainstTheServedContract(t *testing.T) {
 	st, err := filepath.Abs(filepath.Join(".venv", "bin", "schemathesis"))
 	if err != nil {
@@ -128,6 +132,18 @@ func TestSchemathesisAgainstTheServedContract(t *testing.T) {
 	pool := testenv.PoolOn(t, dbURL, func(*pgxpool.Config) {})
 	if n := records(t, pool); n != 0 {
 		t.Fatalf("the read-only run left %d records", n)
+	}
+	// A deployment with history: an earlier run (a plain Schemathesis
+	// one, say) wrote a ticket under the contract's example key, which
+	// every generated refusal may carry again. The checks judge what a
+	// refusal added, so they hold against it (issue #57: they judged what
+	// the key held, and failed here).
+	if spec, err := os.ReadFile("../../apispec/openapi.json"); err != nil || !strings.Contains(string(spec), `"example": "`+exampleKey+`"`) {
+		t.Fatalf("the contract's example key is no longer %s (%v)", exampleKey, err)
+	}
+	if r, err := testenv.Send(base, testenv.Request{Path: "/v1/tickets", Token: strings.TrimSpace(string(tokenA)), Key: exampleKey,
+		Body: `{"customer_id":"c-history","title":"Left by an earlier run"}`}); err != nil || r.Status != 201 {
+		t.Fatalf("the history's ticket: %v %+v", err, r)
 	}
 
 	seed := rand.Int64N(1 << 31)
