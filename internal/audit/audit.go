@@ -36,7 +36,7 @@ type Report struct {
 
 // Healthy is true when nothing was found.
 func (r Report) Healthy() bool {
-	return len(r.MissingConstraint) == 0 && len(r.Duplicates) == 0 && len(r.Stale) == 0
+	return len(r.MissingConstraint) == 0 && len(r.Duplicates) == 0 && len(r.Stale) == 0 && r.Replication.Blocked() == ""
 }
 
 // MissingConstraintError: tables whose (tenant_id, idem_key) has no unique

@@ -50,6 +50,9 @@ func runAudit(ctx context.Context, env *Env, args []string) error {
 	if warning := rep.Replication.Warning(); warning != "" {
 		fmt.Fprintf(w, "  WARNING: %s\n", warning)
 	}
+	if blocked := rep.Replication.Blocked(); blocked != "" {
+		fmt.Fprintf(w, "  ERROR: %s\n", blocked)
+	}
 	if rep.Healthy() {
 		fmt.Fprintln(w, "healthy")
 		return nil

@@ -227,6 +227,9 @@ func reportReplication(ctx context.Context, logger *slog.Logger, q replication.Q
 		}
 	}
 	reg.Replication(r.Safe(), sync, len(r.Standbys)-sync)
+	if b := r.Blocked(); b != "" {
+		logger.Error(b, "replication", r.Summary())
+	}
 	if w := r.Warning(); w != "" {
 		logger.Warn(w, "replication", r.Summary())
 		return

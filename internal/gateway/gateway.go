@@ -26,6 +26,7 @@ import (
 	"github.com/idemflow/idemflow/internal/ijson"
 	"github.com/idemflow/idemflow/internal/problem"
 	"github.com/idemflow/idemflow/internal/registry"
+	"github.com/idemflow/idemflow/internal/replication"
 	"github.com/idemflow/idemflow/internal/tenant"
 	"github.com/idemflow/idemflow/internal/tracing"
 	"github.com/idemflow/idemflow/op"
@@ -99,6 +100,10 @@ func New(db *pgxpool.Pool, tc client.Client, records *idem.Store, set *registry.
 			var errs []error
 			if err := db.Ping(ctx); err != nil {
 				errs = append(errs, fmt.Errorf("postgres: %w", err))
+			} else if r, err := replication.Check(ctx, db); err == nil && r.Blocked() != "" {
+				// It answers, but cannot commit: every claim would wait
+				// with no deadline. Not ready, and said why.
+				errs = append(errs, fmt.Errorf("postgres: %s", r.Blocked()))
 			}
 			if _, err := tc.CheckHealth(ctx, &client.CheckHealthRequest{}); err != nil {
 				errs = append(errs, fmt.Errorf("temporal: %w", err))
@@ -506,7 +511,8 @@ func (g *Gateway) healthz(w http.ResponseWriter, _ *http.Request) {
 	writeJSON(w, http.StatusOK, map[string]string{"status": "ok"})
 }
 
-// readyz is readiness: PostgreSQL and Temporal both answer.
+// readyz is readiness: PostgreSQL and Temporal both answer, and
+// PostgreSQL can commit (replication.Report.Blocked).
 func (g *Gateway) readyz(w http.ResponseWriter, r *http.Request) {
 	ctx, cancel := context.WithTimeout(r.Context(), 3*time.Second)
 	defer cancel()

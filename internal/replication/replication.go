@@ -81,6 +81,29 @@ func (r Report) Warning() string {
 		". A promoted standby would lack their rows and records, and an agent's retry would execute again. Name the standbys in synchronous_standby_names, with synchronous_commit on or remote_apply"
 }
 
+// Blocked is why no commit can finish, or "" when commits are not
+// waiting for a standby that is not there: synchronous_standby_names is
+// set, commits wait for it (synchronous_commit on, remote_write or
+// remote_apply), and no standby attached is synchronous, so every commit,
+// an intent's claim first, waits with no deadline (wait_event SyncRep).
+// A promoted standby that kept the old primary's setting does this. A
+// standby whose sync state the role may not read (grant pg_monitor) is
+// given the benefit of the doubt.
+func (r Report) Blocked() string {
+	waits := r.SynchronousCommit == "on" || r.SynchronousCommit == "remote_apply" || r.SynchronousCommit == "remote_write"
+	if r.SynchronousStandbyNames == "" || !waits {
+		return ""
+	}
+	for _, s := range r.Standbys {
+		if s.Synchronous() || s.Sync == "" {
+			return ""
+		}
+	}
+	return fmt.Sprintf("commits wait for a synchronous standby that is not there: synchronous_standby_names is %q with synchronous_commit %s, "+
+		"and %d standbys attached, none synchronous, so no intent can be recorded; attach the standby, or clear synchronous_standby_names",
+		r.SynchronousStandbyNames, r.SynchronousCommit, len(r.Standbys))
+}
+
 // Summary is one line for a log or audit: the standbys and the settings.
 func (r Report) Summary() string {
 	if len(r.Standbys) == 0 {

@@ -9,6 +9,7 @@ import (
 	"github.com/idemflow/idemflow/internal/pgurl"
 	"github.com/idemflow/idemflow/internal/replication"
 	"github.com/idemflow/idemflow/internal/tooling/testenv"
+	"github.com/jackc/pgx/v5"
 )
 
 // A real primary, then a real streaming standby of it (pg_basebackup):
@@ -80,5 +81,61 @@ func waitFor(t *testing.T, check func(string) replication.Report, what string, o
 			t.Fatalf("%s: never seen: %+v", what, r)
 		}
 		time.Sleep(200 * time.Millisecond)
+	}
+}
+
+// A primary that waits for a synchronous standby that is not there (a
+// promoted standby that kept the old primary's synchronous_standby_names)
+// cannot commit: Blocked says so, on a real server, and a session that
+// does not wait (synchronous_commit local) or a server that names no
+// standby is not blocked (issue #55: readiness and audit said healthy
+// while every claim hung in SyncRep).
+func TestBlockedSaysCommitsWaitForAStandbyThatIsNotThere(t *testing.T) {
+	ctx := context.Background()
+	primary := testenv.PrivatePostgres(t)
+	connect := func() *pgx.Conn {
+		t.Helper()
+		conn, err := pgurl.Connect(ctx, primary.AdminURL)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = conn.Close(context.Background()) })
+		return conn
+	}
+	conn := connect()
+	r, err := replication.Check(ctx, conn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if b := r.Blocked(); b != "" {
+		t.Fatalf("a primary that names no standby: blocked %q", b)
+	}
+	for _, sql := range []string{`ALTER SYSTEM SET synchronous_standby_names = '*'`, `SELECT pg_reload_conf()`} {
+		if _, err := conn.Exec(ctx, sql); err != nil {
+			t.Fatal(err)
+		}
+	}
+	conn = connect() // a new session reads the reloaded setting
+	if r, err = replication.Check(ctx, conn); err != nil {
+		t.Fatal(err)
+	}
+	if b := r.Blocked(); !strings.Contains(b, "commits wait for a synchronous standby that is not there") {
+		t.Fatalf("synchronous_standby_names '*' and no standby: blocked %q (%s)", b, r.Summary())
+	}
+	// It is true: a commit waits.
+	wait, cancel := context.WithTimeout(ctx, 2*time.Second)
+	defer cancel()
+	if _, err := conn.Exec(wait, `CREATE TABLE blocked_probe (n int)`); err == nil {
+		t.Fatal("a commit finished, though no synchronous standby is attached")
+	}
+	conn = connect()
+	if _, err := conn.Exec(ctx, `SET synchronous_commit = local`); err != nil {
+		t.Fatal(err)
+	}
+	if r, err = replication.Check(ctx, conn); err != nil {
+		t.Fatal(err)
+	}
+	if b := r.Blocked(); b != "" {
+		t.Fatalf("a session with synchronous_commit local: blocked %q", b)
 	}
 }
