@@ -6,11 +6,15 @@
 FROM golang:1.26.8-bookworm AS build
 WORKDIR /src
 COPY go.mod go.sum ./
-RUN --mount=type=cache,target=/root/go/pkg/mod go mod download
+# The golang image's GOPATH is /go: its module cache is /go/pkg/mod.
+RUN --mount=type=cache,target=/go/pkg/mod go mod download
+# .git comes along (see .dockerignore), so that the build stamps its
+# revision and 'idemflow version' names it.
 COPY . .
-# The cache mount keeps the Temporal server's compiled packages between
-# builds: a cold build takes minutes, a warm one seconds.
-RUN --mount=type=cache,target=/root/go/pkg/mod --mount=type=cache,target=/root/.cache/go-build \
+# The cache mounts keep the downloaded modules and the compiled packages
+# between builds, so a rebuild after a code change compiles only what it
+# touched.
+RUN --mount=type=cache,target=/go/pkg/mod --mount=type=cache,target=/root/.cache/go-build \
     CGO_ENABLED=0 go build -trimpath -tags nodev -o /out/idemflow ./cmd/idemflow
 
 FROM gcr.io/distroless/static-debian12:nonroot

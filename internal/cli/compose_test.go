@@ -98,3 +98,34 @@ func TestComposeFileMatchesTheBinaryAndTheReadme(t *testing.T) {
 		}
 	}
 }
+
+// The image's build caches what it says it caches, where the golang image
+// keeps it (GOPATH /go), and its context carries .git (the revision
+// 'idemflow version' names) but none of the clients' installed packages.
+func TestTheDockerfileCachesWhereTheImageKeepsItsModulesAndShipsTheRevision(t *testing.T) {
+	dockerfile, err := os.ReadFile("../../Dockerfile")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ignore, err := os.ReadFile("../../.dockerignore")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if strings.Contains(string(dockerfile), "target=/root/go/pkg/mod") || !strings.Contains(string(dockerfile), "--mount=type=cache,target=/go/pkg/mod") {
+		t.Error("the Dockerfile's module cache is not at the golang image's /go/pkg/mod")
+	}
+	var lines []string
+	for _, l := range strings.Split(string(ignore), "\n") {
+		if l = strings.TrimSpace(l); l != "" && !strings.HasPrefix(l, "#") {
+			lines = append(lines, l)
+		}
+	}
+	if slices.Contains(lines, ".git") {
+		t.Error(".dockerignore drops .git: the image's build cannot stamp its revision")
+	}
+	for _, want := range []string{"**/node_modules", "**/.venv"} {
+		if !slices.Contains(lines, want) {
+			t.Errorf(".dockerignore lacks %s", want)
+		}
+	}
+}
