@@ -3,6 +3,9 @@ package demo_test
 import (
 	"bytes"
 	"context"
+	"os"
+	"regexp"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -37,4 +40,23 @@ func TestDemoShowsZeroDuplicatesForIdemflowAndSomeForTheNaiveClient(t *testing.T
 			t.Fatalf("report lacks %q:\n%s", want, out.String())
 		}
 	}
+	// docs/setup.md shows a run's report: its table has this report's
+	// rows, in this order (its numbers are another run's).
+	doc, err := os.ReadFile("../../../docs/setup.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, want := tableRows(string(doc)), tableRows(out.String()); !slices.Equal(got, want) {
+		t.Fatalf("docs/setup.md's sample report has the rows %q, the demo prints %q", got, want)
+	}
+}
+
+// tableRows are the labels of a demo report's table rows: every line
+// indented by two spaces whose label is followed by a count.
+func tableRows(text string) []string {
+	var rows []string
+	for _, m := range regexp.MustCompile(`(?m)^  (\S[^\n]*?)\s{2,}(\d[^\n]*)$`).FindAllStringSubmatch(text, -1) {
+		rows = append(rows, m[1])
+	}
+	return rows
 }
