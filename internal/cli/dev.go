@@ -10,10 +10,13 @@ import (
 	"log/slog"
 	"net"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"time"
 
+	"github.com/idemflow/idemflow/idem"
+	"github.com/idemflow/idemflow/internal/apperr"
 	"github.com/idemflow/idemflow/internal/metrics"
 	"github.com/idemflow/idemflow/internal/pgurl"
 	"github.com/idemflow/idemflow/internal/registry"
@@ -170,7 +173,7 @@ idemflow dev is up (Ctrl-C stops it; data in %s)
   metrics      %s/metrics
   tenant       %s
   token        %s
-%s`, *dataDir, gw, tsrv.HostPort, c.namespace, uiLine, gw, tenantID, token, tryIt(d.Set, gw, token, tenantID))
+%s`, *dataDir, gw, tsrv.HostPort, c.namespace, uiLine, gw, tenantID, token, tryIt(ctx, d.Set, d.Records, gw, token, tenantID, selfCommand()))
 		if *withDemo {
 			cfg := dm.cfg
 			cfg.BaseURL, cfg.Token, cfg.Tenant, cfg.DatabaseURL = gw, token, tenantID, c.databaseURL
@@ -190,20 +193,65 @@ idemflow dev is up (Ctrl-C stops it; data in %s)
 }
 
 // tryIt is the banner's example: a curl of the first operation that
-// declares an example request (op.Spec.Example), or nothing.
-func tryIt(set *registry.Set, gateway, token, tenantID string) string {
+// declares an example request (op.Spec.Example), or nothing. Its key is
+// the first demo-N the tenant has no intent under, so that "run twice"
+// holds after a restart too (demo-1 then already replays); self is how
+// this program is run from here (selfCommand).
+func tryIt(ctx context.Context, set *registry.Set, records *idem.Store, gateway, token, tenantID, self string) string {
 	route, body, ok := set.Example()
 	if !ok {
 		return ""
+	}
+	key := "demo-1"
+	for n := 1; n <= 100; n++ {
+		key = fmt.Sprintf("demo-%d", n)
+		if _, err := records.Get(ctx, tenantID, key); errors.Is(err, apperr.ErrNotFound) {
+			break
+		}
 	}
 	return fmt.Sprintf(`
 try it (run twice: the second answer is a replay):
   curl -i -X POST %s%s \
     -H 'Authorization: Bearer %s' \
-    -H 'Idempotency-Key: demo-1' -H 'Content-Type: application/json' \
+    -H 'Idempotency-Key: %s' -H 'Content-Type: application/json' \
     -d '%s'
-then find it: idemflow inspect %s demo-1, or IdempotencyKey="demo-1" in the Web UI's filter
-`, gateway, route, token, body, tenantID)
+then find it: %s inspect %s %s, or IdempotencyKey="%s" in the Web UI's filter
+`, gateway, route, token, key, body, self, tenantID, key, key)
+}
+
+// selfCommand is how a person runs this program from the current
+// directory: "idemflow" when that is what PATH finds, else its path
+// relative to here (bin/idemflow after scripts/run.sh), else its
+// absolute path.
+func selfCommand() string {
+	exe, err := os.Executable()
+	if err != nil {
+		return "idemflow"
+	}
+	wd, _ := os.Getwd()
+	return commandFor(exe, wd, exec.LookPath)
+}
+
+func commandFor(exe, wd string, lookPath func(string) (string, error)) string {
+	if found, err := lookPath("idemflow"); err == nil {
+		if a, b := resolved(found), resolved(exe); a == b {
+			return "idemflow"
+		}
+	}
+	if rel, err := filepath.Rel(wd, exe); err == nil && !strings.HasPrefix(rel, "..") {
+		if !strings.Contains(rel, string(filepath.Separator)) {
+			return "./" + rel
+		}
+		return rel
+	}
+	return exe
+}
+
+func resolved(path string) string {
+	if p, err := filepath.EvalSymlinks(path); err == nil {
+		return p
+	}
+	return path
 }
 
 // devPoolMaxConns bounds a dev stack's own pool, unless its URL sets
