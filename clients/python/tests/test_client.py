@@ -7,10 +7,12 @@ from __future__ import annotations
 import asyncio
 import http.server
 import logging
+import os
 import threading
 import time
 import uuid
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -202,3 +204,28 @@ def test_the_token_is_never_logged(url: str, token: str, caplog: pytest.LogCaptu
         text = caplog.text + repr(c) + str(e.value) + repr(e.value)
     assert caplog.records, "nothing was logged at DEBUG: the check would be empty"
     assert token not in text
+
+
+def test_the_python_snippet_runs_as_written(url: str, token: str, tmp_path: Path) -> None:
+    """docs/agents.md's first Python snippet, as written, run twice from a
+    folder laid out as the repository's root after scripts/run.sh (the
+    demo token in .idemflow/demo-token): the ticket's step replays the
+    second time, the order's new key is a new intent."""
+    import subprocess
+    import sys
+
+    from .conftest import docs_text
+
+    section = docs_text().split("### Python (`clients/python`)", 1)[1]
+    snippet = section.split("```python\n", 1)[1].split("```", 1)[0]
+    (tmp_path / ".idemflow").mkdir()
+    (tmp_path / ".idemflow" / "demo-token").write_text(token + "\n")
+    (tmp_path / "snippet.py").write_text(snippet)
+    env = {**os.environ, "IDEMFLOW_URL": url}
+    runs = [subprocess.run([sys.executable, "snippet.py"], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120) for _ in range(2)]
+    for r in runs:
+        assert r.returncode == 0, r.stderr
+    first, second = (r.stdout.split("\n") for r in runs)
+    print(f"the snippet, run twice: {first[:2]} then {second[:2]}")
+    assert first[0].startswith("201 False ") and second[0] == first[0].replace("201 False ", "201 True "), (first, second)
+    assert first[1].startswith("201 False ") and second[1].startswith("201 False ") and first[1] != second[1], (first, second)
