@@ -37,16 +37,45 @@ func VersionTableOf(name string) string { return "idemflow_op_" + name + "_schem
 // starting together apply each migration once. from and to are idemflow's
 // own versions.
 func Migrate(ctx context.Context, conn *pgx.Conn, schemas ...Schema) (from, to int32, err error) {
-	from, to, err = apply(ctx, conn, VersionTable, files)
+	applied, err := migrateAll(ctx, conn, schemas)
+	if len(applied) > 0 {
+		from, to = applied[0].From, applied[0].To
+	}
+	return from, to, err
+}
+
+// Applied is one schema's versions before and after a migration: "" names
+// idemflow's own.
+type Applied struct {
+	Name     string
+	From, To int32
+}
+
+// MigrateEach is MigrateURL that says what it did to every schema,
+// idemflow's first, so that a team sees its own migration applied.
+func MigrateEach(ctx context.Context, databaseURL string, schemas ...Schema) ([]Applied, error) {
+	conn, err := pgurl.Connect(ctx, databaseURL)
 	if err != nil {
-		return from, to, err
+		return nil, fmt.Errorf("migrations: connect: %w", err)
+	}
+	defer conn.Close(context.Background())
+	return migrateAll(ctx, conn, schemas)
+}
+
+func migrateAll(ctx context.Context, conn *pgx.Conn, schemas []Schema) ([]Applied, error) {
+	from, to, err := apply(ctx, conn, VersionTable, files)
+	applied := []Applied{{From: from, To: to}}
+	if err != nil {
+		return applied, err
 	}
 	for _, s := range schemas {
-		if _, _, err := apply(ctx, conn, VersionTableOf(s.Name), s.Files); err != nil {
-			return from, to, fmt.Errorf("operation %s: %w", s.Name, err)
+		from, to, err := apply(ctx, conn, VersionTableOf(s.Name), s.Files)
+		if err != nil {
+			return applied, fmt.Errorf("operation %s: %w", s.Name, err)
 		}
+		applied = append(applied, Applied{Name: s.Name, From: from, To: to})
 	}
-	return from, to, nil
+	return applied, nil
 }
 
 func apply(ctx context.Context, conn *pgx.Conn, versionTable string, files fs.FS) (from, to int32, err error) {

@@ -177,7 +177,8 @@ func TestTheDeclaredOperationIsAnMCPTool(t *testing.T) {
 // row, and 'audit' checks the operation's constraint.
 func TestTheProgramRunsTheRolesAndSurvivesAWorkerKilledMidStep(t *testing.T) {
 	dbURL := idemflowtest.EmptyDatabase(t)
-	if out, code := idemflowtest.Command(t, []string{"DATABASE_URL=" + dbURL}, "migrate"); code != 0 || !strings.Contains(out, "schema at version") {
+	if out, code := idemflowtest.Command(t, []string{"DATABASE_URL=" + dbURL}, "migrate"); code != 0 || !strings.Contains(out, "schema at version") ||
+		!strings.Contains(out, "operation refund_request: schema at version 1 (was 0)") {
 		t.Fatalf("migrate: exit %d\n%s", code, out)
 	}
 	conn, err := pgx.Connect(context.Background(), dbURL)

@@ -371,11 +371,17 @@ func runMigrate(ctx context.Context, env *Env, args []string) error {
 	if *dbURL == "" {
 		return fmt.Errorf("%w: DATABASE_URL (or --database-url, or a running 'idemflow dev') is required", errUsage)
 	}
-	from, to, err := migrations.MigrateURL(ctx, *dbURL, env.Set.Schemas()...)
+	applied, err := migrations.MigrateEach(ctx, *dbURL, env.Set.Schemas()...)
 	if err != nil {
 		return err
 	}
-	fmt.Fprintf(env.Stdout, "schema at version %d (was %d)\n", to, from)
+	for _, a := range applied {
+		if a.Name == "" {
+			fmt.Fprintf(env.Stdout, "schema at version %d (was %d)\n", a.To, a.From)
+		} else {
+			fmt.Fprintf(env.Stdout, "operation %s: schema at version %d (was %d)\n", a.Name, a.To, a.From)
+		}
+	}
 	return nil
 }
 

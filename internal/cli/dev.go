@@ -109,11 +109,17 @@ func runDev(ctx context.Context, env *Env, args []string) error {
 		// As for Temporal's two databases: dev makes what it needs.
 		log.Info("created the database --database-url names", "database", databaseName(c.databaseURL))
 	}
-	from, to, err := migrations.MigrateURL(ctx, c.databaseURL, env.Set.Schemas()...)
+	applied, err := migrations.MigrateEach(ctx, c.databaseURL, env.Set.Schemas()...)
 	if err != nil {
 		return err
 	}
-	log.Info("database migrated", "from", from, "to", to)
+	for _, a := range applied {
+		if a.Name == "" {
+			log.Info("database migrated", "from", a.From, "to", a.To)
+		} else {
+			log.Info("database migrated", "operation", a.Name, "from", a.From, "to", a.To)
+		}
+	}
 
 	tcfg := devserver.TemporalConfig{
 		DataDir:      filepath.Join(*dataDir, "temporal"),

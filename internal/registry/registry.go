@@ -174,10 +174,13 @@ func (s *Set) Seed(ctx context.Context, q idem.Querier, tenantID string) error {
 	return nil
 }
 
-// Example is the first operation that declares an example request: its
-// route and body, for a banner's "try it" (ok false when none does).
+// Example is the first operation that declares an example request, a
+// team's declared ones before idemflow's own: its route and body, for a
+// banner's "try it" (ok false when none does).
 func (s *Set) Example() (route, body string, ok bool) {
-	for _, o := range s.ops {
+	// A team's own operation first: a program built for it wants it shown.
+	builtins := len(Builtins())
+	for _, o := range append(slices.Clone(s.ops[builtins:]), s.ops[:builtins]...) {
 		if o.Example != "" {
 			return o.Route, o.Example, true
 		}

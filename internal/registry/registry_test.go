@@ -1,6 +1,7 @@
 package registry_test
 
 import (
+	"context"
 	"io/fs"
 	"os"
 	"path/filepath"
@@ -8,9 +9,12 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"testing/fstest"
 
 	"github.com/idemflow/idemflow/internal/problem"
 	"github.com/idemflow/idemflow/internal/registry"
+	"github.com/idemflow/idemflow/op"
+	"github.com/jackc/pgx/v5"
 )
 
 // Every business rejection code the source can answer is listed for the
@@ -69,5 +73,43 @@ func TestEveryRejectionCodeIsListedAndDescribed(t *testing.T) {
 	}
 	if !slices.Contains(set.Rejections()["order.create"], "out-of-stock") {
 		t.Errorf("order.create: %v", set.Rejections()["order.create"])
+	}
+}
+
+type noteRequest struct {
+	Text string `json:"text"`
+}
+
+// A program built for a team's operation shows that operation in dev's
+// banner: its declared example comes before idemflow's own (the tickets',
+// which always won).
+func TestATeamsExampleComesBeforeTheBuiltIns(t *testing.T) {
+	note := op.Define(op.Spec[noteRequest, noteRequest]{
+		Name:        "team_note",
+		Description: "Write a note once.",
+		Step: func(context.Context, pgx.Tx, op.In[noteRequest]) (noteRequest, error) {
+			return noteRequest{}, nil
+		},
+		Lookup: func(context.Context, op.Querier, string, string) (noteRequest, bool, error) {
+			return noteRequest{}, false, nil
+		},
+		View:       func(r noteRequest) op.Answer { return op.Answer{Status: 201, Body: r} },
+		Table:      "team_note",
+		Migrations: fstest.MapFS{"001_team_note.sql": {Data: []byte(`CREATE TABLE team_note (tenant_id text, idem_key text, UNIQUE (tenant_id, idem_key));`)}},
+		Example:    `{"text":"hello"}`,
+	})
+	set, err := registry.New(note)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if route, body, ok := set.Example(); !ok || route != "/v1/team_note" || body != `{"text":"hello"}` {
+		t.Fatalf("Example() = %s %s %v, want the team's operation's", route, body, ok)
+	}
+	builtins, err := registry.New()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if route, _, ok := builtins.Example(); !ok || route != "/v1/tickets" {
+		t.Fatalf("the built-ins' example: %s %v", route, ok)
 	}
 }
