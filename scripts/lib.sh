@@ -92,7 +92,9 @@ ensure_chromium() { ensure_package chromium chromium "the Web UI browser test"; 
 # build_typescript installs the TypeScript client's pinned packages
 # (npm ci, from its lockfile) and builds it with tsc, for its tests
 # (clients/typescript): the client's own, and the LangGraph.js agent killed
-# mid tool call. Node 20 (or later) is needed.
+# mid tool call. Node 20 (or later) is needed, and the install is
+# --engine-strict: a package that declares a later Node fails it, as it
+# fails a user's 'npm install --engine-strict' on the Node the docs name.
 build_typescript() {
   command -v node >/dev/null 2>&1 && command -v npm >/dev/null 2>&1 ||
     ensure_package node nodejs "the TypeScript client's tests"
@@ -101,7 +103,7 @@ build_typescript() {
   major=$(node -p 'process.versions.node.split(".")[0]')
   [ "$major" -ge 20 ] || die "the TypeScript client needs Node 20 or later, found $(node --version)"
   echo "installing and building the TypeScript client (npm ci, tsc)..." >&2
-  (cd clients/typescript && npm ci --no-audit --no-fund --loglevel=error && npm run --silent build)
+  (cd clients/typescript && npm ci --engine-strict --no-audit --no-fund --loglevel=error && npm run --silent build)
 }
 
 # build_schemathesis installs Schemathesis, pinned with hashes

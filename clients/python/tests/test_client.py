@@ -218,6 +218,8 @@ def test_the_python_snippet_runs_as_written(url: str, token: str, tmp_path: Path
 
     section = docs_text().split("### Python (`clients/python`)", 1)[1]
     snippet = section.split("```python\n", 1)[1].split("```", 1)[0]
+    readme = (Path(__file__).resolve().parents[1] / "README.md").read_text()
+    assert snippet in readme, "clients/python/README.md's program is no longer docs/agents.md's"
     (tmp_path / ".idemflow").mkdir()
     (tmp_path / ".idemflow" / "demo-token").write_text(token + "\n")
     (tmp_path / "snippet.py").write_text(snippet)

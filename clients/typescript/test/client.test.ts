@@ -30,6 +30,19 @@ const token = process.env.IDEMFLOW_TOKEN!;
 const client = (base = url, t = token) => new Client({ baseURL: base, token: t, attemptTimeoutMs: 2000, initialBackoffMs: 20, maxBackoffMs: 200 });
 const ticket = (title: string) => ({ customer_id: "c-ts", title, priority: "high" });
 
+test("the README names every entry point and the framework versions the tests ran", async () => {
+  const readme = await readFile(new URL("../../README.md", import.meta.url), "utf8");
+  const pkg = JSON.parse(await readFile(new URL("../../package.json", import.meta.url), "utf8"));
+  for (const entry of Object.keys(pkg.exports)) {
+    const name = entry === "." ? "@idemflow/client" : `@idemflow/client/${entry.slice(2)}`;
+    assert.ok(readme.includes("`" + name + "`"), `the README does not name ${name}`);
+  }
+  for (const peer of Object.keys(pkg.peerDependencies)) {
+    assert.ok(readme.includes("`" + peer + "` " + pkg.devDependencies[peer]), `the README does not give ${peer} ${pkg.devDependencies[peer]}, the version the tests ran`);
+  }
+  assert.ok(readme.includes("`zod` " + pkg.devDependencies.zod));
+});
+
 test("no text after a refusal or a pending answer invites a new call", () => {
   for (const s of rule.examples.invite) assert.notEqual(invitation(s), "", `the check lets through ${JSON.stringify(s)}`);
   for (const s of rule.examples.allow) assert.equal(invitation(s), "", `the check refuses ${JSON.stringify(s)}`);
