@@ -12,8 +12,10 @@ import os
 import queue
 import signal
 import subprocess
+import sys
 import uuid
 from collections.abc import Iterator
+from pathlib import Path
 from urllib.parse import urlsplit, urlunsplit
 
 import psycopg
@@ -21,7 +23,7 @@ import pytest
 from temporalio.client import Client
 
 from . import children
-from .conftest import count, need
+from .conftest import count, docs_text, need
 from .wire import Proxy
 
 
@@ -120,3 +122,42 @@ def test_a_killed_dbos_durable_pydantic_agent_makes_one_ticket(tools: str, ticke
         answer = next(s for s in out if s.startswith("tool create_ticket "))
         assert '"replayed": true' in answer, out
     assert n == tickets
+
+
+def test_the_temporal_durability_snippet_runs(db: psycopg.Connection, tmp_path: Path) -> None:
+    """docs/agents.md's TemporalDurability worker, as written, run as a
+    worker process with the test's scripted model in place of
+    openai:gpt-4.1 (the only change): a SupportWorkflow started on its
+    task queue opens one ticket under the activity's key."""
+    need("IDEMFLOW_URL")
+    from pydantic_ai.durable_exec.temporal import PydanticAIPlugin
+
+    section = docs_text().split("**`TemporalDurability`**", 1)[1]
+    snippet = section.split("```python\n", 1)[1].split("```", 1)[0]
+    assert '"openai:gpt-4.1",' in snippet
+    code = snippet.replace('"openai:gpt-4.1",', 'ScriptedModel(os.environ["IDEMFLOW_AGENT_CUSTOMER"]),', 1).replace(
+        "with workflow.unsafe.imports_passed_through():\n",
+        "with workflow.unsafe.imports_passed_through():\n    from tests.agents.pydantic_agent import ScriptedModel\n",
+        1,
+    )
+    (tmp_path / "readme_pydantic_temporal.py").write_text(code)
+    customer = f"py-pa-readme-{uuid.uuid4().hex[:6]}"
+    env = {**os.environ, "IDEMFLOW_AGENT_CUSTOMER": customer, "PYTHONUNBUFFERED": "1", "PYTHONPATH": f"{children.HERE}:{tmp_path}"}
+    w = subprocess.Popen([sys.executable, "-m", "readme_pydantic_temporal"], cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    try:
+
+        async def main() -> str:
+            client = await Client.connect(need("TEMPORAL_ADDRESS"), namespace=need("TEMPORAL_NAMESPACE"), plugins=[PydanticAIPlugin()])
+            out = await asyncio.wait_for(
+                client.execute_workflow("SupportWorkflow", "My printer is on fire.", id=f"readme-{customer}", task_queue="pydantic-support"), timeout=120
+            )
+            return str(out)
+
+        out = asyncio.run(main())
+    finally:
+        w.kill()
+        logs, _ = w.communicate(timeout=30)
+        print(f"the worker's output: {logs}")
+    n = count(db, "ticket", customer)
+    print(f"the docs' TemporalDurability worker: the agent said {out!r}; {n} ticket")
+    assert n == 1, logs
