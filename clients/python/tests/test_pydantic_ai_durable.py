@@ -161,3 +161,34 @@ def test_the_temporal_durability_snippet_runs(db: psycopg.Connection, tmp_path: 
     n = count(db, "ticket", customer)
     print(f"the docs' TemporalDurability worker: the agent said {out!r}; {n} ticket")
     assert n == 1, logs
+
+
+def test_the_dbos_durability_snippet_runs(db: psycopg.Connection, dbos_database: str, tmp_path: Path) -> None:
+    """docs/agents.md's DBOSDurability program, as written, run twice
+    under one CONVERSATION_ID with the scripted model in place of
+    openai:gpt-4.1 (the only change): one ticket (the second run finds the
+    same workflow, done)."""
+    need("IDEMFLOW_URL")
+    section = docs_text().split("**`DBOSDurability`**", 1)[1]
+    snippet = section.split("```python\n", 1)[1].split("```", 1)[0]
+    assert 'Agent("openai:gpt-4.1",' in snippet
+    code = snippet.replace('Agent("openai:gpt-4.1",', 'Agent(ScriptedModel(os.environ["IDEMFLOW_AGENT_CUSTOMER"]),', 1).replace(
+        "import idemflow\n", "import idemflow\nfrom tests.agents.pydantic_agent import ScriptedModel\n", 1
+    )
+    (tmp_path / "readme_pydantic_dbos.py").write_text(code)
+    customer = f"py-pa-dbos-readme-{uuid.uuid4().hex[:6]}"
+    env = {
+        **os.environ,
+        "IDEMFLOW_AGENT_CUSTOMER": customer,
+        "DBOS_SYSTEM_DATABASE_URL": dbos_database,
+        "CONVERSATION_ID": f"conv-{customer}",
+        "PYTHONUNBUFFERED": "1",
+        "PYTHONPATH": f"{children.HERE}:{tmp_path}",
+    }
+    for run in range(2):
+        p = subprocess.run([sys.executable, "-m", "readme_pydantic_dbos"], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120)
+        print(f"run {run + 1}: exit {p.returncode}: {p.stdout.strip()} {p.stderr[-2000:]}")
+        assert p.returncode == 0, p.stderr
+    n = count(db, "ticket", customer)
+    print(f"the docs' DBOSDurability program, run twice: {n} ticket")
+    assert n == 1
