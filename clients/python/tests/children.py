@@ -2,11 +2,15 @@
 
 from __future__ import annotations
 
+import asyncio
 import os
 import queue
 import subprocess
 import sys
 import threading
+from collections.abc import Callable, Coroutine
+from pathlib import Path
+from typing import Any
 
 HERE = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -82,3 +86,20 @@ def kill_mid_call_and_rerun(module: str, args: list[str], env: dict[str, str], h
     p, lines = start(module, *args, env=env)
     p.wait(120)
     return seen, p, lines_of(lines)
+
+
+def with_worker_snippet(code: str, module: str, folder: Path, customer: str, run: Callable[[], Coroutine[Any, Any, str]]) -> tuple[str, str]:
+    """Runs a documented worker program (code, saved as module in folder)
+    as a process, with IDEMFLOW_AGENT_CUSTOMER set to customer, while
+    run() drives it (starts a workflow, waits for its result); then kills
+    it. Returns run()'s result and the worker's output."""
+    (folder / f"{module}.py").write_text(code)
+    env = {**os.environ, "IDEMFLOW_AGENT_CUSTOMER": customer, "PYTHONUNBUFFERED": "1", "PYTHONPATH": f"{HERE}:{folder}"}
+    w = subprocess.Popen([sys.executable, "-m", module], cwd=folder, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    try:
+        out = asyncio.run(run())
+    finally:
+        w.kill()
+        logs, _ = w.communicate(timeout=30)
+        print(f"the worker's output: {logs}")
+    return out, logs

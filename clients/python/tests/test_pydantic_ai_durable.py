@@ -140,24 +140,16 @@ def test_the_temporal_durability_snippet_runs(db: psycopg.Connection, tmp_path: 
         "with workflow.unsafe.imports_passed_through():\n    from tests.agents.pydantic_agent import ScriptedModel\n",
         1,
     )
-    (tmp_path / "readme_pydantic_temporal.py").write_text(code)
     customer = f"py-pa-readme-{uuid.uuid4().hex[:6]}"
-    env = {**os.environ, "IDEMFLOW_AGENT_CUSTOMER": customer, "PYTHONUNBUFFERED": "1", "PYTHONPATH": f"{children.HERE}:{tmp_path}"}
-    w = subprocess.Popen([sys.executable, "-m", "readme_pydantic_temporal"], cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-    try:
 
-        async def main() -> str:
-            client = await Client.connect(need("TEMPORAL_ADDRESS"), namespace=need("TEMPORAL_NAMESPACE"), plugins=[PydanticAIPlugin()])
-            out = await asyncio.wait_for(
-                client.execute_workflow("SupportWorkflow", "My printer is on fire.", id=f"readme-{customer}", task_queue="pydantic-support"), timeout=120
-            )
-            return str(out)
+    async def main() -> str:
+        client = await Client.connect(need("TEMPORAL_ADDRESS"), namespace=need("TEMPORAL_NAMESPACE"), plugins=[PydanticAIPlugin()])
+        out = await asyncio.wait_for(
+            client.execute_workflow("SupportWorkflow", "My printer is on fire.", id=f"readme-{customer}", task_queue="pydantic-support"), timeout=120
+        )
+        return str(out)
 
-        out = asyncio.run(main())
-    finally:
-        w.kill()
-        logs, _ = w.communicate(timeout=30)
-        print(f"the worker's output: {logs}")
+    out, logs = children.with_worker_snippet(code, "readme_pydantic_temporal", tmp_path, customer, main)
     n = count(db, "ticket", customer)
     print(f"the docs' TemporalDurability worker: the agent said {out!r}; {n} ticket")
     assert n == 1, logs

@@ -13,7 +13,6 @@ import os
 import queue
 import signal
 import subprocess
-import sys
 import uuid
 from pathlib import Path
 
@@ -173,21 +172,13 @@ def test_the_readme_snippet_runs(db: psycopg.Connection, tmp_path: Path) -> None
         "    from tests.agents.temporal_agent import ScriptedModel\n",
         1,
     )
-    (tmp_path / "readme_temporal.py").write_text(code)
     customer = f"py-temporal-readme-{uuid.uuid4().hex[:6]}"
-    env = {**os.environ, "IDEMFLOW_AGENT_CUSTOMER": customer, "PYTHONUNBUFFERED": "1", "PYTHONPATH": f"{children.HERE}:{tmp_path}"}
-    w = subprocess.Popen([sys.executable, "-m", "readme_temporal"], cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-    try:
 
-        async def main() -> str:
-            client: Client = await connect()
-            handle = await client.start_workflow("SupportAgent", "Open a ticket.", id=f"readme-{customer}", task_queue="support")
-            return str(await asyncio.wait_for(handle.result(), timeout=90))
+    async def main() -> str:
+        client: Client = await connect()
+        handle = await client.start_workflow("SupportAgent", "Open a ticket.", id=f"readme-{customer}", task_queue="support")
+        return str(await asyncio.wait_for(handle.result(), timeout=90))
 
-        out = asyncio.run(main())
-    finally:
-        w.kill()
-        logs, _ = w.communicate(timeout=30)
-        print(f"the worker's output: {logs}")
+    out, logs = children.with_worker_snippet(code, "readme_temporal", tmp_path, customer, main)
     print(f"the README's Temporal-native worker: the agent said {out!r}; {count(db, 'ticket', customer)} ticket")
     assert count(db, "ticket", customer) == 1, logs
