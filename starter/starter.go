@@ -31,6 +31,17 @@ import (
 // gateway fails closed on it: nothing executes without the guard.
 var ErrUnavailable = errors.New("dependency unavailable")
 
+// ErrUnconfirmed (with ErrUnavailable): PostgreSQL did not confirm the
+// claim within ClaimTimeout. Unlike a failure to connect, the claim may
+// have committed (a commit waiting for a synchronous standby that is not
+// there is committed locally), so the intent may be recorded, and run
+// once commits go through; a retry under the same key finds it.
+var ErrUnconfirmed = errors.New("the claim was not confirmed in time")
+
+// DefaultClaimTimeout bounds the claim, one statement that takes
+// milliseconds: past it, PostgreSQL is not committing.
+const DefaultClaimTimeout = 10 * time.Second
+
 // ErrExecutionFailed: the intent's workflow ended without an answer and the
 // record was not settled yet (reconcile will).
 var ErrExecutionFailed = errors.New("execution failed")
@@ -60,6 +71,9 @@ type Starter struct {
 	// Tracer, when set, spans the claim, the start and the wait of each
 	// intent (nil: no spans).
 	Tracer trace.Tracer
+	// ClaimTimeout bounds the claim (DefaultClaimTimeout when zero), so
+	// that an agent gets an answer when PostgreSQL stops committing.
+	ClaimTimeout time.Duration
 }
 
 // AnswerCache holds final SUCCESS records by (tenant, key). Such an answer
@@ -168,10 +182,19 @@ func (s *Starter) Submit(ctx context.Context, in Intent) (Reply, error) {
 		}
 		return Reply{OperationID: rec.ID, WorkflowID: rec.WorkflowID, Done: true, Outcome: rec.Response, Replayed: true}, nil
 	}
-	claim, err := s.Records.Claim(claimCtx, idem.ClaimParams{
+	bound := s.ClaimTimeout
+	if bound <= 0 {
+		bound = DefaultClaimTimeout
+	}
+	boundCtx, cancelClaim := context.WithTimeout(claimCtx, bound)
+	claim, err := s.Records.Claim(boundCtx, idem.ClaimParams{
 		TenantID: in.TenantID, Key: in.Key, BizType: in.BizType,
 		Fingerprint: in.Fingerprint, WorkflowID: in.WorkflowID, Hint: in.Hint,
 	})
+	if err != nil && errors.Is(boundCtx.Err(), context.DeadlineExceeded) && ctx.Err() == nil {
+		err = fmt.Errorf("%w (%s): %w", ErrUnconfirmed, bound, err)
+	}
+	cancelClaim()
 	span.SetAttributes(attribute.Bool("idemflow.owner", claim.Owner), attribute.String("idemflow.record_status", string(claim.Record.Status)))
 	if err != nil {
 		span.RecordError(err)

@@ -67,4 +67,33 @@ func TestReadinessAndAuditSayWhenCommitsWaitForAMissingStandby(t *testing.T) {
 	if rep.Healthy() || !strings.Contains(rep.Replication.Blocked(), "commits wait for a synchronous standby that is not there") {
 		t.Fatalf("audit while no commit can finish: healthy %v, blocked %q", rep.Healthy(), rep.Replication.Blocked())
 	}
+
+	// An intent sent meanwhile gets an answer within the claim's bound,
+	// and its text does not say nothing was recorded: the claim may have
+	// committed locally. Once commits work again, its retry under the
+	// same key is served, once.
+	s.Gateway.Starter.ClaimTimeout = 2 * time.Second
+	body := `{"customer_id":"c-blocked","title":"Printer on fire"}`
+	started := time.Now()
+	r := s.Do(testenv.Request{Path: "/v1/tickets", Token: s.Tokens[testenv.TenantA], Key: "blocked-1", Body: body})
+	took := time.Since(started)
+	if r.Status != http.StatusServiceUnavailable || took > 10*time.Second || !strings.Contains(string(r.Body), "may have been recorded") ||
+		strings.Contains(string(r.Body), "nothing was executed") {
+		t.Fatalf("an intent while no commit can finish: %d after %s: %s", r.Status, took.Round(time.Millisecond), r.Body)
+	}
+	set("")
+	var again testenv.Response
+	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(200 * time.Millisecond) {
+		again = s.Do(testenv.Request{Path: "/v1/tickets", Token: s.Tokens[testenv.TenantA], Key: "blocked-1", Body: body})
+		if again.Status != http.StatusServiceUnavailable || time.Now().After(deadline) {
+			break
+		}
+	}
+	if again.Status != http.StatusCreated {
+		t.Fatalf("the retry once commits work: %d %s", again.Status, again.Body)
+	}
+	if n := testenv.Count(t, s.Pool, "ticket", "customer_id = $1", "c-blocked"); n != 1 {
+		t.Fatalf("%d tickets for one intent", n)
+	}
+	t.Logf("blocked: 503 after %s (%s); the retry once commits work: %d", took.Round(time.Millisecond), r.Body, again.Status)
 }

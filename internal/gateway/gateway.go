@@ -541,6 +541,14 @@ func (g *Gateway) describeProblem(w http.ResponseWriter, r *http.Request) {
 func (g *Gateway) unavailable(w http.ResponseWriter, r *http.Request, err error) {
 	g.logger().WarnContext(r.Context(), "dependency unavailable", "path", r.URL.Path, "error", err)
 	w.Header().Set("Retry-After", "2")
+	if errors.Is(err, starter.ErrUnconfirmed) {
+		// The claim may have committed: "nothing was executed" could be
+		// untrue of the record, so say what is known.
+		writeProblem(w, problem.New(problem.TypeUnavailable, http.StatusServiceUnavailable,
+			"PostgreSQL did not confirm this intent's record in time (it is not committing): the intent may have been recorded; "+
+				"retry with the same key: it runs at most once, and the retry gets its answer"))
+		return
+	}
 	writeProblem(w, problem.New(problem.TypeUnavailable, http.StatusServiceUnavailable,
 		"PostgreSQL or Temporal is unavailable; nothing was executed, retry with the same key"))
 }
