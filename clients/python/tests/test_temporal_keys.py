@@ -173,3 +173,40 @@ def test_a_call_nobody_numbered_fails_the_run_naming_the_fix(tools_intercepted: 
 
     asyncio.run(main())
     assert count(db, "ticket", customer) == 0
+
+
+def test_a_call_scheduled_before_upgraded_at_keeps_its_tp1_key(db: psycopg.Connection) -> None:
+    """The explicit path for a call in flight across the upgrade: nothing
+    numbered it (the workflow's worker has no interceptor), and it was
+    scheduled before upgraded_at, so it keeps the tp1 key its earlier
+    attempts sent (Go: TestActivityKeysTellIntendedCallsApart)."""
+    from datetime import datetime, timezone
+
+    from idemflow.temporal import legacy_key
+
+    need("IDEMFLOW_URL")
+    customer = f"py-upgrade-{uuid.uuid4().hex[:8]}"
+    queue, tools = f"old-{customer}", f"tools-{customer}"
+    SCRIPTS[customer] = [[PRINTER]]
+
+    async def main() -> tuple[str, str]:
+        client = await Client.connect(need("TEMPORAL_ADDRESS"), namespace=need("TEMPORAL_NAMESPACE"))
+        later = datetime.now(timezone.utc) + timedelta(hours=1)
+        old = Worker(client, task_queue=queue, workflows=[Planned], activities=[model, lookup])
+        upgraded = Worker(client, task_queue=tools, activities=[create_ticket_titled], interceptors=[KeyInterceptor(upgraded_at=later)])
+        async with old, upgraded:
+            wid = f"{customer}-wf"
+            h = await client.start_workflow(Planned.run, Plan(customer, tool_queue=tools), id=wid, task_queue=queue)
+            await h.result()
+            activity_id = ""
+            async for e in h.fetch_history_events():
+                if (
+                    e.HasField("activity_task_scheduled_event_attributes")
+                    and e.activity_task_scheduled_event_attributes.activity_type.name == "create_ticket_titled"
+                ):
+                    activity_id = e.activity_task_scheduled_event_attributes.activity_id
+            return wid, activity_id
+
+    wid, activity_id = asyncio.run(main())
+    row = db.execute("SELECT idem_key FROM ticket WHERE customer_id = %s", (customer,)).fetchone()
+    assert row is not None and row[0] == legacy_key(wid, activity_id, "create_ticket"), (row, activity_id)
