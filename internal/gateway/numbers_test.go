@@ -33,8 +33,9 @@ func TestNumbersThatCannotBeExchangedExactlyAreA400NamingTheField(t *testing.T) 
 		Lookup: func(context.Context, op.Querier, string, string) (struct{}, bool, error) {
 			return struct{}{}, false, nil
 		},
-		View:  func(struct{}) op.Answer { return op.Answer{Body: map[string]string{}} },
-		Table: "measure",
+		View:       func(struct{}) op.Answer { return op.Answer{Body: map[string]string{}} },
+		Table:      "measure",
+		Migrations: keyedTable("measure"),
 	})
 	tools, err := httptool.Parse([]byte(`
 tools:

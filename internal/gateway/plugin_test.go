@@ -7,6 +7,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"testing/fstest"
 
 	"github.com/idemflow/idemflow/internal/apispec"
 	"github.com/idemflow/idemflow/internal/registry"
@@ -19,6 +20,14 @@ type widgetRequest struct {
 	WidgetID string `json:"widget_id"`
 }
 
+// keyedTable is the migration of a test operation's table: only its key,
+// under the unique constraint every role requires before it serves the
+// operation. IF NOT EXISTS: several test operations may share a table.
+func keyedTable(name string) fstest.MapFS {
+	return fstest.MapFS{"001_" + name + ".sql": {Data: []byte(`CREATE TABLE IF NOT EXISTS ` + name +
+		` (tenant_id text NOT NULL, idem_key text NOT NULL, UNIQUE (tenant_id, idem_key));`)}}
+}
+
 // widgetOp declares a team's operation at route, with what a built-in
 // carries: its links, a read, a seed and an example.
 func widgetOp(name, route string, spec func(*op.Spec[widgetRequest, struct{}])) *op.Operation {
@@ -29,8 +38,9 @@ func widgetOp(name, route string, spec func(*op.Spec[widgetRequest, struct{}])) 
 		Lookup: func(context.Context, op.Querier, string, string) (struct{}, bool, error) {
 			return struct{}{}, false, nil
 		},
-		View:  func(struct{}) op.Answer { return op.Answer{Body: map[string]string{"widget_id": "w-1"}} },
-		Table: "widget",
+		View:       func(struct{}) op.Answer { return op.Answer{Body: map[string]string{"widget_id": "w-1"}} },
+		Table:      "widget",
+		Migrations: keyedTable("widget"),
 	}
 	if spec != nil {
 		spec(&s)

@@ -39,8 +39,9 @@ func TestStatementsPerIntent(t *testing.T) {
 			Lookup: func(context.Context, op.Querier, string, string) (struct{}, bool, error) {
 				return struct{}{}, false, nil
 			},
-			View:  func(struct{}) op.Answer { return op.Answer{Body: map[string]string{}} },
-			Table: fmt.Sprintf("extra_%d", i),
+			View:       func(struct{}) op.Answer { return op.Answer{Body: map[string]string{}} },
+			Table:      fmt.Sprintf("extra_%d", i),
+			Migrations: keyedTable(fmt.Sprintf("extra_%d", i)),
 		}))
 	}
 	t.Run("with 20 operations declared", func(t *testing.T) { countStatements(t, extra) })
