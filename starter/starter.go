@@ -34,8 +34,8 @@ var ErrUnavailable = errors.New("dependency unavailable")
 // ErrUnconfirmed (with ErrUnavailable): PostgreSQL did not confirm the
 // claim within ClaimTimeout. Unlike a failure to connect, the claim may
 // have committed (a commit waiting for a synchronous standby that is not
-// there is committed locally), so the intent may be recorded, and run
-// once commits go through; a retry under the same key finds it.
+// there is committed locally), so the intent may be recorded: a retry
+// under the same key finds it and runs it at most once.
 var ErrUnconfirmed = errors.New("the claim was not confirmed in time")
 
 // DefaultClaimTimeout bounds the claim, one statement that takes
