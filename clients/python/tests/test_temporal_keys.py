@@ -18,7 +18,7 @@ from temporalio.worker import Worker
 
 from idemflow.temporal import KeyInterceptor
 
-from .agents.keyed_workflow import SCRIPTS, Keyed, Plan, Planned, Run, create_ticket, create_ticket_titled, lookup, model
+from .agents.keyed_workflow import SCRIPTS, Keyed, Plan, Planned, Run, Signalled, create_ticket, create_ticket_titled, lookup, model
 from .conftest import count, need
 from .resets import reset_to_first_task, reset_to_task
 
@@ -210,3 +210,23 @@ def test_a_call_scheduled_before_upgraded_at_keeps_its_tp1_key(db: psycopg.Conne
     wid, activity_id = asyncio.run(main())
     row = db.execute("SELECT idem_key FROM ticket WHERE customer_id = %s", (customer,)).fetchone()
     assert row is not None and row[0] == legacy_key(wid, activity_id, "create_ticket"), (row, activity_id)
+
+
+def test_a_call_a_signal_handler_makes_before_the_run_starts_gets_its_key(db: psycopg.Connection) -> None:
+    """With signal-with-start the handler runs in the first activation,
+    before the run's own code: its call is named from the run's start
+    like any other (it failed the workflow task when the lineage was read
+    only as the run's code started)."""
+    need("IDEMFLOW_URL")
+    customer = f"py-signal-{uuid.uuid4().hex[:8]}"
+    queue = f"signal-{customer}"
+
+    async def main() -> list[str]:
+        client = await Client.connect(need("TEMPORAL_ADDRESS"), namespace=need("TEMPORAL_NAMESPACE"))
+        async with Worker(client, task_queue=queue, workflows=[Signalled], activities=[create_ticket], interceptors=[KeyInterceptor()]):
+            h = await client.start_workflow(Signalled.run, id=f"{customer}-wf", task_queue=queue, start_signal="open", start_signal_args=[Run(customer)])
+            return await asyncio.wait_for(h.result(), timeout=30)
+
+    keys = asyncio.run(main())
+    assert len(keys) == 1 and keys[0].startswith("tp3_"), keys
+    assert count(db, "ticket", customer) == 1

@@ -46,7 +46,6 @@ from temporalio.worker import (
     ActivityInboundInterceptor,
     ContinueAsNewInput,
     ExecuteActivityInput,
-    ExecuteWorkflowInput,
     Interceptor,
     StartActivityInput,
     StartLocalActivityInput,
@@ -270,12 +269,7 @@ class _ActivityInbound(ActivityInboundInterceptor):
 
 class _WorkflowInbound(WorkflowInboundInterceptor):
     def init(self, outbound: WorkflowOutboundInterceptor) -> None:
-        self._out = _WorkflowOutbound(outbound)
-        super().init(self._out)
-
-    async def execute_workflow(self, input: ExecuteWorkflowInput) -> Any:
-        self._out.line = lineage_of(workflow.info(), input.headers)
-        return await super().execute_workflow(input)
+        super().init(_WorkflowOutbound(outbound))
 
 
 class _WorkflowOutbound(WorkflowOutboundInterceptor):
@@ -287,12 +281,20 @@ class _WorkflowOutbound(WorkflowOutboundInterceptor):
         self.line: _Lineage | None = None
         self._seen: dict[tuple[str, str], int] = {}
 
-    def _stamp(self, activity: str, args: Sequence[Any], headers: Mapping[str, Payload]) -> dict[str, Payload]:
+    def _lineage(self) -> _Lineage:
+        # Read from the run's start (workflow.info() carries its headers),
+        # at the first call that needs it: a signal handler may schedule an
+        # activity in the first activation, before the run's own code.
         if self.line is None:
-            raise RuntimeError("idemflow: an activity was scheduled before the workflow's run started, so its lineage is unknown")
+            info = workflow.info()
+            self.line = lineage_of(info, info.headers)
+        return self.line
+
+    def _stamp(self, activity: str, args: Sequence[Any], headers: Mapping[str, Payload]) -> dict[str, Payload]:
+        line = self._lineage()
         digest = args_digest(workflow.payload_converter().to_payloads(list(args)))
         self._seen[(activity, digest)] = self._seen.get((activity, digest), 0) + 1
-        ident = {"lineage": self.line.id, "turn": self.line.turn, "args": digest, "n": self._seen[(activity, digest)]}
+        ident = {"lineage": line.id, "turn": line.turn, "args": digest, "n": self._seen[(activity, digest)]}
         return {**headers, CALL_HEADER: _converter().to_payloads([ident])[0]}
 
     def start_activity(self, input: StartActivityInput) -> workflow.ActivityHandle[Any]:
@@ -304,7 +306,7 @@ class _WorkflowOutbound(WorkflowOutboundInterceptor):
         return super().start_local_activity(input)
 
     def continue_as_new(self, input: ContinueAsNewInput) -> NoReturn:
-        if self.line is not None:
-            nxt = {"lineage": self.line.id, "turn": self.line.turn + 1, "by": workflow.info().run_id}
-            input.headers = {**input.headers, LINEAGE_HEADER: _converter().to_payloads([nxt])[0]}
+        line = self._lineage()
+        nxt = {"lineage": line.id, "turn": line.turn + 1, "by": workflow.info().run_id}
+        input.headers = {**input.headers, LINEAGE_HEADER: _converter().to_payloads([nxt])[0]}
         super().continue_as_new(input)

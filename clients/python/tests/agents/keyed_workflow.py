@@ -130,3 +130,22 @@ class Planned:
         if p.fail_first_attempt and workflow.info().attempt == 1:
             raise ApplicationError("the first attempt fails after its calls")
         return len(plan)
+
+
+@workflow.defn(name="signalled")
+class Signalled:
+    """A call made by a signal handler: with signal-with-start, the handler
+    runs in the run's first activation, before the run's own code."""
+
+    def __init__(self) -> None:
+        self.keys: list[str] = []
+
+    @workflow.signal
+    async def open(self, r: Run) -> None:
+        retry = RetryPolicy(initial_interval=timedelta(milliseconds=50), maximum_attempts=3)
+        self.keys.append(await workflow.execute_activity(create_ticket, r, start_to_close_timeout=timedelta(seconds=30), retry_policy=retry))
+
+    @workflow.run
+    async def run(self) -> list[str]:
+        await workflow.wait_condition(lambda: len(self.keys) == 1)
+        return self.keys
