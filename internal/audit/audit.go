@@ -56,34 +56,42 @@ func (e *MissingConstraintError) Error() string {
 // constraint is the last line of invariant 1, so an operation whose table
 // lacks it is not served.
 func RequireConstraints(ctx context.Context, db idem.Querier, guards []idem.Guard) error {
-	var missing []string
+	missing, err := missingConstraints(ctx, db, guards)
+	if err != nil || len(missing) == 0 {
+		return err
+	}
+	e := &MissingConstraintError{}
+	for _, g := range missing {
+		e.Tables = append(e.Tables, g.Table)
+	}
+	return e
+}
+
+// missingConstraints are the guards whose table has no unique index on
+// (tenant_id, idem_key): what audit reports and every role refuses.
+func missingConstraints(ctx context.Context, db idem.Querier, guards []idem.Guard) ([]idem.Guard, error) {
+	var missing []idem.Guard
 	for _, g := range guards {
 		ok, err := hasUniqueIndex(ctx, db, g.Table)
 		if err != nil {
-			return err
+			return nil, err
 		}
 		if !ok {
-			missing = append(missing, g.Table)
+			missing = append(missing, g)
 		}
 	}
-	if len(missing) > 0 {
-		return &MissingConstraintError{Tables: missing}
-	}
-	return nil
+	return missing, nil
 }
 
 // Run audits db. guards are the tables whose (tenant_id, idem_key) must be
 // unique; horizon is the reconcile horizon (processing timeout).
 func Run(ctx context.Context, db idem.Querier, records *idem.Store, guards []idem.Guard, horizon time.Duration) (Report, error) {
 	rep := Report{Checked: guards, Horizon: horizon}
+	var err error
+	if rep.MissingConstraint, err = missingConstraints(ctx, db, guards); err != nil {
+		return rep, err
+	}
 	for _, g := range guards {
-		ok, err := hasUniqueIndex(ctx, db, g.Table)
-		if err != nil {
-			return rep, err
-		}
-		if !ok {
-			rep.MissingConstraint = append(rep.MissingConstraint, g)
-		}
 		dups, err := duplicates(ctx, db, g.Table)
 		if err != nil {
 			return rep, err
