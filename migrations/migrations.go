@@ -38,10 +38,17 @@ func VersionTableOf(name string) string { return "idemflow_op_" + name + "_schem
 // own versions.
 func Migrate(ctx context.Context, conn *pgx.Conn, schemas ...Schema) (from, to int32, err error) {
 	applied, err := migrateAll(ctx, conn, schemas)
-	if len(applied) > 0 {
-		from, to = applied[0].From, applied[0].To
-	}
+	from, to = own(applied)
 	return from, to, err
+}
+
+// own is idemflow's own versions among what a migration applied (the
+// first, where it got that far).
+func own(applied []Applied) (from, to int32) {
+	if len(applied) == 0 {
+		return 0, 0
+	}
+	return applied[0].From, applied[0].To
 }
 
 // Applied is one schema's versions before and after a migration: "" names
@@ -100,12 +107,11 @@ func apply(ctx context.Context, conn *pgx.Conn, versionTable string, files fs.FS
 	return from, to, nil
 }
 
-// MigrateURL connects to databaseURL and applies pending migrations.
+// MigrateURL connects to databaseURL and applies pending migrations;
+// from and to are idemflow's own versions (MigrateEach says every
+// schema's).
 func MigrateURL(ctx context.Context, databaseURL string, schemas ...Schema) (from, to int32, err error) {
-	conn, err := pgurl.Connect(ctx, databaseURL)
-	if err != nil {
-		return 0, 0, fmt.Errorf("migrations: connect: %w", err)
-	}
-	defer conn.Close(context.Background())
-	return Migrate(ctx, conn, schemas...)
+	applied, err := MigrateEach(ctx, databaseURL, schemas...)
+	from, to = own(applied)
+	return from, to, err
 }
