@@ -14,6 +14,7 @@ import (
 	"context"
 	"net"
 	"reflect"
+	"slices"
 	"strconv"
 	"time"
 
@@ -97,9 +98,18 @@ func AnyHost(cfg *pgx.ConnConfig) bool {
 			return false
 		}
 	}
-	hosts := map[string]bool{net.JoinHostPort(cfg.Host, strconv.Itoa(int(cfg.Port))): true}
+	return len(Hosts(&cfg.Config)) > 1
+}
+
+// Hosts are the servers cfg names, as host:port, in the URL's order and
+// each once: pgx also adds a fallback per host for each TLS mode it may
+// try (sslmode=prefer), which names no other server.
+func Hosts(cfg *pgconn.Config) []string {
+	hosts := []string{net.JoinHostPort(cfg.Host, strconv.Itoa(int(cfg.Port)))}
 	for _, f := range cfg.Fallbacks {
-		hosts[net.JoinHostPort(f.Host, strconv.Itoa(int(f.Port)))] = true
+		if h := net.JoinHostPort(f.Host, strconv.Itoa(int(f.Port))); !slices.Contains(hosts, h) {
+			hosts = append(hosts, h)
+		}
 	}
-	return len(hosts) > 1
+	return hosts
 }

@@ -4,10 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"net"
 	"net/url"
-	"slices"
-	"strconv"
 	"strings"
 
 	"github.com/idemflow/idemflow/internal/pgurl"
@@ -47,20 +44,13 @@ var pgPools = [2]struct{ max, idle int }{{max: 5, idle: 5}, {max: 2, idle: 2}}
 // connections find the promoted standby, as idemflow's own pools do,
 // instead of dialling the first host for ever.
 func sqlAddress(adminURL string, pc *pgconn.Config) (string, map[string]string) {
-	addrs := []string{net.JoinHostPort(pc.Host, strconv.Itoa(int(pc.Port)))}
-	for _, f := range pc.Fallbacks {
-		// pgx also adds a fallback per host for each TLS mode it may try.
-		if a := net.JoinHostPort(f.Host, strconv.Itoa(int(f.Port))); !slices.Contains(addrs, a) {
-			addrs = append(addrs, a)
-		}
-	}
 	var attrs map[string]string
 	if _, query, ok := strings.Cut(adminURL, "?"); ok {
 		if q, err := url.ParseQuery(query); err == nil && q.Get("target_session_attrs") != "" {
 			attrs = map[string]string{"target_session_attrs": q.Get("target_session_attrs")}
 		}
 	}
-	return strings.Join(addrs, ","), attrs
+	return strings.Join(pgurl.Hosts(pc), ","), attrs
 }
 
 // pgStores makes the two databases Temporal needs on the server of
