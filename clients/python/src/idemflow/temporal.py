@@ -90,7 +90,6 @@ class _Call:
     args: str = ""
     n: int = 0  # tp3: the occurrence of (activity, args); tp2: the place
     run: str = ""  # tp2: the original run ID
-    named: bool = False  # a header came
 
 
 @dataclass(frozen=True)
@@ -257,7 +256,7 @@ class _ActivityInbound(ActivityInboundInterceptor):
         if payload is not None:
             try:
                 raw = _converter().from_payloads([payload])[0]
-                call = _Call(str(raw.get("lineage", "")), int(raw.get("turn", 0)), str(raw.get("args", "")), int(raw["n"]), str(raw.get("run", "")), True)
+                call = _Call(str(raw.get("lineage", "")), int(raw.get("turn", 0)), str(raw.get("args", "")), int(raw["n"]), str(raw.get("run", "")))
             except Exception as e:
                 raise NoCallIdentityError(f"idemflow: no key: the header {CALL_HEADER}: {e}") from e
         token = _call.set(_Intercepted(call, self._upgraded_at))

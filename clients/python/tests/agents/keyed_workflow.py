@@ -35,8 +35,10 @@ async def create_ticket(r: Run) -> str:
     return key
 
 
-@workflow.defn(name="keyed")
-class Keyed:
+class WaitsForDone:
+    """A workflow that can wait for the signal "finish" (a reset's point
+    is before what it waits behind)."""
+
     def __init__(self) -> None:
         self.done = False
 
@@ -44,6 +46,9 @@ class Keyed:
     def finish(self) -> None:
         self.done = True
 
+
+@workflow.defn(name="keyed")
+class Keyed(WaitsForDone):
     @workflow.run
     async def run(self, r: Run) -> list[str]:
         keys = []
@@ -107,14 +112,7 @@ async def create_ticket_titled(customer: str, title: str) -> str:
 
 
 @workflow.defn(name="planned")
-class Planned:
-    def __init__(self) -> None:
-        self.done = False
-
-    @workflow.signal
-    def finish(self) -> None:
-        self.done = True
-
+class Planned(WaitsForDone):
     @workflow.run
     async def run(self, p: Plan) -> int:
         retry = RetryPolicy(initial_interval=timedelta(milliseconds=50), maximum_attempts=3)
