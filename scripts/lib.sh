@@ -89,6 +89,13 @@ build_python() {
 # drives Debian's Chromium headless.
 ensure_chromium() { ensure_package chromium chromium "the Web UI browser test"; }
 
+# ensure_pgbouncer: the tests behind a connection pooler run Debian's
+# PgBouncer (testenv.PgBouncer). It lives in /usr/sbin, which a non-root
+# PATH may lack.
+ensure_pgbouncer() {
+  [ -x /usr/sbin/pgbouncer ] || ensure_package pgbouncer pgbouncer "the tests behind PgBouncer"
+}
+
 # build_typescript installs the TypeScript client's pinned packages
 # (npm ci, from its lockfile) and builds it with tsc, for its tests
 # (clients/typescript): the client's own, and the LangGraph.js agent killed

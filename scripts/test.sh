@@ -11,6 +11,7 @@ cd "$(dirname "$0")/.."
 need_go
 ensure_python3
 ensure_chromium
+ensure_pgbouncer
 if [ -z "${IDEMFLOW_TEST_DATABASE_URL:-}" ]; then
   ensure_postgres_binaries
 fi

@@ -3,6 +3,7 @@ package gateway_test
 import (
 	"context"
 	"fmt"
+	"net/url"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -162,4 +163,44 @@ func benchSend(b *testing.B, s *testenv.Stack, path, key, body string) testenv.R
 		b.Fatal(err)
 	}
 	return r
+}
+
+// BenchmarkQueryExecMode: a new ticket and a replay with idemflow's
+// statements run as unnamed statements whose descriptions are cached
+// (pgurl.DefaultQueryExecMode, which works behind a transaction pooler),
+// beside pgx's own default, "cache_statement", which prepares each under
+// a name on the server (the reference: what the unnamed statements'
+// parsing costs is the difference).
+func BenchmarkQueryExecMode(b *testing.B) {
+	for _, mode := range []string{"cache_statement", "default"} {
+		server := testenv.AdminURL()
+		if mode != "default" {
+			u, err := url.Parse(server)
+			if err != nil {
+				b.Fatal(err)
+			}
+			q := u.Query()
+			q.Set("default_query_exec_mode", mode)
+			u.RawQuery = q.Encode()
+			server = u.String()
+		}
+		s := testenv.NewStack(b, testenv.Options{Database: testenv.Setup{Server: server}})
+		seq := 0 // -count runs a sub-benchmark again on the same stack
+		b.Run("first/"+mode, func(b *testing.B) {
+			b.ReportAllocs()
+			for ; b.Loop(); seq++ {
+				if r := benchSend(b, s, "/v1/tickets", fmt.Sprintf("bench-mode-%d", seq), ticketBody); r.Status != 201 {
+					b.Fatalf("%d %s", r.Status, r.Body)
+				}
+			}
+		})
+		b.Run("replay/"+mode, func(b *testing.B) {
+			b.ReportAllocs()
+			for b.Loop() {
+				if r := benchSend(b, s, "/v1/tickets", "bench-mode-0", ticketBody); r.Status != 201 || r.Header.Get("Idempotent-Replayed") != "true" {
+					b.Fatalf("%d %s", r.Status, r.Body)
+				}
+			}
+		})
+	}
 }

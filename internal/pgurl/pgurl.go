@@ -16,6 +16,7 @@ import (
 	"reflect"
 	"slices"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -33,10 +34,27 @@ func ParsePoolConfig(url string) (*pgxpool.Config, error) {
 	for _, p := range pinned {
 		pc.ConnConfig.RuntimeParams[p.name] = p.value
 	}
+	if !strings.Contains(url, "default_query_exec_mode") {
+		pc.ConnConfig.DefaultQueryExecMode = DefaultQueryExecMode
+	}
 	pc.ShouldPing = shouldPing
 	pc.PrepareConn = prepareConn
 	return pc, nil
 }
+
+// DefaultQueryExecMode is how statements run unless the URL names its own
+// default_query_exec_mode: their descriptions cached per connection, each
+// run as one unnamed statement. pgx's own default prepares every statement
+// under a name on the server, which a connection pooler breaks: behind
+// PgBouncer in transaction pooling (most hosted PostgreSQL, RDS Proxy), a
+// restarted process or another replica found server connections that had
+// prepared the same names, and every statement failed (SQLSTATE 42P05).
+// An unnamed statement lives only until the next one, on whichever server
+// connection runs it. The cost is a parse per statement on the server:
+// BenchmarkQueryExecMode (internal/gateway) put a new ticket within this
+// machine's noise of pgx's default and a replay (about 50 µs) a few
+// microseconds slower.
+const DefaultQueryExecMode = pgx.QueryExecModeCacheDescribe
 
 // IdlePing is how long a pooled connection may sit idle before it is
 // pinged when acquired. pgxpool's default, 1 s, pinged before nearly every
