@@ -32,10 +32,20 @@ type Schema struct {
 // VersionTableOf is the version table of a declared operation's schema.
 func VersionTableOf(name string) string { return "idemflow_op_" + name + "_schema_version" }
 
-// Migrate applies every pending migration: idemflow's, then each schema's.
-// tern holds an advisory lock while it runs, so workers and gateways
-// starting together apply each migration once. from and to are idemflow's
-// own versions.
+// Migrate applies every pending migration: idemflow's, then each schema's,
+// all in one transaction that first takes a transaction-scoped advisory
+// lock, so that processes migrating together apply each migration once,
+// and a failed migration leaves every schema as it was. from and to are
+// idemflow's own versions.
+//
+// One transaction is also what a transaction pooler (PgBouncer's
+// transaction pooling, RDS Proxy) keeps on one server connection: tern's
+// own lock is a session's, and taken through such a pooler it was
+// released on another server connection than the one that held it, so it
+// stayed held and every later migration waited for ever. Inside the
+// transaction tern's lock is taken and released on the same session, and
+// is never contended. A migration that cannot run in a transaction
+// (CREATE INDEX CONCURRENTLY) is therefore refused by PostgreSQL.
 func Migrate(ctx context.Context, conn *pgx.Conn, schemas ...Schema) (from, to int32, err error) {
 	applied, err := migrateAll(ctx, conn, schemas)
 	from, to = own(applied)
@@ -69,24 +79,45 @@ func MigrateEach(ctx context.Context, databaseURL string, schemas ...Schema) ([]
 	return migrateAll(ctx, conn, schemas)
 }
 
-func migrateAll(ctx context.Context, conn *pgx.Conn, schemas []Schema) ([]Applied, error) {
-	from, to, err := apply(ctx, conn, VersionTable, files)
-	applied := []Applied{{From: from, To: to}}
+// lockKey names the transaction-scoped advisory lock a migration holds;
+// nothing else in idemflow takes it.
+const lockKey = 0x1de3f10e
+
+func migrateAll(ctx context.Context, conn *pgx.Conn, schemas []Schema) (applied []Applied, err error) {
+	tx, err := conn.Begin(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("migrations: begin: %w", err)
+	}
+	defer func() {
+		if err != nil {
+			_ = tx.Rollback(context.WithoutCancel(ctx))
+		}
+	}()
+	if _, err := tx.Exec(ctx, `SELECT pg_advisory_xact_lock($1)`, lockKey); err != nil {
+		return nil, fmt.Errorf("migrations: lock: %w", err)
+	}
+	from, to, err := apply(ctx, tx.Conn(), VersionTable, files)
+	applied = []Applied{{From: from, To: to}}
 	if err != nil {
 		return applied, err
 	}
 	for _, s := range schemas {
-		from, to, err := apply(ctx, conn, VersionTableOf(s.Name), s.Files)
+		from, to, err := apply(ctx, tx.Conn(), VersionTableOf(s.Name), s.Files)
 		if err != nil {
 			return applied, fmt.Errorf("operation %s: %w", s.Name, err)
 		}
 		applied = append(applied, Applied{Name: s.Name, From: from, To: to})
 	}
+	if err := tx.Commit(ctx); err != nil {
+		return applied, fmt.Errorf("migrations: commit: %w", err)
+	}
 	return applied, nil
 }
 
+// apply runs one schema's pending migrations on conn, inside migrateAll's
+// transaction (so tern begins none of its own).
 func apply(ctx context.Context, conn *pgx.Conn, versionTable string, files fs.FS) (from, to int32, err error) {
-	m, err := migrate.NewMigrator(ctx, conn, versionTable)
+	m, err := migrate.NewMigratorEx(ctx, conn, versionTable, &migrate.MigratorOptions{DisableTx: true})
 	if err != nil {
 		return 0, 0, fmt.Errorf("migrations: new migrator: %w", err)
 	}
