@@ -1,6 +1,7 @@
 package activities_test
 
 import (
+	"bytes"
 	"context"
 	"io"
 	"log/slog"
@@ -224,4 +225,39 @@ func BenchmarkNotifyingCommits(b *testing.B) {
 			})
 		})
 	}
+}
+
+// Behind PgBouncer in transaction pooling, LISTEN lands on a server
+// connection the listener does not keep, and no notification reaches it:
+// before, it listened on and heard nothing, without a word. It now says
+// why and stops (waiting requests then rely on Temporal's history poll).
+// Behind session pooling it listens and hears, as on PostgreSQL itself.
+func TestListenBehindATransactionPoolerSaysItWouldHearNothing(t *testing.T) {
+	f := setup(t)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	var logged bytes.Buffer
+	gateway := idem.NewStore(f.pool, idem.Retention{}, f.recall)
+	gateway.Waiters = &idem.Waiters{}
+	stopped := make(chan struct{})
+	go func() {
+		defer close(stopped)
+		gateway.Listen(ctx, testenv.PgBouncer(t, f.dbURL, "transaction"), slog.New(slog.NewTextHandler(&logged, nil)))
+	}()
+	select {
+	case <-stopped:
+	case <-time.After(15 * time.Second):
+		t.Fatal("Listen through a transaction pooler listened on: it hears nothing there, and said nothing")
+	}
+	if !strings.Contains(logged.String(), "level=WARN") || !strings.Contains(logged.String(), "IDEMFLOW_LISTEN_DATABASE_URL") {
+		t.Fatalf("Listen stopped without a warning that names the fix:\n%s", logged.String())
+	}
+
+	session := f
+	session.dbURL = testenv.PgBouncer(t, f.dbURL, "session")
+	listener := idem.NewStore(f.pool, idem.Retention{}, f.recall)
+	listener.Waiters = &idem.Waiters{}
+	notifier := idem.NewStore(f.pool, idem.Retention{}, f.recall)
+	notifier.NotifyChannel = idem.SettledChannel
+	listening(t, ctx, session, listener, notifier)
 }

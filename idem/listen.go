@@ -67,9 +67,28 @@ func (s *Store) payload(tenantID, key string) string { return s.origin + "/" + t
 // wake its waiting requests without Temporal's history long poll. s's own
 // notifications are skipped: its waiters were told at once, with the
 // record (Waiters.Settled), and a wake-up without it would cost a read.
+//
+// Through a pooler that shares sessions between clients (transaction
+// pooling: pgurl.SharesSessions), LISTEN would land on a server
+// connection the listener no longer holds, and it would hear nothing
+// without a word. Listen then says so and returns: waiting requests learn
+// of other processes' settles from Temporal's history poll
+// (starter.HistoryPollAfter later), which is correct without them. A
+// direct or session-pooled URL for Listen alone brings them back
+// (IDEMFLOW_LISTEN_DATABASE_URL).
 func (s *Store) Listen(ctx context.Context, databaseURL string, logger *slog.Logger) {
 	for ctx.Err() == nil {
-		err := s.listenOnce(ctx, databaseURL)
+		shared, err := pgurl.SharesSessions(ctx, databaseURL)
+		if err == nil && shared {
+			logger.Warn("not listening for settled records: the database URL reaches PostgreSQL through a pooler that shares sessions between clients " +
+				"(transaction pooling), which delivers no notifications; a waiting request learns that another process settled its intent " +
+				"from Temporal's history poll, half a second later. Set IDEMFLOW_LISTEN_DATABASE_URL to a URL that reaches PostgreSQL " +
+				"directly or through session pooling (docs/production.md)")
+			return
+		}
+		if err == nil {
+			err = s.listenOnce(ctx, databaseURL)
+		}
 		if ctx.Err() != nil {
 			return
 		}

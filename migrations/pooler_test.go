@@ -26,17 +26,11 @@ func TestMigrationsThroughATransactionPoolerEndAndLeaveNoLock(t *testing.T) {
 		t.Fatal(err)
 	}
 	direct := testenv.EmptyDatabase(t)
-	bouncer := testenv.PgBouncer(t, testenv.AdminURL(), "transaction")
+	through := testenv.PgBouncer(t, direct, "transaction")
 	d, err := url.Parse(direct)
 	if err != nil {
 		t.Fatal(err)
 	}
-	b, err := url.Parse(bouncer)
-	if err != nil {
-		t.Fatal(err)
-	}
-	b.Path = d.Path
-	through := b.String()
 	database := strings.TrimPrefix(d.Path, "/")
 
 	for round := range 2 {

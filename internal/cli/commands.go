@@ -1,6 +1,7 @@
 package cli
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"flag"
@@ -110,7 +111,7 @@ type parts struct {
 // It is the one place that assembles them, for serve, worker, gateway and
 // dev alike, so that no role's wiring drifts from another's.
 func runParts(ctx context.Context, logger *slog.Logger, d *deps, r roles, p parts) error {
-	d.Notify(ctx, service.Roles{Gateway: r.gateway, Worker: r.worker}, p.databaseURL, d.Pool, idem.WatchInterval)
+	d.Notify(ctx, service.Roles{Gateway: r.gateway, Worker: r.worker}, cmp.Or(p.gw.listenURL, p.databaseURL), d.Pool, idem.WatchInterval)
 	if !r.worker {
 		return serveGateway(ctx, logger, d, p.gw, p.ready)
 	}
@@ -167,8 +168,11 @@ func (b *bindingsFlag) register(fs *flag.FlagSet) {
 // gatewayConfig are the gateway's listening settings.
 type gatewayConfig struct {
 	addr, metricsAddr, pprofAddr string
-	maxWaiting                   int
-	shutdownGrace                time.Duration
+	// listenURL, if set, is where the gateway LISTENs for records other
+	// processes settled (idem.Store.Listen), instead of the database URL.
+	listenURL     string
+	maxWaiting    int
+	shutdownGrace time.Duration
 	// requestLogLevel is not a flag: dev sets it (see devConsole).
 	requestLogLevel slog.Level
 }
@@ -179,6 +183,7 @@ func (g *gatewayConfig) register(fs *flag.FlagSet) {
 	fs.StringVar(&g.pprofAddr, "pprof-addr", "", "serve Go's profiler (/debug/pprof/) on this loopback address, e.g. 127.0.0.1:6060; off by default (env IDEMFLOW_PPROF_ADDR)")
 	fs.DurationVar(&g.shutdownGrace, "shutdown-grace", 2*time.Second, "on SIGTERM, answer 503 + Retry-After this long before closing the listener, so a load balancer moves away (env IDEMFLOW_SHUTDOWN_GRACE)")
 	fs.IntVar(&g.maxWaiting, "max-waiting", gateway.DefaultMaxWaiting, "requests that may wait for their intent at once; past it they answer 202 at once (env IDEMFLOW_MAX_WAITING)")
+	fs.StringVar(&g.listenURL, "listen-database-url", "", "PostgreSQL URL to LISTEN on for intents other processes settled, when the database URL goes through a transaction pooler, which delivers no notifications: PostgreSQL directly or through session pooling; default the database URL (env IDEMFLOW_LISTEN_DATABASE_URL)")
 }
 
 // check refuses a profiler address that is not loopback: the profiler has

@@ -131,3 +131,45 @@ func Hosts(cfg *pgconn.Config) []string {
 	}
 	return hosts
 }
+
+// SharesSessions reports whether the server behind url shares its
+// sessions between clients during their lives: a pooler in transaction
+// (or statement) pooling, such as PgBouncer's or RDS Proxy's. What
+// outlives a transaction there (LISTEN, a session's advisory lock) lands
+// on a server connection the client no longer holds.
+//
+// It opens two connections: the second begins a transaction while the
+// first is idle between its statements. A server of its own per client
+// (PostgreSQL itself, session pooling) gives them different backends and
+// the first the same backend throughout; a transaction pooler hands the
+// second the backend the first just released (PgBouncer reuses the last
+// released server connection first), or the first another one.
+func SharesSessions(ctx context.Context, url string) (bool, error) {
+	a, err := Connect(ctx, url)
+	if err != nil {
+		return false, err
+	}
+	defer a.Close(context.WithoutCancel(ctx))
+	b, err := Connect(ctx, url)
+	if err != nil {
+		return false, err
+	}
+	defer b.Close(context.WithoutCancel(ctx))
+	const pid = `SELECT pg_backend_pid()`
+	var first, other, again int
+	if err := a.QueryRow(ctx, pid).Scan(&first); err != nil {
+		return false, err
+	}
+	tx, err := b.Begin(ctx)
+	if err != nil {
+		return false, err
+	}
+	defer tx.Rollback(context.WithoutCancel(ctx)) //nolint:errcheck // read only
+	if err := tx.QueryRow(ctx, pid).Scan(&other); err != nil {
+		return false, err
+	}
+	if err := a.QueryRow(ctx, pid).Scan(&again); err != nil {
+		return false, err
+	}
+	return other == first || again != first, nil
+}

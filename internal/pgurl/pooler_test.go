@@ -55,3 +55,25 @@ func TestAPoolBehindPgBouncerWorksAfterAnotherLeftItsConnections(t *testing.T) {
 		})
 	}
 }
+
+// SharesSessions tells a transaction pooler from PostgreSQL itself and
+// from session pooling, whose clients each keep their server connection.
+func TestSharesSessionsFindsTransactionPooling(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	for _, c := range []struct {
+		name, url string
+		want      bool
+	}{
+		{"direct", testenv.AdminURL(), false},
+		{"session", testenv.PgBouncer(t, testenv.AdminURL(), "session"), false},
+		{"transaction", testenv.PgBouncer(t, testenv.AdminURL(), "transaction"), true},
+	} {
+		for range 3 {
+			got, err := pgurl.SharesSessions(ctx, c.url)
+			if err != nil || got != c.want {
+				t.Fatalf("%s: SharesSessions = %v, %v; want %v", c.name, got, err, c.want)
+			}
+		}
+	}
+}

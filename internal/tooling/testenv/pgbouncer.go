@@ -19,19 +19,19 @@ import (
 const pgbouncerBin = "/usr/sbin/pgbouncer"
 
 // PgBouncer starts Debian's PgBouncer in front of the PostgreSQL server of
-// adminURL, pooling in mode ("transaction" or "session"), as most hosted
+// serverURL (a database's URL or the admin URL), pooling in mode ("transaction" or "session"), as most hosted
 // PostgreSQL and RDS Proxy do, with the package's defaults otherwise (no
 // prepared-statement support: max_prepared_statements came in 1.21). It
-// returns adminURL with its host and port moved to PgBouncer's; any
+// returns serverURL with its host and port moved to PgBouncer's; any
 // database of the server is reachable through it. It stops when the test
 // ends. A machine without the package fails the test: scripts/test.sh
 // installs it.
-func PgBouncer(t testing.TB, adminURL, mode string) string {
+func PgBouncer(t testing.TB, serverURL, mode string) string {
 	t.Helper()
 	if _, err := os.Stat(pgbouncerBin); err != nil {
 		t.Fatalf("PgBouncer is not installed (scripts/test.sh installs Debian's pgbouncer): %v", err)
 	}
-	u, err := url.Parse(adminURL)
+	u, err := url.Parse(serverURL)
 	if err != nil {
 		t.Fatal(err)
 	}
