@@ -24,6 +24,12 @@ const (
 	pgVisibilitySchema = "postgresql/v12/visibility"
 )
 
+// ErrSharedSessions: the embedded Temporal's store was given a URL that
+// reaches PostgreSQL through a pooler that shares sessions between clients.
+var ErrSharedSessions = errors.New("temporal: the embedded Temporal server cannot keep its store behind a pooler that shares sessions between clients " +
+	"(transaction pooling): it holds a session's advisory lock and prepares its statements under names. Give it a URL that reaches " +
+	"PostgreSQL directly or through session pooling, or run dev with --temporal-store sqlite (docs/production.md)")
+
 // pgPools bound each connection pool of the embedded server, to its main
 // store and to its visibility store. Every service in the process
 // (frontend, history, matching, worker) opens a pool of each. At 20 each
@@ -58,10 +64,18 @@ func sqlAddress(adminURL string, pc *pgconn.Config) (string, map[string]string) 
 // their settings. It holds an advisory lock on the server for as long as
 // the returned connection lives: one embedded Temporal per database, so
 // that the previous run's cluster members can be pruned as dead.
+//
+// Behind a pooler that shares sessions between clients (transaction
+// pooling) it refuses, naming the fix: the lock is a session's, and
+// Temporal's store prepares its statements under names, neither of which
+// such a pooler keeps (a second start failed with SQLSTATE 42P05).
 func pgStores(ctx context.Context, adminURL, database string) (main, visibility *config.SQL, lock *pgx.Conn, err error) {
 	pc, err := pgurl.ParseConfig(adminURL)
 	if err != nil {
 		return nil, nil, nil, fmt.Errorf("temporal: PostgreSQL URL: %w", err)
+	}
+	if shared, err := pgurl.SharesSessions(ctx, adminURL); err == nil && shared {
+		return nil, nil, nil, ErrSharedSessions
 	}
 	addr, attrs := sqlAddress(adminURL, &pc.Config)
 	stores := make([]*config.SQL, 2)
