@@ -306,6 +306,7 @@ func (g *Gateway) submit(w http.ResponseWriter, r *http.Request, in starter.Inte
 		// The caller hung up: nobody reads this answer, and it says
 		// nothing about PostgreSQL or Temporal.
 		g.Metrics.count(in.BizType, LabelClientGone)
+		noteRequest(r.Context(), func(i *requestInfo) { i.outcome = LabelClientGone })
 		return
 	}
 	g.Metrics.count(in.BizType, outcome)
@@ -597,12 +598,26 @@ func writeJSON(w http.ResponseWriter, status int, v any) {
 type statusRecorder struct {
 	http.ResponseWriter
 	status int
+	// wrote: an answer was begun (net/http sends 200 for a body written
+	// without a status).
+	wrote bool
 }
 
 func (s *statusRecorder) WriteHeader(code int) {
-	s.status = code
+	s.status, s.wrote = code, true
 	s.ResponseWriter.WriteHeader(code)
 }
+
+func (s *statusRecorder) Write(b []byte) (int, error) {
+	s.wrote = true
+	return s.ResponseWriter.Write(b)
+}
+
+// StatusClientClosed is what the log and the metrics say of a request
+// whose caller hung up before it was answered (nginx's 499): it got no
+// status at all, and the 200 a recorder starts with was logged for
+// requests nobody answered.
+const StatusClientClosed = 499
 
 func (g *Gateway) logRequests(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -619,6 +634,9 @@ func (g *Gateway) logRequests(next http.Handler) http.Handler {
 		r = r.WithContext(context.WithValue(r.Context(), requestInfoKey{}, info))
 		next.ServeHTTP(rec, r)
 		took := time.Since(start)
+		if !rec.wrote && r.Context().Err() != nil {
+			rec.status = StatusClientClosed
+		}
 		route := r.Pattern
 		if route == "" {
 			route = "unmatched"
@@ -638,6 +656,9 @@ func (g *Gateway) logRequests(next http.Handler) http.Handler {
 		if info.workflowID != "" {
 			attrs = append(attrs, slog.String("workflow_id", info.workflowID))
 		}
+		if info.outcome != "" {
+			attrs = append(attrs, slog.String("outcome", info.outcome))
+		}
 		g.logger().LogAttrs(r.Context(), g.RequestLogLevel, "http", attrs...)
 		if span := trace.SpanFromContext(r.Context()); span.IsRecording() {
 			// Known once routed: the span is named by its route, and
@@ -656,7 +677,7 @@ func (g *Gateway) logRequests(next http.Handler) http.Handler {
 
 // requestInfo collects, while a request is served, what its log line
 // names.
-type requestInfo struct{ tenantID, workflowID string }
+type requestInfo struct{ tenantID, workflowID, outcome string }
 
 type requestInfoKey struct{}
 
