@@ -173,6 +173,7 @@ func openDeps(ctx context.Context, logger *slog.Logger, set *registry.Set, tools
 	}
 	reg := metrics.New()
 	reportReplication(ctx, logger, pool, reg)
+	reg.WatchCommits(logger, replication.CommitsBlocked(pool))
 	base := client.Options{MetricsHandler: reg.SDK, Interceptors: interceptors}
 	if c.rpcs != nil {
 		c.rpcs.Client(&base)

@@ -4,19 +4,23 @@ import (
 	"context"
 	"io"
 	"net/http"
+	"net/http/httptest"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/idemflow/idemflow/internal/audit"
+	"github.com/idemflow/idemflow/internal/metrics"
 	"github.com/idemflow/idemflow/internal/pgurl"
+	"github.com/idemflow/idemflow/internal/replication"
 	"github.com/idemflow/idemflow/internal/tooling/testenv"
 )
 
 // A database that waits for a synchronous standby that is not there (a
 // promoted standby that kept synchronous_standby_names) answers pings but
-// commits nothing: every claim hung while /readyz said 200 and audit
-// said healthy (issue #55). Both now say what is wrong.
+// commits nothing: every claim hung while /readyz said 200, audit said
+// healthy and the metrics said nothing (issue #55). All three now say
+// what is wrong.
 func TestReadinessAndAuditSayWhenCommitsWaitForAMissingStandby(t *testing.T) {
 	ctx := context.Background()
 	primary := testenv.PrivatePostgres(t)
@@ -49,6 +53,23 @@ func TestReadinessAndAuditSayWhenCommitsWaitForAMissingStandby(t *testing.T) {
 	if code, body := ready(); code != http.StatusOK {
 		t.Fatalf("readyz before: %d %s", code, body)
 	}
+	// The gauge every role exports (cli's openDeps), read at each scrape.
+	reg := metrics.New()
+	reg.WatchCommits(s.Logger, replication.CommitsBlocked(s.Pool))
+	gauge := func() string {
+		t.Helper()
+		rec := httptest.NewRecorder()
+		reg.Handler().ServeHTTP(rec, httptest.NewRequest("GET", "/metrics", nil))
+		for _, l := range strings.Split(rec.Body.String(), "\n") {
+			if strings.HasPrefix(l, "idemflow_database_commits_blocked ") {
+				return l
+			}
+		}
+		return "(absent)\n" + rec.Body.String()
+	}
+	if g := gauge(); g != "idemflow_database_commits_blocked 0" {
+		t.Fatalf("the gauge before: %s", g)
+	}
 
 	set("*")
 	var code int
@@ -59,6 +80,9 @@ func TestReadinessAndAuditSayWhenCommitsWaitForAMissingStandby(t *testing.T) {
 	}
 	if code != http.StatusServiceUnavailable {
 		t.Fatalf("readyz while no commit can finish: %d, want 503", code)
+	}
+	if g := gauge(); g != "idemflow_database_commits_blocked 1" {
+		t.Fatalf("the gauge while no commit can finish: %s", g)
 	}
 	rep, err := audit.Run(ctx, s.Pool, s.Records, s.Gateway.Set.Guards(), 5*time.Minute)
 	if err != nil {

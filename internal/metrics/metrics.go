@@ -170,6 +170,44 @@ func (p *processing) Collect(ch chan<- prometheus.Metric) {
 	ch <- prometheus.MustNewConstMetric(p.oldest, prometheus.GaugeValue, age.Seconds())
 }
 
+// WatchCommits exports idemflow_database_commits_blocked, read at each
+// scrape by blocked (2 s at most): 1 while no commit can finish (commits
+// wait for a synchronous standby that is not there), else 0. Unlike the
+// replication gauges, it follows a failover that happens after start:
+// that is when a promoted standby keeps the old primary's setting.
+func (r *Registry) WatchCommits(logger *slog.Logger, blocked func(ctx context.Context) (bool, error)) {
+	r.MustRegister(&commits{blocked: blocked, logger: logger,
+		desc: prometheus.NewDesc("idemflow_database_commits_blocked",
+			"1 while commits wait for a synchronous standby that is not there, so that no intent can be recorded; read at each scrape.", nil, nil)})
+}
+
+type commits struct {
+	blocked func(ctx context.Context) (bool, error)
+	logger  *slog.Logger
+	desc    *prometheus.Desc
+}
+
+func (c *commits) Describe(ch chan<- *prometheus.Desc) { ch <- c.desc }
+
+func (c *commits) Collect(ch chan<- prometheus.Metric) {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	blocked, err := c.blocked(ctx)
+	if err != nil {
+		c.logger.Warn("metrics: read whether commits are blocked", "error", err)
+		ch <- prometheus.NewInvalidMetric(c.desc, errCommitsUnread)
+		return
+	}
+	v := 0.0
+	if blocked {
+		v = 1
+	}
+	ch <- prometheus.MustNewConstMetric(c.desc, prometheus.GaugeValue, v)
+}
+
+// errCommitsUnread is all a scrape learns of a failed read.
+var errCommitsUnread = errors.New("idemflow_database_commits_blocked: PostgreSQL could not be read (the process's log says why)")
+
 // Replication records what replication.Check found at the process's
 // start: whether a commit idemflow acknowledges survives the promotion
 // of a standby (1) or not (0), and the streaming standbys by kind.

@@ -156,3 +156,12 @@ func orEmpty(s string) string {
 	}
 	return s
 }
+
+// CommitsBlocked reads whether no commit can finish on q now (Blocked),
+// for a gauge read at each scrape.
+func CommitsBlocked(q Querier) func(ctx context.Context) (bool, error) {
+	return func(ctx context.Context) (bool, error) {
+		r, err := Check(ctx, q)
+		return r.Blocked() != "", err
+	}
+}
