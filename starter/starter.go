@@ -38,8 +38,16 @@ var ErrUnavailable = errors.New("dependency unavailable")
 // under the same key finds it and runs it at most once.
 var ErrUnconfirmed = errors.New("the claim was not confirmed in time")
 
+// ErrOutcomeUnread (with ErrUnavailable): the intent is recorded (its
+// claim committed), but a statement after the claim (reading the settled
+// record, or settling it for a run an operator stopped) failed or did not
+// finish within ClaimTimeout. The intent may have executed: a retry under
+// the same key gets its answer, and runs it at most once.
+var ErrOutcomeUnread = errors.New("the intent's outcome could not be read in time")
+
 // DefaultClaimTimeout bounds the claim, one statement that takes
-// milliseconds: past it, PostgreSQL is not committing.
+// milliseconds: past it, PostgreSQL is not committing. Every statement
+// after it on the intent's path has the same bound.
 const DefaultClaimTimeout = 10 * time.Second
 
 // ErrExecutionFailed: the intent's workflow ended without an answer and the
@@ -71,8 +79,9 @@ type Starter struct {
 	// Tracer, when set, spans the claim, the start and the wait of each
 	// intent (nil: no spans).
 	Tracer trace.Tracer
-	// ClaimTimeout bounds the claim (DefaultClaimTimeout when zero), so
-	// that an agent gets an answer when PostgreSQL stops committing.
+	// ClaimTimeout bounds the claim, and each statement after it on the
+	// intent's path (DefaultClaimTimeout when zero), so that an agent gets
+	// an answer when PostgreSQL stops committing.
 	ClaimTimeout time.Duration
 }
 
@@ -182,10 +191,7 @@ func (s *Starter) Submit(ctx context.Context, in Intent) (Reply, error) {
 		}
 		return Reply{OperationID: rec.ID, WorkflowID: rec.WorkflowID, Done: true, Outcome: rec.Response, Replayed: true}, nil
 	}
-	bound := s.ClaimTimeout
-	if bound <= 0 {
-		bound = DefaultClaimTimeout
-	}
+	bound := s.statementTimeout()
 	boundCtx, cancelClaim := context.WithTimeout(claimCtx, bound)
 	claim, err := s.Records.Claim(boundCtx, idem.ClaimParams{
 		TenantID: in.TenantID, Key: in.Key, BizType: in.BizType,
@@ -254,9 +260,12 @@ func (s *Starter) Submit(ctx context.Context, in Intent) (Reply, error) {
 			// attempt it ran. A canceled run settled itself, and this
 			// finds it final.
 			s.logger().InfoContext(ctx, "intent run stopped by an operator", "tenant", in.TenantID, "key", in.Key, "workflow_id", in.WorkflowID)
-			if _, err := s.Records.Resolve(ctx, idem.ResolveParams{Intent: in.Intent,
-				Failed: problem.Canceled().Outcome(), Reason: "stopped by an operator"}); err != nil {
-				return Reply{}, fmt.Errorf("%w: %w", ErrUnavailable, err)
+			rctx, cancel := context.WithTimeout(ctx, s.statementTimeout())
+			_, err := s.Records.Resolve(rctx, idem.ResolveParams{Intent: in.Intent,
+				Failed: problem.Canceled().Outcome(), Reason: "stopped by an operator"})
+			cancel()
+			if err != nil {
+				return Reply{}, fmt.Errorf("%w: %w: settle after the stop: %w", ErrUnavailable, ErrOutcomeUnread, err)
 			}
 		}
 		// The worker beside this gateway hands over the record it
@@ -264,8 +273,13 @@ func (s *Starter) Submit(ctx context.Context, in Intent) (Reply, error) {
 		var cur idem.Record
 		if final != nil {
 			cur = *final
-		} else if cur, err = s.Records.Get(ctx, in.TenantID, in.Key); err != nil {
-			return Reply{}, fmt.Errorf("%w: %w", ErrUnavailable, err)
+		} else {
+			gctx, cancel := context.WithTimeout(ctx, s.statementTimeout())
+			cur, err = s.Records.Get(gctx, in.TenantID, in.Key)
+			cancel()
+			if err != nil {
+				return Reply{}, fmt.Errorf("%w: %w: read the record: %w", ErrUnavailable, ErrOutcomeUnread, err)
+			}
 		}
 		if cur.ID != rec.ID {
 			// Purged and claimed again meanwhile: not this request's.
@@ -285,6 +299,15 @@ func (s *Starter) Submit(ctx context.Context, in Intent) (Reply, error) {
 		in.Attempt = cur.Attempts
 	}
 	return reply, ErrExecutionFailed
+}
+
+// statementTimeout bounds each of the intent's statements: ClaimTimeout,
+// or DefaultClaimTimeout when that is not set.
+func (s *Starter) statementTimeout() time.Duration {
+	if s.ClaimTimeout <= 0 {
+		return DefaultClaimTimeout
+	}
+	return s.ClaimTimeout
 }
 
 // DefaultClosingWait bounds how long a reopened attempt waits for the run

@@ -550,6 +550,12 @@ func (g *Gateway) unavailable(w http.ResponseWriter, r *http.Request, err error)
 				"retry with the same key: it runs at most once, and the retry gets its answer"))
 		return
 	}
+	if errors.Is(err, starter.ErrOutcomeUnread) {
+		writeProblem(w, problem.New(problem.TypeUnavailable, http.StatusServiceUnavailable,
+			"this intent is recorded and may have executed, but PostgreSQL did not answer in time; "+
+				"retry with the same key: it runs at most once, and the retry gets its answer"))
+		return
+	}
 	writeProblem(w, problem.New(problem.TypeUnavailable, http.StatusServiceUnavailable,
 		"PostgreSQL or Temporal is unavailable; nothing was executed, retry with the same key"))
 }

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"net/http"
+	"strings"
 	"testing"
 	"time"
 
@@ -313,4 +314,48 @@ func failedAttemptOneWithItsRunOpen(t *testing.T, s *testenv.Stack, key string, 
 		t.Fatal(err)
 	}
 	return req
+}
+
+// Every statement on the intent's path is bounded as the claim is
+// (Starter.ClaimTimeout), not only the claim: here the settle a waiting
+// request makes for a terminated run finds the record locked (as it would
+// wait on a commit that never finishes), and the agent gets a 503 within
+// the bound instead of waiting as long as the lock is held. Its retry
+// once the lock is gone is served, with one ticket.
+func TestTheSettleAfterATerminateIsBoundedLikeTheClaim(t *testing.T) {
+	s := testenv.NewStack(t, testenv.Options{NoWorker: true})
+	s.Gateway.Starter.ClaimTimeout = 2 * time.Second
+	ctx := context.Background()
+	wid := tickets.WorkflowID(testenv.TenantA, "locked")
+	done := make(chan testenv.Response, 1)
+	go func() {
+		done <- s.Do(testenv.Request{Path: "/v1/tickets", Token: s.Tokens[testenv.TenantA], Key: "locked", Body: ticketBody, Header: map[string]string{"Prefer": "wait=30"}})
+	}()
+	waitForRun(t, s.Temporal, wid)
+	lock, err := s.Pool.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := lock.Exec(ctx, `SELECT 1 FROM idempotency_record WHERE tenant_id = $1 AND idem_key = $2 FOR UPDATE`, testenv.TenantA, "locked"); err != nil {
+		t.Fatal(err)
+	}
+	released := time.AfterFunc(20*time.Second, func() { _ = lock.Rollback(context.Background()) })
+	defer released.Stop()
+	if err := s.Temporal.TerminateWorkflow(ctx, wid, "", "operator"); err != nil {
+		t.Fatal(err)
+	}
+	terminated := time.Now()
+	r := <-done
+	took := time.Since(terminated)
+	if r.Status != http.StatusServiceUnavailable || took > 10*time.Second || !strings.Contains(string(r.Body), "may have executed") {
+		t.Fatalf("the waiting request, its settle held by a lock: %d after %s: %s", r.Status, took.Round(time.Millisecond), r.Body)
+	}
+	if err := lock.Rollback(ctx); err != nil {
+		t.Fatal(err)
+	}
+	s.StartWorker()
+	again := ticket(s, testenv.TenantA, "locked", ticketBody)
+	if again.Status != http.StatusCreated || countTickets(t, s) != 1 {
+		t.Fatalf("the retry once the lock is gone: %d %s", again.Status, again.Body)
+	}
 }
