@@ -17,22 +17,25 @@ import (
 	"go.temporal.io/sdk/workflow"
 )
 
+// StopTimeout is how long Stop waits for running activities.
+const StopTimeout = 30 * time.Second
+
 // New returns a worker on workflows.TaskQueue with every workflow and
 // activity registered (Register), ops being every operation it runs.
 // Start it with Start and stop it with Stop: Stop waits for running
-// activities up to the WorkerStopTimeout, so a deploy does not cut a
-// transaction in half (it would roll back anyway, and be retried).
+// activities up to StopTimeout, so a deploy does not cut a transaction
+// in half (it would roll back anyway, and be retried).
 func New(c client.Client, acts *activities.Activities, ops []*op.Operation) sdkworker.Worker {
 	w := sdkworker.New(c, workflows.TaskQueue, sdkworker.Options{
-		WorkerStopTimeout: 30 * time.Second,
+		WorkerStopTimeout: StopTimeout,
 	})
 	Register(w, acts, ops)
 	return w
 }
 
 // Run starts w, blocks until ctx ends, then stops it. Stop drains: running
-// activities get up to the WorkerStopTimeout, so a deploy does not cut a
-// business transaction in half.
+// activities get up to StopTimeout, so a deploy does not cut a business
+// transaction in half.
 func Run(ctx context.Context, w sdkworker.Worker) error {
 	if err := w.Start(); err != nil {
 		return fmt.Errorf("start worker: %w", err)

@@ -467,11 +467,29 @@ func (t *Temporal) ensureNamespace(ctx context.Context) error {
 	}
 }
 
-// Stop stops the server and releases the data directory (and database).
+// StopTimeout bounds Stop. A server whose PostgreSQL store stops
+// committing (a synchronous standby that is not there) never finished
+// stopping: its services write their state as they stop, and those
+// commits wait for ever, so SIGTERM left dev running. Past the bound the
+// server is left to end with the process, as after a crash, which its
+// store survives.
+const StopTimeout = 10 * time.Second
+
+// Stop stops the server, within StopTimeout, and releases the data
+// directory (and database).
 func (t *Temporal) Stop() error {
-	err := t.server.Stop()
+	done := make(chan error, 1)
+	go func() { done <- t.server.Stop() }()
+	var err error
+	select {
+	case err = <-done:
+	case <-time.After(StopTimeout):
+		err = fmt.Errorf("temporal: not stopped within %s (is its store committing?); it ends with the process", StopTimeout)
+	}
 	if t.pgLock != nil {
-		t.pgLock.Close(context.Background())
+		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		t.pgLock.Close(ctx)
+		cancel()
 	}
 	t.lock.Close()
 	return err
