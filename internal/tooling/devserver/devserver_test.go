@@ -184,7 +184,7 @@ func testKeepsWorkflows(t *testing.T, cfg TemporalConfig, check func(t *testing.
 }
 
 func TestPrivatePostgresStartsFromInstalledBinaries(t *testing.T) {
-	if _, err := findPostgresBin(); err != nil {
+	if _, err := PostgresBin(); err != nil {
 		t.Fatalf("PostgreSQL binaries are needed (scripts/test.sh installs them): %v", err)
 	}
 	saved := localCandidates
@@ -238,7 +238,7 @@ func testAdminURL() string {
 // deleted directory. A start that fails, here by its context ending at
 // several points of the start, leaves no server behind.
 func TestAStartCutShortLeavesNoServerRunning(t *testing.T) {
-	if _, err := findPostgresBin(); err != nil {
+	if _, err := PostgresBin(); err != nil {
 		t.Fatalf("PostgreSQL binaries are needed (scripts/test.sh installs them): %v", err)
 	}
 	logger := slog.New(slog.NewTextHandler(io.Discard, nil))

@@ -81,7 +81,7 @@ func ensurePostgres(ctx context.Context, dataDir string, port int, logger *slog.
 // one a caller may restart or kill, never the machine's shared server.
 func StartPrivatePostgres(ctx context.Context, dataDir string, port int, logger *slog.Logger) (*Postgres, error) {
 	private := fmt.Sprintf("postgres://postgres@127.0.0.1:%d/postgres?sslmode=disable&connect_timeout=2", port)
-	bin, err := findPostgresBin()
+	bin, err := PostgresBin()
 	if err != nil {
 		return nil, err
 	}
@@ -96,10 +96,10 @@ func StartPrivatePostgres(ctx context.Context, dataDir string, port int, logger 
 	// initdb and postgres refuse to run as root; run them as the
 	// "postgres" system user the packages create.
 	if os.Geteuid() == 0 {
-		if p.cred, err = postgresUser(); err != nil {
+		if p.cred, err = PostgresUser(); err != nil {
 			return nil, err
 		}
-		if err := chownTree(dir, int(p.cred.Uid), int(p.cred.Gid)); err != nil {
+		if err := ChownTree(dir, int(p.cred.Uid), int(p.cred.Gid)); err != nil {
 			return nil, err
 		}
 	}
@@ -175,20 +175,23 @@ func StopPrivatePostgres(ctx context.Context, dataDir string) error {
 	if _, err := os.Stat(filepath.Join(dir, "postmaster.pid")); errors.Is(err, os.ErrNotExist) {
 		return nil
 	}
-	bin, err := findPostgresBin()
+	bin, err := PostgresBin()
 	if err != nil {
 		return err
 	}
 	p := &Postgres{Private: true, dir: dir, pgCtl: filepath.Join(bin, "pg_ctl")}
 	if os.Geteuid() == 0 {
-		if p.cred, err = postgresUser(); err != nil {
+		if p.cred, err = PostgresUser(); err != nil {
 			return err
 		}
 	}
 	return p.Stop(ctx)
 }
 
-func postgresUser() (*syscall.Credential, error) {
+// PostgresUser is the PostgreSQL package's system user, as whom a root
+// process runs PostgreSQL (and the tools that start it), which refuse
+// root.
+func PostgresUser() (*syscall.Credential, error) {
 	u, err := user.Lookup("postgres")
 	if err != nil {
 		return nil, fmt.Errorf("postgres: running as root needs the 'postgres' system user: %w", err)
@@ -211,7 +214,9 @@ func (p *Postgres) run(ctx context.Context, name string, args ...string) error {
 	return nil
 }
 
-func findPostgresBin() (string, error) {
+// PostgresBin is the directory of the installed PostgreSQL's programs,
+// the highest major version's.
+func PostgresBin() (string, error) {
 	dirs, _ := filepath.Glob("/usr/lib/postgresql/*/bin")
 	// Highest major version first.
 	sort.Slice(dirs, func(i, j int) bool { return majorOf(dirs[i]) > majorOf(dirs[j]) })
@@ -231,7 +236,9 @@ func majorOf(binDir string) int {
 	return n
 }
 
-func chownTree(dir string, uid, gid int) error {
+// ChownTree gives dir and everything in it to uid and gid, and lets them
+// reach it through its parents (t.TempDir's are root's alone).
+func ChownTree(dir string, uid, gid int) error {
 	// The parent must be traversable by the postgres user.
 	for d := filepath.Dir(dir); d != "/" && d != "."; d = filepath.Dir(d) {
 		if fi, err := os.Stat(d); err == nil && fi.Mode().Perm()&0o001 == 0 {
@@ -402,7 +409,7 @@ func (p *Postgres) StartStandby(ctx context.Context, dataDir string, port int, n
 		return nil, fmt.Errorf("postgres: standby dir: %w", err)
 	}
 	if p.cred != nil {
-		if err := chownTree(filepath.Dir(dir), int(p.cred.Uid), int(p.cred.Gid)); err != nil {
+		if err := ChownTree(filepath.Dir(dir), int(p.cred.Uid), int(p.cred.Gid)); err != nil {
 			return nil, err
 		}
 	}

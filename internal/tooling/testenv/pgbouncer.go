@@ -6,12 +6,13 @@ import (
 	"net/url"
 	"os"
 	"os/exec"
-	"os/user"
 	"path/filepath"
 	"strconv"
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/idemflow/idemflow/internal/tooling/devserver"
 )
 
 // pgbouncerBin is where Debian's pgbouncer package puts the server
@@ -63,23 +64,14 @@ default_pool_size = 20
 	cmd := exec.Command(pgbouncerBin, conf)
 	// PgBouncer refuses to run as root: as the PostgreSQL package's user.
 	if os.Geteuid() == 0 {
-		pg, err := user.Lookup("postgres")
+		cred, err := devserver.PostgresUser()
 		if err != nil {
-			t.Fatalf("PgBouncer as root needs the 'postgres' system user: %v", err)
-		}
-		uid, _ := strconv.Atoi(pg.Uid)
-		gid, _ := strconv.Atoi(pg.Gid)
-		if err := os.Chown(dir, uid, gid); err != nil {
 			t.Fatal(err)
 		}
-		// t.TempDir's parents are root's alone: PgBouncer must reach
-		// its configuration through them.
-		for d := filepath.Dir(dir); d != "/" && d != "."; d = filepath.Dir(d) {
-			if fi, err := os.Stat(d); err == nil && fi.Mode().Perm()&0o001 == 0 {
-				_ = os.Chmod(d, fi.Mode().Perm()|0o011)
-			}
+		if err := devserver.ChownTree(dir, int(cred.Uid), int(cred.Gid)); err != nil {
+			t.Fatal(err)
 		}
-		cmd.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: uint32(uid), Gid: uint32(gid)}}
+		cmd.SysProcAttr = &syscall.SysProcAttr{Credential: cred}
 	}
 	out, err := os.Create(filepath.Join(dir, "stderr"))
 	if err != nil {
