@@ -96,6 +96,14 @@ ensure_pgbouncer() {
   [ -x /usr/sbin/pgbouncer ] || ensure_package pgbouncer pgbouncer "the tests behind PgBouncer"
 }
 
+# ensure_patroni: the Patroni cluster tests (internal/tooling/patroni) run
+# Debian's patroni with etcd, behind Debian's HAProxy (/usr/sbin).
+ensure_patroni() {
+  ensure_package patroni patroni "the Patroni cluster tests"
+  ensure_package etcd etcd-server "the Patroni cluster tests"
+  [ -x /usr/sbin/haproxy ] || ensure_package haproxy haproxy "the Patroni cluster tests"
+}
+
 # build_typescript installs the TypeScript client's pinned packages
 # (npm ci, from its lockfile) and builds it with tsc, for its tests
 # (clients/typescript): the client's own, and the LangGraph.js agent killed

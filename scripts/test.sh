@@ -12,6 +12,7 @@ need_go
 ensure_python3
 ensure_chromium
 ensure_pgbouncer
+ensure_patroni
 if [ -z "${IDEMFLOW_TEST_DATABASE_URL:-}" ]; then
   ensure_postgres_binaries
 fi
