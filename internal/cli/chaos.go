@@ -34,6 +34,7 @@ func runChaos(ctx context.Context, env *Env, args []string) error {
 	fs.Uint64Var(&cfg.Seed, "seed", 0, "random seed (0: from the clock; the report prints it)")
 	fs.StringVar(&cfg.Replication, "replication", chaos.ReplicationSync, "with pg-failover: how the standby is fed: sync (synchronous_standby_names names it; nothing acknowledged may be lost) or async (the control: the checks must name what a failover loses)")
 	fs.DurationVar(&cfg.ReplicationLag, "replication-lag", 0, "with pg-failover: round trip added to the link the standby streams over (how far an async standby trails)")
+	fs.StringVar(&cfg.Cluster, "pg-cluster", chaos.ClusterOwn, "where the local stack's PostgreSQL runs: own (a private primary and standby; pg-failover promotes with pg_ctl and moves an address) or patroni (three Patroni members with etcd behind HAProxy, from Debian's packages; pg-failover SIGKILLs the leader; not with pg-restart)")
 	fs.StringVar(&cfg.Dir, "dir", "", "keep the stack's data and logs here (default: a temporary directory, removed after a clean run)")
 	fs.StringVar(&cfg.URL, "url", "", "an existing gateway to test instead of a local stack: only faults on chaos's own wire and agents run, unless --target-faults names more")
 	targets := fs.String("target-faults", "", "with --url: faults that touch the deployment itself, comma-separated; only pg-terminate (terminates every client backend of its database)")

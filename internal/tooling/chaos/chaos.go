@@ -29,6 +29,7 @@ import (
 	"github.com/idemflow/idemflow/internal/registry"
 	"github.com/idemflow/idemflow/internal/tenant"
 	"github.com/idemflow/idemflow/internal/tooling/devserver"
+	"github.com/idemflow/idemflow/internal/tooling/patroni"
 	"github.com/idemflow/idemflow/internal/tooling/tcpproxy"
 	"github.com/idemflow/idemflow/migrations"
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -106,6 +107,19 @@ const (
 	// failover loses the commits the standby had not received, and the
 	// checks must name them.
 	ReplicationAsync = "async"
+)
+
+// Where a local run's PostgreSQL runs (Config.Cluster).
+const (
+	// ClusterOwn: a private primary and its streaming standby; pg-failover
+	// promotes the standby with pg_ctl and moves an address to it.
+	ClusterOwn = "own"
+	// ClusterPatroni: a Patroni cluster from Debian's packages (three
+	// members, etcd, HAProxy routing to the leader by Patroni's checks);
+	// pg-failover SIGKILLs the leader, Patroni elects another, and the
+	// killed member rejoins as a standby. Replication sync is Patroni's
+	// synchronous_mode_strict.
+	ClusterPatroni = "patroni"
 )
 
 // standbyName is the application name the standby reports to its primary
@@ -196,6 +210,9 @@ type Config struct {
 	// far an asynchronous standby trails, and so what a failover loses.
 	Replication    string
 	ReplicationLag time.Duration
+	// Cluster is where a local run's PostgreSQL runs: ClusterOwn (the
+	// default) or ClusterPatroni.
+	Cluster string
 
 	// URL, DatabaseURL and TemporalAddress point the run at an existing
 	// deployment instead of a local stack. DatabaseURL is needed for the
@@ -248,6 +265,9 @@ func (c *Config) defaults() {
 	if c.Replication == "" {
 		c.Replication = ReplicationSync
 	}
+	if c.Cluster == "" {
+		c.Cluster = ClusterOwn
+	}
 	if c.Seed == 0 {
 		c.Seed = uint64(time.Now().UnixNano())
 	}
@@ -281,7 +301,9 @@ type run struct {
 	// PostgreSQL at (a virtual IP, moved to the new primary at each
 	// failover), the link the standby streams over, and when each
 	// failover killed a primary.
-	standby           *devserver.Postgres
+	standby *devserver.Postgres
+	// cluster replaces pg, standby and vip with ClusterPatroni.
+	cluster           *patroni.Cluster
 	vip               *tcpproxy.Proxy
 	replLink          *tcpproxy.Proxy
 	failovers         []failover
@@ -377,6 +399,13 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 	}
 	if cfg.Topology != TopologyServe && cfg.Topology != TopologySplit {
 		return nil, fmt.Errorf("chaos: topology %q: want %s or %s", cfg.Topology, TopologyServe, TopologySplit)
+	}
+	if cfg.Cluster != ClusterOwn && cfg.Cluster != ClusterPatroni {
+		return nil, fmt.Errorf("chaos: cluster %q: want %s or %s", cfg.Cluster, ClusterOwn, ClusterPatroni)
+	}
+	if cfg.Cluster == ClusterPatroni && (!cfg.local() || cfg.Faults[PGRestart] > 0) {
+		return nil, fmt.Errorf("chaos: a Patroni cluster is the local stack's, and restarts its own members: " +
+			"run it without --url, and without pg-restart (pg-failover SIGKILLs its leader)")
 	}
 	if cfg.local() && len(cfg.TargetFaults) > 0 {
 		return nil, errors.New("chaos: target faults name what may be done to a deployment given by URL; a local stack has every fault")
@@ -497,7 +526,7 @@ func (r *run) run(ctx context.Context) (*Report, error) {
 		}
 	}
 	rep.KilledInTx = int(r.killedInTx.Load())
-	rep.Replication, rep.ReplicationLag = cfg.Replication, cfg.ReplicationLag
+	rep.Cluster, rep.Replication, rep.ReplicationLag = cfg.Cluster, cfg.Replication, cfg.ReplicationLag
 	r.faultMu.Lock()
 	rep.Failovers = len(r.failovers)
 	for _, f := range r.failovers {
@@ -560,15 +589,12 @@ func (r *run) up(ctx context.Context) error {
 	if cfg.Exe == "" {
 		return errors.New("the local stack needs the idemflow binary (Config.Exe)")
 	}
-	pgPort, err := r.ports.port()
+	r.dbName = "idemflow"
+	adminURL, pgAddr, err := r.startPostgres(ctx)
 	if err != nil {
 		return err
 	}
-	if r.pg, err = devserver.StartPrivatePostgres(ctx, r.dir, pgPort, r.log); err != nil {
-		return err
-	}
-	r.dbName = "idemflow"
-	dbURL, err := devserver.EnsureDatabase(ctx, r.pg.AdminURL, r.dbName)
+	dbURL, err := devserver.EnsureDatabase(ctx, adminURL, r.dbName)
 	if err != nil {
 		return err
 	}
@@ -577,8 +603,7 @@ func (r *run) up(ctx context.Context) error {
 	if _, _, err := migrations.MigrateURL(ctx, dbURL, r.set.Schemas()...); err != nil {
 		return err
 	}
-	pgAddr := r.pg.Addr()
-	if cfg.Faults[PGFailover] > 0 {
+	if cfg.Faults[PGFailover] > 0 && r.cluster == nil {
 		if err := r.startReplication(ctx); err != nil {
 			return err
 		}
@@ -883,6 +908,15 @@ func (r *run) inject(ctx context.Context, k Kind) error {
 		r.admin.Reset() // its connections died with the server
 		r.count(k, 1)
 	case PGFailover:
+		if r.cluster != nil {
+			fctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 3*time.Minute)
+			defer cancel()
+			if err := r.patroniFailover(fctx); err != nil {
+				return err
+			}
+			r.count(k, 1)
+			return nil
+		}
 		if r.standby == nil {
 			return errors.New("no standby to promote: the last rebuild failed")
 		}
@@ -968,4 +1002,8 @@ func (r *run) close() {
 		}
 	}
 	r.pg, r.standby = nil, nil
+	if r.cluster != nil {
+		r.cluster.Stop()
+		r.cluster = nil
+	}
 }

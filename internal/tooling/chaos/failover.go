@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/idemflow/idemflow/internal/tooling/devserver"
+	"github.com/idemflow/idemflow/internal/tooling/patroni"
 	"github.com/idemflow/idemflow/internal/tooling/tcpproxy"
 	"github.com/jackc/pgx/v5"
 )
@@ -22,6 +23,28 @@ type failover struct {
 	// promoted and rebuilt: how long after at the standby took writes,
 	// and the old primary streamed as the new standby.
 	promoted, rebuilt time.Duration
+}
+
+// startPostgres starts the run's PostgreSQL: a private server, or a
+// Patroni cluster (Config.Cluster). It returns a superuser's URL and the
+// address every process reaches the primary at (HAProxy's, for Patroni).
+func (r *run) startPostgres(ctx context.Context) (adminURL, addr string, err error) {
+	if r.cfg.Cluster == ClusterPatroni {
+		r.cluster, err = patroni.Start(ctx, patroni.Config{Dir: filepath.Join(r.dir, "patroni"), Async: r.cfg.Replication == ReplicationAsync,
+			ReplicationDelay: r.cfg.ReplicationLag, Ports: r.ports.port, Logger: r.log})
+		if err != nil {
+			return "", "", err
+		}
+		return r.cluster.HAProxyURL("postgres"), r.cluster.HAProxyAddr(), nil
+	}
+	port, err := r.ports.port()
+	if err != nil {
+		return "", "", err
+	}
+	if r.pg, err = devserver.StartPrivatePostgres(ctx, r.dir, port, r.log); err != nil {
+		return "", "", err
+	}
+	return r.pg.AdminURL, r.pg.Addr(), nil
 }
 
 // startReplication gives the primary a streaming standby, over a link
@@ -147,6 +170,40 @@ func (r *run) failover(ctx context.Context) error {
 	}
 	if r.standby, err = r.newStandby(ctx, next, old.Port()); err != nil {
 		return fmt.Errorf("rebuild the old primary as the new one's standby: %w", err)
+	}
+	r.faultMu.Lock()
+	r.failovers[len(r.failovers)-1].rebuilt = time.Since(at)
+	r.faultMu.Unlock()
+	return nil
+}
+
+// patroniFailover SIGKILLs the Patroni cluster's leader with every
+// backend and its links, waits for Patroni to elect another (HAProxy
+// follows its checks), then starts the killed member again and waits
+// until it is a standby (in synchronous mode, until a synchronous standby
+// is back, without which no commit finishes).
+func (r *run) patroniFailover(ctx context.Context) error {
+	var behind int64
+	_ = r.admin.QueryRow(ctx, `SELECT coalesce(max(pg_wal_lsn_diff(pg_current_wal_lsn(), flush_lsn)), 0)::bigint
+		FROM pg_stat_replication`).Scan(&behind)
+	at := time.Now()
+	killed, err := r.cluster.KillLeader(ctx)
+	if err != nil {
+		return err
+	}
+	if _, err := r.cluster.Leader(ctx, 2*time.Minute, killed); err != nil {
+		return err
+	}
+	promoted := time.Since(at)
+	r.admin.Reset()
+	r.faultMu.Lock()
+	r.failovers = append(r.failovers, failover{at: at, behind: behind, promoted: promoted})
+	r.faultMu.Unlock()
+	if err := r.cluster.Restart(ctx, killed); err != nil {
+		return err
+	}
+	if err := r.cluster.WaitHealthy(ctx, 2*time.Minute); err != nil {
+		return fmt.Errorf("the killed leader %s did not rejoin: %w", killed, err)
 	}
 	r.faultMu.Lock()
 	r.failovers[len(r.failovers)-1].rebuilt = time.Since(at)

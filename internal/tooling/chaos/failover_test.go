@@ -39,20 +39,24 @@ func TestAFailoverLosesNothingWhenSynchronousAndTheChecksNameWhatAsyncLoses(t *t
 		t.Skip("chaos runs with failovers: minutes; not in -short")
 	}
 	for _, c := range []struct {
-		name, topology, replication, faults string
-		lag                                 time.Duration
+		name, topology, replication, faults, cluster string
+		lag                                          time.Duration
 		// jobs bound a run; without, its time does (a run whose
 		// failovers lose state ends its jobs early).
 		jobs int
 	}{
 		// Every fault on; after the first round, most process faults
 		// are failovers.
-		{"sync/serve", chaos.TopologyServe, chaos.ReplicationSync, "pg-failover=12", 0, 150},
-		{"sync/split", chaos.TopologySplit, chaos.ReplicationSync, "pg-failover=12", 0, 150},
+		{"sync/serve", chaos.TopologyServe, chaos.ReplicationSync, "pg-failover=12", chaos.ClusterOwn, 0, 150},
+		{"sync/split", chaos.TopologySplit, chaos.ReplicationSync, "pg-failover=12", chaos.ClusterOwn, 0, 150},
+		// On Patroni: every fault but pg-restart (Patroni restarts its
+		// own members), its leaders SIGKILLed; Temporal's store is on
+		// the cluster too, through HAProxy.
+		{"sync/patroni", chaos.TopologyServe, chaos.ReplicationSync, "pg-failover=12,pg-restart=0", chaos.ClusterPatroni, 0, 150},
 		// The control: failovers alone, the standby a second behind
 		// (a 2 s round trip; with 400 ms, a run lost nothing an agent
 		// was told: the answer comes a few commits after the row's).
-		{"async/serve", chaos.TopologyServe, chaos.ReplicationAsync, "none,pg-failover=1", 2 * time.Second, 0},
+		{"async/serve", chaos.TopologyServe, chaos.ReplicationAsync, "none,pg-failover=1", chaos.ClusterOwn, 2 * time.Second, 0},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			faults, err := chaos.ParseFaults(c.faults)
@@ -75,7 +79,7 @@ func TestAFailoverLosesNothingWhenSynchronousAndTheChecksNameWhatAsyncLoses(t *t
 			ctx, cancel := context.WithTimeout(context.Background(), 12*time.Minute)
 			defer cancel()
 			rep, err := chaos.Run(ctx, chaos.Config{
-				Topology: c.topology, Faults: faults, Replication: c.replication, ReplicationLag: c.lag,
+				Topology: c.topology, Faults: faults, Replication: c.replication, ReplicationLag: c.lag, Cluster: c.cluster,
 				Exe: os.Args[0], Env: []string{testenv.ChildEnv + "=1"}, Dir: dir,
 				Jobs: c.jobs, NaiveJobs: 20, Duration: duration(c.jobs), Agents: 8, FaultEvery: 2 * time.Second,
 				Out: &out,

@@ -56,6 +56,8 @@ type Report struct {
 	// flushed when its primary was killed. AcknowledgedLost counts answers
 	// an agent had, whose record and row a failover after them lost;
 	// LossWindow is the longest time from such an answer to its failover.
+	// Cluster is Config.Cluster.
+	Cluster        string
 	Replication    string
 	ReplicationLag time.Duration
 	Failovers      int
@@ -183,10 +185,10 @@ func (rep *Report) print(w io.Writer) {
 	}
 	fmt.Fprintf(w, "    (worker kills inside a statement or transaction: %d)\n", rep.KilledInTx)
 	if rep.Enabled[PGFailover] {
-		fmt.Fprintf(w, "    (failovers: %d, %s replication, link round trip %v; the standby was at most %d bytes of WAL behind at a kill;\n"+
+		fmt.Fprintf(w, "    (failovers: %d on a %s cluster, %s replication, link round trip %v; the standby was at most %d bytes of WAL behind at a kill;\n"+
 			"     promoted within %v, the old primary streaming again within %v;\n"+
 			"     acknowledged intents a failover lost: %d, answered at most %v before it)\n",
-			rep.Failovers, rep.Replication, rep.ReplicationLag, rep.StandbyBehind, rep.Promoted.Round(time.Millisecond), rep.Rebuilt.Round(time.Millisecond),
+			rep.Failovers, rep.Cluster, rep.Replication, rep.ReplicationLag, rep.StandbyBehind, rep.Promoted.Round(time.Millisecond), rep.Rebuilt.Round(time.Millisecond),
 			rep.AcknowledgedLost, rep.LossWindow.Round(time.Millisecond))
 	}
 	var parts []string

@@ -10,6 +10,7 @@ package patroni
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"log/slog"
 	"net"
@@ -26,6 +27,7 @@ import (
 
 	"github.com/idemflow/idemflow/internal/tooling/devserver"
 	"github.com/idemflow/idemflow/internal/tooling/tcpproxy"
+	"github.com/jackc/pgx/v5"
 )
 
 // Binaries are where Debian's packages put the programs (/usr/sbin, for
@@ -50,7 +52,7 @@ type Config struct {
 	ReplicationDelay time.Duration
 	// Ports gives each listener its port (a free loopback port, below
 	// the kernel's ephemeral range: testenv.FreePort).
-	Ports  func() int
+	Ports  func() (int, error)
 	Logger *slog.Logger
 }
 
@@ -110,7 +112,13 @@ func Start(ctx context.Context, cfg Config) (*Cluster, error) {
 			c.Stop()
 		}
 	}()
-	client, peer := cfg.Ports(), cfg.Ports()
+	var ports [3]int // etcd's client and peer ports, HAProxy's
+	for i := range ports {
+		if ports[i], err = cfg.Ports(); err != nil {
+			return nil, err
+		}
+	}
+	client, peer := ports[0], ports[1]
 	etcdAddr := "127.0.0.1:" + strconv.Itoa(client)
 	c.etcd, err = c.start("etcd", filepath.Join(cfg.Dir, "etcd.log"), binaries["etcd"], "--name", "e1",
 		"--data-dir", filepath.Join(cfg.Dir, "etcd"), "--enable-v2=true",
@@ -126,8 +134,16 @@ func Start(ctx context.Context, cfg Config) (*Cluster, error) {
 	for i := range cfg.Members {
 		m := &member{name: fmt.Sprintf("pg%d", i+1)}
 		m.dir = filepath.Join(cfg.Dir, m.name)
-		m.pgAddr = "127.0.0.1:" + strconv.Itoa(cfg.Ports())
-		m.rest = "127.0.0.1:" + strconv.Itoa(cfg.Ports())
+		pg, err := cfg.Ports()
+		if err != nil {
+			return nil, err
+		}
+		rest, err := cfg.Ports()
+		if err != nil {
+			return nil, err
+		}
+		m.pgAddr = "127.0.0.1:" + strconv.Itoa(pg)
+		m.rest = "127.0.0.1:" + strconv.Itoa(rest)
 		if m.link, err = tcpproxy.Listen(m.pgAddr, tcpproxy.DelayLine(cfg.ReplicationDelay)); err != nil {
 			return nil, err
 		}
@@ -155,7 +171,7 @@ func Start(ctx context.Context, cfg Config) (*Cluster, error) {
 	if err := c.WaitHealthy(ctx, 2*time.Minute); err != nil {
 		return nil, err
 	}
-	c.haAddr = "127.0.0.1:" + strconv.Itoa(cfg.Ports())
+	c.haAddr = "127.0.0.1:" + strconv.Itoa(ports[2])
 	haConf := filepath.Join(cfg.Dir, "haproxy.cfg")
 	if err := os.WriteFile(haConf, []byte(c.haproxyConfig()), 0o644); err != nil {
 		return nil, err
@@ -165,6 +181,9 @@ func Start(ctx context.Context, cfg Config) (*Cluster, error) {
 	}
 	if err := waitTCP(ctx, c.haAddr, 30*time.Second); err != nil {
 		return nil, fmt.Errorf("patroni: haproxy: %w\n%s", err, tail(filepath.Join(cfg.Dir, "haproxy.log")))
+	}
+	if err := c.waitRouted(ctx, 30*time.Second); err != nil {
+		return nil, err
 	}
 	ok = true
 	return c, nil
@@ -244,6 +263,38 @@ listen primary
 	return b.String()
 }
 
+// waitRouted waits until HAProxy sends every connection to the leader.
+// It starts with every server up, and marks the standbys down only after
+// their checks failed (fall 2, every 500 ms): a database made through it
+// meanwhile could be looked for on a standby.
+func (c *Cluster) waitRouted(ctx context.Context, within time.Duration) error {
+	var last error
+	for deadline := time.Now().Add(within); time.Now().Before(deadline); time.Sleep(200 * time.Millisecond) {
+		last = nil
+		for range 2 * len(c.members) {
+			conn, err := pgx.Connect(ctx, c.HAProxyURL("postgres"))
+			if err != nil {
+				last = err
+				break
+			}
+			var standby bool
+			err = conn.QueryRow(ctx, `SELECT pg_is_in_recovery()`).Scan(&standby)
+			_ = conn.Close(ctx)
+			if err == nil && standby {
+				err = errors.New("a connection reached a standby")
+			}
+			if err != nil {
+				last = err
+				break
+			}
+		}
+		if last == nil {
+			return nil
+		}
+	}
+	return fmt.Errorf("patroni: HAProxy does not route to the leader alone within %s: %w", within, last)
+}
+
 // MultiHostURL names every member, with target_session_attrs=read-write
 // (docs/production.md): pgx connects to whichever takes writes.
 func (c *Cluster) MultiHostURL(database string) string {
@@ -253,6 +304,9 @@ func (c *Cluster) MultiHostURL(database string) string {
 	}
 	return "postgres://postgres@" + strings.Join(hosts, ",") + "/" + database + "?sslmode=disable&target_session_attrs=read-write&connect_timeout=2"
 }
+
+// HAProxyAddr is where HAProxy takes connections to the leader.
+func (c *Cluster) HAProxyAddr() string { return c.haAddr }
 
 // HAProxyURL reaches the leader through HAProxy.
 func (c *Cluster) HAProxyURL(database string) string {

@@ -101,7 +101,7 @@ func killLeader(t *testing.T, c *patroni.Cluster) string {
 func startCluster(t *testing.T, cfg patroni.Config) *patroni.Cluster {
 	t.Helper()
 	cfg.Dir = t.TempDir()
-	cfg.Ports = func() int { return testenv.FreePort(t) }
+	cfg.Ports = func() (int, error) { return testenv.FreePort(t), nil }
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
 	c, err := patroni.Start(ctx, cfg)
