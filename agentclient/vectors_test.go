@@ -6,6 +6,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"slices"
 	"testing"
 	"time"
 )
@@ -34,15 +35,16 @@ type answerVectors struct {
 }
 
 type expectation struct {
-	Action      string `json:"action"`
-	Replayed    *bool  `json:"replayed"`
-	Error       string `json:"error"`
-	Code        string `json:"code"`
-	Revisable   *bool  `json:"revisable"`
-	WaitMS      *int   `json:"wait_ms"`
-	Status      int    `json:"status"`
-	Body        string `json:"body"`
-	ContentType string `json:"content_type"`
+	Action      string   `json:"action"`
+	Replayed    *bool    `json:"replayed"`
+	Error       string   `json:"error"`
+	Code        string   `json:"code"`
+	Revisable   *bool    `json:"revisable"`
+	Fields      []string `json:"fields"`
+	WaitMS      *int     `json:"wait_ms"`
+	Status      int      `json:"status"`
+	Body        string   `json:"body"`
+	ContentType string   `json:"content_type"`
 }
 
 func readVectors(t *testing.T) answerVectors {
@@ -87,6 +89,18 @@ func (e expectation) check(t *testing.T, res Result, act action, err error, h ht
 	}
 	if e.Revisable != nil && refusedUnrecorded(err) != *e.Revisable {
 		t.Errorf("revisable %v, want %v", refusedUnrecorded(err), *e.Revisable)
+	}
+	if e.Fields != nil {
+		var pe *ProblemError
+		var named []string
+		if errors.As(err, &pe) {
+			for _, f := range pe.Problem.Errors {
+				named = append(named, f.Field)
+			}
+		}
+		if !slices.Equal(named, e.Fields) {
+			t.Errorf("the refusal's fields %v, want %v", named, e.Fields)
+		}
 	}
 	if e.WaitMS != nil && parseRetryAfter(h.Get("Retry-After")) != time.Duration(*e.WaitMS)*time.Millisecond {
 		t.Errorf("wait %s, want %d ms", parseRetryAfter(h.Get("Retry-After")), *e.WaitMS)

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"net/http"
 	"net/http/httptest"
+	"os"
 	"strings"
 	"sync"
 	"testing"
@@ -451,6 +452,9 @@ func TestEveryBrokenRuleIsNamedInOneAnswer(t *testing.T) {
 		{`{"customer_id":"c","title":"t","priority":7,"bar":true}`, []string{"priority", "bar"}},
 	} {
 		r := ticket(s, testenv.TenantA, fmt.Sprintf("k-%d", i), c.body)
+		if i == 1 && string(r.Body) != severalFaults(t) {
+			t.Errorf("the clients' vector of a body with several faults (clients/testdata/answers.json) is not the server's answer:\n%s\nwant\n%s", severalFaults(t), r.Body)
+		}
 		var p struct {
 			Errors []struct{ Field, Reason string } `json:"errors"`
 		}
@@ -468,6 +472,29 @@ func TestEveryBrokenRuleIsNamedInOneAnswer(t *testing.T) {
 	if n := countRecords(t, s); n != 0 {
 		t.Fatalf("%d records", n)
 	}
+}
+
+// severalFaults is the body of the clients' shared vector of a refusal
+// that names several fields, which every client reads the same way.
+func severalFaults(t *testing.T) string {
+	t.Helper()
+	raw, err := os.ReadFile("../../clients/testdata/answers.json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var v struct {
+		Answers []struct{ Name, Body string }
+	}
+	if err := json.Unmarshal(raw, &v); err != nil {
+		t.Fatal(err)
+	}
+	for _, a := range v.Answers {
+		if a.Name == "idemflow refuses a body with several faults" {
+			return a.Body
+		}
+	}
+	t.Fatal("clients/testdata/answers.json has no vector of a body with several faults")
+	return ""
 }
 
 // An intent completes on a database whose settings the one-statement open

@@ -59,6 +59,9 @@ def check(name: str, j: Judgement, e: dict[str, Any]) -> None:
             assert isinstance(j.error, idemflow.RejectedError) and j.error.code == e["code"], f"{name}: code"
         if "revisable" in e:
             assert j.error.revisable == e["revisable"], f"{name}: revisable"
+        if "fields" in e:
+            named = [f.get("field") for f in j.error.problem.get("errors", [])]
+            assert named == e["fields"], f"{name}: the refusal's fields {named}"
     if isinstance(j, Retry) and "wait_ms" in e:
         assert j.wait * 1000 == e["wait_ms"], f"{name}: wait"
 

@@ -13,7 +13,7 @@ import { Client as MCPClient } from "@modelcontextprotocol/sdk/client/index.js";
 import { StreamableHTTPClientTransport } from "@modelcontextprotocol/sdk/client/streamableHttp.js";
 import {
   backoffCeiling, Client, deriveKey, FileStore, IntentMismatchError, InvalidRequestError, judge, judgeOperation, type Judgement, KeyReusedError,
-  NotFoundError, OutcomeUnknownError, RejectedError, TooLargeError, UnauthorizedError,
+  NotFoundError, OutcomeUnknownError, ProblemError, RejectedError, TooLargeError, UnauthorizedError,
 } from "../src/index.js";
 import { pendingText, refusalText, resume } from "../src/tooltext.js";
 import { invitation, rule } from "./modeltext.js";
@@ -251,6 +251,7 @@ interface Expectation {
   error?: string;
   code?: string;
   revisable?: boolean;
+  fields?: string[];
   wait_ms?: number;
   status?: number;
   body?: string;
@@ -272,6 +273,9 @@ function check(name: string, j: Judgement, e: Expectation) {
     if (e.code) assert.equal((j.error as RejectedError).code, e.code, `${name}: code`);
     if (e.revisable !== undefined) {
       assert.equal(j.error instanceof InvalidRequestError && !j.error.settled, e.revisable, `${name}: revisable`);
+    }
+    if (e.fields !== undefined) {
+      assert.deepEqual((j.error as ProblemError).problem.errors?.map((f) => f.field), e.fields, `${name}: the refusal's fields`);
     }
   }
   if (j.action === "retry" && e.wait_ms !== undefined) assert.equal(j.waitMs, e.wait_ms, `${name}: wait`);
