@@ -1,4 +1,5 @@
-"""A Pydantic AI agent made durable by DBOSDurability, for the kill test
+"""A Pydantic AI agent made durable by DBOSDurability (or, with
+IDEMFLOW_AGENT_WRAPPER=agent, by the older DBOSAgent), for the kill test
 (test_pydantic_ai_durable.py): the agent's run is a DBOS workflow whose
 model requests are DBOS steps, and whose one tool (idemflow_tool,
 creating a ticket) runs as a step of its own, with a deterministic
@@ -18,26 +19,32 @@ from __future__ import annotations
 import argparse
 import asyncio
 import os
+import warnings
 
 from dbos import DBOS, DBOSConfig, SetWorkflowID
 from pydantic_ai import Agent
-from pydantic_ai.durable_exec.dbos import DBOSDurability
+from pydantic_ai.durable_exec.dbos import DBOSAgent, DBOSDurability
 
 import idemflow
 from tests.agents.pydantic_agent import ScriptedModel, naive_tool, ticket_tool
 
 TOOLS = os.environ.get("IDEMFLOW_AGENT_TOOLS", "idemflow")
+# "durability": DBOSDurability, the capability; "agent": the older
+# DBOSAgent wrapper (deprecated in pydantic-ai 2.68, still offered).
+WRAPPER = os.environ.get("IDEMFLOW_AGENT_WRAPPER", "durability")
+# Used knowingly: the warning would only fill the output the test reads.
+warnings.filterwarnings("ignore", message=".*`DBOSAgent` is deprecated")
 
 # The client's attempts time out fast, so that a dropped answer is
 # retried at once (the kill comes first).
 client = idemflow.AsyncClient(os.environ["IDEMFLOW_URL"], os.environ["IDEMFLOW_TOKEN"], attempt_timeout=3, initial_backoff=0.05, max_backoff=0.5)
-support = Agent(
-    ScriptedModel(os.environ["IDEMFLOW_AGENT_CUSTOMER"]),
-    name="support",
-    instructions="Open a ticket for the customer.",
-    tools=[naive_tool(client, requires_approval=False) if TOOLS == "naive" else ticket_tool(client)],
-    capabilities=[DBOSDurability()],
-)
+_tool = naive_tool(client, requires_approval=False) if TOOLS == "naive" else ticket_tool(client)
+_model = ScriptedModel(os.environ["IDEMFLOW_AGENT_CUSTOMER"])
+support: Agent[None, str] | DBOSAgent[None, str]
+if WRAPPER == "agent":
+    support = DBOSAgent(Agent(_model, name="support", instructions="Open a ticket for the customer.", tools=[_tool]))
+else:
+    support = Agent(_model, name="support", instructions="Open a ticket for the customer.", tools=[_tool], capabilities=[DBOSDurability()])
 
 
 @DBOS.workflow()

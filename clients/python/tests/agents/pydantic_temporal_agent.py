@@ -1,4 +1,5 @@
-"""A Pydantic AI agent made durable by TemporalDurability, for the kill
+"""A Pydantic AI agent made durable by TemporalDurability (or, with
+IDEMFLOW_AGENT_WRAPPER=agent, by the older TemporalAgent), for the kill
 test (test_pydantic_ai_durable.py): the agent's loop runs in a Temporal
 workflow, its model request and its one tool (idemflow_tool, creating a
 ticket) in activities, with a deterministic model.
@@ -17,6 +18,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import os
+import warnings
 from datetime import timedelta
 
 from temporalio import workflow
@@ -26,34 +28,41 @@ from temporalio.worker import Worker
 
 with workflow.unsafe.imports_passed_through():
     from pydantic_ai import Agent
-    from pydantic_ai.durable_exec.temporal import PydanticAIPlugin, PydanticAIWorkflow, TemporalDurability
+    from pydantic_ai.durable_exec.temporal import PydanticAIPlugin, PydanticAIWorkflow, TemporalAgent, TemporalDurability
 
     import idemflow
     from idemflow.temporal import KeyInterceptor
     from tests.agents.pydantic_agent import ScriptedModel, naive_tool, ticket_tool
 
 TOOLS = os.environ.get("IDEMFLOW_AGENT_TOOLS", "idemflow")
+# "durability": TemporalDurability, the capability; "agent": the older
+# TemporalAgent wrapper (deprecated in pydantic-ai 2.68, still offered).
+WRAPPER = os.environ.get("IDEMFLOW_AGENT_WRAPPER", "durability")
+# Used knowingly: the warning would only fill the output the test reads.
+warnings.filterwarnings("ignore", message=".*`TemporalAgent` is deprecated")
 
 
-def make_agent() -> Agent[None, str]:
+def make_agent() -> Agent[None, str] | TemporalAgent[None, str]:
     # The client's attempts time out fast, so that a dropped answer is
     # retried at once (the kill comes first). A client per process: the
     # tool runs in this worker's activities.
     client = idemflow.AsyncClient(os.environ["IDEMFLOW_URL"], os.environ["IDEMFLOW_TOKEN"], attempt_timeout=3, initial_backoff=0.05, max_backoff=0.5)
     tool = naive_tool(client, requires_approval=False) if TOOLS == "naive" else ticket_tool(client)
-    durability = TemporalDurability(
-        # A killed worker's attempt times out, and Temporal runs the
-        # activity again, on another worker.
-        activity_config=workflow.ActivityConfig(
-            start_to_close_timeout=timedelta(seconds=5), retry_policy=RetryPolicy(initial_interval=timedelta(milliseconds=200), maximum_attempts=5)
-        ),
+    # A killed worker's attempt times out, and Temporal runs the activity
+    # again, on another worker.
+    activities = workflow.ActivityConfig(
+        start_to_close_timeout=timedelta(seconds=5), retry_policy=RetryPolicy(initial_interval=timedelta(milliseconds=200), maximum_attempts=5)
     )
+    model = ScriptedModel(os.environ.get("IDEMFLOW_AGENT_CUSTOMER", ""))
+    if WRAPPER == "agent":
+        plain = Agent(model, name="support", instructions="Open a ticket for the customer.", tools=[tool])
+        return TemporalAgent(plain, activity_config=activities)
     return Agent(
-        ScriptedModel(os.environ.get("IDEMFLOW_AGENT_CUSTOMER", "")),
+        model,
         name="support",
         instructions="Open a ticket for the customer.",
         tools=[tool],
-        capabilities=[durability],
+        capabilities=[TemporalDurability(activity_config=activities)],
     )
 
 
