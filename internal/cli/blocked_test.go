@@ -3,7 +3,6 @@
 package cli_test
 
 import (
-	"context"
 	"fmt"
 	"path/filepath"
 	"sync"
@@ -11,7 +10,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/idemflow/idemflow/internal/pgurl"
 	"github.com/idemflow/idemflow/internal/tooling/devserver"
 	"github.com/idemflow/idemflow/internal/tooling/testenv"
 	"github.com/idemflow/idemflow/starter"
@@ -43,21 +41,9 @@ func TestSIGTERMEndsTheRolesWithinTheirBoundWhileCommitsAreBlocked(t *testing.T)
 }
 
 func testSIGTERMWhileBlocked(t *testing.T, role string) {
-	ctx := context.Background()
 	primary := testenv.PrivatePostgres(t)
 	dbURL := testenv.DatabaseWith(t, testenv.Setup{Server: primary.AdminURL})
-	admin, err := pgurl.Connect(ctx, primary.AdminURL)
-	if err != nil {
-		t.Fatal(err)
-	}
-	set := func(names string) {
-		for _, sql := range []string{`ALTER SYSTEM SET synchronous_standby_names = '` + names + `'`, `SELECT pg_reload_conf()`} {
-			if _, err := admin.Exec(ctx, sql); err != nil {
-				t.Error(err)
-			}
-		}
-	}
-	t.Cleanup(func() { set(""); _ = admin.Close(context.Background()) })
+	set := testenv.SynchronousStandbys(t, primary.AdminURL)
 	addr := fmt.Sprintf("127.0.0.1:%d", testenv.FreePort(t))
 	base, tok := "http://"+addr, "tok-blocked-test-0123456789"
 	var srv *child

@@ -11,7 +11,6 @@ import (
 
 	"github.com/idemflow/idemflow/internal/audit"
 	"github.com/idemflow/idemflow/internal/metrics"
-	"github.com/idemflow/idemflow/internal/pgurl"
 	"github.com/idemflow/idemflow/internal/replication"
 	"github.com/idemflow/idemflow/internal/tooling/testenv"
 )
@@ -25,21 +24,9 @@ func TestReadinessAndAuditSayWhenCommitsWaitForAMissingStandby(t *testing.T) {
 	ctx := context.Background()
 	primary := testenv.PrivatePostgres(t)
 	s := testenv.NewStack(t, testenv.Options{Database: testenv.Setup{Server: primary.AdminURL}})
-	admin, err := pgurl.Connect(ctx, primary.AdminURL)
-	if err != nil {
-		t.Fatal(err)
-	}
-	set := func(names string) {
-		t.Helper()
-		for _, sql := range []string{`ALTER SYSTEM SET synchronous_standby_names = '` + names + `'`, `SELECT pg_reload_conf()`} {
-			if _, err := admin.Exec(ctx, sql); err != nil {
-				t.Fatal(err)
-			}
-		}
-	}
-	// Cleanups run last first: commits work again before the stack's own
-	// cleanup needs them.
-	t.Cleanup(func() { set(""); _ = admin.Close(context.Background()) })
+	// After the stack: commits work again before its own cleanup needs
+	// them.
+	set := testenv.SynchronousStandbys(t, primary.AdminURL)
 	ready := func() (int, string) {
 		t.Helper()
 		resp, err := http.Get(s.URL + "/readyz")

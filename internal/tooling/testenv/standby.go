@@ -6,6 +6,7 @@ import (
 	"log/slog"
 	"testing"
 
+	"github.com/idemflow/idemflow/internal/pgurl"
 	"github.com/idemflow/idemflow/internal/tooling/devserver"
 )
 
@@ -34,4 +35,29 @@ func Standby(t *testing.T, primary *devserver.Postgres, name string) *devserver.
 	}
 	t.Cleanup(func() { _ = s.Stop(context.Background()) })
 	return s
+}
+
+// SynchronousStandbys returns a function that sets the server of
+// adminURL's synchronous_standby_names and reloads its configuration:
+// "*" with no standby attached makes every commit wait, as on a promoted
+// standby that kept its old primary's setting. When the test ends it sets
+// "" again; cleanups run last first, so call it after what needs commits
+// in its own cleanup (a stack, a database).
+func SynchronousStandbys(t testing.TB, adminURL string) func(names string) {
+	t.Helper()
+	ctx := context.Background()
+	admin, err := pgurl.Connect(ctx, adminURL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	set := func(names string) {
+		t.Helper()
+		for _, sql := range []string{`ALTER SYSTEM SET synchronous_standby_names = '` + names + `'`, `SELECT pg_reload_conf()`} {
+			if _, err := admin.Exec(ctx, sql); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	t.Cleanup(func() { set(""); _ = admin.Close(context.Background()) })
+	return set
 }
