@@ -260,19 +260,7 @@ func dropTemporalDatabases(t *testing.T, dbURL string) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() {
-		conn, err := pgx.Connect(context.Background(), testenv.AdminURL())
-		if err != nil {
-			t.Log(err)
-			return
-		}
-		defer conn.Close(context.Background())
-		for _, suffix := range []string{"_temporal", "_temporal_visibility"} {
-			if _, err := conn.Exec(context.Background(), "DROP DATABASE IF EXISTS "+pc.Database+suffix+" WITH (FORCE)"); err != nil {
-				t.Log(err)
-			}
-		}
-	})
+	testenv.DropAtEnd(t, pc.Database+"_temporal", pc.Database+"_temporal_visibility")
 }
 
 // serve started as soon as Temporal's frontend answers, before its

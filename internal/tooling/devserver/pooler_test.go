@@ -9,7 +9,6 @@ import (
 
 	"github.com/idemflow/idemflow/internal/tooling/devserver"
 	"github.com/idemflow/idemflow/internal/tooling/testenv"
-	"github.com/jackc/pgx/v5"
 )
 
 // The embedded Temporal's store behind PgBouncer: in transaction pooling
@@ -19,19 +18,7 @@ import (
 // workflows across a restart, as on PostgreSQL itself.
 func TestTheEmbeddedTemporalStoreBehindPgBouncer(t *testing.T) {
 	db := "idemflow_test_temporal_" + strconv.FormatInt(time.Now().UnixNano(), 36)
-	t.Cleanup(func() {
-		conn, err := pgx.Connect(context.Background(), testenv.AdminURL())
-		if err != nil {
-			t.Log(err)
-			return
-		}
-		defer conn.Close(context.Background())
-		for _, n := range []string{db, db + "_visibility"} {
-			if _, err := conn.Exec(context.Background(), "DROP DATABASE IF EXISTS "+n+" WITH (FORCE)"); err != nil {
-				t.Log(err)
-			}
-		}
-	})
+	testenv.DropAtEnd(t, db, db+"_visibility")
 	ctx := context.Background()
 	_, err := devserver.StartTemporal(ctx, devserver.TemporalConfig{DataDir: t.TempDir(), Retention: 24 * time.Hour,
 		Postgres: testenv.PgBouncer(t, testenv.AdminURL(), "transaction"), PostgresDatabase: db})

@@ -116,19 +116,7 @@ func emptyDatabase(t testing.TB, setup Setup) string {
 			t.Fatalf("testenv: set %s: %v", set, err)
 		}
 	}
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-		defer cancel()
-		conn, err := pgx.Connect(ctx, setup.server())
-		if err != nil {
-			t.Logf("testenv: drop %s: %v", name, err)
-			return
-		}
-		defer conn.Close(context.Background())
-		if _, err := conn.Exec(ctx, "DROP DATABASE IF EXISTS "+name+" WITH (FORCE)"); err != nil {
-			t.Logf("testenv: drop %s: %v", name, err)
-		}
-	})
+	t.Cleanup(func() { dropDatabases(t, setup.server(), name) })
 	u, err := devserver.WithDatabase(setup.server(), name)
 	if err != nil {
 		t.Fatal(err)
@@ -171,4 +159,29 @@ func Count(t testing.TB, q idem.Querier, table, where string, args ...any) int {
 		t.Fatalf("count %s: %v", table, err)
 	}
 	return n
+}
+
+// DropAtEnd drops the named databases of the suite's server (AdminURL)
+// when the test ends, whoever made them: an embedded Temporal's, made
+// beside the test's own database.
+func DropAtEnd(t testing.TB, names ...string) {
+	t.Cleanup(func() { dropDatabases(t, AdminURL(), names...) })
+}
+
+// dropDatabases drops the named databases on the server of serverURL,
+// their sessions with them, and logs what it could not drop.
+func dropDatabases(t testing.TB, serverURL string, names ...string) {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	conn, err := pgx.Connect(ctx, serverURL)
+	if err != nil {
+		t.Logf("testenv: drop %v: %v", names, err)
+		return
+	}
+	defer conn.Close(context.Background())
+	for _, name := range names {
+		if _, err := conn.Exec(ctx, "DROP DATABASE IF EXISTS "+name+" WITH (FORCE)"); err != nil {
+			t.Logf("testenv: drop %s: %v", name, err)
+		}
+	}
 }
