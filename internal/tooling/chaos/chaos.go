@@ -908,16 +908,11 @@ func (r *run) inject(ctx context.Context, k Kind) error {
 		r.admin.Reset() // its connections died with the server
 		r.count(k, 1)
 	case PGFailover:
-		if r.cluster != nil {
-			fctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 3*time.Minute)
-			defer cancel()
-			if err := r.patroniFailover(fctx); err != nil {
-				return err
-			}
-			r.count(k, 1)
-			return nil
-		}
-		if r.standby == nil {
+		failover := r.failover
+		switch {
+		case r.cluster != nil:
+			failover = r.patroniFailover
+		case r.standby == nil:
 			return errors.New("no standby to promote: the last rebuild failed")
 		}
 		// A failover is finished even when the load ends meanwhile: a
@@ -925,7 +920,7 @@ func (r *run) inject(ctx context.Context, k Kind) error {
 		// hold every commit of the checks.
 		fctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 3*time.Minute)
 		defer cancel()
-		if err := r.failover(fctx); err != nil {
+		if err := failover(fctx); err != nil {
 			return err
 		}
 		r.count(k, 1)

@@ -15,7 +15,6 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
-	"net/url"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -620,9 +619,6 @@ func getJSON(ctx context.Context, u string, v any) error {
 }
 
 func waitHTTP(ctx context.Context, u string, within time.Duration) error {
-	if _, err := url.Parse(u); err != nil {
-		return err
-	}
 	var last error
 	for deadline := time.Now().Add(within); time.Now().Before(deadline); time.Sleep(100 * time.Millisecond) {
 		var v any
