@@ -658,7 +658,9 @@ func (p Prepared) Request() (json.RawMessage, error) { return json.Marshal(p.req
 func (o *Operation) Prepare(body []byte, path map[string]string) (Prepared, error) {
 	if len(o.PathParams) > 0 {
 		var members map[string]json.RawMessage
-		if err := ijson.Decode(body, &members); err != nil {
+		// A field's fault in sound JSON (a U+0000, an inexact number) is
+		// named by validate with every other rule the body breaks.
+		if err := ijson.Decode(body, &members); err != nil && (!ijson.SchemaCanName(err) || members == nil) {
 			return Prepared{}, err
 		}
 		var inv apperr.Invalid

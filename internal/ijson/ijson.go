@@ -41,57 +41,81 @@ func Decode(body []byte, v any) error {
 		inv.Add("body", "is not valid UTF-8")
 		return inv.Err()
 	}
-	if checkNumbers(body, &inv); inv.Err() != nil {
-		return inv.Err()
-	}
 	err := jsonv2.Unmarshal(body, v, jsonv2.RejectUnknownMembers(true), jsonv2.WithUnmarshalers(integers))
+	if _, ok := errors.AsType[*jsonv2.SemanticError](err); ok {
+		// The decoder stops at a field's fault, before it has read the
+		// rest: broken JSON after it is the body's one fault, which no
+		// schema can read past (issue #57: it was a 500).
+		if serr := jsonv2.Unmarshal(body, new(jsontext.Value)); serr != nil {
+			err = serr
+		}
+	}
 	var syntaxErr *jsontext.SyntacticError
 	var semErr *jsonv2.SemanticError
+	// The faults of sound JSON (an inexact number, a U+0000, a member the
+	// target does not know, a wrong type) are each a field's: every one
+	// is named, and a caller with a schema names the rest (SchemaCanName).
+	// A body that is not sound JSON is one fault, the body's.
 	switch {
 	case err == nil:
-		if field, ok := findNUL(body); ok {
-			inv.Add(field, "contains U+0000, which cannot be stored")
-		}
 	case errors.As(err, &syntaxErr) && errors.Is(err, jsontext.ErrDuplicateName):
 		inv.Add(fieldName(syntaxErr.JSONPointer), "appears twice; send each field once")
+		return inv.Err()
 	case errors.As(err, &syntaxErr):
 		if errors.Is(err, io.ErrUnexpectedEOF) {
 			inv.Add("body", "is truncated JSON")
-			break
+			return inv.Err()
 		}
 		inv.Add("body", "is not valid JSON at byte %d: %s", syntaxErr.ByteOffset, syntaxErr.Err)
-	case errors.As(err, &semErr) && errors.Is(err, jsonv2.ErrUnknownName):
-		inv.Add(fieldName(semErr.JSONPointer), UnknownMember)
-		return schemaRule{inv.Err()}
-	case errors.As(err, &semErr) && errors.As(err, new(notAnInteger)):
-		var n notAnInteger
-		errors.As(err, &n)
-		inv.Add(fieldName(semErr.JSONPointer), "%s", n.reason)
-		return schemaRule{inv.Err()}
-	case errors.As(err, &semErr) && semErr.GoType != nil:
-		inv.Add(fieldName(semErr.JSONPointer), "must be %s, got JSON %s", jsonKind(semErr.GoType.Kind().String()), kindName(semErr.JSONKind))
-		return schemaRule{inv.Err()}
+		return inv.Err()
+	case errors.As(err, &semErr) && (errors.Is(err, jsonv2.ErrUnknownName) || errors.As(err, new(notAnInteger)) || semErr.GoType != nil):
 	default:
 		inv.Add("body", "%s", err.Error())
+		return inv.Err()
 	}
-	return inv.Err()
+	named := checkNumbers(body, &inv)
+	for _, f := range findNULs(body) {
+		if !named[f] {
+			inv.Add(f, "contains U+0000, which cannot be stored")
+			named[f] = true
+		}
+	}
+	if semErr != nil {
+		// The decoder's own fault, unless the field is named already (a
+		// number beyond a double is not an integer either).
+		var n notAnInteger
+		switch field := fieldName(semErr.JSONPointer); {
+		case named[field]:
+		case errors.Is(err, jsonv2.ErrUnknownName):
+			inv.Add(field, UnknownMember)
+		case errors.As(err, &n):
+			inv.Add(field, "%s", n.reason)
+		default:
+			inv.Add(field, "must be %s, got JSON %s", jsonKind(semErr.GoType.Kind().String()), kindName(semErr.JSONKind))
+		}
+	}
+	if inv.Err() == nil {
+		return nil
+	}
+	return schemaRule{inv.Err()}
 }
 
-// findNUL returns the field of the first string value holding U+0000. In
-// valid JSON a NUL can only be written as an escape, so a body without
-// one is skipped without parsing.
-func findNUL(body []byte) (string, bool) {
+// findNULs returns the fields whose string values hold U+0000. In valid
+// JSON a NUL can only be written as an escape, so a body without one is
+// skipped without parsing.
+func findNULs(body []byte) []string {
 	if !bytes.Contains(body, []byte(`\u0000`)) {
-		return "", false
+		return nil
 	}
+	var fields []string
 	dec := jsontext.NewDecoder(bytes.NewReader(body))
 	for {
 		tok, err := dec.ReadToken()
 		if err != nil {
-			return "", false
+			return fields
 		}
 		if tok.Kind() == '"' && strings.ContainsRune(tok.String(), 0) {
-			return fieldName(dec.StackPointer()), true
+			fields = append(fields, fieldName(dec.StackPointer()))
 		}
 	}
 }
@@ -102,10 +126,14 @@ func fieldName(p jsontext.Pointer) string { return FieldOf(slices.Collect(p.Toke
 
 // FieldOf names a location in a JSON value, given as its reference tokens
 // (items, 0, sku), the way every field error names it: items[0].sku, or
-// body for the value itself.
+// body for the value itself. A member named "" is written "" (quoted), so
+// that it is never taken for the body.
 func FieldOf(tokens []string) string {
 	var b strings.Builder
 	for _, tok := range tokens {
+		if tok == "" {
+			tok = `""`
+		}
 		if _, err := strconv.Atoi(tok); err == nil && b.Len() > 0 {
 			b.WriteString("[" + tok + "]")
 			continue
@@ -161,20 +189,20 @@ func jsonKind(goKind string) string {
 // know.
 const UnknownMember = "is not a known field (names are case-sensitive)"
 
-// schemaRule is Decode's error when the body is sound JSON but breaks a
-// rule a schema states too: a member the target does not know, a value of
-// the wrong type, a number that is not an integer. The decoder stops at
-// the first; a caller with a schema names every other rule the body
-// breaks in the same answer (SchemaCanName).
+// schemaRule is Decode's error when the body is sound JSON but some of
+// its fields are not: a member the target does not know, a value of the
+// wrong type, a number that is not an integer (the decoder stops at the
+// first of these), an inexact number, a U+0000 (each one named). A caller
+// with a schema names every other rule the body breaks in the same answer
+// (SchemaCanName).
 type schemaRule struct{ err error }
 
 func (u schemaRule) Error() string { return u.err.Error() }
 func (u schemaRule) Unwrap() error { return u.err }
 
-// SchemaCanName reports whether err is Decode's for a rule a schema
-// states too (an unknown member, a wrong type), the body being otherwise
-// sound as far as the decoder read: a schema's validation then names
-// every field the body breaks, not only the decoder's first.
+// SchemaCanName reports whether err is Decode's for faults of fields in
+// sound JSON (schemaRule): a schema's validation then names every other
+// field the body breaks, not only the decoder's.
 func SchemaCanName(err error) bool {
 	var u schemaRule
 	return errors.As(err, &u)

@@ -29,21 +29,24 @@ const MaxExactInteger = 1<<53 - 1
 // requests could share a fingerprint, and the step or downstream would get
 // a value the fingerprint does not cover. A body whose numbers are all
 // short is not tokenized.
-func checkNumbers(body []byte, inv *apperr.Invalid) {
+func checkNumbers(body []byte, inv *apperr.Invalid) map[string]bool {
+	named := map[string]bool{}
 	if !mayBeInexact(body) {
-		return
+		return named
 	}
 	dec := jsontext.NewDecoder(bytes.NewReader(body))
 	for {
 		tok, err := dec.ReadToken()
 		if err != nil {
-			return // the decoder proper reports a syntax error
+			return named // the decoder proper reports a syntax error
 		}
 		if tok.Kind() != '0' {
 			continue
 		}
 		if reason := inexact(tok.String()); reason != "" {
-			inv.Add(fieldName(dec.StackPointer()), "%s", reason)
+			field := fieldName(dec.StackPointer())
+			inv.Add(field, "%s", reason)
+			named[field] = true
 		}
 	}
 }
