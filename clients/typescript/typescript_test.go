@@ -73,7 +73,13 @@ func TestTheTypeScriptClientAgainstTheStack(t *testing.T) {
 	s := testenv.NewStack(t, testenv.Options{Tools: tools})
 	mcp := httptest.NewServer(mcpserver.HTTPHandler(mcpserver.Config{BaseURL: s.URL, CallTimeout: 30 * time.Second, Operations: s.Set.Operations()}, mcpserver.HTTPOptions{}))
 	t.Cleanup(mcp.Close)
-	cmd := exec.Command(bin, "--test", "--test-concurrency=1", "dist/test/client.test.js", "dist/test/ai.test.js", "dist/test/openai-agents.test.js")
+	args := []string{"--test", "--test-concurrency=1"}
+	// A subset while working on one test, as IDEMFLOW_PYTEST_K is for Python.
+	if p := os.Getenv("IDEMFLOW_NODE_TEST_PATTERN"); p != "" {
+		t.Logf("only the tests matching IDEMFLOW_NODE_TEST_PATTERN=%q", p)
+		args = append(args, "--test-name-pattern", p)
+	}
+	cmd := exec.Command(bin, append(args, "dist/test/client.test.js", "dist/test/ai.test.js", "dist/test/openai-agents.test.js")...)
 	cmd.Env = append(env(s, s.URL), "IDEMFLOW_MCP_URL="+mcp.URL+"/")
 	out, err := cmd.CombinedOutput()
 	t.Log(string(out))

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import textwrap
 import uuid
 from collections.abc import AsyncIterator, Callable
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
@@ -17,7 +18,7 @@ from mcp import ClientSession, StdioServerParameters
 from mcp.client.stdio import get_default_environment, stdio_client
 from mcp.client.streamable_http import streamable_http_client
 
-from .conftest import need
+from .conftest import docs_text, need
 
 META_KEY = "io.idemflow/idempotency-key"
 
@@ -82,5 +83,33 @@ def test_the_official_mcp_sdk_calls_idemflows_tools(transport: str) -> None:
             bad = await session.call_tool("create_ticket", {"idempotency_key": f"py-bad-{uuid.uuid4()}", "customer_id": "c-mcp-py", "title": 7})
             assert bad.is_error and "title" in text(bad), text(bad)
             print(f"MCP over {transport}: changed arguments: {text(changed)[:90]}...; bad arguments: {text(bad)[:120]}")
+
+    asyncio.run(main())
+
+
+def test_the_docs_meta_call_runs_in_a_session() -> None:
+    """docs/agents.md's one call with a durable key in _meta, as written,
+    inside a real session: the names it uses (session, thread_id,
+    call_id) are the function's parameters, and its import runs too."""
+    section = docs_text().split("With the official Python SDK (the `mcp` package):")[1]
+    block = section.split("```python\n")[1].split("```")[0]
+    scope: dict[str, Any] = {}
+    exec("async def snippet(session, thread_id, call_id):\n" + textwrap.indent(block, "    "), scope)
+    thread_id, call_id = f"docs-{uuid.uuid4()}", "call-1"
+
+    async def main() -> None:
+        async with over_http() as session:
+            await scope["snippet"](session, thread_id, call_id)
+            await scope["snippet"](session, thread_id, call_id)
+            # The key the snippet derived names one intent: a third call
+            # under it, with another model-written key, is its replay.
+            from idemflow import derive_key
+
+            key = derive_key("mcp1", thread_id, call_id, "create_ticket")
+            args = {"idempotency_key": "another", "customer_id": "c-1", "title": "Printer on fire"}
+            again = await session.call_tool("create_ticket", args, meta={META_KEY: key})
+            assert not again.is_error, text(again)
+            assert again.structured_content is not None and again.structured_content["replayed"] is True, text(again)
+            assert again.structured_content["result"]["idempotency_key"] == key
 
     asyncio.run(main())

@@ -23,7 +23,7 @@ import { tool } from "@langchain/core/tools";
 import { Command, END, MemorySaver, MessagesAnnotation, Send, START, StateGraph } from "@langchain/langgraph";
 import { ToolNode, toolsCondition } from "@langchain/langgraph/prebuilt";
 import { z } from "zod";
-import { partitionProxy, readmeSnippet, ticketsUnder } from "./helpers.js";
+import { docsText, partitionProxy, readmeSnippet, ticketsUnder } from "./helpers.js";
 
 const url = process.env.IDEMFLOW_URL!;
 const token = process.env.IDEMFLOW_TOKEN!;
@@ -164,6 +164,30 @@ test("over MCP, a key the client derives from its call ID in _meta replaces the 
     assert.equal(again.structuredContent.replayed, true);
     assert.equal(again.structuredContent.result.ticket_id, first.structuredContent.result.ticket_id);
     assert.equal(first.structuredContent.result.idempotency_key, key);
+  } finally {
+    await mcp.close();
+  }
+});
+
+test("docs/agents.md's MCP call with a key in _meta runs as written in a session", async () => {
+  const block = (await docsText()).split("With the TypeScript SDK:")[1].split("```ts\n")[1].split("```")[0];
+  // The names it uses are the function's parameters: the snippet as
+  // written, in the context of an open session.
+  const AsyncFunction = Object.getPrototypeOf(async () => {}).constructor;
+  const snippet = new AsyncFunction("mcp", "deriveKey", "threadId", "callId", block);
+  const mcp = new MCPClient({ name: "ts-docs", version: "1" });
+  await mcp.connect(new StreamableHTTPClientTransport(new URL(process.env.IDEMFLOW_MCP_URL!), {
+    requestInit: { headers: { Authorization: `Bearer ${token}` } },
+  }));
+  try {
+    const threadId = `docs-${randomUUID()}`;
+    await snippet(mcp, deriveKey, threadId, "call-1");
+    await snippet(mcp, deriveKey, threadId, "call-1");
+    const key = deriveKey("mcp1", threadId, "call-1", "create_ticket");
+    const again = (await mcp.callTool({ name: "create_ticket", arguments: { idempotency_key: "another", customer_id: "c-1", title: "Printer on fire" },
+      _meta: { "io.idemflow/idempotency-key": key } })) as unknown as { structuredContent: { replayed: boolean; result: { idempotency_key: string } } };
+    assert.equal(again.structuredContent.replayed, true);
+    assert.equal(again.structuredContent.result.idempotency_key, key);
   } finally {
     await mcp.close();
   }

@@ -14,15 +14,19 @@ type Block struct {
 	File string // as given to Blocks
 	Line int    // the opening fence's, from 1
 	Lang string // the fence's info string ("" for none)
-	// Marker is the HTML comment on the nearest non-blank line before the
-	// fence, "<!-- ... -->"'s inside, trimmed ("" for none): "run: FILE
-	// NAME" names the test that runs the block as written, "fragment:
-	// WHY" says why none does.
+	// Marker is what the nearest non-blank line before the fence says of
+	// the block ("" for none). An HTML comment's inside, trimmed: "run:
+	// FILE NAME" names the test that runs the block as written,
+	// "abridged: FILE" the file it is cut from. A line of text in italics,
+	// "_Not run: WHY_", which a reader sees, gives "not run: WHY".
 	Marker string
 	Text   string
 }
 
-var marker = regexp.MustCompile(`^<!--\s*(.*?)\s*-->$`)
+var (
+	marker = regexp.MustCompile(`^<!--\s*(.*?)\s*-->$`)
+	notRun = regexp.MustCompile(`^_Not run: (.+)_$`)
+)
 
 // Blocks returns the fenced code blocks of file.
 func Blocks(file string) ([]Block, error) {
@@ -44,6 +48,8 @@ func Blocks(file string) ([]Block, error) {
 			cur = &Block{File: file, Line: n, Lang: strings.TrimSpace(strings.TrimPrefix(strings.TrimSpace(l), "```"))}
 			if m := marker.FindStringSubmatch(strings.TrimSpace(lastNonBlank)); m != nil {
 				cur.Marker = m[1]
+			} else if m := notRun.FindStringSubmatch(strings.TrimSpace(lastNonBlank)); m != nil {
+				cur.Marker = "not run: " + m[1]
 			}
 			text.Reset()
 		case cur != nil && fence:
