@@ -14,6 +14,9 @@ the same server, and, for "nothing recorded", looks into the database:
   it, from an earlier run, are counted before the request and allowed).
 - idemflow_tenant_isolation: the same request under the other tenant's
   token is not a replay of the first tenant's answer.
+- idemflow_every_field_named: a 400 invalid-request for a JSON object
+  names every field the served contract's schema finds broken (a wrong
+  type, a missing or unknown field, a bad value), not only the first.
 """
 
 from __future__ import annotations
@@ -26,6 +29,7 @@ import threading
 from collections.abc import Hashable
 from typing import Any
 
+import jsonschema_rs
 import psycopg
 import requests
 import schemathesis
@@ -276,6 +280,95 @@ def _field_schemas(case: Case) -> dict[str, Any]:
     return {name: _deref(p) for name, p in props.items()} if isinstance(props, dict) else {}
 
 
+def _resolved(node: Any, depth: int = 0) -> Any:
+    """node with every local $ref replaced by what it names, so that a
+    validator needs no document around it. The contract's schemas do not
+    refer to themselves; the depth bound only keeps a mistake finite."""
+    node = _deref(node)
+    if depth > 64:
+        return node
+    if isinstance(node, dict):
+        return {k: _resolved(v, depth + 1) for k, v in node.items()}
+    if isinstance(node, list):
+        return [_resolved(v, depth + 1) for v in node]
+    return node
+
+
+def _body_schema(case: Case) -> dict[str, Any] | None:
+    """The served contract's schema of the request body, resolved."""
+    _field_schemas(case)  # loads the document once
+    op = _deref(_document["paths"].get(case.path, {}).get(case.method.lower(), {}))
+    schema = ((op.get("requestBody") or {}).get("content") or {}).get("application/json", {}).get("schema")
+    return _resolved(schema) if isinstance(schema, dict) else None
+
+
+def _top(field: str) -> str:
+    """The top-level member a field error names (items[0].sku: items; a
+    member named "" is written "")."""
+    if field.startswith('""'):
+        return ""
+    return re.split(r"[.\[]", field, maxsplit=1)[0]
+
+
+def broken_fields(schema: dict[str, Any], body: dict[str, Any]) -> set[str]:
+    """The body's top-level members the schema finds broken: the first
+    member of each error's path, the member a required rule misses, the
+    members an additionalProperties rule refuses. Formats are left out:
+    OpenAPI 3.1 makes them annotations, which a server need not enforce."""
+    found: set[str] = set()
+    for err in jsonschema_rs.validator_for(schema, validate_formats=False).iter_errors(body):
+        path = list(err.instance_path)
+        kind = err.kind
+        if path:
+            found.add(str(path[0]))
+        elif isinstance(kind, jsonschema_rs.ValidationErrorKind.Required):
+            found.add(str(kind.property))
+        elif isinstance(kind, jsonschema_rs.ValidationErrorKind.AdditionalProperties):
+            found.update(str(u) for u in kind.unexpected)
+    return found
+
+
+@schemathesis.check
+def idemflow_every_field_named(ctx: Any, response: Response, case: Case) -> bool | None:
+    """A 400 invalid-request for a JSON object body names, in its errors,
+    every top-level field the contract's schema finds broken: one answer
+    tells the caller everything to mend (docs/http-contract.md)."""
+    if response.status_code != 400 or response.request.method != "POST" or not response.request.body:
+        return None
+    if not (header(response, "Content-Type") or "").startswith("application/problem+json"):
+        return None
+    problem = json.loads(response.content)
+    if problem.get("type") != "/problems/invalid-request":
+        return None
+    try:
+        body = json.loads(response.request.body)
+    except ValueError:
+        return None
+    schema = _body_schema(case)
+    if not isinstance(body, dict) or schema is None:
+        return None
+    broken = broken_fields(schema, body)
+    if not broken:
+        return None  # refused by a rule the schema cannot state (x-unique-by)
+    judged("idemflow_every_field_named")
+    named = {_top(str(e.get("field", ""))) for e in problem.get("errors") or [] if isinstance(e, dict)}
+    missing = sorted(broken - named)
+    assert not missing, f"the 400 names {sorted(named)}, but the contract's schema also finds {missing} broken: {response.text[:400]}"
+    # Generated refusals mostly break one rule: one more fault, a member
+    # the schema does not allow, makes it a body with several, and the
+    # answer must name them all.
+    if schema.get("additionalProperties") is False:
+        extra = f"idemflow_unknown_{next(_counter)}"
+        worse = {**body, extra: 1}
+        again = resend(response, body=json.dumps(worse).encode())
+        assert again.status_code == 400, f"the body with {extra} added as well was answered {again.status_code}: {again.text[:300]}"
+        errors = again.json().get("errors") or []
+        named = {_top(str(e.get("field", ""))) for e in errors if isinstance(e, dict)}
+        missing = sorted(broken_fields(schema, worse) - named)
+        assert not missing, f"with {extra} added, the 400 names {sorted(named)}, not {missing}: {again.text[:400]}"
+    return True
+
+
 @schemathesis.check
 def idemflow_changed_body(ctx: Any, response: Response, case: Case) -> bool | None:
     """The same key with one field changed to another valid value is
@@ -354,7 +447,7 @@ class IdemflowChecksRan:
     exchange: a check that never runs cannot fail, and proves nothing."""
 
     def after_run(self, ctx: Any) -> None:
-        names = ["idemflow_replay", "idemflow_changed_body"]
+        names = ["idemflow_replay", "idemflow_changed_body", "idemflow_every_field_named"]
         names += ["idemflow_nothing_recorded"] if DATABASE_URL else []
         names += ["idemflow_tenant_isolation"] if TOKEN_B else []
         off = {
