@@ -13,6 +13,7 @@ import (
 
 	"github.com/idemflow/idemflow/idem"
 	"github.com/idemflow/idemflow/internal/ops/orders"
+	"github.com/idemflow/idemflow/internal/tooling/docs"
 	"github.com/idemflow/idemflow/internal/tooling/testenv"
 )
 
@@ -387,5 +388,32 @@ func TestCancelGivesTheCouponBack(t *testing.T) {
 	var uses int
 	if err := s.Pool.QueryRow(context.Background(), `SELECT uses FROM coupon WHERE tenant_id = 'acme' AND code = 'LAST1'`).Scan(&uses); err != nil || uses != 1 {
 		t.Fatalf("uses %d %v", uses, err)
+	}
+}
+
+// docs/http-contract.md's order body, as written, is one the server
+// takes, and prices as the catalog says.
+func TestTheContractsOrderBodyIsAnOrder(t *testing.T) {
+	blocks, err := docs.Blocks("../../docs/http-contract.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var body string
+	for _, b := range blocks {
+		if b.Lang == "json" && strings.Contains(b.Text, `"items"`) {
+			body = b.Text
+		}
+	}
+	if body == "" {
+		t.Fatal("docs/http-contract.md has no order body")
+	}
+	s := testenv.NewStack(t, testenv.Options{})
+	r := order(s, testenv.TenantA, "doc-order", body)
+	var v orders.View
+	if err := json.Unmarshal(r.Body, &v); r.Status != http.StatusCreated || err != nil {
+		t.Fatalf("the contract's order body: %d %s", r.Status, r.Body)
+	}
+	if v.Status != orders.StatusCreated || v.TotalMinor != 2*2900-500 {
+		t.Fatalf("the contract's order: %+v", v)
 	}
 }
