@@ -15,7 +15,7 @@ import (
 // gives it what the agent has (ctx, url, token, toolCallID, the bodies), so
 // that a renamed method or error, or a changed signature, fails here.
 func TestTheDocumentedCallsCompileInContext(t *testing.T) {
-	blocks, err := docs.Blocks("../docs/agents.md")
+	blocks, err := docs.Blocks("../docs/agents/go.md")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -26,7 +26,7 @@ func TestTheDocumentedCallsCompileInContext(t *testing.T) {
 		}
 	}
 	if code == "" {
-		t.Fatal("docs/agents.md has no Go block this test compiles")
+		t.Fatal("docs/agents/go.md has no Go block this test compiles")
 	}
 	const imp = `import "github.com/idemflow/idemflow/agentclient"` + "\n"
 	if !strings.HasPrefix(code, imp) {
@@ -57,6 +57,6 @@ func agent(ctx context.Context, url, token, toolCallID string, body, fixedBody a
 	}
 	out, err := exec.Command("go", "vet", "./"+filepath.Base(dir)).CombinedOutput()
 	if err != nil {
-		t.Fatalf("docs/agents.md's Go block does not compile in context: %v\n%s\n%s", err, out, src)
+		t.Fatalf("docs/agents/go.md's Go block does not compile in context: %v\n%s\n%s", err, out, src)
 	}
 }

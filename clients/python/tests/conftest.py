@@ -6,6 +6,7 @@ when it is missing."""
 from __future__ import annotations
 
 import os
+import re
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -51,7 +52,13 @@ def count(db: psycopg.Connection, table: str, customer_id: str) -> int:
 
 
 def docs_text() -> str:
-    """The project's documentation, README.md and then docs/*.md, one
-    after another: a snippet's test finds its section wherever it lives."""
+    """The project's documentation, README.md, docs/*.md and the pages under
+    docs/agents/ (in the order docs/agents.md links them), one after
+    another, as internal/tooling/docs reads it: a snippet's test finds its
+    section wherever it lives."""
     root = Path(__file__).resolve().parents[3]
-    return "\n\n".join(f.read_text() for f in [root / "README.md", *sorted((root / "docs").glob("*.md"))])
+    docs = root / "docs"
+    pages = sorted((docs / "agents").glob("*.md"))
+    linked = [docs / "agents" / name for name in re.findall(r"\]\(agents/([a-z0-9-]+\.md)\)", (docs / "agents.md").read_text())]
+    ordered = [p for p in dict.fromkeys(linked) if p in pages] + [p for p in pages if p not in linked]
+    return "\n\n".join(f.read_text() for f in [root / "README.md", *sorted(docs.glob("*.md")), *ordered])

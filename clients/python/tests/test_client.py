@@ -216,7 +216,7 @@ def test_the_python_snippet_runs_as_written(url: str, token: str, tmp_path: Path
 
     from .conftest import docs_text
 
-    section = docs_text().split("### Python (`clients/python`)", 1)[1]
+    section = docs_text().split("# Python (`clients/python`)\n", 1)[1]
     snippet = section.split("```python\n", 1)[1].split("```", 1)[0]
     readme = (Path(__file__).resolve().parents[1] / "README.md").read_text()
     assert snippet in readme, "clients/python/README.md's program is no longer docs/agents.md's"

@@ -310,7 +310,7 @@ def test_the_readme_snippet_runs(url: str, token: str, db: psycopg.Connection, m
     PostgreSQL: it opens one ticket, and its answer reaches the model."""
 
     readme = docs_text()
-    section = readme.split("### LangGraph (Python)", 1)[1]
+    section = readme.split("# LangGraph (Python)\n", 1)[1]
     snippet = section.split("```python\n", 1)[1].split("```", 1)[0]
     assert 'ChatOpenAI(model="gpt-4.1")' in snippet and "from langchain_openai import ChatOpenAI\n" in snippet
     who = f"py-lg-readme-{uuid.uuid4().hex[:6]}"

@@ -192,7 +192,7 @@ def test_the_readme_snippet_runs(url: str, token: str, db: psycopg.Connection, t
     gpt-4.1 (the only change): it opens a ticket, and run again it resumes
     from the RunState it saved and makes no second."""
     readme = docs_text()
-    section = readme.split("### The OpenAI Agents SDK on its own (Python)", 1)[1]
+    section = readme.split("# The OpenAI Agents SDK on its own (Python)\n", 1)[1]
     snippet = section.split("```python\n", 1)[1].split("```", 1)[0]
     assert 'model="gpt-4.1"' in snippet
     who = "c-1"

@@ -182,7 +182,7 @@ def test_the_readme_snippet_runs(url: str, token: str, db: psycopg.Connection, t
     place of openai:gpt-4.1 (the only change): it opens a ticket, and run
     again it resumes from the history it saved and makes no second."""
     readme = docs_text()
-    section = readme.split("### Pydantic AI (Python 3.11+)", 1)[1]
+    section = readme.split("# Pydantic AI (Python 3.11+)\n", 1)[1]
     snippet = section.split("```python\n", 1)[1].split("```", 1)[0]
     assert 'Agent("openai:gpt-4.1",' in snippet
     who = "c-1"

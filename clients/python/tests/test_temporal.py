@@ -160,7 +160,7 @@ def test_the_readme_snippet_runs(db: psycopg.Connection, tmp_path: Path) -> None
     from .agents.temporal_agent import connect
 
     readme = docs_text()
-    section = readme.split("### Temporal-native agents", 1)[1]
+    section = readme.split("# Temporal-native agents\n", 1)[1]
     snippet = section.split("```python\n", 1)[1].split("```", 1)[0]
     plugin = "OpenAIAgentsPlugin(model_params="
     assert plugin in snippet

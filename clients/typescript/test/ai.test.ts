@@ -202,7 +202,7 @@ test("the shared key vectors (vercel_ai)", async () => {
 
 test("the README's snippet runs as written, and run again makes no second ticket", async () => {
   // The only change: the mock model in place of openai/gpt-4.1.
-  const file = await readmeSnippet("### The Vercel AI SDK (`clients/typescript`, `ai` 6)", "readme-vercel", [['model: "openai/gpt-4.1"', "model: globalThis.IDEMFLOW_README_MODEL"]]);
+  const file = await readmeSnippet("# The Vercel AI SDK (`clients/typescript`, `ai` 6)\n", "readme-vercel", [['model: "openai/gpt-4.1"', "model: globalThis.IDEMFLOW_README_MODEL"]]);
   const { model, outputs } = scriptedChat("c-1");
   (globalThis as any).IDEMFLOW_README_MODEL = model;
   await inFreshFolder(url, async (run) => {

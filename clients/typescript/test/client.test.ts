@@ -459,7 +459,7 @@ test("the README's LangGraph.js snippet runs as written", async () => {
   // The only change: a scripted model in place of ChatOpenAI (its import
   // dropped), on the test's PostgreSQL.
   const thread = "ts-lg-readme-" + randomUUID().slice(0, 8);
-  const file = await readmeSnippet("### LangGraph.js (`clients/typescript`)", "readme-langgraph", [
+  const file = await readmeSnippet("# LangGraph.js (`clients/typescript`)\n", "readme-langgraph", [
     ['import { ChatOpenAI } from "@langchain/openai";\n', ""],
     ['new ChatOpenAI({ model: "gpt-4.1" })', "globalThis.IDEMFLOW_README_MODEL"],
     ['"ticket-42"', JSON.stringify(thread)],

@@ -8,11 +8,20 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import type { Client } from "../src/index.js";
 
-/** The project's documentation, README.md and then docs/*.md, one after another. */
+/**
+ * The project's documentation, README.md, docs/*.md and the pages under
+ * docs/agents/ (in the order docs/agents.md links them), one after another,
+ * as internal/tooling/docs reads it.
+ */
 export async function docsText(): Promise<string> {
   const root = new URL("../../../../", import.meta.url);
   const topics = (await readdir(new URL("docs/", root))).filter((f) => f.endsWith(".md")).sort();
-  const texts = await Promise.all(["README.md", ...topics.map((f) => `docs/${f}`)].map((f) => readFile(new URL(f, root), "utf8")));
+  const pages = (await readdir(new URL("docs/agents/", root))).filter((f) => f.endsWith(".md")).sort();
+  const index = await readFile(new URL("docs/agents.md", root), "utf8");
+  const linked = [...new Set([...index.matchAll(/\]\(agents\/([a-z0-9-]+\.md)\)/g)].map((m) => m[1]))].filter((p) => pages.includes(p));
+  const ordered = [...linked, ...pages.filter((p) => !linked.includes(p))];
+  const files = ["README.md", ...topics.map((f) => `docs/${f}`), ...ordered.map((f) => `docs/agents/${f}`)];
+  const texts = await Promise.all(files.map((f) => readFile(new URL(f, root), "utf8")));
   return texts.join("\n\n");
 }
 

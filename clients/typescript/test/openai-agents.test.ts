@@ -146,7 +146,7 @@ test("a pending answer fails the run, and never reaches the model", async () => 
 test("the README's snippet runs as written, and run again makes no second ticket", async () => {
   // The only change: a scripted model in place of gpt-4.1.
   const who = "c-ts-oa-readme-" + randomUUID().slice(0, 8);
-  const file = await readmeSnippet("### The OpenAI Agents SDK on its own (TypeScript)", "readme-openai-agents", [
+  const file = await readmeSnippet("# The OpenAI Agents SDK on its own (TypeScript)\n", "readme-openai-agents", [
     ['model: "gpt-4.1"', "model: globalThis.IDEMFLOW_README_MODEL"],
     ['"ticket-42"', JSON.stringify(who)],
   ]);
