@@ -42,6 +42,7 @@ def test_the_vectors_are_there() -> None:
         and KEYS["openai_agents"]
         and KEYS["pydantic_ai"]
         and KEYS["dbos"]
+        and KEYS["adk"]
     )
 
 
@@ -191,6 +192,36 @@ def test_dbos_step_key(c: dict[str, Any]) -> None:
     from idemflow.pydantic_ai import step_key
 
     assert step_key(c["workflow_id"], c["step_id"], c["tool"]) == c["key"]
+
+
+@pytest.mark.parametrize("c", KEYS["adk"], ids=lambda c: c["name"])
+def test_adk_key(c: dict[str, Any]) -> None:
+    from google.adk.events.event import Event
+    from google.adk.sessions.session import Session
+    from google.genai import types
+
+    from idemflow.adk import durable_key as adk_key
+
+    events = [
+        Event(
+            id=e["id"],
+            invocation_id=e["invocation"],
+            author="support",
+            content=types.Content(role="model", parts=[types.Part(function_call=types.FunctionCall(id=i, name=c["tool"], args={})) for i in e["calls"]]),
+        )
+        for e in c["events"]
+    ]
+
+    class Context:
+        function_call_id = c["call_id"] or None
+        invocation_id = c["invocation"]
+        session = Session(id=c["session"], app_name=c["app"], user_id=c["user"], events=events)
+
+    if "error" in c:
+        with pytest.raises(idemflow.NoDurableIdentityError, match=c["error"]):
+            adk_key(Context(), c["tool"])  # type: ignore[arg-type]
+    else:
+        assert adk_key(Context(), c["tool"]) == c["key"]  # type: ignore[arg-type]
 
 
 def test_no_interceptor_no_key() -> None:

@@ -38,6 +38,7 @@ RESUME = {
     "openai_agents": "resume the run from its saved RunState to wait for its answer",
     "pydantic_ai": "resume the agent from its saved history (run_durably), or let Temporal make the activity's next attempt under the same key",
     "dbos": "the DBOS step waits on under the same key",
+    "adk": "resume the invocation with its invocation_id (run_durably) to wait for its answer",
 }
 
 

@@ -1,0 +1,264 @@
+"""Google ADK (idemflow.adk): a real LlmAgent, App and Runner on ADK's
+SQLite session service, SIGKILLed mid tool call (the answer dropped after
+idemflow executed, or the request held before it arrived) and resumed
+with its invocation_id, ends with one ticket; the naive control (a fresh
+key per call) and the unsafe setting (an app that is not resumable, whose
+message is sent again) make two. Also: a call ID reused by a later turn
+is a second call, a pending answer ends the invocation instead of
+reaching the model, and a call nothing durable names gets no key."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import subprocess
+import sys
+import uuid
+from pathlib import Path
+from typing import Any
+
+import psycopg
+import pytest
+from google.adk.runners import Runner
+from google.adk.sessions.sqlite_session_service import SqliteSessionService
+from google.adk.tools.tool_context import ToolContext
+from google.genai import types
+
+import idemflow
+from idemflow.adk import IdemflowTool, durable_key, run_durably
+from idemflow.errors import DeadlineError, NoDurableIdentityError
+
+from . import children
+from .agents.adk_agent import NaiveTool, ScriptedModel, Ticket, app
+from .conftest import count, docs_text
+from .wire import Fault, Proxy
+
+
+def agent_env(url: str) -> dict[str, str]:
+    return {**os.environ, "IDEMFLOW_URL": url, "PYTHONUNBUFFERED": "1"}
+
+
+CASES: list[tuple[str, Fault, tuple[str, ...], int, bool]] = [
+    # name, fault, extra arguments, tickets after the kill and the rerun, the rerun's answer replayed
+    ("resumed invocation, answer lost", "answer-lost", (), 1, True),
+    ("resumed invocation, request held", "before-received", (), 1, False),
+    ("control: fresh keys", "answer-lost", ("--tools", "naive"), 2, False),
+    ("unsafe: not resumable, the message sent again", "answer-lost", ("--unsafe",), 2, False),
+]
+
+
+@pytest.mark.parametrize("name,fault,extra,tickets,replayed", CASES, ids=[c[0] for c in CASES])
+def test_a_killed_adk_agent_resumes_its_invocation_without_a_duplicate(
+    name: str, fault: Fault, extra: tuple[str, ...], tickets: int, replayed: bool, url: str, db: psycopg.Connection, tmp_path: Path
+) -> None:
+    thread = f"py-adk-{name.split(':')[0].split(',')[-1].strip().replace(' ', '-')}-{uuid.uuid4().hex[:6]}"
+    state = tmp_path / "sessions.db"
+    proxy = Proxy(url, fault, hold=True)
+    try:
+        # The first POST reaches the gateway and its answer is dropped (or
+        # it never arrives), and the agent is SIGKILLed while it waits.
+        # The app then runs again, the way it resumes an invocation.
+        args = ["--thread", thread, "--state", str(state), *extra]
+        seen, p, out = children.kill_mid_call_and_rerun("tests.agents.adk_agent", args, agent_env(proxy.url), proxy.hit)
+    finally:
+        proxy.close()
+    assert p.returncode == 0 and any(s.startswith("DONE") for s in out), out
+    n = count(db, "ticket", thread)
+    print(f"{name}: {n} tickets after the kill and the rerun; {seen} then {out}")
+    assert n == tickets, out
+    answer = json.loads(next(s for s in out if s.startswith("tool create_ticket ")).split(" ", 2)[2])
+    assert answer["replayed"] is replayed, out
+    if not extra:
+        assert any(s.startswith("resuming") for s in out), out
+
+
+def message(text: str = "Open a ticket.") -> types.Content:
+    return types.Content(role="user", parts=[types.Part(text=text)])
+
+
+async def turn(runner: Runner, session: str) -> list[dict[str, Any]]:
+    """One turn of the session to its end: the tool answers it produced."""
+    answers = []
+    async for event in run_durably(runner, user_id="u", session_id=session, new_message=message()):
+        answers += [dict(r.response or {}) for r in event.get_function_responses()]
+    return answers
+
+
+def test_a_call_id_reused_in_a_later_turn_is_a_second_call(url: str, token: str, db: psycopg.Connection, tmp_path: Path) -> None:
+    """A provider that numbers calls per response brings call_0 back in the
+    next turn of the same session: two turns, two tickets, neither
+    answered as the other's replay."""
+    who = f"py-adk-reused-{uuid.uuid4().hex[:8]}"
+
+    async def turns() -> list[bool]:
+        async with idemflow.AsyncClient(url, token) as c:
+            tool = IdemflowTool(c, name="create_ticket", description="Create a ticket.", path="/v1/tickets", args_schema=Ticket)
+            runner = Runner(app=app(who, tool, call_id="call_0"), session_service=SqliteSessionService(str(tmp_path / "s.db")))
+            first = await turn(runner, who)
+            second = await turn(runner, who)
+            return [a["replayed"] for a in first + second]
+
+    replayed = asyncio.run(turns())
+    n = count(db, "ticket", who)
+    print(f"two turns under call_0: replayed {replayed}, {n} tickets")
+    assert (replayed, n) == ([False, False], 2)
+
+
+def test_a_pending_answer_ends_the_invocation_and_never_reaches_the_model(url: str, token: str, db: psycopg.Connection, tmp_path: Path) -> None:
+    """A partition longer than the tool's wait: the tool raises, the
+    invocation ends with nothing handed to the model, and the invocation
+    resumed gets the first call's answer, one ticket. The control is a
+    tool under the same key that hands the timeout to the model as a
+    result: the model calls again, under a new call ID and a new key, and
+    that is a second ticket."""
+    proxy = Proxy(url, "answer-lost", path="/never")
+
+    class ErrorToModel(NaiveTool):
+        """A tool under the durable key that hands a timeout to the model."""
+
+        async def run_async(self, *, args: dict[str, Any], tool_context: ToolContext) -> Any:
+            try:
+                r = await self._client.do(idemflow.Intent(durable_key(tool_context, self.name), "/v1/tickets", args), deadline=1.2)
+            except DeadlineError as e:
+                return {"error": str(e)}
+            return {"http_status": r.status, "replayed": r.replayed, "result": r.body}
+
+    class Retrying(ScriptedModel):
+        """Calls again after an error, as a model does."""
+
+        requests: int = 0
+
+        async def generate_content_async(self, llm_request: Any, stream: bool = False) -> Any:
+            self.requests += 1
+            last = llm_request.contents[-1]
+            responses = [p.function_response for p in last.parts or [] if p.function_response]
+            if responses and "error" in (responses[0].response or {}) and self.requests < 3:
+                llm_request.contents[-1] = message()
+            async for r in super().generate_content_async(llm_request, stream):
+                yield r
+
+    async def scenario() -> tuple[int, int]:
+        async with idemflow.AsyncClient(proxy.url, token, attempt_timeout=0.3, initial_backoff=0.02, max_backoff=0.1) as c:
+            who = f"py-adk-pending-{uuid.uuid4().hex[:8]}"
+            tool = IdemflowTool(c, name="create_ticket", description="Create a ticket.", path="/v1/tickets", args_schema=Ticket, deadline=1.2)
+            agent_app = app(who, tool)
+            runner = Runner(app=agent_app, session_service=SqliteSessionService(str(tmp_path / "s.db")))
+            proxy.partitioned = True
+            with pytest.raises(DeadlineError) as failed:
+                await turn(runner, who)
+            assert "must not be made again" in str(failed.value), str(failed.value)
+            session = await runner.session_service.get_session(app_name="support_app", user_id="u", session_id=who)
+            assert session is not None
+            handed = [r.response for e in session.events for r in e.get_function_responses()]
+            assert handed == [], f"the model was handed {handed}"
+            proxy.partitioned = False
+            resumed = await turn(runner, who)
+            assert [a["replayed"] for a in resumed] == [True], resumed
+
+            naive = f"py-adk-pending-control-{uuid.uuid4().hex[:8]}"
+            control = app(naive, ErrorToModel(c))
+            control.root_agent.model = Retrying(customer=naive)  # type: ignore[union-attr]
+            control_runner = Runner(app=control, session_service=SqliteSessionService(str(tmp_path / "c.db")))
+            proxy.partitioned = True
+            await turn(control_runner, naive)
+            proxy.partitioned = False
+            return count(db, "ticket", who), count(db, "ticket", naive)
+
+    try:
+        ours, control_tickets = asyncio.run(scenario())
+    finally:
+        proxy.close()
+    print(f"pending answer: the invocation ended, its resume replayed, {ours} ticket; the control: {control_tickets} tickets")
+    assert ours == 1
+    assert control_tickets == 2, "the control's retry under a new key made a second ticket"
+
+
+def test_a_call_nothing_durable_names_gets_no_key(url: str, token: str, db: psycopg.Connection, tmp_path: Path) -> None:
+    """An app that is not resumable is refused by run_durably, and a call
+    whose event is not in the session (a tool run outside ADK's flow) gets
+    NoDurableIdentityError: nothing is sent."""
+    who = f"py-adk-noid-{uuid.uuid4().hex[:8]}"
+
+    async def scenario() -> None:
+        async with idemflow.AsyncClient(url, token) as c:
+            tool = IdemflowTool(c, name="create_ticket", description="Create a ticket.", path="/v1/tickets", args_schema=Ticket)
+            runner = Runner(app=app(who, tool, resumable=False), session_service=SqliteSessionService(str(tmp_path / "s.db")))
+            with pytest.raises(NoDurableIdentityError, match="not resumable"):
+                await turn(runner, who)
+            resumable = Runner(app=app(who, tool), session_service=SqliteSessionService(str(tmp_path / "s.db")))
+            session = await resumable.session_service.create_session(app_name="support_app", user_id="u", session_id=who)
+
+            class Outside:
+                function_call_id = "call_x"
+                invocation_id = "e-none"
+
+            Outside.session = session  # type: ignore[attr-defined]
+            with pytest.raises(NoDurableIdentityError, match="no event of invocation"):
+                await tool.run_async(args={"customer_id": who, "title": "t"}, tool_context=Outside())  # type: ignore[arg-type]
+
+    asyncio.run(scenario())
+    assert count(db, "ticket", who) == 0
+
+
+def test_the_docs_snippet_runs(url: str, db: psycopg.Connection, tmp_path: Path) -> None:
+    """docs/agents/adk.md's program, as written, with the scripted model in
+    place of gemini-2.5-flash (the only change), run as a process:
+    SIGKILLed while its call waits (the answer dropped after the ticket
+    was made) and run again, it resumes and makes no second ticket."""
+    section = docs_text().split("# Google ADK (Python 3.11+)\n", 1)[1]
+    snippet = section.split("```python\n", 1)[1].split("```", 1)[0]
+    assert 'model="gemini-2.5-flash"' in snippet and '"ticket-42"' in snippet
+    who = "c-1"
+    session = f"ticket-docs-{uuid.uuid4().hex[:6]}"
+    model = 'model=__import__("tests.agents.adk_agent", fromlist=["ScriptedModel"]).ScriptedModel(customer="c-1")'
+    (tmp_path / "agent.py").write_text(snippet.replace('model="gemini-2.5-flash"', model).replace('"ticket-42"', repr(session)))
+    before = count(db, "ticket", who)
+    proxy = Proxy(url, "answer-lost", hold=True)
+    env = {**agent_env(proxy.url), "PYTHONPATH": children.HERE}
+    try:
+        first = subprocess.Popen([sys.executable, "agent.py"], cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        assert proxy.hit.wait(90), "the snippet never called the tool"
+        first.kill()  # SIGKILL, while the call waits for its answer
+        first.communicate(timeout=30)
+        assert count(db, "ticket", who) == before + 1, "the killed call made no ticket"
+        again = subprocess.run([sys.executable, "agent.py"], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120)
+    finally:
+        proxy.close()
+    print(f"the docs' snippet, killed and run again: {again.stdout!r}")
+    assert again.returncode == 0, again.stdout + again.stderr
+    assert "The ticket is open." in again.stdout, again.stdout
+    assert count(db, "ticket", who) == before + 1, "run again after the kill, the snippet made a second ticket"
+
+
+def test_a_confirmed_call_runs_once_under_the_key_it_was_asked_with(url: str, token: str, db: psycopg.Connection, tmp_path: Path) -> None:
+    """require_confirmation: the call stops for the user's answer (ADK's
+    confirmation request), nothing sent; the confirmed call, resumed from
+    the answer, makes one ticket, under the key derived before the stop;
+    sending the confirmation again changes nothing."""
+    who = f"py-adk-confirm-{uuid.uuid4().hex[:8]}"
+
+    async def scenario() -> tuple[int, list[dict[str, Any]], list[dict[str, Any]]]:
+        async with idemflow.AsyncClient(url, token) as c:
+            tool = IdemflowTool(c, name="create_ticket", description="Create a ticket.", path="/v1/tickets", args_schema=Ticket, require_confirmation=True)
+            runner = Runner(app=app(who, tool), session_service=SqliteSessionService(str(tmp_path / "s.db")))
+            asked = await turn(runner, who)
+            before = count(db, "ticket", who)
+            session = await runner.session_service.get_session(app_name="support_app", user_id="u", session_id=who)
+            assert session is not None
+            request = next(call for e in session.events for call in e.get_function_calls() if call.name == "adk_request_confirmation")
+            confirm = types.Content(
+                role="user",
+                parts=[types.Part(function_response=types.FunctionResponse(id=request.id, name="adk_request_confirmation", response={"confirmed": True}))],
+            )
+            answers = []
+            async for event in run_durably(runner, user_id="u", session_id=who, new_message=confirm):
+                answers += [dict(r.response or {}) for r in event.get_function_responses()]
+            return before, asked, answers
+
+    before, asked, answers = asyncio.run(scenario())
+    print(f"confirmation: asked {asked}; {before} tickets before the answer; then {answers}")
+    assert before == 0
+    assert [a.get("http_status") for a in answers if "http_status" in a] == [201], answers
+    assert [a["result"]["idempotency_key"] for a in answers if "result" in a] == [asked[0]["key"]], "the confirmed call ran under another key"
+    assert count(db, "ticket", who) == 1
