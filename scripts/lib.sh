@@ -73,15 +73,23 @@ ensure_python3() {
 # build_python installs the Python client's locked packages into
 # clients/python/.venv (pip install --require-hashes, from
 # requirements.lock: every file's hash is checked), then the package itself
-# (editable, with the build backend the lock pinned). Python 3.10 or later.
+# (editable, with the build backend the lock pinned). The package runs on
+# Python 3.10 or later; its tests need 3.11 (Pydantic AI, Google ADK).
+#
+# CrewAI cannot share that environment (crewai 1.x takes openai <3, the
+# OpenAI Agents SDK >=3): its tests run in clients/python/.venv-crewai,
+# from requirements-crewai.lock, the same way (Python 3.11 or later).
 build_python() {
-  python3 -c 'import sys; sys.exit(sys.version_info < (3, 10))' || die "the Python client needs Python 3.10 or later, found $(python3 --version)"
+  python3 -c 'import sys; sys.exit(sys.version_info < (3, 11))' || die "the Python client's tests need Python 3.11 or later, found $(python3 --version)"
   echo "installing the Python client's locked packages (pip --require-hashes)..." >&2
   (
     cd clients/python
-    [ -x .venv/bin/python ] || python3 -m venv .venv
-    .venv/bin/pip install -q --disable-pip-version-check --require-hashes --no-deps -r requirements.lock
-    .venv/bin/pip install -q --disable-pip-version-check --no-deps --no-build-isolation -e .
+    for env in .venv:requirements.lock .venv-crewai:requirements-crewai.lock; do
+      dir=${env%%:*} lock=${env#*:}
+      [ -x "$dir/bin/python" ] || python3 -m venv "$dir"
+      "$dir/bin/pip" install -q --disable-pip-version-check --require-hashes --no-deps -r "$lock"
+      "$dir/bin/pip" install -q --disable-pip-version-check --no-deps --no-build-isolation -e .
+    done
   )
 }
 

@@ -1,5 +1,5 @@
 // Package python holds idemflow's Python client (src/idemflow), its
-// LangGraph and Temporal integrations, and the test that runs its pytest
+// framework integrations, and the test that runs its pytest
 // suite against the real stack: the client's own tests, the LangGraph
 // agent SIGKILLed at four points and resumed, a Temporal agent's worker
 // SIGKILLed inside a tool activity, and the official MCP SDK over stdio
@@ -22,17 +22,18 @@ import (
 	"github.com/idemflow/idemflow/internal/tooling/testenv"
 )
 
-// venv is the Python of the package's virtual environment, with the locked
+// venv is the Python of one of the package's virtual environments (.venv,
+// or .venv-crewai for CrewAI, which cannot share it), with the locked
 // packages installed.
-func venv(t *testing.T) string {
+func venv(t *testing.T, dir, lock string) string {
 	t.Helper()
-	py, err := filepath.Abs(filepath.Join(".venv", "bin", "python"))
+	py, err := filepath.Abs(filepath.Join(dir, "bin", "python"))
 	if err != nil {
 		t.Fatal(err)
 	}
 	if _, err := os.Stat(py); err != nil {
-		t.Fatal("the Python package is not installed: run scripts/test.sh, or in clients/python: python3 -m venv .venv && " +
-			".venv/bin/pip install --require-hashes --no-deps -r requirements.lock && .venv/bin/pip install --no-deps --no-build-isolation -e .")
+		t.Fatalf("the Python package is not installed in %[1]s: run scripts/test.sh, or in clients/python: python3 -m venv %[1]s && "+
+			"%[1]s/bin/pip install --require-hashes --no-deps -r %[2]s && %[1]s/bin/pip install --no-deps --no-build-isolation -e .", dir, lock)
 	}
 	return py
 }
@@ -42,7 +43,7 @@ func venv(t *testing.T) string {
 // Its HTTP tools answer as downstreams do: refund_queued's with a 202 (the
 // refund queued), and with a 422 above the captured amount.
 func TestThePythonPackageAgainstTheStack(t *testing.T) {
-	py := venv(t)
+	py := venv(t, ".venv", "requirements.lock")
 	bin, err := filepath.Abs(filepath.Join("..", "..", "bin", "idemflow"))
 	if err != nil {
 		t.Fatal(err)
@@ -87,5 +88,33 @@ func TestThePythonPackageAgainstTheStack(t *testing.T) {
 	t.Log(string(out))
 	if err != nil {
 		t.Fatalf("pytest: %v", err)
+	}
+}
+
+// CrewAI's tests (tests/crewai) in their own environment, against the
+// stack: a flow SIGKILLed mid call and kicked off again, its controls, and
+// the shared key vectors. The main suite leaves tests/crewai to this test
+// (tests/conftest.py), which fails where the environment is missing.
+func TestCrewAIAgainstTheStack(t *testing.T) {
+	py := venv(t, ".venv-crewai", "requirements-crewai.lock")
+	s := testenv.NewStack(t, testenv.Options{})
+	args := []string{"-m", "pytest", "-q", "-s", "-p", "no:cacheprovider", "tests/crewai"}
+	if run := os.Getenv("IDEMFLOW_PYTEST_K"); run != "" {
+		args = append(args, "-k", run)
+	}
+	cmd := exec.Command(py, args...)
+	cmd.Env = append(os.Environ(),
+		"IDEMFLOW_PYTEST_SUITE=crewai",
+		"IDEMFLOW_URL="+s.URL,
+		"IDEMFLOW_TOKEN="+s.Tokens[testenv.TenantA],
+		"DATABASE_URL="+s.DatabaseURL,
+		"PYTHONUNBUFFERED=1",
+		// No network: CrewAI's telemetry and tracing stay off.
+		"CREWAI_DISABLE_TELEMETRY=true", "CREWAI_TRACING_ENABLED=false", "OTEL_SDK_DISABLED=true",
+	)
+	out, err := cmd.CombinedOutput()
+	t.Log(string(out))
+	if err != nil {
+		t.Fatalf("pytest tests/crewai: %v", err)
 	}
 }

@@ -103,3 +103,26 @@ def with_worker_snippet(code: str, module: str, folder: Path, customer: str, run
         logs, _ = w.communicate(timeout=30)
         print(f"the worker's output: {logs}")
     return out, logs
+
+
+def kill_snippet_mid_call_and_rerun(code: str, folder: Path, url: str, tickets: Callable[[], int]) -> subprocess.CompletedProcess[str]:
+    """Runs a documented program (code, saved as folder/agent.py, with
+    clients/python importable for its scripted model) against url through
+    a proxy that drops the answer of its first call; SIGKILLs it while the
+    call waits, checks that the call made its ticket (tickets() counts
+    them, one more than before), and runs it again to its end."""
+    from .wire import Proxy
+
+    (folder / "agent.py").write_text(code)
+    before = tickets()
+    proxy = Proxy(url, "answer-lost", hold=True)
+    env = {**os.environ, "IDEMFLOW_URL": proxy.url, "PYTHONUNBUFFERED": "1", "PYTHONPATH": HERE}
+    try:
+        first = subprocess.Popen([sys.executable, "agent.py"], cwd=folder, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        assert proxy.hit.wait(90), "the program never called the tool"
+        first.kill()  # SIGKILL, while the call waits for its answer
+        first.communicate(timeout=30)
+        assert tickets() == before + 1, "the killed call made no ticket"
+        return subprocess.run([sys.executable, "agent.py"], cwd=folder, env=env, capture_output=True, text=True, timeout=180)
+    finally:
+        proxy.close()

@@ -12,8 +12,6 @@ from __future__ import annotations
 import asyncio
 import json
 import os
-import subprocess
-import sys
 import uuid
 from pathlib import Path
 from typing import Any
@@ -209,26 +207,15 @@ def test_the_docs_snippet_runs(url: str, db: psycopg.Connection, tmp_path: Path)
     section = docs_text().split("# Google ADK (Python 3.11+)\n", 1)[1]
     snippet = section.split("```python\n", 1)[1].split("```", 1)[0]
     assert 'model="gemini-2.5-flash"' in snippet and '"ticket-42"' in snippet
-    who = "c-1"
     session = f"ticket-docs-{uuid.uuid4().hex[:6]}"
     model = 'model=__import__("tests.agents.adk_agent", fromlist=["ScriptedModel"]).ScriptedModel(customer="c-1")'
-    (tmp_path / "agent.py").write_text(snippet.replace('model="gemini-2.5-flash"', model).replace('"ticket-42"', repr(session)))
-    before = count(db, "ticket", who)
-    proxy = Proxy(url, "answer-lost", hold=True)
-    env = {**agent_env(proxy.url), "PYTHONPATH": children.HERE}
-    try:
-        first = subprocess.Popen([sys.executable, "agent.py"], cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-        assert proxy.hit.wait(90), "the snippet never called the tool"
-        first.kill()  # SIGKILL, while the call waits for its answer
-        first.communicate(timeout=30)
-        assert count(db, "ticket", who) == before + 1, "the killed call made no ticket"
-        again = subprocess.run([sys.executable, "agent.py"], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120)
-    finally:
-        proxy.close()
-    print(f"the docs' snippet, killed and run again: {again.stdout!r}")
+    code = snippet.replace('model="gemini-2.5-flash"', model).replace('"ticket-42"', repr(session))
+    before = count(db, "ticket", "c-1")
+    again = children.kill_snippet_mid_call_and_rerun(code, tmp_path, url, lambda: count(db, "ticket", "c-1"))
+    print(f"the docs' snippet, killed and run again: {again.stdout[-300:]!r}")
     assert again.returncode == 0, again.stdout + again.stderr
     assert "The ticket is open." in again.stdout, again.stdout
-    assert count(db, "ticket", who) == before + 1, "run again after the kill, the snippet made a second ticket"
+    assert count(db, "ticket", "c-1") == before + 1, "run again after the kill, the snippet made a second ticket"
 
 
 def test_a_confirmed_call_runs_once_under_the_key_it_was_asked_with(url: str, token: str, db: psycopg.Connection, tmp_path: Path) -> None:

@@ -13,24 +13,32 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 HEADER = """\
-# requirements.lock's pins without their hashes, for
-#   pip install -c clients/python/constraints.txt './clients/python[EXTRA]'
-# (docs/agents.md): an extra then installs the versions the tests ran with.
+# {lock}'s pins without their hashes, for
+#   pip install -c clients/python/{name} './clients/python[EXTRA]'
+# ({doc}): an extra then installs the versions the tests ran with.
 # tests/test_constraints.py holds this file to the lock.
 """
 
+#: Each constraints file, the lock it is made from, and where its install
+#: line is documented.
+FILES = [
+    ("constraints.txt", "requirements.lock", "docs/agents/"),
+    ("constraints-crewai.txt", "requirements-crewai.lock", "docs/agents/crewai.md"),
+]
 
-def expected() -> str:
+
+def expected(name: str, lock: str, doc: str) -> str:
     pins = []
-    for line in (ROOT / "requirements.lock").read_text().splitlines():
+    for line in (ROOT / lock).read_text().splitlines():
         m = re.match(r"^([A-Za-z0-9_.\-\[\]]+==[^\s\\]+(?: ; [^\\]+?)?)\s*\\?$", line)
         if m:
             pins.append(m.group(1).strip())
-    assert pins, "requirements.lock pins nothing"
-    return HEADER + "\n".join(pins) + "\n"
+    assert pins, f"{lock} pins nothing"
+    return HEADER.format(lock=lock, name=name, doc=doc) + "\n".join(pins) + "\n"
 
 
 def test_the_constraints_are_the_locks_pins() -> None:
-    want = expected()
-    got = (ROOT / "constraints.txt").read_text()
-    assert got == want, "constraints.txt is not requirements.lock's pins; write it as:\n" + want
+    for name, lock, doc in FILES:
+        want = expected(name, lock, doc)
+        got = (ROOT / name).read_text()
+        assert got == want, f"{name} is not {lock}'s pins; write it as:\n" + want

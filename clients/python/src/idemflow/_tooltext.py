@@ -39,6 +39,7 @@ RESUME = {
     "pydantic_ai": "resume the agent from its saved history (run_durably), or let Temporal make the activity's next attempt under the same key",
     "dbos": "the DBOS step waits on under the same key",
     "adk": "resume the invocation with its invocation_id (run_durably) to wait for its answer",
+    "crewai": "the same call with the same arguments waits on under the same key",
 }
 
 
