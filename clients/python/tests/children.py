@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import queue
 import subprocess
@@ -10,7 +11,12 @@ import sys
 import threading
 from collections.abc import Callable, Coroutine
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    import psycopg
+
+    from .wire import Fault
 
 HERE = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -88,6 +94,50 @@ def kill_mid_call_and_rerun(module: str, args: list[str], env: dict[str, str], h
     return seen, p, lines_of(lines)
 
 
+def agent_env(url: str) -> dict[str, str]:
+    """The environment of an agent process a kill test starts, idemflow at url."""
+    return {**os.environ, "IDEMFLOW_URL": url, "PYTHONUNBUFFERED": "1"}
+
+
+def kill_case(
+    module: str,
+    name: str,
+    thread: str,
+    args: list[str],
+    url: str,
+    db: psycopg.Connection,
+    *,
+    tickets: int,
+    replayed: bool,
+    fault: Fault = "answer-lost",
+    resumed: str | None = None,
+) -> None:
+    """One case of a framework's kill test: python -m module (with
+    --thread thread and args) behind a proxy that faults its first call
+    (the answer dropped after idemflow executed it, or the request held
+    before it arrived), SIGKILLed while the call waits, then run again as
+    the app resumes it, to its end. The rerun must end (DONE), the thread
+    hold tickets tickets, and the tool's answer the agent printed be a
+    replay or not as replayed says; where resumed is given, the rerun
+    must say it resumed (a line starting with it)."""
+    from .conftest import count
+    from .wire import Proxy
+
+    proxy = Proxy(url, fault, hold=True)
+    try:
+        seen, p, out = kill_mid_call_and_rerun(module, ["--thread", thread, *args], agent_env(proxy.url), proxy.hit)
+    finally:
+        proxy.close()
+    assert p.returncode == 0 and any(s.startswith("DONE") for s in out), out
+    n = count(db, "ticket", thread)
+    print(f"{name}: {n} tickets after the kill and the rerun; keys {[k for k in proxy.keys if k]}; {seen} then {out}")
+    assert n == tickets, out
+    answer = json.loads(next(s for s in out if s.startswith("tool create_ticket ")).split(" ", 2)[2])
+    assert answer["replayed"] is replayed, out
+    if resumed is not None:
+        assert any(s.startswith(resumed) for s in out), out
+
+
 def with_worker_snippet(code: str, module: str, folder: Path, customer: str, run: Callable[[], Coroutine[Any, Any, str]]) -> tuple[str, str]:
     """Runs a documented worker program (code, saved as module in folder)
     as a process, with IDEMFLOW_AGENT_CUSTOMER set to customer, while
@@ -116,7 +166,7 @@ def kill_snippet_mid_call_and_rerun(code: str, folder: Path, url: str, tickets: 
     (folder / "agent.py").write_text(code)
     before = tickets()
     proxy = Proxy(url, "answer-lost", hold=True)
-    env = {**os.environ, "IDEMFLOW_URL": proxy.url, "PYTHONUNBUFFERED": "1", "PYTHONPATH": HERE}
+    env = {**agent_env(proxy.url), "PYTHONPATH": HERE}
     try:
         first = subprocess.Popen([sys.executable, "agent.py"], cwd=folder, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
         assert proxy.hit.wait(90), "the program never called the tool"

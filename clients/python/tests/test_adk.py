@@ -10,8 +10,6 @@ reaching the model, and a call nothing durable names gets no key."""
 from __future__ import annotations
 
 import asyncio
-import json
-import os
 import uuid
 from pathlib import Path
 from typing import Any
@@ -32,11 +30,6 @@ from .agents.adk_agent import NaiveTool, ScriptedModel, Ticket, app
 from .conftest import count, docs_text
 from .wire import Fault, Proxy
 
-
-def agent_env(url: str) -> dict[str, str]:
-    return {**os.environ, "IDEMFLOW_URL": url, "PYTHONUNBUFFERED": "1"}
-
-
 CASES: list[tuple[str, Fault, tuple[str, ...], int, bool]] = [
     # name, fault, extra arguments, tickets after the kill and the rerun, the rerun's answer replayed
     ("resumed invocation, answer lost", "answer-lost", (), 1, True),
@@ -51,24 +44,13 @@ def test_a_killed_adk_agent_resumes_its_invocation_without_a_duplicate(
     name: str, fault: Fault, extra: tuple[str, ...], tickets: int, replayed: bool, url: str, db: psycopg.Connection, tmp_path: Path
 ) -> None:
     thread = f"py-adk-{name.split(':')[0].split(',')[-1].strip().replace(' ', '-')}-{uuid.uuid4().hex[:6]}"
-    state = tmp_path / "sessions.db"
-    proxy = Proxy(url, fault, hold=True)
-    try:
-        # The first POST reaches the gateway and its answer is dropped (or
-        # it never arrives), and the agent is SIGKILLed while it waits.
-        # The app then runs again, the way it resumes an invocation.
-        args = ["--thread", thread, "--state", str(state), *extra]
-        seen, p, out = children.kill_mid_call_and_rerun("tests.agents.adk_agent", args, agent_env(proxy.url), proxy.hit)
-    finally:
-        proxy.close()
-    assert p.returncode == 0 and any(s.startswith("DONE") for s in out), out
-    n = count(db, "ticket", thread)
-    print(f"{name}: {n} tickets after the kill and the rerun; {seen} then {out}")
-    assert n == tickets, out
-    answer = json.loads(next(s for s in out if s.startswith("tool create_ticket ")).split(" ", 2)[2])
-    assert answer["replayed"] is replayed, out
-    if not extra:
-        assert any(s.startswith("resuming") for s in out), out
+    # The first POST reaches the gateway and its answer is dropped (or it
+    # never arrives), and the agent is SIGKILLed while it waits; the app
+    # then runs it again, the way it resumes.
+    args = ["--state", str(tmp_path / "sessions.db"), *extra]
+    children.kill_case(
+        "tests.agents.adk_agent", name, thread, args, url, db, tickets=tickets, replayed=replayed, fault=fault, resumed=None if extra else "resuming"
+    )
 
 
 def message(text: str = "Open a ticket.") -> types.Content:
