@@ -269,13 +269,19 @@ def _deref(node: Any) -> Any:
     return node
 
 
-def _field_schemas(case: Case) -> dict[str, Any]:
-    """The request body's properties, by name, from the served document."""
+def _request_schema(case: Case) -> Any:
+    """The request body's schema node in the served document (the document
+    fetched once a run), as written there, or None."""
     with _lock:
         if not _document:
             _document.update(requests.get(URL + "/openapi.json", timeout=30).json())
     op = _deref(_document["paths"].get(case.path, {}).get(case.method.lower(), {}))
-    schema = _deref(((op.get("requestBody") or {}).get("content") or {}).get("application/json", {}).get("schema", {}))
+    return ((op.get("requestBody") or {}).get("content") or {}).get("application/json", {}).get("schema")
+
+
+def _field_schemas(case: Case) -> dict[str, Any]:
+    """The request body's properties, by name, from the served document."""
+    schema = _deref(_request_schema(case) or {})
     props = schema.get("properties", {}) if isinstance(schema, dict) else {}
     return {name: _deref(p) for name, p in props.items()} if isinstance(props, dict) else {}
 
@@ -294,12 +300,26 @@ def _resolved(node: Any, depth: int = 0) -> Any:
     return node
 
 
-def _body_schema(case: Case) -> dict[str, Any] | None:
-    """The served contract's schema of the request body, resolved."""
-    _field_schemas(case)  # loads the document once
-    op = _deref(_document["paths"].get(case.path, {}).get(case.method.lower(), {}))
-    schema = ((op.get("requestBody") or {}).get("content") or {}).get("application/json", {}).get("schema")
-    return _resolved(schema) if isinstance(schema, dict) else None
+# Each operation's resolved body schema and its validator, made once a run.
+_body_schemas: dict[tuple[str, str], tuple[dict[str, Any], Any] | None] = {}
+
+
+def _body_schema(case: Case) -> tuple[dict[str, Any], Any] | None:
+    """The served contract's schema of the request body, resolved, with a
+    validator of it (formats left out: OpenAPI 3.1 makes them annotations,
+    which a server need not enforce)."""
+    at = (case.path, case.method.lower())
+    with _lock:
+        if at in _body_schemas:
+            return _body_schemas[at]
+    schema = _request_schema(case)
+    made = None
+    if isinstance(schema, dict):
+        resolved = _resolved(schema)
+        made = (resolved, jsonschema_rs.validator_for(resolved, validate_formats=False))
+    with _lock:
+        _body_schemas[at] = made
+    return made
 
 
 def _top(field: str) -> str:
@@ -310,13 +330,12 @@ def _top(field: str) -> str:
     return re.split(r"[.\[]", field, maxsplit=1)[0]
 
 
-def broken_fields(schema: dict[str, Any], body: dict[str, Any]) -> set[str]:
-    """The body's top-level members the schema finds broken: the first
+def broken_fields(validator: Any, body: dict[str, Any]) -> set[str]:
+    """The body's top-level members the validator finds broken: the first
     member of each error's path, the member a required rule misses, the
-    members an additionalProperties rule refuses. Formats are left out:
-    OpenAPI 3.1 makes them annotations, which a server need not enforce."""
+    members an additionalProperties rule refuses."""
     found: set[str] = set()
-    for err in jsonschema_rs.validator_for(schema, validate_formats=False).iter_errors(body):
+    for err in validator.iter_errors(body):
         path = list(err.instance_path)
         kind = err.kind
         if path:
@@ -326,6 +345,12 @@ def broken_fields(schema: dict[str, Any], body: dict[str, Any]) -> set[str]:
         elif isinstance(kind, jsonschema_rs.ValidationErrorKind.AdditionalProperties):
             found.update(str(u) for u in kind.unexpected)
     return found
+
+
+def named_fields(problem: Any) -> set[str]:
+    """The top-level members a problem's errors name."""
+    errors = problem.get("errors") or [] if isinstance(problem, dict) else []
+    return {_top(str(e.get("field", ""))) for e in errors if isinstance(e, dict)}
 
 
 @schemathesis.check
@@ -344,14 +369,15 @@ def idemflow_every_field_named(ctx: Any, response: Response, case: Case) -> bool
         body = json.loads(response.request.body)
     except ValueError:
         return None
-    schema = _body_schema(case)
-    if not isinstance(body, dict) or schema is None:
+    made = _body_schema(case)
+    if not isinstance(body, dict) or made is None:
         return None
-    broken = broken_fields(schema, body)
+    schema, validator = made
+    broken = broken_fields(validator, body)
     if not broken:
         return None  # refused by a rule the schema cannot state (x-unique-by)
     judged("idemflow_every_field_named")
-    named = {_top(str(e.get("field", ""))) for e in problem.get("errors") or [] if isinstance(e, dict)}
+    named = named_fields(problem)
     missing = sorted(broken - named)
     assert not missing, f"the 400 names {sorted(named)}, but the contract's schema also finds {missing} broken: {response.text[:400]}"
     # Generated refusals mostly break one rule: one more fault, a member
@@ -362,9 +388,8 @@ def idemflow_every_field_named(ctx: Any, response: Response, case: Case) -> bool
         worse = {**body, extra: 1}
         again = resend(response, body=json.dumps(worse).encode())
         assert again.status_code == 400, f"the body with {extra} added as well was answered {again.status_code}: {again.text[:300]}"
-        errors = again.json().get("errors") or []
-        named = {_top(str(e.get("field", ""))) for e in errors if isinstance(e, dict)}
-        missing = sorted(broken_fields(schema, worse) - named)
+        named = named_fields(again.json())
+        missing = sorted(broken_fields(validator, worse) - named)
         assert not missing, f"with {extra} added, the 400 names {sorted(named)}, not {missing}: {again.text[:400]}"
     return True
 
