@@ -107,25 +107,29 @@ func abridgedFrom(block, file string) error {
 	return nil
 }
 
-// codeOf is a Go line without its trailing comment (a "//" outside a
-// string), its spaces collapsed. A directive (//go:embed) is code.
+// codeOf is a Go line without its trailing comment, its spaces
+// collapsed. A directive (//go:embed) is code.
 func codeOf(line string) string {
 	l := strings.TrimSpace(line)
 	if !strings.HasPrefix(l, "//go:") {
-		var quote rune
-		for i, r := range l {
-			switch {
-			case quote != 0 && r == quote && (quote == '`' || i == 0 || l[i-1] != '\\'):
-				quote = 0
-			case quote == 0 && (r == '"' || r == '`'):
-				quote = r
-			case quote == 0 && strings.HasPrefix(l[i:], "//"):
-				l = l[:i]
-			}
-			if len(l) <= i {
-				break
-			}
-		}
+		l = l[:commentAt(l)]
 	}
 	return strings.Join(strings.Fields(l), " ")
+}
+
+// commentAt is where l's trailing comment starts (a "//" outside a
+// string), or len(l).
+func commentAt(l string) int {
+	var quote rune
+	for i, r := range l {
+		switch {
+		case quote != 0 && r == quote && (quote == '`' || l[i-1] != '\\'):
+			quote = 0
+		case quote == 0 && (r == '"' || r == '`'):
+			quote = r
+		case quote == 0 && strings.HasPrefix(l[i:], "//"):
+			return i
+		}
+	}
+	return len(l)
 }
