@@ -8,6 +8,7 @@ package apperr
 import (
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 )
 
@@ -37,6 +38,11 @@ type Invalid struct{ fields []FieldError }
 // Add records a field error.
 func (v *Invalid) Add(field, format string, args ...any) {
 	v.fields = append(v.fields, FieldError{Field: field, Reason: fmt.Sprintf(format, args...)})
+}
+
+// Has reports whether a field error was recorded for field.
+func (v *Invalid) Has(field string) bool {
+	return slices.ContainsFunc(v.fields, func(f FieldError) bool { return f.Field == field })
 }
 
 // Err returns an *InvalidError, or nil.

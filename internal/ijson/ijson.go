@@ -73,11 +73,10 @@ func Decode(body []byte, v any) error {
 		inv.Add("body", "%s", err.Error())
 		return inv.Err()
 	}
-	named := checkNumbers(body, &inv)
+	checkNumbers(body, &inv)
 	for _, f := range findNULs(body) {
-		if !named[f] {
+		if !inv.Has(f) {
 			inv.Add(f, "contains U+0000, which cannot be stored")
-			named[f] = true
 		}
 	}
 	if semErr != nil {
@@ -85,7 +84,7 @@ func Decode(body []byte, v any) error {
 		// number beyond a double is not an integer either).
 		var n notAnInteger
 		switch field := fieldName(semErr.JSONPointer); {
-		case named[field]:
+		case inv.Has(field):
 		case errors.Is(err, jsonv2.ErrUnknownName):
 			inv.Add(field, UnknownMember)
 		case errors.As(err, &n):

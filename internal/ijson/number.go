@@ -29,24 +29,21 @@ const MaxExactInteger = 1<<53 - 1
 // requests could share a fingerprint, and the step or downstream would get
 // a value the fingerprint does not cover. A body whose numbers are all
 // short is not tokenized.
-func checkNumbers(body []byte, inv *apperr.Invalid) map[string]bool {
-	named := map[string]bool{}
+func checkNumbers(body []byte, inv *apperr.Invalid) {
 	if !mayBeInexact(body) {
-		return named
+		return
 	}
 	dec := jsontext.NewDecoder(bytes.NewReader(body))
 	for {
 		tok, err := dec.ReadToken()
 		if err != nil {
-			return named // the decoder proper reports a syntax error
+			return // the decoder proper reports a syntax error
 		}
 		if tok.Kind() != '0' {
 			continue
 		}
 		if reason := inexact(tok.String()); reason != "" {
-			field := fieldName(dec.StackPointer())
-			inv.Add(field, "%s", reason)
-			named[field] = true
+			inv.Add(fieldName(dec.StackPointer()), "%s", reason)
 		}
 	}
 }
