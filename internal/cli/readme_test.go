@@ -126,11 +126,11 @@ func TestEveryReadmeCommandLineRuns(t *testing.T) {
 			env = append(env, kv)
 		}
 	}
-	sh := func(line string, within time.Duration) (code int, out string, running bool) {
+	sh := func(line string, within time.Duration, extra ...string) (code int, out string, running bool) {
 		ctx, cancel := context.WithTimeout(context.Background(), within)
 		defer cancel()
 		cmd := exec.CommandContext(ctx, "bash", "-c", line)
-		cmd.Dir, cmd.Env = root, env
+		cmd.Dir, cmd.Env = root, append(append([]string(nil), env...), extra...)
 		cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 		cmd.Cancel = func() error { return syscall.Kill(-cmd.Process.Pid, syscall.SIGINT) }
 		cmd.WaitDelay = 30 * time.Second
@@ -187,9 +187,23 @@ func TestEveryReadmeCommandLineRuns(t *testing.T) {
 				// Two minutes for chaos to build nothing and start its
 				// stack is more than it needs; what matters is that the
 				// line is accepted and starts.
-				code, out, running := sh(line, 20*time.Second)
+				// Its own TMPDIR, which every stack it makes lives
+				// under (chaos's, bench's): a short one, since sockets
+				// are made in it.
+				tmp, err := os.MkdirTemp("", "rl")
+				if err != nil {
+					t.Fatal(err)
+				}
+				defer os.RemoveAll(tmp)
+				code, out, running := sh(line, 20*time.Second, "TMPDIR="+tmp)
 				if !running && code != 0 {
 					t.Fatalf("exit %d before it was stopped:\n%s", code, out)
+				}
+				// A Ctrl-C leaves nothing it started running: not a
+				// member of its Patroni cluster, not the etcd the members
+				// share.
+				if left := testenv.Survivors(tmp, time.Minute); len(left) > 0 {
+					t.Fatalf("still running a minute after the command was stopped:\n%s", strings.Join(left, "\n"))
 				}
 				return
 			}

@@ -21,6 +21,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"time"
 
@@ -475,32 +476,48 @@ func (c *Cluster) Switchover(ctx context.Context) (string, error) {
 	return candidate, nil
 }
 
-// Stop stops HAProxy, the members and etcd.
+// Stop stops HAProxy, the members and etcd, within stopGrace and a
+// moment: every member is asked at once. One by one, each leader's stop
+// handed the lead to the next member, whose own stop then waited for it,
+// and a caller stopped by Ctrl-C was killed before the last ones (and
+// etcd) were reached: they ran on with nobody to stop them.
 func (c *Cluster) Stop() {
 	if c.haproxy != nil {
 		c.haproxy.kill()
 	}
+	var wg sync.WaitGroup
 	for _, m := range c.members {
-		if m.proc != nil {
-			m.proc.stop(15 * time.Second)
-		}
-		// A postmaster its Patroni left (killed, or stopped too late).
-		if b, err := os.ReadFile(filepath.Join(m.dir, "postmaster.pid")); err == nil {
-			first, _, _ := strings.Cut(string(b), "\n")
-			if pid, err := strconv.Atoi(strings.TrimSpace(first)); err == nil && pid > 1 {
-				for _, p := range append(childrenOf(pid), pid) {
-					_ = syscall.Kill(p, syscall.SIGKILL)
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if m.proc != nil {
+				m.proc.stop(stopGrace)
+			}
+			// A postmaster its Patroni left (killed, or stopped too late).
+			if b, err := os.ReadFile(filepath.Join(m.dir, "postmaster.pid")); err == nil {
+				first, _, _ := strings.Cut(string(b), "\n")
+				if pid, err := strconv.Atoi(strings.TrimSpace(first)); err == nil && pid > 1 {
+					for _, p := range append(childrenOf(pid), pid) {
+						_ = syscall.Kill(p, syscall.SIGKILL)
+					}
 				}
 			}
-		}
-		if m.link != nil {
-			_ = m.link.Close()
-		}
+			if m.link != nil {
+				_ = m.link.Close()
+			}
+		}()
 	}
+	wg.Wait()
+	// Last: a member stopping still writes to etcd (it gives up its
+	// leader key).
 	if c.etcd != nil {
 		c.etcd.kill()
 	}
 }
+
+// stopGrace is how long Stop waits for a member's Patroni to stop its
+// PostgreSQL before it kills both.
+const stopGrace = 10 * time.Second
 
 func (c *Cluster) member(name string) *member {
 	for _, m := range c.members {
@@ -530,6 +547,12 @@ func (c *Cluster) start(name, logPath, bin string, args ...string) (*process, er
 	return c.startAs(c.cred, name, logPath, bin, args...)
 }
 
+// startAs starts bin as cred's user, in a process group of its own (a
+// Ctrl-C of the caller reaches it only through Stop), and tied to the
+// caller's life: if the caller dies without Stop (SIGKILLed, or killed
+// while Stop waits), the kernel signals it (Linux's parent-death signal).
+// Patroni gets SIGTERM, so that it stops its PostgreSQL; the others
+// (etcd, HAProxy) hold nothing worth a clean stop and are killed.
 func (c *Cluster) startAs(cred *syscall.Credential, name, logPath, bin string, args ...string) (*process, error) {
 	log, err := os.OpenFile(logPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
 	if err != nil {
@@ -539,7 +562,11 @@ func (c *Cluster) startAs(cred *syscall.Credential, name, logPath, bin string, a
 	cmd := exec.Command(bin, args...)
 	cmd.Stdout, cmd.Stderr = log, log
 	cmd.Dir = c.cfg.Dir
-	cmd.SysProcAttr = &syscall.SysProcAttr{Credential: cred, Setpgid: true}
+	death := syscall.SIGKILL
+	if bin == binaries["patroni"] {
+		death = syscall.SIGTERM
+	}
+	cmd.SysProcAttr = &syscall.SysProcAttr{Credential: cred, Setpgid: true, Pdeathsig: death}
 	if err := cmd.Start(); err != nil {
 		return nil, fmt.Errorf("patroni: start %s: %w", name, err)
 	}

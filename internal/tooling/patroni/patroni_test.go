@@ -4,10 +4,13 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"io"
+	"strings"
 	"sync"
 	"testing"
 	"time"
 
+	"github.com/idemflow/idemflow/internal/tooling/devserver"
 	"github.com/idemflow/idemflow/internal/tooling/patroni"
 	"github.com/idemflow/idemflow/internal/tooling/testenv"
 )
@@ -244,4 +247,38 @@ func check(t *testing.T, r route, l *load) report {
 		t.Fatal(err)
 	}
 	return rep
+}
+
+// TestMain lets the test binary be a program that starts a cluster in
+// the directory its one argument names, and holds it until killed.
+func TestMain(m *testing.M) {
+	testenv.Main(m, func(ctx context.Context, args []string, stdout, _ io.Writer) int {
+		c, err := patroni.Start(ctx, patroni.Config{Dir: args[0], Ports: devserver.FreePort})
+		if err != nil {
+			fmt.Fprintln(stdout, err)
+			return 1
+		}
+		fmt.Fprintln(stdout, "cluster up:", c.HAProxyAddr())
+		<-ctx.Done()
+		c.Stop()
+		return 0
+	})
+}
+
+// A cluster whose program is SIGKILLed, so that Stop never runs, does not
+// outlive it: no member, no PostgreSQL, no etcd or HAProxy is left
+// running. (chaos --pg-cluster patroni killed mid teardown left etcd, a
+// member and its PostgreSQL serving with nobody to stop them.)
+func TestAClusterDiesWithTheProgramThatStartedIt(t *testing.T) {
+	dir := t.TempDir()
+	child := testenv.StartChild(t, nil, "cluster up:", dir)
+	child.WaitUp(t, 3*time.Minute)
+	if n := len(testenv.ProcessesNaming(dir)); n < 8 {
+		t.Fatalf("only %d processes name %s: the check below would miss what it looks for", n, dir)
+	}
+	_ = child.Cmd.Process.Kill()
+	<-child.Done
+	if left := testenv.Survivors(dir, time.Minute); len(left) > 0 {
+		t.Fatalf("a minute after its program was SIGKILLed, the cluster still runs:\n%s", strings.Join(left, "\n"))
+	}
 }
