@@ -938,10 +938,30 @@ func (r *run) waitHealthy(ctx context.Context) error {
 			for _, g := range r.gateways {
 				tail += "\n" + g.name + ":\n" + g.tail()
 			}
-			return fmt.Errorf("gateway %s not ready: %w%s", u, err, tail)
+			return fmt.Errorf("gateway %s not ready: %w%s%s", u, err, tail, r.postgresState())
 		}
 	}
 	return nil
+}
+
+// postgresState says whether the run's private PostgreSQL takes a
+// connection, with the end of its log: a gateway that is not ready
+// names it as a dependency, and this tells which side failed.
+func (r *run) postgresState() string {
+	if r.pg == nil {
+		return ""
+	}
+	dial := "takes connections"
+	if c, err := net.DialTimeout("tcp", r.pg.Addr(), 5*time.Second); err != nil {
+		dial = "takes no connection: " + err.Error()
+	} else {
+		_ = c.Close()
+	}
+	b, _ := os.ReadFile(r.pg.LogPath())
+	if len(b) > 3000 {
+		b = b[len(b)-3000:]
+	}
+	return fmt.Sprintf("\nPostgreSQL at %s %s; its log ends:\n%s", r.pg.Addr(), dial, strings.TrimSpace(string(b)))
 }
 
 func (r *run) close() {

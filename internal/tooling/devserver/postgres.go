@@ -340,6 +340,9 @@ func (p *Postgres) Port() int { return p.port }
 // Addr is where a private server listens: 127.0.0.1 and its port.
 func (p *Postgres) Addr() string { return "127.0.0.1:" + strconv.Itoa(p.port) }
 
+// LogPath is a private server's log.
+func (p *Postgres) LogPath() string { return filepath.Join(p.dir, "server.log") }
+
 // Kill SIGKILLs a private server and every backend of it at once (the
 // postmaster's process group: pg_ctl starts it in a session of its own),
 // as a machine that loses its power does: nothing is flushed or handed
