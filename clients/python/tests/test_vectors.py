@@ -43,6 +43,7 @@ def test_the_vectors_are_there() -> None:
         and KEYS["pydantic_ai"]
         and KEYS["dbos"]
         and KEYS["adk"]
+        and KEYS["llamaindex"]
     )
 
 
@@ -192,6 +193,13 @@ def test_dbos_step_key(c: dict[str, Any]) -> None:
     from idemflow.pydantic_ai import step_key
 
     assert step_key(c["workflow_id"], c["step_id"], c["tool"]) == c["key"]
+
+
+@pytest.mark.parametrize("c", KEYS["llamaindex"], ids=lambda c: c["name"])
+def test_llamaindex_key(c: dict[str, Any]) -> None:
+    from idemflow.llamaindex import call_key
+
+    assert call_key(c["turn"], c["tool_id"], c["tool"]) == c["key"]
 
 
 @pytest.mark.parametrize("c", KEYS["adk"], ids=lambda c: c["name"])

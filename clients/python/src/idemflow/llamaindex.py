@@ -1,0 +1,228 @@
+"""LlamaIndex: a tool for a FunctionAgent that runs one of idemflow's
+operations exactly once per intended call, and the run that keeps its key
+across a crash.
+
+What LlamaIndex keeps, read in llama-index-core 0.14.25 (workflows
+2.26): nothing, until the app saves it. A run lives in memory; the app
+saves its Context with ``ctx.to_dict()`` and restores it with
+``Context.from_dict``. A saved context holds the run's store and each
+step in progress with the event it handles: a tool call's ``ToolCall``,
+with the model's ``tool_id``. The agent's memory (the conversation) is
+not in it. A run restored from a context saved while a call was in
+progress runs that call's step again with the same ``ToolCall``; one
+restored from an earlier save asks the model again, which writes new
+IDs. And a plain run writes a call's ``ToolCall`` to the event stream as
+the tool starts, not before: an app that saves on it races the call.
+
+So the call stops before it acts, as LlamaIndex's own human-in-the-loop
+steps do (``ctx.wait_for_event``): the tool writes ``CallPending`` with
+its key to the stream and waits for ``Proceed``; the app saves the
+context there, then lets it proceed. Restored from that save, the step
+runs again with the same ``ToolCall`` and the call gets its key back.
+``run_durably`` does the saving, the proceeding and the restoring.
+
+The key (``li1``) is derived from the turn, the ``tool_id`` and the
+tool's name. The turn is an ID this module's ``FunctionAgent`` puts in
+the run's store when a run starts (``init_run``), so it is saved with
+the context: the same call restored is the same key, and a later turn
+whose model reuses a ``tool_id`` (some number their calls ``call_0`` in
+every turn) is another.
+
+Needs the ``llamaindex`` extra.
+"""
+
+import json
+import os
+import uuid
+import warnings
+from collections.abc import Callable
+from contextvars import ContextVar
+from pathlib import Path
+from typing import Any
+
+from llama_index.core.agent.workflow import AgentOutput, ToolCall, ToolCallResult
+from llama_index.core.agent.workflow import FunctionAgent as _FunctionAgent
+from llama_index.core.agent.workflow.workflow_events import AgentInput, AgentWorkflowStartEvent
+from llama_index.core.llms import ChatMessage
+from llama_index.core.memory import Memory
+from llama_index.core.tools import FunctionTool
+from pydantic import BaseModel
+from workflows import Context, step
+from workflows.events import Event
+
+from ._tooltext import answer_text, arguments, refusal_text, send
+from .client import AsyncClient, Client, Intent
+from .errors import NoDurableIdentityError, ProblemError
+from .keys import derive_key
+
+__all__ = ["KEY_SCHEME", "CallPending", "FunctionAgent", "Proceed", "call_key", "idemflow_tool", "run_durably"]
+
+#: The scheme of a LlamaIndex call's key.
+KEY_SCHEME = "li1"
+
+#: Where FunctionAgent keeps the turn's ID in the run's store.
+TURN = "idemflow_turn"
+
+# The tool_id of the call the current call_tool step handles: LlamaIndex
+# hands a tool its arguments, not its call.
+_tool_id: ContextVar[str | None] = ContextVar("idemflow_llamaindex_tool_id", default=None)
+
+# Set by run_durably for the run it drives (a run's steps inherit it): a
+# call's stop waits for a Proceed that only run_durably sends.
+_durable: ContextVar[bool] = ContextVar("idemflow_llamaindex_durable", default=False)
+
+
+def call_key(turn: str, tool_id: str, tool: str) -> str:
+    """The key of one call from its parts (clients/testdata/keys.json's
+    llamaindex vectors)."""
+    return derive_key(KEY_SCHEME, turn, tool_id, tool)
+
+
+class CallPending(Event):
+    """A call about to act, in the run's event stream: save the context
+    now, then send Proceed(key=...) (run_durably does both)."""
+
+    key: str
+    tool_name: str
+    tool_id: str
+    args: dict[str, Any]
+
+
+class Proceed(Event):
+    """Lets the call under key act: the context was saved."""
+
+    key: str
+
+
+class FunctionAgent(_FunctionAgent):
+    """LlamaIndex's FunctionAgent, which gives each turn an ID in the run's
+    store and tells idemflow's tools which call they run."""
+
+    @step
+    async def init_run(self, ctx: Context, ev: AgentWorkflowStartEvent) -> AgentInput:
+        if not _durable.get():
+            # Its calls would stop and wait for a Proceed nobody sends.
+            raise NoDurableIdentityError("idemflow.llamaindex.FunctionAgent runs under run_durably, which saves the run before each call acts")
+        # A step runs once per turn: a restored run does not start again.
+        await ctx.store.set(TURN, uuid.uuid4().hex)
+        result: AgentInput = await super().init_run(ctx, ev)
+        return result
+
+    @step
+    async def call_tool(self, ctx: Context, ev: ToolCall) -> ToolCallResult:
+        token = _tool_id.set(ev.tool_id)
+        try:
+            result: ToolCallResult = await super().call_tool(ctx, ev)
+            return result
+        finally:
+            _tool_id.reset(token)
+
+
+def idemflow_tool(
+    client: Client | AsyncClient,
+    *,
+    name: str,
+    description: str,
+    path: str | Callable[[dict[str, Any]], str],
+    args_schema: type[BaseModel],
+    body: Callable[[dict[str, Any]], Any] | None = None,
+) -> FunctionTool:
+    """A tool for this module's FunctionAgent that runs one of idemflow's
+    operations (a ticket, an order, a declared operation, an HTTP tool)
+    once per intended call. path is the operation's, or a function of the
+    arguments; body makes the request's body from them (default: the
+    arguments). The model reads {http_status, replayed, result}, or for a
+    final refusal {http_status, error, problem, body, key}.
+
+    Before it acts, the call stops at CallPending (see the module's
+    comment). Then it waits for its final answer however long it takes,
+    retrying under its key: LlamaIndex hands the model whatever a tool
+    returns or raises, and a model told that a call is pending writes it
+    again, under another tool_id. A process killed while it waits is
+    restored from its save, and the call gets its key back.
+    """
+
+    async def call(ctx: Context, **kwargs: Any) -> str:
+        tool_id = _tool_id.get()
+        turn = await ctx.store.get(TURN, default=None)
+        if tool_id is None or turn is None:
+            raise NoDurableIdentityError(f"{name}: called outside idemflow.llamaindex.FunctionAgent, which names the turn and the call")
+        try:
+            args = arguments(args_schema, kwargs)
+        except ValueError as e:  # pydantic's ValidationError
+            return json.dumps({"error": "InvalidArguments", "detail": str(e)}, ensure_ascii=False)
+        key = call_key(turn, tool_id, name)
+        # LlamaIndex runs the step again from its start once Proceed
+        # arrives; the second time this returns it at once.
+        await ctx.wait_for_event(
+            Proceed,
+            waiter_event=CallPending(key=key, tool_name=name, tool_id=tool_id, args=args),
+            waiter_id=key,
+            requirements={"key": key},
+        )
+        target = path(args) if callable(path) else path
+        try:
+            return answer_text(await send(client, Intent(key, target, body(args) if body else args), float("inf")))
+        except ProblemError as e:
+            return refusal_text(e, key)
+
+    return FunctionTool.from_defaults(async_fn=call, name=name, description=description, fn_schema=args_schema)
+
+
+async def run_durably(agent: FunctionAgent, state: str | os.PathLike[str], user_msg: str | None = None) -> AgentOutput:
+    """Runs a turn of agent, saving its context (and its memory) to the
+    file state at each call's CallPending, before the call acts.
+
+    If state holds a turn that did not finish (the process was killed),
+    that turn is restored and goes on, and user_msg is not sent again:
+    every call the saved context holds at its stop proceeds under its key.
+    Otherwise a new turn starts with user_msg, on the conversation state
+    holds (or a new one). When the turn ends, state holds its context for
+    the next turn.
+    """
+    path = Path(state)
+    saved = json.loads(path.read_text()) if path.exists() else None
+    ctx = Context.from_dict(agent, saved["ctx"]) if saved else Context(agent)
+    memory = Memory.from_defaults(session_id=str(path))
+    if saved:
+        await memory.aput_messages([ChatMessage.model_validate(m) for m in saved["memory"]])
+    _durable.set(True)  # for the run's steps, which copy this context
+    if saved and saved["running"]:
+        handler = agent.run(ctx=ctx)
+        # LlamaIndex leaves the memory out of a saved context: it goes
+        # back in by hand, before any call proceeds (nothing before a call's
+        # answer reads it).
+        await handler.ctx.store.set("memory", memory)
+        for key in _stopped(saved["ctx"]):
+            handler.ctx.send_event(Proceed(key=key))
+    elif user_msg is None:
+        raise ValueError(f"{path} holds no unfinished turn, and no user_msg was given to start one")
+    else:
+        handler = agent.run(user_msg=user_msg, ctx=ctx, memory=memory)
+
+    async def save(running: bool) -> None:
+        with warnings.catch_warnings():
+            # The memory, which LlamaIndex warns it leaves out, is saved
+            # beside the context.
+            warnings.filterwarnings("ignore", message=".*unserializable key: memory")
+            doc = {"running": running, "ctx": handler.ctx.to_dict(), "memory": [m.model_dump(mode="json") for m in await memory.aget_all()]}
+        tmp = path.with_name(path.name + ".tmp")
+        tmp.write_text(json.dumps(doc))
+        os.replace(tmp, path)
+
+    async for ev in handler.stream_events():
+        if isinstance(ev, CallPending):
+            await save(running=True)
+            handler.ctx.send_event(Proceed(key=ev.key))
+    result: AgentOutput = await handler
+    await save(running=False)
+    return result
+
+
+def _stopped(ctx: dict[str, Any]) -> list[str]:
+    """The keys of the calls a saved context holds at their stop: each
+    waits for Proceed under its key. LlamaIndex writes a waiter again to
+    the stream only the first time, so a call that stopped after the save
+    was made (two calls in one answer) is found here, not in the stream."""
+    want = f"{Proceed.__module__}.{Proceed.__qualname__}"
+    return [w["waiter_id"] for worker in ctx.get("workers", {}).values() for w in worker.get("collected_waiters", []) if w.get("waiting_for_event") == want]

@@ -1,0 +1,118 @@
+"""A LlamaIndex agent for the kill tests (test_llamaindex.py): idemflow's
+FunctionAgent (LlamaIndex's, which names the turn and the call) with a
+deterministic scripted model and one tool that creates a ticket through
+idemflow, run by run_durably, which saves its context to --state at each
+call's stop. Run again with the same --thread and --state, it restores
+the turn it was killed in.
+
+    python -m tests.agents.llamaindex_agent --thread T --state FILE [--tools idemflow|naive] [--unsafe]
+
+with IDEMFLOW_URL and IDEMFLOW_TOKEN set. --tools naive is the control
+(a fresh key on every call, the same saving and restoring). --unsafe is
+what an app without a saved context can do: send the message again, a
+new turn in which the model writes the call again.
+"""
+
+import argparse
+import asyncio
+import json
+import os
+import uuid
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from llama_index.core.llms import ChatMessage, ChatResponse, MessageRole
+from llama_index.core.llms.llm import ToolSelection
+from llama_index.core.llms.mock import MockFunctionCallingLLM
+from llama_index.core.tools import FunctionTool
+from pydantic import BaseModel
+
+import idemflow
+from idemflow.llamaindex import FunctionAgent, idemflow_tool, run_durably
+
+
+class Ticket(BaseModel):
+    customer_id: str
+    title: str
+
+
+class ScriptedModel(MockFunctionCallingLLM):
+    """Asks for `calls` tickets in one answer, each with its own title,
+    until a tool's answer is the last message, then answers. Each call it
+    writes has a new ID, as a real model's; with call_id set, the first
+    call of every answer reuses that ID, as a provider that numbers calls
+    per answer does."""
+
+    customer: str = ""
+    calls: int = 1
+    call_id: str | None = None
+
+    async def achat(self, messages: Sequence[ChatMessage], **kw: Any) -> ChatResponse:
+        if messages and messages[-1].role == MessageRole.TOOL:
+            return ChatResponse(message=ChatMessage(role="assistant", content="The ticket is open."))
+        calls = [
+            ToolSelection(
+                tool_id=(self.call_id if self.call_id and i == 0 else f"call_{uuid.uuid4().hex[:12]}"),
+                tool_name="create_ticket",
+                tool_kwargs={"customer_id": self.customer, "title": "Printer on fire" + (f" #{i + 1}" if i else "")},
+            )
+            for i in range(self.calls)
+        ]
+        return ChatResponse(message=ChatMessage(role="assistant", content="", additional_kwargs={"tool_calls": calls}))
+
+    def get_tool_calls_from_response(self, response: ChatResponse, error_on_no_tool_call: bool = True, **kw: Any) -> list[ToolSelection]:
+        calls: list[ToolSelection] = response.message.additional_kwargs.get("tool_calls", [])
+        return calls
+
+
+def naive_tool(client: idemflow.AsyncClient) -> FunctionTool:
+    """The bug of the incident: a key made at call time, new on every call."""
+
+    async def create_ticket(customer_id: str, title: str) -> str:
+        r = await client.do(idemflow.Intent(str(uuid.uuid4()), "/v1/tickets", {"customer_id": customer_id, "title": title}))
+        return json.dumps({"http_status": r.status, "replayed": r.replayed, "result": r.body})
+
+    return FunctionTool.from_defaults(async_fn=create_ticket, name="create_ticket", description="Create a support ticket.")
+
+
+def agent(client: idemflow.AsyncClient, customer: str, naive: bool = False, calls: int = 1, call_id: str | None = None) -> FunctionAgent:
+    tool = (
+        naive_tool(client)
+        if naive
+        else idemflow_tool(client, name="create_ticket", description="Create a support ticket.", path="/v1/tickets", args_schema=Ticket)
+    )
+    return FunctionAgent(tools=[tool], llm=ScriptedModel(customer=customer, calls=calls, call_id=call_id), streaming=False)
+
+
+def tool_answers(state: Path) -> list[str]:
+    """The tool answers of the last turn, as the model read them."""
+    memory = json.loads(state.read_text())["memory"]
+    last_user = max(i for i, m in enumerate(memory) if m["role"] == "user")
+    return [b["text"] for m in memory[last_user:] if m["role"] == "tool" for b in m["blocks"] if b.get("block_type") == "text"]
+
+
+async def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--thread", required=True)
+    ap.add_argument("--state", required=True)
+    ap.add_argument("--tools", default="idemflow", choices=["idemflow", "naive"])
+    ap.add_argument("--unsafe", action="store_true")
+    a = ap.parse_args()
+    state = Path(a.state)
+    # The client's attempts time out fast, so that a dropped answer is
+    # retried at once (the kill comes first).
+    async with idemflow.AsyncClient(os.environ["IDEMFLOW_URL"], os.environ["IDEMFLOW_TOKEN"], attempt_timeout=3, initial_backoff=0.05, max_backoff=0.5) as c:
+        if a.unsafe:
+            # No saved context: all the app can do is send the message again.
+            state.unlink(missing_ok=True)
+        resumed = state.exists() and json.loads(state.read_text())["running"]
+        print(f"{'resuming' if resumed else 'starting'} {a.thread}", flush=True)
+        result = await run_durably(agent(c, a.thread, naive=a.tools == "naive"), state, user_msg=None if resumed else "My printer is on fire.")
+        for answer in tool_answers(state):
+            print(f"tool create_ticket {json.dumps(json.loads(answer))}", flush=True)
+        print(f"DONE {result}", flush=True)
+
+
+if __name__ == "__main__":
+    asyncio.run(main())

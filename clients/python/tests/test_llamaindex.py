@@ -1,0 +1,119 @@
+"""LlamaIndex (idemflow.llamaindex): idemflow's FunctionAgent run by
+run_durably, which saves its context at each call's stop, SIGKILLed mid
+tool call (the answer dropped after idemflow executed, or the request
+held before it arrived) and restored from the save, ends with one ticket;
+the naive control (a fresh key per call) and the unsafe app (no saved
+context, the message sent again) make two. Also: two calls in one answer
+are two tickets, a call ID reused by a later turn is a second call, a
+FunctionAgent run without run_durably is refused before any call (the
+shared key vectors are in test_vectors.py)."""
+
+import asyncio
+import json
+import uuid
+from pathlib import Path
+from typing import Any
+
+import psycopg
+import pytest
+
+import idemflow
+from idemflow.errors import NoDurableIdentityError
+from idemflow.llamaindex import run_durably
+
+from . import children
+from .agents.llamaindex_agent import agent, tool_answers
+from .conftest import count, docs_text
+from .wire import Fault
+
+CASES: list[tuple[str, Fault, tuple[str, ...], int, bool]] = [
+    # name, fault, extra arguments, tickets after the kill and the rerun, the rerun's answer replayed
+    ("restored turn, answer lost", "answer-lost", (), 1, True),
+    ("restored turn, request held", "before-received", (), 1, False),
+    ("control: fresh keys", "answer-lost", ("--tools", "naive"), 2, False),
+    ("unsafe: no saved context, the message sent again", "answer-lost", ("--unsafe",), 2, False),
+]
+
+
+@pytest.mark.parametrize("name,fault,extra,tickets,replayed", CASES, ids=[c[0] for c in CASES])
+def test_a_killed_llamaindex_agent_is_restored_without_a_duplicate(
+    name: str, fault: Fault, extra: tuple[str, ...], tickets: int, replayed: bool, url: str, db: psycopg.Connection, tmp_path: Path
+) -> None:
+    thread = f"py-llamaindex-{name.split(':')[0].split(',')[-1].strip().replace(' ', '-')}-{uuid.uuid4().hex[:6]}"
+    # The first POST reaches the gateway and its answer is dropped (or it
+    # never arrives), and the agent is SIGKILLed while it waits; the app
+    # then runs it again, which restores the turn from its save.
+    args = ["--state", str(tmp_path / "run.json"), *extra]
+    children.kill_case(
+        "tests.agents.llamaindex_agent", name, thread, args, url, db, tickets=tickets, replayed=replayed, fault=fault, resumed=None if extra else "resuming"
+    )
+
+
+def turns(url: str, token: str, state: Path, who: str, n: int, **kw: Any) -> list[bool]:
+    """n turns of one conversation, each to its end: whether each tool
+    answer was a replay."""
+
+    async def run() -> list[bool]:
+        replayed = []
+        async with idemflow.AsyncClient(url, token) as c:
+            for _ in range(n):
+                await run_durably(agent(c, who, **kw), state, user_msg="My printer is on fire.")
+                replayed += [json.loads(a)["replayed"] for a in tool_answers(state)]
+        return replayed
+
+    return asyncio.run(run())
+
+
+def test_two_calls_in_one_answer_are_two_tickets(url: str, token: str, db: psycopg.Connection, tmp_path: Path) -> None:
+    """The model asks for two tickets in one answer: two intended calls,
+    each stopped and saved before it acts, two tickets."""
+    who = f"py-llamaindex-two-{uuid.uuid4().hex[:8]}"
+    replayed = turns(url, token, tmp_path / "run.json", who, 1, calls=2)
+    n = count(db, "ticket", who)
+    print(f"two calls in one answer: replayed {replayed}, {n} tickets")
+    assert (replayed, n) == ([False, False], 2)
+
+
+def test_a_call_id_reused_in_a_later_turn_is_a_second_call(url: str, token: str, db: psycopg.Connection, tmp_path: Path) -> None:
+    """A provider that numbers calls per answer brings call_0 back in the
+    next turn of the same conversation: two turns, two tickets, neither
+    answered as the other's replay."""
+    who = f"py-llamaindex-reused-{uuid.uuid4().hex[:8]}"
+    replayed = turns(url, token, tmp_path / "run.json", who, 2, call_id="call_0")
+    n = count(db, "ticket", who)
+    print(f"two turns under call_0: replayed {replayed}, {n} tickets")
+    assert (replayed, n) == ([False, False], 2)
+
+
+def test_a_run_without_run_durably_is_refused_before_any_call(url: str, token: str, db: psycopg.Connection) -> None:
+    """agent.run() alone would stop at each call's stop for a Proceed
+    nobody sends: the run fails at its start, naming run_durably, and
+    nothing is sent."""
+    who = f"py-llamaindex-plain-{uuid.uuid4().hex[:8]}"
+
+    async def run() -> None:
+        async with idemflow.AsyncClient(url, token) as c:
+            await agent(c, who).run(user_msg="My printer is on fire.")
+
+    with pytest.raises(NoDurableIdentityError, match="run_durably"):
+        asyncio.run(run())
+    assert count(db, "ticket", who) == 0
+
+
+def test_the_docs_snippet_runs(url: str, db: psycopg.Connection, tmp_path: Path) -> None:
+    """docs/agents/llamaindex.md's program, as written, with the scripted
+    model in place of Gemini (the only change), run as a process:
+    SIGKILLed while its call waits (the answer dropped after the ticket
+    was made) and run again, it is restored and makes no second ticket."""
+    section = docs_text().split("# LlamaIndex (Python 3.11+)\n", 1)[1]
+    snippet = section.split("```python\n", 1)[1].split("```", 1)[0]
+    gemini = 'llm=GoogleGenAI(model="gemini-2.5-flash")'
+    assert gemini in snippet
+    model = 'llm=__import__("tests.agents.llamaindex_agent", fromlist=["ScriptedModel"]).ScriptedModel(customer="c-1"), streaming=False'
+    code = snippet.replace(gemini, model)
+    before = count(db, "ticket", "c-1")
+    again = children.kill_snippet_mid_call_and_rerun(code, tmp_path, url, lambda: count(db, "ticket", "c-1"))
+    print(f"the docs' snippet, killed and run again: {again.stdout[-300:]!r}")
+    assert again.returncode == 0, again.stdout + again.stderr
+    assert "The ticket is open." in again.stdout, again.stdout
+    assert count(db, "ticket", "c-1") == before + 1, "run again after the kill, the snippet made a second ticket"
