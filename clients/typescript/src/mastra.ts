@@ -1,0 +1,171 @@
+// Mastra (npm @mastra/core 1.x): a tool definition whose idempotency key
+// is derived from Mastra's own durable identity of the call, and the run
+// that keeps that identity across a crash.
+//
+// What Mastra keeps, read in @mastra/core 1.71: an agent's run has a
+// runId, and each call the model writes has a toolCallId. A tool that
+// needs approval (requireApproval) suspends the run before it executes:
+// Mastra writes a snapshot of the run to its storage, and the app resumes
+// it with agent.approveToolCall({ runId, toolCallId }). The snapshot stays
+// at the approval until the resumed run finishes: a process killed while
+// the approved call runs is approved again with the same runId and
+// toolCallId, and the call runs again with both, which its tool reads
+// from its context (context.runId, context.agent.toolCallId). A call run
+// without approval, in the stream that wrote it, is durable nowhere: a
+// process killed mid call loses it, and the model, asked again, writes a
+// new call with a new ID under a new runId.
+//
+// So the tool needs approval, and its key is the runId, the toolCallId and
+// the tool's id (ms1). A later turn is another run, with another runId,
+// even when its model reuses a toolCallId (call_0). runDurably is the app
+// side: it saves the run's runId and the call's toolCallId to a file
+// before it approves, and on the next start approves that call again.
+//
+// This module does not import Mastra: idemflowTool returns the fields for
+// Mastra's createTool, and runDurably takes the agent as it is.
+
+import { readFile, rename, rm, writeFile } from "node:fs/promises";
+import { Client, DeadlineError, deriveKey, NoDurableIdentityError, ProblemError, type Result } from "./index.js";
+import { refusalText } from "./tooltext.js";
+
+export { NoDurableIdentityError };
+
+/** The scheme of a Mastra tool call's key. */
+export const keyScheme = "ms1";
+
+/** The key of the call toolCallId of tool toolId in the agent run runId. */
+export function mastraKey(runId: string, toolCallId: string, toolId: string): string {
+  return deriveKey(keyScheme, runId, toolCallId, toolId);
+}
+
+/** What a Mastra tool's execute is handed beside its input: the parts this module reads. */
+export interface ToolExecutionContext {
+  runId?: string;
+  agent?: { toolCallId?: string };
+  abortSignal?: AbortSignal;
+}
+
+/** What the model reads after a call with a final answer. */
+export interface ToolAnswer {
+  http_status: number;
+  replayed: boolean;
+  result: unknown;
+}
+
+export interface IdemflowToolFields<I> {
+  /** The tool's id, which the model calls it by; part of the key. */
+  id: string;
+  description: string;
+  /** The input's schema (a zod schema, as Mastra takes it). */
+  inputSchema: unknown;
+  /** The operation's path, or a function of the input. */
+  path: string | ((input: I) => string);
+  /** The request's body from the input (default: the input). */
+  body?: (input: I) => unknown;
+}
+
+/**
+ * idemflowTool gives the fields of a Mastra tool that runs one of
+ * idemflow's operations (a ticket, an order, a declared operation, an
+ * HTTP tool) once per intended call: pass them to Mastra's createTool.
+ * The model reads JSON: {http_status, replayed, result}, or for a final
+ * refusal {http_status, replayed, error, problem, body, key}.
+ *
+ * The tool needs approval (requireApproval), so that the call runs from a
+ * suspended run Mastra has stored; run the agent with runDurably. Then it
+ * waits for its final answer however long it takes, retrying under its
+ * key: Mastra hands the model whatever a tool returns or throws, and a
+ * model told that a call is pending writes it again, under a new ID.
+ */
+export function idemflowTool<I = any>(client: Client, f: IdemflowToolFields<I>) {
+  return {
+    id: f.id,
+    description: f.description,
+    inputSchema: f.inputSchema as any,
+    requireApproval: true,
+    execute: async (input: I, context?: ToolExecutionContext): Promise<string> => {
+      const runId = context?.runId;
+      const toolCallId = context?.agent?.toolCallId;
+      if (!runId || !toolCallId) {
+        throw new NoDurableIdentityError(`${f.id}: called outside an agent's run (no runId or toolCallId): no key could outlive a crash; nothing was sent`);
+      }
+      const key = mastraKey(runId, toolCallId, f.id);
+      const path = typeof f.path === "function" ? f.path(input) : f.path;
+      let r: Result;
+      try {
+        r = await client.do({ key, method: "POST", path, body: f.body ? f.body(input) : input }, { deadlineMs: Infinity, signal: context?.abortSignal });
+      } catch (e) {
+        if (e instanceof ProblemError) return refusalText(e, key);
+        // Only an abort ends the wait: the run is ending, and the call is
+        // approved again under the same key when it resumes.
+        if (e instanceof DeadlineError) throw new Error(`${f.id}: the wait for key ${key} ended; approve the call again to go on`);
+        throw e;
+      }
+      const answer: ToolAnswer = { http_status: r.status, replayed: r.replayed, result: r.body };
+      return JSON.stringify(answer);
+    },
+  };
+}
+
+/** The parts of a Mastra agent runDurably uses. */
+export interface DurableAgent {
+  stream(message: any, options?: any): Promise<AgentStream>;
+  approveToolCall(options: { runId: string; toolCallId: string }): Promise<AgentStream>;
+}
+
+/** The parts of a Mastra agent's stream runDurably reads. */
+export interface AgentStream {
+  runId: string;
+  fullStream: AsyncIterable<{ type: string; payload?: any }>;
+  text: PromiseLike<string>;
+}
+
+/** A call waiting at its approval: what runDurably saves before it approves. */
+export interface Stopped {
+  runId: string;
+  toolCallId: string;
+}
+
+/** runDurably's options. */
+export interface RunOptions {
+  /** Passed to agent.stream. */
+  streamOptions?: unknown;
+  /** Called with every chunk of every stream of the run, as it comes. */
+  onChunk?: (chunk: { type: string; payload?: any }) => void;
+}
+
+/**
+ * runDurably runs agent on message to its end, approving each call that
+ * asks for approval (idemflow's tools do) after saving its runId and
+ * toolCallId to the file state (as JSON, replaced atomically). If state
+ * holds a call (the process was killed after saving it), that call is
+ * approved again instead, and message is not sent: the call gets its key
+ * back. It resolves to the run's last text, and removes state.
+ *
+ * The approval is a durability point, not a person's review: every call
+ * that asks for one is approved. A tool a person must approve belongs in
+ * an agent run the app drives itself.
+ */
+export async function runDurably(agent: DurableAgent, message: unknown, state: string, options: RunOptions = {}): Promise<string> {
+  let saved: Stopped | undefined;
+  try {
+    saved = JSON.parse(await readFile(state, "utf8")) as Stopped;
+  } catch (e: any) {
+    if (e?.code !== "ENOENT") throw e;
+  }
+  let stream = saved ? await agent.approveToolCall(saved) : await agent.stream(message, options.streamOptions);
+  for (;;) {
+    let stopped: Stopped | undefined;
+    for await (const chunk of stream.fullStream) {
+      options.onChunk?.(chunk);
+      if (chunk.type === "tool-call-approval" && !stopped) stopped = { runId: stream.runId, toolCallId: chunk.payload.toolCallId };
+    }
+    if (!stopped) break;
+    await writeFile(`${state}.tmp`, JSON.stringify(stopped));
+    await rename(`${state}.tmp`, state);
+    stream = await agent.approveToolCall(stopped);
+  }
+  const text = await stream.text;
+  await rm(state, { force: true });
+  return text;
+}
