@@ -1,9 +1,10 @@
 // Package typescript holds idemflow's TypeScript client (src/), its
-// LangGraph.js integration, and the tests that run them against the real
-// stack: node runs the client's own tests, and a LangGraph.js agent that
-// is SIGKILLed with a tool call in flight, then resumed from its
-// checkpoint. scripts/test.sh installs the pinned packages (npm ci) and
-// builds them (npm run build) first.
+// framework integrations, and the tests that run them against the real
+// stack: node runs the client's own tests, and an agent of each framework
+// is SIGKILLed with a tool call in flight, then resumed its framework's
+// way. scripts/test.sh installs the pinned packages (npm ci; Mastra's, in
+// mastra/, on the Node 22 of mastra/node22) and builds them (npm run
+// build) first.
 package typescript
 
 import (
