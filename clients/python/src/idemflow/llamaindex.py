@@ -159,6 +159,9 @@ def idemflow_tool(
             waiter_event=CallPending(key=key, tool_name=name, tool_id=tool_id, args=args),
             waiter_id=key,
             requirements={"key": key},
+            # The stop ends when run_durably sends Proceed, never on a
+            # clock (LlamaIndex's default is 2000 s).
+            timeout=None,
         )
         target = path(args) if callable(path) else path
         try:
@@ -221,8 +224,10 @@ async def run_durably(agent: FunctionAgent, state: str | os.PathLike[str], user_
 
 def _stopped(ctx: dict[str, Any]) -> list[str]:
     """The keys of the calls a saved context holds at their stop: each
-    waits for Proceed under its key. LlamaIndex writes a waiter again to
-    the stream only the first time, so a call that stopped after the save
-    was made (two calls in one answer) is found here, not in the stream."""
+    waits for Proceed under its key. LlamaIndex writes a waiter's event to
+    the stream only when the waiter is new, and a restored context keeps
+    its waiters: a call whose CallPending the process died before handling
+    (two calls in one answer, killed after the first one's save) stops
+    again in silence, and is found here."""
     want = f"{Proceed.__module__}.{Proceed.__qualname__}"
     return [w["waiter_id"] for worker in ctx.get("workers", {}).values() for w in worker.get("collected_waiters", []) if w.get("waiting_for_event") == want]
