@@ -1,7 +1,8 @@
 // idemflow's Mastra integration (@idemflow/client/mastra) under a real
 // Mastra agent, against the stack (IDEMFLOW_URL, IDEMFLOW_TOKEN): a call
-// ID reused by a later turn is a second call, a call outside an agent's
-// run gets no key, and the shared key vectors. The kill test is
+// ID reused by a later turn is a second call, a call waits through a
+// partition with nothing pending handed to the model, a call outside an
+// agent's run gets no key, and the shared key vectors. The kill test is
 // typescript_test.go's TestAMastraAgentKilledMidCallResumesFromItsApproval.
 
 import assert from "node:assert/strict";
@@ -11,6 +12,7 @@ import { join } from "node:path";
 import { test } from "node:test";
 import { Client, NoDurableIdentityError } from "@idemflow/client";
 import { idemflowTool, mastraKey, runDurably } from "@idemflow/client/mastra";
+import { partitionProxy } from "../dist/test/helpers.js";
 import { support, Ticket } from "./agent.mjs";
 
 const client = () => new Client({ baseURL: process.env.IDEMFLOW_URL, token: process.env.IDEMFLOW_TOKEN });
@@ -50,6 +52,27 @@ test("two calls in one answer are two tickets", async () => {
     [201, false],
   ]);
   assert.notEqual(answers[0].result.ticket_id, answers[1].result.ticket_id);
+});
+
+test("a call waits through a partition, and no pending answer reaches the model", async () => {
+  // Every answer is dropped for 2.5 s: the call retries under its key
+  // until one comes, and the model reads that one, a final answer.
+  const { state, base, close } = await partitionProxy(process.env.IDEMFLOW_URL);
+  const heal = setTimeout(() => (state.partitioned = false), 2500);
+  try {
+    const dir = await mkdtemp(join(tmpdir(), "idemflow-mastra-"));
+    const who = `mastra-partition-${Date.now()}`;
+    const c = new Client({ baseURL: base, token: process.env.IDEMFLOW_TOKEN, attemptTimeoutMs: 300, initialBackoffMs: 20, maxBackoffMs: 100 });
+    const answers = await turn(support(c, { customer: who, db: join(dir, "mastra.db") }), join(dir, "run.json"));
+    console.log(`a partition of 2.5 s: ${state.keys.length} attempts under ${new Set(state.keys).size} key; the model read ${JSON.stringify(answers.map((a) => [a.http_status, a.replayed]))}`);
+    assert.ok(state.keys.length > 1, "the partition dropped no answer: the test proved nothing");
+    assert.equal(new Set(state.keys).size, 1, "the call was sent under more than one key");
+    assert.equal(answers.length, 1);
+    assert.equal(answers[0].http_status, 201, "the model read something other than the final answer");
+  } finally {
+    clearTimeout(heal);
+    close();
+  }
 });
 
 test("a call outside an agent's run gets no key, and nothing is sent", async () => {
