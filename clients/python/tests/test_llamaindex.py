@@ -4,12 +4,14 @@ tool call (the answer dropped after idemflow executed, or the request
 held before it arrived) and restored from the save, ends with one ticket;
 the naive control (a fresh key per call) and the unsafe app (no saved
 context, the message sent again) make two. Also: two calls in one answer
-are two tickets, a call ID reused by a later turn is a second call, a
+are two tickets, a call waits through a partition with nothing pending
+handed to the model, a call ID reused by a later turn is a second call, a
 FunctionAgent run without run_durably is refused before any call (the
 shared key vectors are in test_vectors.py)."""
 
 import asyncio
 import json
+import threading
 import uuid
 from pathlib import Path
 from typing import Any
@@ -24,7 +26,7 @@ from idemflow.llamaindex import run_durably
 from . import children
 from .agents.llamaindex_agent import agent, tool_answers
 from .conftest import count, docs_text
-from .wire import Fault
+from .wire import Fault, Proxy
 
 CASES: list[tuple[str, Fault, tuple[str, ...], int, bool]] = [
     # name, fault, extra arguments, tickets after the kill and the rerun, the rerun's answer replayed
@@ -83,6 +85,36 @@ def test_a_call_id_reused_in_a_later_turn_is_a_second_call(url: str, token: str,
     n = count(db, "ticket", who)
     print(f"two turns under call_0: replayed {replayed}, {n} tickets")
     assert (replayed, n) == ([False, False], 2)
+
+
+def test_a_call_waits_through_a_partition_and_no_pending_answer_reaches_the_model(url: str, token: str, db: psycopg.Connection, tmp_path: Path) -> None:
+    """Every answer is dropped for 2.5 s: the call retries under its key
+    until one comes, and the model reads that one, a final answer (a
+    replay of the first attempt's ticket), never a pending one: LlamaIndex
+    hands a tool's error to the model, which would write the call again
+    under a new tool_id."""
+    proxy = Proxy(url, "answer-lost", path="/never")
+    who = f"py-llamaindex-partition-{uuid.uuid4().hex[:8]}"
+    proxy.partitioned = True
+    heal = threading.Timer(2.5, lambda: setattr(proxy, "partitioned", False))
+    heal.start()
+
+    async def run() -> list[str]:
+        async with idemflow.AsyncClient(proxy.url, token, attempt_timeout=0.3, initial_backoff=0.02, max_backoff=0.1) as c:
+            await run_durably(agent(c, who), tmp_path / "run.json", user_msg="My printer is on fire.")
+        return tool_answers(tmp_path / "run.json")
+
+    try:
+        answers = asyncio.run(run())
+    finally:
+        heal.cancel()
+        proxy.close()
+    keys = {k for k in proxy.keys if k}
+    print(f"a partition of 2.5 s: {len(proxy.keys)} attempts under {len(keys)} key; the model read {answers}")
+    assert len(proxy.keys) > 1, "the partition dropped no answer: the test proved nothing"
+    assert len(keys) == 1
+    assert [json.loads(a)["http_status"] for a in answers] == [201], answers
+    assert count(db, "ticket", who) == 1
 
 
 def test_a_run_without_run_durably_is_refused_before_any_call(url: str, token: str, db: psycopg.Connection) -> None:
