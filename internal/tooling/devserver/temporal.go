@@ -148,7 +148,7 @@ func StartTemporal(ctx context.Context, cfg TemporalConfig) (*Temporal, error) {
 		pgLock = l
 		defer func() {
 			if !started {
-				pgLock.Close(context.Background())
+				releasePgLock(context.Background(), pgLock)
 			}
 		}()
 		persistence = config.Persistence{
@@ -488,7 +488,7 @@ func (t *Temporal) Stop() error {
 	}
 	if t.pgLock != nil {
 		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
-		t.pgLock.Close(ctx)
+		releasePgLock(ctx, t.pgLock)
 		cancel()
 	}
 	t.lock.Close()

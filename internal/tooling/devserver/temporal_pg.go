@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net/url"
 	"strings"
+	"time"
 
 	"github.com/idemflow/idemflow/internal/pgurl"
 	"github.com/jackc/pgx/v5"
@@ -104,12 +105,8 @@ func pgStores(ctx context.Context, adminURL, database string) (main, visibility 
 	if err != nil {
 		return nil, nil, nil, fmt.Errorf("temporal: connect to %s: %w", database, err)
 	}
-	var got bool
-	if err := lock.QueryRow(ctx, `SELECT pg_try_advisory_lock(hashtext('idemflow-dev-temporal'))`).Scan(&got); err != nil || !got {
+	if err := takePgLock(ctx, lock, lockGrace); err != nil {
 		lock.Close(context.Background())
-		if err == nil {
-			err = errors.New("another idemflow dev runs a Temporal server on it")
-		}
 		return nil, nil, nil, fmt.Errorf("temporal: database %s: %w", database, err)
 	}
 	for i, name := range []string{pgSchema, pgVisibilitySchema} {
@@ -119,6 +116,49 @@ func pgStores(ctx context.Context, adminURL, database string) (main, visibility 
 		}
 	}
 	return stores[0], stores[1], lock, nil
+}
+
+// pgLockKey is the advisory lock one embedded Temporal holds on its
+// database.
+const pgLockKey = "hashtext('idemflow-dev-temporal')"
+
+// lockGrace is how long takePgLock waits for a lock that is held. A
+// server that just stopped may still hold it for a moment: a closed
+// session's backend exits after its client has gone, and behind a pooler
+// in session mode the lock goes only when the pooler resets the server
+// connection (DISCARD ALL), after the client closed. A restart within
+// that moment found the lock held ("another idemflow dev"), once in a
+// fresh-clone run behind PgBouncer.
+const lockGrace = 5 * time.Second
+
+// takePgLock takes the advisory lock on conn's session, trying again
+// until within has passed while another session holds it.
+func takePgLock(ctx context.Context, conn *pgx.Conn, within time.Duration) error {
+	deadline := time.Now().Add(within)
+	for {
+		var got bool
+		if err := conn.QueryRow(ctx, "SELECT pg_try_advisory_lock("+pgLockKey+")").Scan(&got); err != nil {
+			return err
+		}
+		if got {
+			return nil
+		}
+		if time.Now().After(deadline) {
+			return errors.New("another idemflow dev runs a Temporal server on it")
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
+}
+
+// releasePgLock gives the lock back before its session closes, so that it
+// is free when Stop returns, whatever stands between (a pooler).
+func releasePgLock(ctx context.Context, conn *pgx.Conn) {
+	_, _ = conn.Exec(ctx, "SELECT pg_advisory_unlock("+pgLockKey+")")
+	_ = conn.Close(ctx)
 }
 
 // ensureSchema sets a database's schema up once (version tables at 0.0),
