@@ -957,11 +957,7 @@ func (r *run) postgresState() string {
 	} else {
 		_ = c.Close()
 	}
-	b, _ := os.ReadFile(r.pg.LogPath())
-	if len(b) > 3000 {
-		b = b[len(b)-3000:]
-	}
-	return fmt.Sprintf("\nPostgreSQL at %s %s; its log ends:\n%s", r.pg.Addr(), dial, strings.TrimSpace(string(b)))
+	return fmt.Sprintf("\nPostgreSQL at %s %s; its log ends:\n%s", r.pg.Addr(), dial, tailOf(r.pg.LogPath()))
 }
 
 func (r *run) close() {

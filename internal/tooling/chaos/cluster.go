@@ -160,8 +160,11 @@ func (p *process) Stop(grace time.Duration) {
 }
 
 // tail is the end of the process's log, for error messages.
-func (p *process) tail() string {
-	b, _ := os.ReadFile(p.log)
+func (p *process) tail() string { return tailOf(p.log) }
+
+// tailOf is the end of the log at path, for a failure's message.
+func tailOf(path string) string {
+	b, _ := os.ReadFile(path)
 	if len(b) > 3000 {
 		b = b[len(b)-3000:]
 	}
