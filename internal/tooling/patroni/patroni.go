@@ -402,14 +402,9 @@ func (c *Cluster) KillLeader(ctx context.Context) (string, error) {
 	if m.proc != nil {
 		m.proc.kill()
 	}
-	b, err := os.ReadFile(filepath.Join(m.dir, "postmaster.pid"))
+	pid, err := postmasterPID(m.dir)
 	if err != nil {
 		return name, fmt.Errorf("patroni: kill %s: %w", name, err)
-	}
-	first, _, _ := strings.Cut(string(b), "\n")
-	pid, err := strconv.Atoi(strings.TrimSpace(first))
-	if err != nil || pid <= 1 {
-		return name, fmt.Errorf("patroni: kill %s: postmaster.pid names no process: %q", name, first)
 	}
 	// The postmaster and its children at once: a backend left alive
 	// would go on answering its client.
@@ -494,12 +489,9 @@ func (c *Cluster) Stop() {
 				m.proc.stop(stopGrace)
 			}
 			// A postmaster its Patroni left (killed, or stopped too late).
-			if b, err := os.ReadFile(filepath.Join(m.dir, "postmaster.pid")); err == nil {
-				first, _, _ := strings.Cut(string(b), "\n")
-				if pid, err := strconv.Atoi(strings.TrimSpace(first)); err == nil && pid > 1 {
-					for _, p := range append(childrenOf(pid), pid) {
-						_ = syscall.Kill(p, syscall.SIGKILL)
-					}
+			if pid, err := postmasterPID(m.dir); err == nil {
+				for _, p := range append(childrenOf(pid), pid) {
+					_ = syscall.Kill(p, syscall.SIGKILL)
 				}
 			}
 			if m.link != nil {
@@ -597,6 +589,21 @@ func (c *Cluster) own(dir string) error {
 		return nil
 	}
 	return devserver.ChownTree(dir, int(c.cred.Uid), int(c.cred.Gid))
+}
+
+// postmasterPID is the process ID a data directory's postmaster.pid
+// names (its first line).
+func postmasterPID(dir string) (int, error) {
+	b, err := os.ReadFile(filepath.Join(dir, "postmaster.pid"))
+	if err != nil {
+		return 0, err
+	}
+	first, _, _ := strings.Cut(string(b), "\n")
+	pid, err := strconv.Atoi(strings.TrimSpace(first))
+	if err != nil || pid <= 1 {
+		return 0, fmt.Errorf("postmaster.pid names no process: %q", first)
+	}
+	return pid, nil
 }
 
 // childrenOf lists the processes whose parent is pid (from /proc).
