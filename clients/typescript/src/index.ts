@@ -7,7 +7,7 @@
 import { createHash, randomUUID } from "node:crypto";
 import { mkdir, open as openFile, readFile, rename } from "node:fs/promises";
 import canonicalize from "canonicalize";
-import { join } from "node:path";
+import { dirname, join } from "node:path";
 
 /** An RFC 9457 problem, as idemflow answers every error. */
 export interface Problem {
@@ -514,24 +514,34 @@ export class FileStore {
 
   async #save(intent: StoredIntent): Promise<void> {
     await mkdir(this.dir, { recursive: true });
-    const file = this.#file(intent.id);
-    const tmp = file + "." + process.pid + ".tmp";
-    const fh = await openFile(tmp, "w");
-    try {
-      await fh.writeFile(JSON.stringify(intent));
-      await fh.sync();
-      this.onSync?.("file", tmp);
-    } finally {
-      await fh.close();
-    }
-    await rename(tmp, file);
-    // The rename is durable once the folder's entry is.
-    const dir = await openFile(this.dir, "r");
-    try {
-      await dir.sync();
-      this.onSync?.("dir", this.dir);
-    } finally {
-      await dir.close();
-    }
+    await writeDurably(this.#file(intent.id), JSON.stringify(intent), this.onSync);
+  }
+}
+
+/**
+ * writeDurably replaces file with text so that a crash, of the process or
+ * the machine, leaves the old file or the new one, never half of one, and
+ * the new one is on disk when it resolves: written to a temporary file,
+ * synced, renamed into place, and its folder synced.
+ */
+export async function writeDurably(file: string, text: string, onSync?: SyncObserver): Promise<void> {
+  const tmp = file + "." + process.pid + ".tmp";
+  const fh = await openFile(tmp, "w");
+  try {
+    await fh.writeFile(text);
+    await fh.sync();
+    onSync?.("file", tmp);
+  } finally {
+    await fh.close();
+  }
+  await rename(tmp, file);
+  // The rename is durable once the folder's entry is.
+  const folder = dirname(file);
+  const dir = await openFile(folder, "r");
+  try {
+    await dir.sync();
+    onSync?.("dir", folder);
+  } finally {
+    await dir.close();
   }
 }

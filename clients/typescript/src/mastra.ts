@@ -24,8 +24,8 @@
 // This module does not import Mastra: idemflowTool returns the fields for
 // Mastra's createTool, and runDurably takes the agent as it is.
 
-import { readFile, rename, rm, writeFile } from "node:fs/promises";
-import { Client, DeadlineError, deriveKey, NoDurableIdentityError, ProblemError, type Result } from "./index.js";
+import { readFile, rm } from "node:fs/promises";
+import { Client, deriveKey, NoDurableIdentityError, ProblemError, writeDurably, type Result } from "./index.js";
 import { refusalText } from "./tooltext.js";
 
 export { NoDurableIdentityError };
@@ -95,10 +95,9 @@ export function idemflowTool<I = any>(client: Client, f: IdemflowToolFields<I>) 
       try {
         r = await client.do({ key, method: "POST", path, body: f.body ? f.body(input) : input }, { deadlineMs: Infinity, signal: context?.abortSignal });
       } catch (e) {
+        // With no deadline, only an abort ends the wait otherwise: the run
+        // is ending, and the call is approved again under the same key.
         if (e instanceof ProblemError) return refusalText(e, key);
-        // Only an abort ends the wait: the run is ending, and the call is
-        // approved again under the same key when it resumes.
-        if (e instanceof DeadlineError) throw new Error(`${f.id}: the wait for key ${key} ended; approve the call again to go on`);
         throw e;
       }
       const answer: ToolAnswer = { http_status: r.status, replayed: r.replayed, result: r.body };
@@ -137,7 +136,7 @@ export interface RunOptions {
 /**
  * runDurably runs agent on message to its end, approving each call that
  * asks for approval (idemflow's tools do) after saving its runId and
- * toolCallId to the file state (as JSON, replaced atomically). If state
+ * toolCallId to the file state (as JSON, with writeDurably). If state
  * holds a call (the process was killed after saving it), that call is
  * approved again instead, and message is not sent: the call gets its key
  * back. It resolves to the run's last text, and removes state.
@@ -161,8 +160,7 @@ export async function runDurably(agent: DurableAgent, message: unknown, state: s
       if (chunk.type === "tool-call-approval" && !stopped) stopped = { runId: stream.runId, toolCallId: chunk.payload.toolCallId };
     }
     if (!stopped) break;
-    await writeFile(`${state}.tmp`, JSON.stringify(stopped));
-    await rename(`${state}.tmp`, state);
+    await writeDurably(state, JSON.stringify(stopped));
     stream = await agent.approveToolCall(stopped);
   }
   const text = await stream.text;
