@@ -39,7 +39,7 @@ import {
   type ToolSet,
 } from "ai";
 import { Client, DeadlineError, deriveKey, NoDurableIdentityError, ProblemError, type Result } from "./index.js";
-import { pendingText, refusalText, resume } from "./tooltext.js";
+import { answerText, pendingText, refusalText, resume } from "./tooltext.js";
 
 export { NoDurableIdentityError };
 
@@ -120,13 +120,7 @@ export interface IdemflowToolFields<I> {
   guarded?: boolean;
 }
 
-/** What the tool returns to the model. */
-export interface ToolAnswer {
-  http_status: number;
-  /** True when this answer was stored by an earlier call of the same tool call. */
-  replayed: boolean;
-  result: unknown;
-}
+export type { ToolAnswer } from "./tooltext.js";
 
 /**
  * The call's final answer did not come within waitMs: the intent may have
@@ -245,8 +239,7 @@ export function idemflowTool<I = any>(client: Client, f: IdemflowToolFields<I>):
       if (e instanceof DeadlineError) throw new PendingAnswerError(f.name, key);
       throw e;
     }
-    const answer: ToolAnswer = { http_status: r.status, replayed: r.replayed, result: r.body };
-    return JSON.stringify(answer);
+    return answerText(r);
   };
   const fields = { description: f.description, inputSchema: f.inputSchema, needsApproval: f.needsApproval ?? true };
   if (f.guarded === false) return tool<I, string>({ ...fields, execute } as any);

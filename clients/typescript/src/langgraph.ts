@@ -21,7 +21,7 @@ import { tool } from "@langchain/core/tools";
 import type { ToolRunnableConfig } from "@langchain/core/tools";
 import { interrupt } from "@langchain/langgraph";
 import { Client, DeadlineError, deriveKey, NoDurableIdentityError, ProblemError, type Result } from "./index.js";
-import { pendingText, refusalText, resume } from "./tooltext.js";
+import { answerText, pendingText, refusalText, resume } from "./tooltext.js";
 
 export { NoDurableIdentityError };
 
@@ -116,13 +116,7 @@ export interface PendingAnswer {
   message: string;
 }
 
-/** What the tool returns to the model. */
-export interface ToolAnswer {
-  http_status: number;
-  /** True when this answer was stored by an earlier call of the same tool call. */
-  replayed: boolean;
-  result: unknown;
-}
+export type { ToolAnswer } from "./tooltext.js";
 
 /**
  * idemflowTool is a LangGraph.js tool that runs one of idemflow's
@@ -159,8 +153,7 @@ export function idemflowTool<S>(client: Client, f: IdemflowToolFields<S>) {
           });
         }
       }
-      const answer: ToolAnswer = { http_status: r.status, replayed: r.replayed, result: r.body };
-      return JSON.stringify(answer);
+      return answerText(r);
     },
     { name: f.name, description: f.description, schema: f.schema as any },
   );

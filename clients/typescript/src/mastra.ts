@@ -26,7 +26,7 @@
 
 import { readFile, rm } from "node:fs/promises";
 import { Client, deriveKey, NoDurableIdentityError, ProblemError, writeDurably, type Result } from "./index.js";
-import { refusalText } from "./tooltext.js";
+import { answerText, refusalText } from "./tooltext.js";
 
 export { NoDurableIdentityError };
 
@@ -45,12 +45,7 @@ export interface ToolExecutionContext {
   abortSignal?: AbortSignal;
 }
 
-/** What the model reads after a call with a final answer. */
-export interface ToolAnswer {
-  http_status: number;
-  replayed: boolean;
-  result: unknown;
-}
+export type { ToolAnswer } from "./tooltext.js";
 
 export interface IdemflowToolFields<I> {
   /** The tool's id, which the model calls it by; part of the key. */
@@ -100,8 +95,7 @@ export function idemflowTool<I = any>(client: Client, f: IdemflowToolFields<I>) 
         if (e instanceof ProblemError) return refusalText(e, key);
         throw e;
       }
-      const answer: ToolAnswer = { http_status: r.status, replayed: r.replayed, result: r.body };
-      return JSON.stringify(answer);
+      return answerText(r);
     },
   };
 }

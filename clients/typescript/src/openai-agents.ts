@@ -24,7 +24,7 @@
 
 import { RunState, tool, type Agent, type RunContext, type RunResult, type Runner, type RunToolApprovalItem } from "@openai/agents";
 import { Client, DeadlineError, deriveKey, NoDurableIdentityError, ProblemError, type Result } from "./index.js";
-import { pendingText, refusalText, resume } from "./tooltext.js";
+import { answerText, pendingText, refusalText, resume } from "./tooltext.js";
 
 export { NoDurableIdentityError };
 
@@ -116,7 +116,7 @@ export function idemflowFunctionTool<I = any>(client: Client, f: IdemflowFunctio
         }
         throw e;
       }
-      return JSON.stringify({ http_status: r.status, replayed: r.replayed, result: r.body });
+      return answerText(r);
     },
   } as any);
 }

@@ -1,12 +1,27 @@
 // What an agent framework's tool hands the model, the same in every
-// integration (Python's idemflow._tooltext is its twin): a final refusal,
-// and the text of a pending answer, which each integration keeps from the
-// model its own way. Neither invites the model to make the call again as
+// integration (Python's idemflow._tooltext is its twin): a final answer,
+// a final refusal, and the text of a pending answer, which each
+// integration keeps from the model its own way. None invites the model to
+// make the call again as
 // a new one: a model cannot choose keys, and reads "use a new key" as
 // "call again", the duplicate idemflow prevents (test/tooltext.test.ts
 // holds them to clients/testdata/modeltexts.json).
 
-import type { ProblemError } from "./index.js";
+import type { ProblemError, Result } from "./index.js";
+
+/** What a tool returns to the model after a call with a final answer. */
+export interface ToolAnswer {
+  http_status: number;
+  /** True when this answer was stored by an earlier call of the same tool call. */
+  replayed: boolean;
+  result: unknown;
+}
+
+/** A final answer as the model reads it: {http_status, replayed, result}. */
+export function answerText(r: Result): string {
+  const answer: ToolAnswer = { http_status: r.status, replayed: r.replayed, result: r.body };
+  return JSON.stringify(answer);
+}
 
 /** How each integration's run goes on after a pending answer: always the same call under the same key. */
 export const resume = {
