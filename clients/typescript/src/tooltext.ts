@@ -2,10 +2,9 @@
 // integration (Python's idemflow._tooltext is its twin): a final answer,
 // a final refusal, and the text of a pending answer, which each
 // integration keeps from the model its own way. None invites the model to
-// make the call again as
-// a new one: a model cannot choose keys, and reads "use a new key" as
-// "call again", the duplicate idemflow prevents (test/tooltext.test.ts
-// holds them to clients/testdata/modeltexts.json).
+// make the call again as a new one: a model cannot choose keys, and reads
+// "use a new key" as "call again", the duplicate idemflow prevents
+// (test/tooltext.test.ts holds them to clients/testdata/modeltexts.json).
 
 import type { ProblemError, Result } from "./index.js";
 
