@@ -25,8 +25,8 @@ The key (``li1``) is derived from the turn, the ``tool_id`` and the
 tool's name. The turn is an ID this module's ``FunctionAgent`` puts in
 the run's store when a run starts (``init_run``), so it is saved with
 the context: the same call restored is the same key, and a later turn
-whose model reuses a ``tool_id`` (some number their calls ``call_0`` in
-every turn) is another.
+whose model reuses a ``tool_id`` (some providers number each turn's calls
+from ``call_0``) is another.
 
 Needs the ``llamaindex`` extra.
 """
@@ -174,7 +174,7 @@ def idemflow_tool(
 
 async def run_durably(agent: FunctionAgent, state: str | os.PathLike[str], user_msg: str | None = None) -> AgentOutput:
     """Runs a turn of agent, saving its context (and its memory) to the
-    file state at each call's CallPending, before the call acts.
+    file state at each call's CallPending, durably, before the call acts.
 
     If state holds a turn that did not finish (the process was killed),
     that turn is restored and goes on, and user_msg is not sent again:
@@ -209,9 +209,7 @@ async def run_durably(agent: FunctionAgent, state: str | os.PathLike[str], user_
             # beside the context.
             warnings.filterwarnings("ignore", message=".*unserializable key: memory")
             doc = {"running": running, "ctx": handler.ctx.to_dict(), "memory": [m.model_dump(mode="json") for m in await memory.aget_all()]}
-        tmp = path.with_name(path.name + ".tmp")
-        tmp.write_text(json.dumps(doc))
-        os.replace(tmp, path)
+        _write_durably(path, json.dumps(doc))
 
     async for ev in handler.stream_events():
         if isinstance(ev, CallPending):
@@ -220,6 +218,25 @@ async def run_durably(agent: FunctionAgent, state: str | os.PathLike[str], user_
     result: AgentOutput = await handler
     await save(running=False)
     return result
+
+
+def _write_durably(path: Path, text: str) -> None:
+    """Replaces path with text so that a crash, of the process or the
+    machine, leaves the old file or the new one, and the new one is on disk
+    when this returns (as the TypeScript client's writeDurably): the keys
+    of the calls about to act rest on it."""
+    tmp = path.with_name(f"{path.name}.{os.getpid()}.tmp")
+    with open(tmp, "w") as f:
+        f.write(text)
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, path)
+    # The rename is durable once the folder's entry is.
+    folder = os.open(path.parent, os.O_RDONLY)
+    try:
+        os.fsync(folder)
+    finally:
+        os.close(folder)
 
 
 def _stopped(ctx: dict[str, Any]) -> list[str]:
