@@ -6,6 +6,7 @@ package agentclient
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -58,7 +59,10 @@ type Client struct {
 	AttemptTimeout time.Duration
 	// Backoff: capped exponential with full jitter between Initial and Max.
 	Initial, Max time.Duration
-	// Wait is sent as Prefer: wait=N (seconds); 0 leaves the server default.
+	// Wait is sent as Prefer: wait=N (seconds); 0 leaves the server default
+	// (5 s). Neither asks for more than what is left of the context's
+	// deadline, less a second to read the 202 and poll: a caller's
+	// deadline is a bound.
 	Wait time.Duration
 	// OnAttempt, if set, is called after every attempt.
 	OnAttempt func(Attempt)
@@ -310,7 +314,7 @@ func isRetryable(err error) bool {
 func (c *Client) attempt(ctx context.Context, in Intent, n int) (Result, time.Duration, error) {
 	actx, cancel := context.WithTimeout(ctx, c.AttemptTimeout)
 	defer cancel()
-	resp, body, err := c.send(actx, in.Method, in.Path, in.Key, in.Body)
+	resp, body, err := c.send(actx, c.prefer(ctx), in.Method, in.Path, in.Key, in.Body)
 	if err != nil {
 		if ctx.Err() != nil {
 			return Result{}, 0, ctx.Err()
@@ -401,7 +405,7 @@ func judgeOperation(body []byte) (Result, action, error) {
 func (c *Client) poll(ctx context.Context, location string) (Result, error) {
 	for n := 1; ; n++ {
 		actx, cancel := context.WithTimeout(ctx, c.AttemptTimeout)
-		resp, body, err := c.send(actx, http.MethodGet, location, "", nil)
+		resp, body, err := c.send(actx, c.prefer(ctx), http.MethodGet, location, "", nil)
 		cancel()
 		if err == nil && resp.StatusCode == http.StatusOK {
 			if res, action, err := judgeOperation(body); action != actionPoll {
@@ -427,7 +431,38 @@ func (c *Client) poll(ctx context.Context, location string) (Result, error) {
 	}
 }
 
-func (c *Client) send(ctx context.Context, method, path, key string, body []byte) (*http.Response, []byte, error) {
+// serverWait is how long the gateway holds an answer when a request
+// sends no Prefer: wait (starter.DefaultWait).
+const serverWait = 5 * time.Second
+
+// prefer is the Prefer header a request under ctx sends: the client's
+// Wait (none when it is 0: the server's 5 s), but never more than leaves a
+// second before ctx's deadline to read the server's 202 and poll, so that
+// the server's answer comes inside the caller's deadline (PreferWait).
+func (c *Client) prefer(ctx context.Context) string {
+	want := cmp.Or(c.Wait, serverWait)
+	n := int(want / time.Second)
+	if dl, ok := ctx.Deadline(); ok {
+		n = PreferWait(n, time.Until(dl))
+	}
+	if c.Wait == 0 && time.Duration(n)*time.Second == want {
+		return ""
+	}
+	return "wait=" + strconv.Itoa(n)
+}
+
+// PreferWait is what Prefer: wait=N asks for with left before the
+// deadline: the configured wait (seconds), but never more than leaves a
+// second after it to read the server's 202 and poll. Every client
+// follows the same rule.
+func PreferWait(configured int, left time.Duration) int {
+	if left >= time.Duration(configured+1)*time.Second {
+		return configured
+	}
+	return max(0, int(left/time.Second)-1)
+}
+
+func (c *Client) send(ctx context.Context, prefer, method, path, key string, body []byte) (*http.Response, []byte, error) {
 	var rd io.Reader
 	if body != nil {
 		rd = bytes.NewReader(body)
@@ -446,8 +481,8 @@ func (c *Client) send(ctx context.Context, method, path, key string, body []byte
 	if body != nil {
 		req.Header.Set("Content-Type", "application/json")
 	}
-	if c.Wait > 0 {
-		req.Header.Set("Prefer", "wait="+strconv.Itoa(int(c.Wait/time.Second)))
+	if prefer != "" {
+		req.Header.Set("Prefer", prefer)
 	}
 	resp, err := c.HTTP.Do(req)
 	if err != nil {

@@ -8,8 +8,11 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"net/http/httputil"
+	"net/url"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -413,5 +416,65 @@ func TestAfterA400TheSameKeyCarriesACorrectedBody(t *testing.T) {
 	}
 	if n := testenv.Count(t, s.Pool, "ticket", ""); n != 1 {
 		t.Fatalf("%d tickets", n)
+	}
+}
+
+// deadlineSlack is how late a call may end after its context's deadline:
+// the time an aborted request takes to close, on a loaded machine
+// (docs/agents/go.md states it).
+const deadlineSlack = 500 * time.Millisecond
+
+// A caller's deadline is a bound: through a partition that holds every
+// answer of the real gateway, a call with the client's defaults (an
+// attempt of 10 s, the server's wait of 5 s) ends by its deadline, and no
+// request asks the server to hold its answer past it.
+func TestADeadlineIsABoundThroughAPartition(t *testing.T) {
+	s := testenv.NewStack(t, testenv.Options{})
+	var mu sync.Mutex
+	var prefers []string
+	up, err := url.Parse(s.URL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	forward := httputil.NewSingleHostReverseProxy(up)
+	partition := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		mu.Lock()
+		prefers = append(prefers, r.Header.Get("Prefer"))
+		mu.Unlock()
+		// The request takes effect upstream; its answer never comes back.
+		forward.ServeHTTP(httptest.NewRecorder(), r.WithContext(context.WithoutCancel(r.Context())))
+		<-r.Context().Done()
+	}))
+	t.Cleanup(partition.Close)
+	for _, deadline := range []time.Duration{time.Second, 3 * time.Second} {
+		t.Run(deadline.String(), func(t *testing.T) {
+			mu.Lock()
+			prefers = nil
+			mu.Unlock()
+			c := &Client{BaseURL: partition.URL, Token: s.Tokens[testenv.TenantA]}
+			ctx, cancel := context.WithTimeout(context.Background(), deadline)
+			defer cancel()
+			start := time.Now()
+			_, err := c.Do(ctx, Intent{Key: "bound-" + deadline.String(), Method: http.MethodPost, Path: "/v1/tickets",
+				Body: []byte(`{"customer_id":"c-1","title":"Printer on fire"}`)})
+			took := time.Since(start)
+			if !errors.Is(err, context.DeadlineExceeded) {
+				t.Fatalf("want a deadline error, got %v", err)
+			}
+			if took > deadline+deadlineSlack {
+				t.Errorf("a deadline of %s ended the call after %s", deadline, took)
+			}
+			mu.Lock()
+			defer mu.Unlock()
+			if len(prefers) == 0 {
+				t.Fatal("no request went through the partition")
+			}
+			for _, p := range prefers {
+				n, err := strconv.Atoi(strings.TrimPrefix(p, "wait="))
+				if err != nil || time.Duration(n+1)*time.Second > deadline {
+					t.Errorf("with %s left a request sent Prefer %q: the server's default of 5 s, or more than leaves a second", deadline, p)
+				}
+			}
+		})
 	}
 }

@@ -32,6 +32,11 @@ type answerVectors struct {
 		Attempt   int   `json:"attempt"`
 		CeilingMS int64 `json:"ceiling_ms"`
 	} `json:"backoff"`
+	PreferWait []struct {
+		ConfiguredS int `json:"configured_s"`
+		LeftMS      int `json:"left_ms"`
+		WaitS       int `json:"wait_s"`
+	} `json:"prefer_wait"`
 }
 
 type expectation struct {
@@ -145,6 +150,14 @@ func TestTheSharedAnswerVectors(t *testing.T) {
 			rand: func(n int64) int64 { return n - 1 }}
 		if got := c.backoff(b.Attempt); got != time.Duration(b.CeilingMS)*time.Millisecond {
 			t.Errorf("backoff(%d) with %d..%d ms: ceiling %s, want %d ms", b.Attempt, b.InitialMS, b.MaxMS, got, b.CeilingMS)
+		}
+	}
+	if len(v.PreferWait) == 0 {
+		t.Fatal("no prefer_wait vectors")
+	}
+	for _, w := range v.PreferWait {
+		if got := PreferWait(w.ConfiguredS, time.Duration(w.LeftMS)*time.Millisecond); got != w.WaitS {
+			t.Errorf("PreferWait(%d s, %d ms left) = %d, want %d", w.ConfiguredS, w.LeftMS, got, w.WaitS)
 		}
 	}
 }

@@ -65,6 +65,45 @@ def test_an_answer_lost_on_the_wire_is_retried_under_the_same_key_and_replays(pr
     assert len(proxy.keys) >= 2 and len(set(proxy.keys)) == 1, proxy.keys
 
 
+#: How late a DeadlineError may come after its deadline: the time an
+#: aborted request takes to close, on a loaded machine (docs/agents/python.md
+#: states it).
+DEADLINE_SLACK = 0.5
+
+
+@pytest.mark.parametrize("deadline", [1.0, 3.0])
+@pytest.mark.parametrize("flavour", ["sync", "async"])
+def test_a_deadline_is_a_bound_through_a_partition(url: str, token: str, deadline: float, flavour: str) -> None:
+    # The client's defaults (an attempt of 10 s, Prefer: wait=5) are each
+    # longer than the deadline, and every answer is held: the deadline
+    # alone ends the call.
+    p = Proxy(url, "answer-lost", hold=True)
+    p.partitioned = True
+    intent = Intent(str(uuid.uuid4()), "/v1/tickets", ticket(f"bound {deadline}"))
+
+    async def run_async() -> None:
+        async with idemflow.AsyncClient(p.url, token) as c:
+            await c.do(intent, deadline=deadline)
+
+    def run() -> None:
+        if flavour == "async":
+            asyncio.run(run_async())
+            return
+        with idemflow.Client(p.url, token) as c:
+            c.do(intent, deadline=deadline)
+
+    try:
+        start = time.monotonic()
+        with pytest.raises(idemflow.DeadlineError):
+            run()
+        took = time.monotonic() - start
+    finally:
+        p.close()
+    assert took <= deadline + DEADLINE_SLACK, f"a deadline of {deadline} s ended the call after {took:.2f} s"
+    waits = [int(v.removeprefix("wait=")) for v in p.prefers if v]
+    assert waits and max(waits) <= deadline - 1, f"Prefer asked for {p.prefers} with {deadline} s left"
+
+
 def test_final_answers_are_typed_errors_never_retried(url: str, token: str) -> None:
     attempts: list[int] = []
     with idemflow.Client(url, token, attempt_timeout=3, initial_backoff=0.02, on_attempt=lambda n, _: attempts.append(n)) as c:

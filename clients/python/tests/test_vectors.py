@@ -32,7 +32,7 @@ ERRORS: dict[str, type[idemflow.ProblemError]] = {
 
 
 def test_the_vectors_are_there() -> None:
-    assert ANSWERS["answers"] and ANSWERS["operations"] and ANSWERS["backoff"]
+    assert ANSWERS["answers"] and ANSWERS["operations"] and ANSWERS["backoff"] and ANSWERS["prefer_wait"]
     assert (
         KEYS["derive"]
         and KEYS["langgraph"]
@@ -83,6 +83,11 @@ def test_polled_operation(o: dict[str, Any]) -> None:
 @pytest.mark.parametrize("b", ANSWERS["backoff"], ids=lambda b: f"attempt {b['attempt']}")
 def test_backoff_ceiling(b: dict[str, Any]) -> None:
     assert idemflow.backoff_ceiling(b["initial_ms"], b["max_ms"], b["attempt"]) == b["ceiling_ms"]
+
+
+@pytest.mark.parametrize("w", ANSWERS["prefer_wait"], ids=lambda w: f"{w['configured_s']} s with {w['left_ms']} ms left")
+def test_prefer_wait(w: dict[str, Any]) -> None:
+    assert idemflow.prefer_wait(w["configured_s"], w["left_ms"] / 1000) == w["wait_s"]
 
 
 @pytest.mark.parametrize("d", KEYS["derive"], ids=lambda d: "/".join([d["scheme"], *d["parts"]]))

@@ -21,10 +21,12 @@ class Proxy:
     agent to be killed waiting); without it, it is closed at once (the
     caller sees a broken connection and retries). While partitioned is
     true, every request is forwarded and its answer dropped, the connection
-    closed: a partition that outlasts the caller's wait."""
+    closed: a partition that outlasts the caller's wait. prefers holds
+    every request's Prefer header."""
 
     def __init__(self, upstream: str, fault: Fault, path: str = "/v1/tickets", hold: bool = False) -> None:
         self.keys: list[str | None] = []
+        self.prefers: list[str | None] = []
         self.partitioned = False
         self.hit = threading.Event()
         first = threading.Lock()
@@ -36,6 +38,7 @@ class Proxy:
 
             def _forward(self, method: str) -> None:
                 body = self.rfile.read(int(self.headers.get("Content-Length") or 0))
+                outer.prefers.append(self.headers.get("Prefer"))
                 if method == "POST":
                     outer.keys.append(self.headers.get("Idempotency-Key"))
                 faulted = False

@@ -227,7 +227,7 @@ export interface Result {
 export interface ClientOptions {
   baseURL: string;
   token: string;
-  /** One attempt's bound (default 10 s). */
+  /** One attempt's bound (default 10 s). A call's deadline bounds every attempt, pause and wait: none outlasts what is left of it. */
   attemptTimeoutMs?: number;
   /** Capped exponential backoff with full jitter (default 200 ms to 5 s). */
   initialBackoffMs?: number;
@@ -278,8 +278,9 @@ export class Client {
         if (!(e instanceof Retryable)) throw e;
         wait = e.waitMs;
       }
-      if (Date.now() > end) throw new DeadlineError(`intent ${intent.key}: no final answer before the deadline`);
-      await sleep(wait || this.#backoff(n), opts.signal);
+      const pause = this.#pause(wait, n, end);
+      if (pause === undefined) throw new DeadlineError(`intent ${intent.key}: no final answer before the deadline`);
+      await sleep(pause, opts.signal);
     }
   }
 
@@ -307,19 +308,27 @@ export class Client {
     return r;
   }
 
-  #backoff(n: number): number {
-    return Math.random() * backoffCeiling(this.#o.initialBackoffMs, this.#o.maxBackoffMs, n);
+  /**
+   * The pause before attempt n+1: the server's Retry-After, else the
+   * backoff; undefined when it would end past the deadline, which a
+   * caller's deadline is a bound on.
+   */
+  #pause(waitMs: number, n: number, end: number): number | undefined {
+    const pause = waitMs || Math.random() * backoffCeiling(this.#o.initialBackoffMs, this.#o.maxBackoffMs, n);
+    return Date.now() + pause < end ? pause : undefined;
   }
 
-  async #send(method: string, path: string, key: string | undefined, body: unknown, signal?: AbortSignal) {
-    const headers: Record<string, string> = { Authorization: `Bearer ${this.#o.token}`, Prefer: `wait=${this.#o.waitSeconds}` };
+  async #send(intent: Intent, method: string, path: string, key: string | undefined, body: unknown, end: number, signal?: AbortSignal) {
+    const left = end - Date.now();
+    if (left <= 0) throw new DeadlineError(`intent ${intent.key}: no final answer before the deadline`);
+    const headers: Record<string, string> = { Authorization: `Bearer ${this.#o.token}`, Prefer: `wait=${preferWait(this.#o.waitSeconds, left / 1000)}` };
     if (key !== undefined) headers["Idempotency-Key"] = key;
     let payload: string | undefined;
     if (body !== undefined) {
       headers["Content-Type"] = "application/json";
       payload = JSON.stringify(body);
     }
-    const timeout = AbortSignal.timeout(this.#o.attemptTimeoutMs);
+    const timeout = AbortSignal.timeout(Math.min(this.#o.attemptTimeoutMs, left));
     const resp = await fetch(this.#o.baseURL + path, {
       method,
       headers,
@@ -332,9 +341,9 @@ export class Client {
   async #attempt(intent: Intent, end: number, signal?: AbortSignal): Promise<Result> {
     let got;
     try {
-      got = await this.#send(intent.method ?? "POST", intent.path, intent.key, intent.body, signal);
+      got = await this.#send(intent, intent.method ?? "POST", intent.path, intent.key, intent.body, end, signal);
     } catch (e) {
-      if (signal?.aborted) throw e;
+      if (signal?.aborted || e instanceof DeadlineError) throw e;
       // A timeout is not a failure: the first call may have succeeded.
       throw new Retryable(e);
     }
@@ -342,7 +351,7 @@ export class Client {
     const j = judge(resp.status, resp.headers, text);
     switch (j.action) {
       case "poll":
-        return this.#poll(resp.headers.get("Location") ?? "", end, signal);
+        return this.#poll(intent, resp.headers.get("Location") ?? "", end, signal);
       case "success":
         return j.result;
       case "retry":
@@ -352,11 +361,11 @@ export class Client {
     }
   }
 
-  async #poll(location: string, end: number, signal?: AbortSignal): Promise<Result> {
+  async #poll(intent: Intent, location: string, end: number, signal?: AbortSignal): Promise<Result> {
     for (let n = 1; Date.now() < end; n++) {
       let wait = 0;
       try {
-        const { resp, text } = await this.#send("GET", location, undefined, undefined, signal);
+        const { resp, text } = await this.#send(intent, "GET", location, undefined, undefined, end, signal);
         wait = parseRetryAfter(resp.headers.get("Retry-After"));
         if (resp.status === 200) {
           // Done: its answer, as a replay would give it. One that ended
@@ -370,9 +379,11 @@ export class Client {
           throw problemError(resp.status, text, false);
         }
       } catch (e) {
-        if (e instanceof ProblemError || e instanceof Retryable || signal?.aborted) throw e;
+        if (e instanceof ProblemError || e instanceof Retryable || e instanceof DeadlineError || signal?.aborted) throw e;
       }
-      await sleep(wait || this.#backoff(n), signal);
+      const pause = this.#pause(wait, n, end);
+      if (pause === undefined) break;
+      await sleep(pause, signal);
     }
     throw new Retryable(new DeadlineError("polling ended at the deadline"));
   }
@@ -386,6 +397,17 @@ function result(status: number, raw: string, replayed: boolean): Result {
     // kept as text: an HTTP tool's downstream may answer with any body
   }
   return { status, body, raw, replayed };
+}
+
+/**
+ * What Prefer: wait=N asks for with leftSeconds before the deadline: the
+ * configured wait, but never more than leaves a second after it to read
+ * the server's 202 and poll, so that the server's answer comes inside the
+ * deadline (the same rule in every client).
+ */
+export function preferWait(configured: number, leftSeconds: number): number {
+  if (leftSeconds >= configured + 1) return configured; // an infinite deadline too
+  return Math.max(0, Math.floor(leftSeconds) - 1);
 }
 
 /**

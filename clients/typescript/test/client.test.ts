@@ -12,7 +12,7 @@ import { test } from "node:test";
 import { Client as MCPClient } from "@modelcontextprotocol/sdk/client/index.js";
 import { StreamableHTTPClientTransport } from "@modelcontextprotocol/sdk/client/streamableHttp.js";
 import {
-  backoffCeiling, Client, deriveKey, FileStore, IntentMismatchError, InvalidRequestError, judge, judgeOperation, type Judgement, KeyReusedError,
+  backoffCeiling, Client, DeadlineError, deriveKey, FileStore, IntentMismatchError, InvalidRequestError, judge, judgeOperation, type Judgement, KeyReusedError, preferWait,
   NotFoundError, OutcomeUnknownError, ProblemError, RejectedError, TooLargeError, UnauthorizedError,
 } from "../src/index.js";
 import { pendingText, refusalText, resume } from "../src/tooltext.js";
@@ -51,6 +51,31 @@ test("no text after a refusal or a pending answer invites a new call", () => {
     assert.equal(invitation(text), "", `${name}: ${text}`);
   }
 });
+
+// How late a DeadlineError may come after its deadline: the time an
+// aborted request takes to close, on a loaded machine (the TypeScript
+// client's README states it).
+const deadlineSlackMs = 500;
+
+for (const deadlineMs of [1000, 3000]) {
+  test(`a deadline of ${deadlineMs} ms is a bound through a partition`, async () => {
+    // The client's defaults (an attempt of 10 s, Prefer: wait=5) are each
+    // longer than the deadline, and every answer is held: the deadline
+    // alone ends the call.
+    const p = await partitionProxy(url);
+    try {
+      const c = new Client({ baseURL: p.base, token });
+      const start = Date.now();
+      await assert.rejects(c.do({ key: randomUUID(), path: "/v1/tickets", body: ticket(`bound ${deadlineMs}`) }, { deadlineMs }), DeadlineError);
+      const took = Date.now() - start;
+      assert.ok(took <= deadlineMs + deadlineSlackMs, `a deadline of ${deadlineMs} ms ended the call after ${took} ms`);
+      const waits = p.state.prefers.map((v) => Number(v.replace("wait=", "")));
+      assert.ok(waits.length > 0 && Math.max(...waits) <= deadlineMs / 1000 - 1, `Prefer asked for ${p.state.prefers} with ${deadlineMs} ms left`);
+    } finally {
+      p.close();
+    }
+  });
+}
 
 test("a replay returns the first answer, marked replayed", async () => {
   const key = randomUUID();
@@ -237,8 +262,10 @@ test("the shared answer vectors", async () => {
     answers: { name: string; status: number; headers: Record<string, string>; body: string; expect: Expectation }[];
     operations: { name: string; view: unknown; expect: Expectation & { content_type?: string } }[];
     backoff: { initial_ms: number; max_ms: number; attempt: number; ceiling_ms: number }[];
+    prefer_wait: { configured_s: number; left_ms: number; wait_s: number }[];
   };
-  assert.ok(v.answers.length > 0 && v.operations.length > 0 && v.backoff.length > 0);
+  assert.ok(v.answers.length > 0 && v.operations.length > 0 && v.backoff.length > 0 && v.prefer_wait.length > 0);
+  for (const w of v.prefer_wait) assert.equal(preferWait(w.configured_s, w.left_ms / 1000), w.wait_s, `preferWait ${JSON.stringify(w)}`);
   for (const a of v.answers) check(a.name, judge(a.status, new Headers(a.headers), a.body), a.expect);
   for (const o of v.operations) check(`operation ${o.name}`, judgeOperation(typeof o.view === "string" ? o.view : JSON.stringify(o.view)), o.expect);
   for (const b of v.backoff) {

@@ -63,12 +63,13 @@ export async function inFreshFolder(url: string, body: (run: (n: number) => Prom
 /**
  * A proxy to url that, while partitioned, forwards each request (it takes
  * effect) and drops its answer: a partition longer than a caller's wait.
- * keys holds every POST's Idempotency-Key.
+ * keys holds every POST's Idempotency-Key, prefers every request's Prefer.
  */
 export async function partitionProxy(url: string) {
-  const state = { partitioned: true, keys: [] as string[] };
+  const state = { partitioned: true, keys: [] as string[], prefers: [] as string[] };
   const proxy: Server = createServer((req, res) => {
     if (req.method === "POST") state.keys.push(String(req.headers["idempotency-key"]));
+    state.prefers.push(String(req.headers["prefer"]));
     const up = httpRequest(url + req.url, { method: req.method, headers: req.headers }, (ur) => {
       if (state.partitioned) {
         ur.resume(); // the request took effect; its answer never comes back

@@ -10,7 +10,7 @@ code; idemflow.langgraph derives it from a LangGraph run's checkpointed
 tool call, idemflow.temporal from a Temporal activity's identity.
 """
 
-from .answers import HEADER_REPLAYED, Result, backoff_ceiling, judge, judge_operation
+from .answers import HEADER_REPLAYED, Result, backoff_ceiling, judge, judge_operation, prefer_wait
 from .client import AsyncClient, Client, Intent
 from .errors import (
     DOWNSTREAM_REJECTED,
@@ -56,4 +56,5 @@ __all__ = [
     "derive_key",
     "judge",
     "judge_operation",
+    "prefer_wait",
 ]

@@ -6,13 +6,14 @@ from __future__ import annotations
 
 import base64
 import json
+import math
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Literal
 
 from .errors import OUTCOME_UNKNOWN, ProblemError, parse_problem, problem_error
 
-__all__ = ["HEADER_REPLAYED", "Fail", "Judgement", "Poll", "Result", "Retry", "Success", "backoff_ceiling", "judge", "judge_operation"]
+__all__ = ["HEADER_REPLAYED", "Fail", "Judgement", "Poll", "Result", "Retry", "Success", "backoff_ceiling", "judge", "judge_operation", "prefer_wait"]
 
 #: On every answer that is the intent's own, stored one (whatever its
 #: status), and on no answer of idemflow's about the request.
@@ -149,3 +150,13 @@ def backoff_ceiling(initial: float, maximum: float, n: int) -> float:
     """The longest pause before attempt n+1: capped exponential, from which
     full jitter draws (as in every client)."""
     return float(min(maximum, initial * 2.0 ** min(n - 1, 20)))
+
+
+def prefer_wait(configured: int, left: float) -> int:
+    """What Prefer: wait=N asks for with left seconds before the deadline:
+    the configured wait, but never more than leaves a second after it to
+    read the server's 202 and poll, so that the server's answer comes
+    inside the deadline (the same rule in every client)."""
+    if left >= configured + 1:
+        return configured  # an infinite deadline too
+    return max(0, math.floor(left) - 1)

@@ -21,7 +21,7 @@ from typing import Any
 
 import httpx
 
-from .answers import Fail, Poll, Result, Retry, Success, backoff_ceiling, judge, judge_operation, retry_after
+from .answers import Fail, Poll, Result, Retry, Success, backoff_ceiling, judge, judge_operation, prefer_wait, retry_after
 from .errors import DeadlineError, ProblemError, problem_error
 from .store import Store
 
@@ -44,6 +44,11 @@ class _Send:
     path: str
     key: str | None
     body: Any
+    #: This attempt's bound (seconds): the attempt timeout, or what is
+    #: left of the deadline when that is less.
+    timeout: float
+    #: Sent as Prefer: wait=N.
+    wait: int
 
 
 @dataclass(frozen=True)
@@ -80,6 +85,21 @@ class _Options:
     on_attempt: Callable[[int, Intent], None] | None
 
 
+def _send(o: _Options, intent: Intent, method: str, path: str, key: str | None, body: Any, end: float) -> _Send:
+    left = end - time.monotonic()
+    if left <= 0:
+        raise DeadlineError(f"intent {intent.key}: no final answer before the deadline")
+    return _Send(method, path, key, body, min(o.attempt_timeout, left), prefer_wait(o.wait_seconds, left))
+
+
+def _pause(o: _Options, wait: float, n: int, end: float) -> float | None:
+    """The pause before attempt n+1: the server's Retry-After, else the
+    backoff; None when it would end past the deadline, which a caller's
+    deadline is a bound on."""
+    pause = wait or random.random() * backoff_ceiling(o.initial_backoff, o.max_backoff, n)
+    return pause if time.monotonic() + pause < end else None
+
+
 def _exchange(o: _Options, intent: Intent, deadline: float) -> Generator[_Step, _Reply, Result]:
     if not intent.key:
         raise ValueError("idemflow: an intent needs its key")
@@ -91,14 +111,14 @@ def _exchange(o: _Options, intent: Intent, deadline: float) -> Generator[_Step, 
             o.on_attempt(n, intent)
         wait = 0.0
         try:
-            reply = yield _Send(intent.method, intent.path, intent.key, intent.body)
+            reply = yield _send(o, intent, intent.method, intent.path, intent.key, intent.body, end)
             if isinstance(reply, Exception):
                 # A timeout is not a failure: the first call may have succeeded.
                 raise _Again(reply)
             assert isinstance(reply, _Answer)
             j = judge(reply.status, reply.headers, reply.text)
             if isinstance(j, Poll):
-                return (yield from _poll(o, reply.headers.get("Location") or "", end))
+                return (yield from _poll(o, intent, reply.headers.get("Location") or "", end))
             if isinstance(j, Success):
                 return j.result
             if isinstance(j, Retry):
@@ -106,17 +126,18 @@ def _exchange(o: _Options, intent: Intent, deadline: float) -> Generator[_Step, 
             raise j.error
         except _Again as e:
             wait = e.wait
-        if time.monotonic() > end:
+        pause = _pause(o, wait, n, end)
+        if pause is None:
             raise DeadlineError(f"intent {intent.key}: no final answer before the deadline")
-        yield _Sleep(wait or random.random() * backoff_ceiling(o.initial_backoff, o.max_backoff, n))
+        yield _Sleep(pause)
 
 
-def _poll(o: _Options, location: str, end: float) -> Generator[_Step, _Reply, Result]:
+def _poll(o: _Options, intent: Intent, location: str, end: float) -> Generator[_Step, _Reply, Result]:
     n = 0
     while time.monotonic() < end:
         n += 1
         wait = 0.0
-        reply = yield _Send("GET", location, None, None)
+        reply = yield _send(o, intent, "GET", location, None, None, end)
         if isinstance(reply, _Answer):
             wait = retry_after(reply.headers.get("Retry-After"))
             if reply.status == 200:
@@ -132,7 +153,10 @@ def _poll(o: _Options, location: str, end: float) -> Generator[_Step, _Reply, Re
                     raise j.error
             elif reply.status < 500 and reply.status != 429:
                 raise problem_error(reply.status, reply.text, False)
-        yield _Sleep(wait or random.random() * backoff_ceiling(o.initial_backoff, o.max_backoff, n))
+        pause = _pause(o, wait, n, end)
+        if pause is None:
+            break
+        yield _Sleep(pause)
     raise _Again(DeadlineError("polling ended at the deadline"))
 
 
@@ -151,14 +175,16 @@ class _Base:
         """base_url is idemflow's (e.g. http://127.0.0.1:8080), token the
         tenant's bearer token (never logged). attempt_timeout bounds one
         attempt; the backoff is capped exponential with full jitter; Prefer:
-        wait=N asks the server to hold a new intent's answer up to N s."""
+        wait=N asks the server to hold a new intent's answer up to N s.
+        A call's deadline bounds all of them: no attempt, pause or wait
+        outlasts what is left of it."""
         self._o = _Options(base_url.rstrip("/"), token, attempt_timeout, initial_backoff, max_backoff, wait_seconds, on_attempt)
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}({self._o.base_url!r})"
 
     def _request(self, s: _Send) -> tuple[str, str, dict[str, str], bytes | None]:
-        headers = {"Authorization": f"Bearer {self._o.token}", "Prefer": f"wait={self._o.wait_seconds}"}
+        headers = {"Authorization": f"Bearer {self._o.token}", "Prefer": f"wait={s.wait}"}
         if s.key is not None:
             headers["Idempotency-Key"] = s.key
         content = None
@@ -206,7 +232,7 @@ class Client(_Base):
                 continue
             method, url, headers, content = self._request(step)
             try:
-                r = self._http.request(method, url, headers=headers, content=content)
+                r = self._http.request(method, url, headers=headers, content=content, timeout=step.timeout)
                 reply = _Answer(r.status_code, r.headers, r.text)
             except _TRANSPORT as e:
                 reply = e
@@ -267,7 +293,7 @@ class AsyncClient(_Base):
                 continue
             method, url, headers, content = self._request(step)
             try:
-                r = await self._http.request(method, url, headers=headers, content=content)
+                r = await self._http.request(method, url, headers=headers, content=content, timeout=step.timeout)
                 reply = _Answer(r.status_code, r.headers, r.text)
             except _TRANSPORT as e:
                 reply = e
