@@ -51,6 +51,39 @@ def test_a_killed_llamaindex_agent_is_restored_without_a_duplicate(
     )
 
 
+@pytest.mark.parametrize(
+    "calls,nth",
+    [(2, 1), (2, 2), (3, 1), (3, 3)],
+    ids=["2 calls, killed after 1", "2 calls, killed after both", "3 calls, killed after 1", "3 calls, killed after all 3"],
+)
+def test_every_call_of_a_restored_turn_runs_once_and_the_model_reads_each_answer_once(
+    calls: int, nth: int, url: str, db: psycopg.Connection, tmp_path: Path
+) -> None:
+    """The model asks for calls tickets in one answer; the agent is
+    SIGKILLed while the nth POST's answer is held (its effect done), and
+    restored from its save: one ticket per call, each call's POST sent
+    once by the restored process, and the model reads each call's answer
+    once, under its own ID."""
+    who = f"py-llamaindex-restored-{calls}-{nth}-{uuid.uuid4().hex[:6]}"
+    proxy = Proxy(url, "answer-lost", hold=True, nth=nth)
+    try:
+        args = ["--thread", who, "--state", str(tmp_path / "run.json"), "--calls", str(calls)]
+        _, p, out = children.kill_mid_call_and_rerun("tests.agents.llamaindex_agent", args, children.agent_env(proxy.url), proxy.hit)
+    finally:
+        proxy.close()
+    assert p.returncode == 0 and any(s.startswith("DONE") for s in out), out
+    reads = json.loads(next(s for s in out if s.startswith("model reads ")).split(" ", 2)[2])
+    keys = [k for k in proxy.keys if k]
+    sends = {k: keys.count(k) for k in keys}
+    n = count(db, "ticket", who)
+    print(f"{calls} calls, killed after {nth}: {n} tickets; the model read {reads}; POSTs per key {sorted(sends.values())}")
+    assert n == calls
+    assert sorted(reads["answered"]) == sorted(reads["asked"]) and len(reads["asked"]) == calls, reads
+    # Each call is sent at most once by each process (the killed one may
+    # have died before it sent a call).
+    assert len(sends) == calls and max(sends.values()) <= 2, sends
+
+
 def turns(url: str, token: str, state: Path, who: str, n: int, **kw: Any) -> list[bool]:
     """n turns of one conversation, each to its end: whether each tool
     answer was a replay."""

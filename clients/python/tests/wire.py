@@ -13,7 +13,8 @@ Fault = Literal["answer-lost", "before-received"]
 
 
 class Proxy:
-    """Forwards every request to upstream, but the first POST to path:
+    """Forwards every request to upstream, but the nth POST to path (the
+    first by default):
     answer-lost forwards it and drops the answer (the connection is held
     until the caller dies or gives up), before-received never forwards it.
     hit is set once the fault happened; keys holds every POST's key.
@@ -24,13 +25,13 @@ class Proxy:
     closed: a partition that outlasts the caller's wait. prefers holds
     every request's Prefer header."""
 
-    def __init__(self, upstream: str, fault: Fault, path: str = "/v1/tickets", hold: bool = False) -> None:
+    def __init__(self, upstream: str, fault: Fault, path: str = "/v1/tickets", hold: bool = False, nth: int = 1) -> None:
         self.keys: list[str | None] = []
         self.prefers: list[str | None] = []
         self.partitioned = False
         self.hit = threading.Event()
-        first = threading.Lock()
-        taken = [False]
+        lock = threading.Lock()
+        seen = [0]
         outer = self
 
         class Handler(http.server.BaseHTTPRequestHandler):
@@ -43,8 +44,9 @@ class Proxy:
                     outer.keys.append(self.headers.get("Idempotency-Key"))
                 faulted = False
                 if method == "POST" and self.path == path:
-                    with first:
-                        faulted, taken[0] = not taken[0], True
+                    with lock:
+                        seen[0] += 1
+                        faulted = seen[0] == nth
                 if faulted and fault == "before-received":
                     outer.hit.set()
                     self._hold()

@@ -18,7 +18,8 @@ So the call stops before it acts, as LlamaIndex's own human-in-the-loop
 steps do (``ctx.wait_for_event``): the tool writes ``CallPending`` with
 its key to the stream and waits for ``Proceed``; the app saves the
 context there, then lets it proceed. Restored from that save, the step
-runs again with the same ``ToolCall`` and the call gets its key back.
+runs again with the same ``ToolCall`` and the call gets its key back
+(each stopped call handed back to its step once: ``_release``).
 ``run_durably`` does the saving, the proceeding and the restoring.
 
 The key (``li1``) is derived from the turn, the ``tool_id`` and the
@@ -70,6 +71,10 @@ _tool_id: ContextVar[str | None] = ContextVar("idemflow_llamaindex_tool_id", def
 # Set by run_durably for the run it drives (a run's steps inherit it): a
 # call's stop waits for a Proceed that only run_durably sends.
 _durable: ContextVar[bool] = ContextVar("idemflow_llamaindex_durable", default=False)
+
+# The keys of the calls a restored run found at their stop (run_durably
+# sets them): saved already, they act without stopping again.
+_released: ContextVar[frozenset[str]] = ContextVar("idemflow_llamaindex_released", default=frozenset())
 
 
 def call_key(turn: str, tool_id: str, tool: str) -> str:
@@ -153,16 +158,18 @@ def idemflow_tool(
             return json.dumps({"error": "InvalidArguments", "detail": str(e)}, ensure_ascii=False)
         key = call_key(turn, tool_id, name)
         # LlamaIndex runs the step again from its start once Proceed
-        # arrives; the second time this returns it at once.
-        await ctx.wait_for_event(
-            Proceed,
-            waiter_event=CallPending(key=key, tool_name=name, tool_id=tool_id, args=args),
-            waiter_id=key,
-            requirements={"key": key},
-            # The stop ends when run_durably sends Proceed, never on a
-            # clock (LlamaIndex's default is 2000 s).
-            timeout=None,
-        )
+        # arrives; the second time this returns it at once. A call restored
+        # from its stop was saved there, and goes on.
+        if key not in _released.get():
+            await ctx.wait_for_event(
+                Proceed,
+                waiter_event=CallPending(key=key, tool_name=name, tool_id=tool_id, args=args),
+                waiter_id=key,
+                requirements={"key": key},
+                # The stop ends when run_durably sends Proceed, never on a
+                # clock (LlamaIndex's default is 2000 s).
+                timeout=None,
+            )
         target = path(args) if callable(path) else path
         try:
             return answer_text(await send(client, Intent(key, target, body(args) if body else args), float("inf")))
@@ -185,19 +192,21 @@ async def run_durably(agent: FunctionAgent, state: str | os.PathLike[str], user_
     """
     path = Path(state)
     saved = json.loads(path.read_text()) if path.exists() else None
+    released: frozenset[str] = frozenset()
+    if saved and saved["running"]:
+        saved["ctx"], released = _release(saved["ctx"])
     ctx = Context.from_dict(agent, saved["ctx"]) if saved else Context(agent)
     memory = Memory.from_defaults(session_id=str(path))
     if saved:
         await memory.aput_messages([ChatMessage.model_validate(m) for m in saved["memory"]])
-    _durable.set(True)  # for the run's steps, which copy this context
+    # For the run's steps, which copy this context.
+    _durable.set(True)
+    _released.set(released)
     if saved and saved["running"]:
         handler = agent.run(ctx=ctx)
         # LlamaIndex leaves the memory out of a saved context: it goes
-        # back in by hand, before any call proceeds (nothing before a call's
-        # answer reads it).
+        # back in by hand (nothing before a call's answer reads it).
         await handler.ctx.store.set("memory", memory)
-        for key in _stopped(saved["ctx"]):
-            handler.ctx.send_event(Proceed(key=key))
     elif user_msg is None:
         raise ValueError(f"{path} holds no unfinished turn, and no user_msg was given to start one")
     else:
@@ -239,12 +248,38 @@ def _write_durably(path: Path, text: str) -> None:
         os.close(folder)
 
 
-def _stopped(ctx: dict[str, Any]) -> list[str]:
-    """The keys of the calls a saved context holds at their stop: each
-    waits for Proceed under its key. LlamaIndex writes a waiter's event to
-    the stream only when the waiter is new, and a restored context keeps
-    its waiters: a call whose CallPending the process died before handling
-    (two calls in one answer, killed after the first one's save) stops
-    again in silence, and is found here."""
+def _release(ctx: dict[str, Any]) -> tuple[dict[str, Any], frozenset[str]]:
+    """A saved context whose calls at their stop run once when restored,
+    and their keys.
+
+    LlamaIndex keeps a stopped step as a waiter, and restores it without
+    the requirements it matches its event by: until the step has run again
+    to its stop, a Proceed for one call resumes every restored waiter, so a
+    call ran twice or three times and its answer reached the model as
+    often. So each waiter for Proceed goes, and its ToolCall is queued for
+    the call_tool step again, which runs it once, without a stop (its key
+    is released: it was saved at its stop). A waiter that Proceed had
+    already resolved has its work item queued or in progress already; it
+    only goes."""
     want = f"{Proceed.__module__}.{Proceed.__qualname__}"
-    return [w["waiter_id"] for worker in ctx.get("workers", {}).values() for w in worker.get("collected_waiters", []) if w.get("waiting_for_event") == want]
+    keys: set[str] = set()
+    for worker in ctx.get("workers", {}).values():
+        waiters = worker.get("collected_waiters", [])
+        stopped = [w for w in waiters if w.get("waiting_for_event") == want]
+        if not stopped:
+            continue
+        worker["collected_waiters"] = [w for w in waiters if w not in stopped]
+        running = {a.get("work_item_id") for a in [*worker.get("queue", []), *worker.get("in_progress", [])]}
+        for w in stopped:
+            keys.add(w["waiter_id"])
+            if w.get("resolved_event") is None and w.get("work_item_id") not in running:
+                worker.setdefault("queue", []).append(
+                    {
+                        "event": w["event"],
+                        "bound_events": w.get("bound_events"),
+                        "scope_path": w.get("scope_path", []),
+                        "collection_release_payload": w.get("collection_release_payload"),
+                        "work_item_id": w.get("work_item_id"),
+                    }
+                )
+    return ctx, frozenset(keys)

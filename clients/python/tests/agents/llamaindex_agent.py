@@ -5,7 +5,7 @@ idemflow, run by run_durably, which saves its context to --state at each
 call's stop. Run again with the same --thread and --state, it restores
 the turn it was killed in.
 
-    python -m tests.agents.llamaindex_agent --thread T --state FILE [--tools idemflow|naive] [--unsafe]
+    python -m tests.agents.llamaindex_agent --thread T --state FILE [--tools idemflow|naive] [--unsafe] [--calls N]
 
 with IDEMFLOW_URL and IDEMFLOW_TOKEN set. --tools naive is the control
 (a fresh key on every call, the same saving and restoring). --unsafe is
@@ -50,6 +50,12 @@ class ScriptedModel(MockFunctionCallingLLM):
 
     async def achat(self, messages: Sequence[ChatMessage], **kw: Any) -> ChatResponse:
         if messages and messages[-1].role == MessageRole.TOOL:
+            # What the model reads of the calls: each answer once, under
+            # its call's ID (the kill tests read this line).
+            answered = [m.additional_kwargs.get("tool_call_id") for m in messages if m.role == MessageRole.TOOL]
+            # (A call restored from a saved memory is a dict.)
+            asked = [c["tool_id"] if isinstance(c, dict) else c.tool_id for m in messages for c in m.additional_kwargs.get("tool_calls", [])]
+            print(f"model reads {json.dumps({'asked': asked, 'answered': answered})}", flush=True)
             return ChatResponse(message=ChatMessage(role="assistant", content="The ticket is open."))
         calls = [
             ToolSelection(
@@ -98,6 +104,7 @@ async def main() -> None:
     ap.add_argument("--state", required=True)
     ap.add_argument("--tools", default="idemflow", choices=["idemflow", "naive"])
     ap.add_argument("--unsafe", action="store_true")
+    ap.add_argument("--calls", type=int, default=1, help="tickets the model asks for in one answer")
     a = ap.parse_args()
     state = Path(a.state)
     # The client's attempts time out fast, so that a dropped answer is
@@ -108,7 +115,7 @@ async def main() -> None:
             state.unlink(missing_ok=True)
         resumed = state.exists() and json.loads(state.read_text())["running"]
         print(f"{'resuming' if resumed else 'starting'} {a.thread}", flush=True)
-        result = await run_durably(agent(c, a.thread, naive=a.tools == "naive"), state, user_msg=None if resumed else "My printer is on fire.")
+        result = await run_durably(agent(c, a.thread, naive=a.tools == "naive", calls=a.calls), state, user_msg=None if resumed else "My printer is on fire.")
         for answer in tool_answers(state):
             print(f"tool create_ticket {json.dumps(json.loads(answer))}", flush=True)
         print(f"DONE {result}", flush=True)
