@@ -12,10 +12,11 @@ const usage = { inputTokens: { total: 1, noCache: 1, cacheRead: 0, cacheWrite: 0
  * then answers; after a tool error it asks again (a new call, as a model
  * writes one), up to twice. Each call it writes has a new ID, as a real
  * model's, unless callId gives one (a provider that numbers calls per
- * response). outputs: every tool output it was handed, as it read them;
- * prompts: every prompt it was given, whole.
+ * response); title, if given, words the ticket's title each time (a model
+ * that rewords its call). outputs: every tool output it was handed, as it
+ * read them; prompts: every prompt it was given, whole.
  */
-export function scriptedChat(customer: string, callId?: () => string) {
+export function scriptedChat(customer: string, callId?: () => string, title: () => string = () => "Printer on fire") {
   const outputs: string[] = [];
   const prompts: string[] = [];
   const answer = (opts: { prompt: any[] }) => {
@@ -32,7 +33,7 @@ export function scriptedChat(customer: string, callId?: () => string) {
     if (answered || outputs.filter((o) => o.startsWith("error:")).length >= 2) {
       return { content: [{ type: "text", text: "The ticket is open." }], finishReason: { unified: "stop", raw: "stop" }, usage, warnings: [] };
     }
-    const input = JSON.stringify({ customer_id: customer, title: "Printer on fire" });
+    const input = JSON.stringify({ customer_id: customer, title: title() });
     const id = callId ? callId() : `call_${randomUUID()}`;
     return { content: [{ type: "tool-call", toolCallId: id, toolName: "create_ticket", input }], finishReason: { unified: "tool-calls", raw: "tool_calls" }, usage, warnings: [] };
   };

@@ -11,21 +11,32 @@
 // asked again, writes a new call with a new ID. So the tool needs approval
 // by default (the SDK's needsApproval): the response ends with the call
 // and its approval request, the app saves the messages, and the call runs
-// in a later request, from the saved messages that carry it. That request
-// names the call by its approval's ID, which the SDK made at random for
-// this call and which a later turn that reuses the toolCallId (call_0)
-// does not share; the key is the chat, the approval's ID, the toolCallId
-// and the tool's name.
+// in a later request, from the saved messages that carry it.
+//
+// The key names the intended call, not its IDs (va2): the chat, the turn
+// (the user message the run answers: the app's turnId, useChat's message
+// ID, or else the digest of the conversation up to it), the tool, the
+// call's arguments (RFC 8785) and their occurrence among the turn's calls
+// of that tool with those arguments. A regenerate, the Retry button after
+// an error, or a request made again without the assistant's message
+// makes the model write the same call under a new toolCallId and a new
+// approval: the same key, a replay. Another turn, other arguments, or
+// one more identical call in the turn is another key. (va1, the chat,
+// the approval's ID, the toolCallId and the tool's name, is kept for the
+// calls in flight across the upgrade: keyScheme "va1".)
 //
 // A pending answer (the wait ended, the intent may have taken effect) must
-// never reach the model, which would call again under a new ID, a new
-// approval and a new key; nor the chat's saved messages, where it would
-// stand as the call's result, so that sending them again runs nothing. The
-// SDK hands a tool's error to both: an approved call runs before the
-// first step, and streamText streams its error before any prepareStep. So
-// the guard is this module's generateText and streamText, the SDK's own
-// with it built in, and the tool runs only under them (or where the app
-// says, with guarded: false, that it guards the run itself).
+// never reach the model, which would call again; nor the chat's saved
+// messages, where it would stand as the call's result, so that sending
+// them again runs nothing. The SDK hands a tool's error to both: an
+// approved call runs before the first step, and streamText streams its
+// error before any prepareStep. So the guard is this module's generateText
+// and streamText, the SDK's own with it built in, and the tool runs only
+// under them (or where the app says, with guarded: false, that it guards
+// the run itself). streamText ends such a run as a finished response, not
+// an error, whose call is still approved and without a result: useChat's
+// own sendAutomaticallyWhen (lastAssistantMessageIsCompleteWithApprovalResponses)
+// sends it again, and the call runs again under its key.
 
 import {
   generateText as sdkGenerateText,
@@ -38,13 +49,19 @@ import {
   type ToolExecutionOptions,
   type ToolSet,
 } from "ai";
+import canonicalize from "canonicalize";
 import { Client, DeadlineError, deriveKey, NoDurableIdentityError, ProblemError, type Result } from "./index.js";
 import { answerText, pendingText, refusalText, resume } from "./tooltext.js";
 
 export { NoDurableIdentityError };
 
-/** The scheme of a Vercel AI SDK tool call's key. */
-export const keyScheme = "va1";
+/** The scheme of a Vercel AI SDK tool call's key: the intended call. */
+export const keyScheme = "va2";
+
+/** The scheme of the keys before va2 (the approval and the toolCallId), for the calls in flight across the upgrade. */
+export const legacyKeyScheme = "va1";
+
+export type KeyScheme = typeof keyScheme | typeof legacyKeyScheme;
 
 /** What starts the text of the error a pending call throws: stopOnPending looks for it. */
 export const pendingMark = "idemflow: pending:";
@@ -69,23 +86,74 @@ export function approvalId(messages: ModelMessage[], toolCallId: string): string
   return undefined;
 }
 
+/** What names an intended call: its turn, the digest of its arguments, and its occurrence (from 1). */
+export interface IntendedCall {
+  turn: string;
+  args: string;
+  occurrence: number;
+}
+
 /**
- * The key of the call toolCallId of toolName, made in chat chatId: from
- * the approval it runs under (see approvalId). Without one, only where the
- * caller declares callIdsUnique (the provider never reuses a toolCallId):
- * the toolCallId then names the call, though it is durable only if the
- * app saved it. It throws NoDurableIdentityError otherwise: a key from
- * the toolCallId alone would answer a later turn that reuses call_0 with
- * this call's replay.
+ * The intended call that the call toolCallId of toolName is, from the
+ * messages it runs with: its turn (turnId, or the digest of the messages
+ * up to the last user message, in RFC 8785 form), the digest of its
+ * arguments (RFC 8785), and its occurrence among the calls of toolName
+ * with those arguments in the turn's assistant messages, in their order.
+ * undefined where the messages do not hold the call (it runs in the
+ * response that wrote it), or hold no user message and no turnId is given.
  */
-export function durableKey(chatId: string, messages: ModelMessage[], toolCallId: string, toolName: string, callIdsUnique = false): string {
+export function intendedCall(messages: ModelMessage[], toolCallId: string, toolName: string, turnId?: string): IntendedCall | undefined {
+  let user = -1;
+  for (let i = messages.length - 1; i >= 0 && user < 0; i--) if (messages[i].role === "user") user = i;
+  if (user < 0 && !turnId) return undefined;
+  const calls: { id: string; args: string }[] = [];
+  for (const m of messages.slice(user + 1)) {
+    if (m.role !== "assistant" || typeof m.content === "string") continue;
+    for (const p of m.content) if (p.type === "tool-call" && p.toolName === toolName) calls.push({ id: p.toolCallId, args: canonicalize(p.input ?? {}) ?? "" });
+  }
+  const at = calls.findIndex((c) => c.id === toolCallId);
+  if (at < 0) return undefined;
+  const args = calls[at].args;
+  return {
+    turn: turnId ? turnId : deriveKey("turn", canonicalize(messages.slice(0, user + 1)) ?? ""),
+    args: deriveKey("args", args),
+    occurrence: calls.slice(0, at + 1).filter((c) => c.args === args).length,
+  };
+}
+
+/** How durableKey derives a key beyond the chat, the messages, the call and the tool. */
+export interface KeyOptions {
+  /** The caller's word that the provider never reuses a toolCallId; needed for a call run without approval. */
+  callIdsUnique?: boolean;
+  /** The turn's ID: the ID of the user message the request answers (useChat's), kept by a regenerate and an edit. */
+  turnId?: string;
+  /** va2 (default), or va1 for a call sent under va1 before the upgrade. */
+  keyScheme?: KeyScheme;
+}
+
+/**
+ * The key of the call toolCallId of toolName, made in chat chatId: the
+ * intended call it is (see intendedCall), under va2. A call the messages
+ * do not hold (run without approval, in the response that wrote it) gets
+ * a key from its toolCallId only where the caller declares callIdsUnique
+ * (the provider never reuses a toolCallId): it is durable only if the app
+ * saved it, and two identical calls of one response would otherwise share
+ * a key. It throws NoDurableIdentityError otherwise. With keyScheme "va1",
+ * the key a call had before the upgrade: the approval it runs under and
+ * its toolCallId.
+ */
+export function durableKey(chatId: string, messages: ModelMessage[], toolCallId: string, toolName: string, o: KeyOptions = {}): string {
+  if (o.keyScheme !== legacyKeyScheme) {
+    const c = intendedCall(messages, toolCallId, toolName, o.turnId);
+    if (c) return deriveKey(keyScheme, chatId, c.turn, toolName, c.args, String(c.occurrence));
+  }
   const approval = approvalId(messages, toolCallId) ?? "";
-  if (!approval && !callIdsUnique) {
+  if (!approval && !o.callIdsUnique) {
     throw new NoDurableIdentityError(
       `${toolName}: call ${toolCallId} runs without an approval in the saved messages, so nothing durable tells it from a later turn's that reuses its ID (keep needsApproval, or declare callIdsUnique)`,
     );
   }
-  return deriveKey(keyScheme, chatId, approval, toolCallId, toolName);
+  return deriveKey(legacyKeyScheme, chatId, approval, toolCallId, toolName);
 }
 
 export interface IdemflowToolFields<I> {
@@ -99,6 +167,15 @@ export interface IdemflowToolFields<I> {
   body?: (input: I) => unknown;
   /** The chat's ID (useChat's id): the same on every request of the chat. */
   chatId: string;
+  /**
+   * The turn's ID: the ID of the user message this request answers
+   * (useChat's last user message's id), which a regenerate and an edited
+   * message keep. Default: the digest of the conversation up to that
+   * message, which a regenerate keeps and an edit does not.
+   */
+  turnId?: string;
+  /** "va1" for a chat with a call sent before the upgrade to va2 and still without its answer (docs/agents/vercel-ai.md). */
+  keyScheme?: KeyScheme;
   /**
    * Default true: the call runs only in a later request, from saved
    * messages that carry it (see above). false runs it in the response that
@@ -151,7 +228,7 @@ function isPending(e: unknown): boolean {
  * messages the app saves from it carry a result for the call, and sending
  * them again runs it again under its key. It does not end the stream
  * (the SDK adds the next step's stream to it, and fails on a closed one):
- * stopOnPending ends the run before the model is asked again. streamText
+ * endOnPending ends the run before the model is asked again. streamText
  * below installs both; hidePending is exported for an app that builds its
  * own guard (guarded: false).
  */
@@ -174,8 +251,8 @@ function arm<T extends ToolSet | undefined>(tools: T): T {
   return Object.fromEntries(Object.entries(tools).map(([name, t]) => [name, (t as any)[guardedExecute] ? { ...t, execute: (t as any)[guardedExecute] } : t])) as T;
 }
 
-function guard(options: any): any {
-  return { ...options, tools: arm(options.tools), prepareStep: stopOnPending(options.prepareStep) };
+function guard(options: any, onPending: (next?: PrepareStepFunction<any>) => PrepareStepFunction<any>): any {
+  return { ...options, tools: arm(options.tools), prepareStep: onPending(options.prepareStep) };
 }
 
 /**
@@ -184,19 +261,79 @@ function guard(options: any): any {
  * throws PendingRunError before the model is asked again, so the app saves
  * nothing of the request and sends the same messages again later.
  */
-export const generateText: typeof sdkGenerateText = ((options: any) => sdkGenerateText(guard(options))) as typeof sdkGenerateText;
+export const generateText: typeof sdkGenerateText = ((options: any) => sdkGenerateText(guard(options, stopOnPending))) as typeof sdkGenerateText;
 
 /**
  * The SDK's streamText with the pending guard built in: a pending answer
- * never reaches the model (stopOnPending) nor the stream (hidePending), so
- * a chat continued as useChat does keeps the call without a result, and
- * runs it again, under its key, when its saved messages are sent again.
+ * never reaches the model (endOnPending) nor the stream (hidePending). The
+ * response ends as a finished one, not an error, with the call approved
+ * and without a result: useChat's sendAutomaticallyWhen
+ * (lastAssistantMessageIsCompleteWithApprovalResponses) sends the chat
+ * again, and so does an app that sends its saved messages again; the call
+ * runs again under its key.
  */
 export const streamText: typeof sdkStreamText = ((options: any) => {
   const own = options.experimental_transform;
   const transforms = [hidePending(), ...(own === undefined ? [] : Array.isArray(own) ? own : [own])];
-  return sdkStreamText({ ...guard(options), experimental_transform: transforms });
+  const pending = new AbortController();
+  const abortSignal = options.abortSignal ? AbortSignal.any([options.abortSignal, pending.signal]) : pending.signal;
+  return sdkStreamText({ ...guard(options, (next) => endOnPending(pending, next)), abortSignal, experimental_transform: transforms });
 }) as typeof sdkStreamText;
+
+/** The step's last message holds a pending answer. */
+function pendingIn(messages: ModelMessage[]): string | undefined {
+  const last = messages[messages.length - 1];
+  if (last?.role !== "tool") return undefined;
+  for (const p of last.content) {
+    if (p.type === "tool-result" && p.output.type === "error-text" && p.output.value.startsWith(pendingMark)) return p.output.value;
+  }
+  return undefined;
+}
+
+const idleUsage = { inputTokens: { total: 0, noCache: 0, cacheRead: 0, cacheWrite: 0 }, outputTokens: { total: 0, text: 0, reasoning: 0 } };
+
+/**
+ * The model of the step after a pending answer: asked nothing, it ends the
+ * run at once with no content, so that no model reads the pending answer.
+ */
+const idleModel = {
+  specificationVersion: "v3" as const,
+  provider: "idemflow",
+  modelId: "pending",
+  supportedUrls: {},
+  doGenerate: async () => ({ content: [], finishReason: { unified: "stop" as const, raw: undefined }, usage: idleUsage, warnings: [] }),
+  doStream: async () => ({
+    stream: new ReadableStream({
+      start(c) {
+        c.enqueue({ type: "stream-start", warnings: [] });
+        c.enqueue({ type: "finish", finishReason: { unified: "stop", raw: undefined }, usage: idleUsage });
+        c.close();
+      },
+    }),
+  }),
+};
+
+/**
+ * A prepareStep for streamText that ends the run, before the model is
+ * asked again, when a tool's answer is pending: it aborts run (the
+ * controller whose signal is streamText's abortSignal), so the stream
+ * ends with an abort part before the step starts, which useChat reads as
+ * no error and no new step: the chat's last step is still the one whose
+ * call is approved and without a result (hidePending keeps its error out),
+ * and its sendAutomaticallyWhen sends the chat again. The step itself runs
+ * a model that answers nothing, so nothing pending reaches a model. next,
+ * if given, is the app's own prepareStep, run otherwise.
+ */
+export function endOnPending<T extends ToolSet>(run: AbortController, next?: PrepareStepFunction<T>): PrepareStepFunction<T> {
+  return (options) => {
+    const pending = pendingIn(options.messages);
+    if (pending) {
+      run.abort(new PendingRunError(pending));
+      return { model: idleModel as any, activeTools: [] };
+    }
+    return next ? next(options) : undefined;
+  };
+}
 
 /**
  * A prepareStep for generateText or streamText that stops the run, before
@@ -207,14 +344,8 @@ export const streamText: typeof sdkStreamText = ((options: any) => {
  */
 export function stopOnPending<T extends ToolSet>(next?: PrepareStepFunction<T>): PrepareStepFunction<T> {
   return (options) => {
-    const last = options.messages[options.messages.length - 1];
-    if (last?.role === "tool") {
-      for (const p of last.content) {
-        if (p.type === "tool-result" && p.output.type === "error-text" && p.output.value.startsWith(pendingMark)) {
-          throw new PendingRunError(p.output.value);
-        }
-      }
-    }
+    const pending = pendingIn(options.messages);
+    if (pending) throw new PendingRunError(pending);
     return next ? next(options) : undefined;
   };
 }
@@ -229,7 +360,7 @@ export function stopOnPending<T extends ToolSet>(next?: PrepareStepFunction<T>):
  */
 export function idemflowTool<I = any>(client: Client, f: IdemflowToolFields<I>): Tool<I, string> {
   const execute = async (input: I, options: ToolExecutionOptions): Promise<string> => {
-    const key = durableKey(f.chatId, options.messages, options.toolCallId, f.name, f.callIdsUnique);
+    const key = durableKey(f.chatId, options.messages, options.toolCallId, f.name, { callIdsUnique: f.callIdsUnique, turnId: f.turnId, keyScheme: f.keyScheme });
     const path = typeof f.path === "function" ? f.path(input) : f.path;
     let r: Result;
     try {

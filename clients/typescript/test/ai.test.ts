@@ -7,10 +7,14 @@ import assert from "node:assert/strict";
 import { randomUUID } from "node:crypto";
 import { readFile } from "node:fs/promises";
 import { test } from "node:test";
-import { convertToModelMessages, generateText as sdkGenerateText, readUIMessageStream, stepCountIs, type ModelMessage, type ToolSet, type UIMessage } from "ai";
+import { createServer } from "node:http";
+import {
+  AbstractChat, type ChatState, type ChatStatus, convertToModelMessages, DefaultChatTransport, generateText as sdkGenerateText,
+  lastAssistantMessageIsCompleteWithApprovalResponses, readUIMessageStream, stepCountIs, type ModelMessage, type ToolSet, type UIMessage,
+} from "ai";
 import { z } from "zod";
 import { Client } from "../src/index.js";
-import { durableKey, generateText, idemflowTool, NoDurableIdentityError, pendingMark, PendingRunError, streamText } from "../src/ai.js";
+import { durableKey, generateText, idemflowTool, type KeyScheme, NoDurableIdentityError, pendingMark, PendingRunError, streamText } from "../src/ai.js";
 import { scriptedChat } from "../agent/scripted-chat.js";
 import { inFreshFolder, partitionProxy, readmeSnippet, ticketsUnder } from "./helpers.js";
 
@@ -167,6 +171,152 @@ test("a streamed chat never hands on a pending answer, and its saved messages se
   }
 });
 
+/** useChat's state, as @ai-sdk/react keeps it, with every status it took. */
+class ChatMemory implements ChatState<UIMessage> {
+  messages: UIMessage[] = [];
+  error: Error | undefined;
+  readonly statuses: ChatStatus[] = [];
+  #status: ChatStatus = "ready";
+  get status(): ChatStatus {
+    return this.#status;
+  }
+  set status(s: ChatStatus) {
+    this.#status = s;
+    this.statuses.push(s);
+  }
+  pushMessage = (m: UIMessage) => {
+    this.messages = [...this.messages, m];
+  };
+  popMessage = () => {
+    this.messages = this.messages.slice(0, -1);
+  };
+  replaceMessage = (i: number, m: UIMessage) => {
+    this.messages = [...this.messages.slice(0, i), m, ...this.messages.slice(i + 1)];
+  };
+  snapshot = <T>(t: T): T => structuredClone(t);
+}
+
+/** The SDK's own chat state machine (AbstractChat, which useChat wraps), set up for approvals as useChat's docs set it up. */
+class Chat extends AbstractChat<UIMessage> {
+  constructor(
+    readonly memory: ChatMemory,
+    id: string,
+    api: string,
+  ) {
+    super({ id, state: memory, transport: new DefaultChatTransport({ api }), sendAutomaticallyWhen: lastAssistantMessageIsCompleteWithApprovalResponses });
+  }
+}
+
+/**
+ * A chat route as an app writes one (the chat's id and messages from
+ * useChat, this module's streamText, the UI stream piped back), with the
+ * idemflow tool made per request; the scripted model's title is what
+ * title() says at the time.
+ */
+async function chatRoute(c: Client, who: string, title: () => string, keyScheme?: KeyScheme) {
+  const { model, prompts } = scriptedChat(who, undefined, title);
+  const seen = { requests: 0 };
+  const server = createServer(async (req, res) => {
+    seen.requests++;
+    let raw = "";
+    for await (const chunk of req) raw += chunk;
+    const body = JSON.parse(raw) as { id: string; messages: UIMessage[] };
+    const tools = {
+      create_ticket: idemflowTool(c, { name: "create_ticket", description: "Create a ticket.", inputSchema: schema, path: "/v1/tickets", chatId: body.id, waitMs: 1200, keyScheme }),
+    };
+    const result = streamText({ model, tools, messages: await convertToModelMessages(body.messages), stopWhen: stepCountIs(5) });
+    result.pipeUIMessageStreamToResponse(res, { originalMessages: body.messages });
+  });
+  await new Promise<void>((r) => server.listen(0, "127.0.0.1", r));
+  return { api: `http://127.0.0.1:${(server.address() as { port: number }).port}/api/chat`, prompts, seen, close: () => server.close() };
+}
+
+/** Waits until ok holds, failing at once when the chat goes to status error. */
+async function until(chat: Chat, what: string, ok: () => boolean, ms = 60_000): Promise<void> {
+  const end = Date.now() + ms;
+  while (!ok()) {
+    if (chat.memory.statuses.includes("error")) throw new Error(`the chat went to status error, waiting for ${what}: ${chat.error?.message}`);
+    if (Date.now() > end) throw new Error(`no ${what} within ${ms} ms: ${JSON.stringify(chat.messages)}`);
+    await new Promise((r) => setTimeout(r, 50));
+  }
+}
+
+const answered = (chat: Chat) => () => chat.status === "ready" && JSON.stringify(chat.lastMessage?.parts ?? []).includes("The ticket is open.");
+
+/** Approves every call the chat's last message asks approval for, as an approval button calls addToolApprovalResponse. */
+async function approveEvery(chat: Chat): Promise<void> {
+  await until(chat, "an approval request", () => chat.status === "ready" && (chat.lastMessage?.parts ?? []).some((p: any) => p.state === "approval-requested"));
+  for (const p of chat.lastMessage!.parts as any[]) if (p.state === "approval-requested") await chat.addToolApprovalResponse({ id: p.approval.id, approved: true });
+}
+
+/**
+ * useChat with the approval flow and a partition longer than the tool's
+ * wait, then the Retry button (regenerate), as the usual error UI calls
+ * it. With reword, the model words the regenerated call otherwise.
+ */
+async function chatCase(keyScheme: KeyScheme | undefined, reword: boolean) {
+  const { state, base, close } = await partitionProxy(url);
+  const c = new Client({ baseURL: base, token, attemptTimeoutMs: 300, initialBackoffMs: 20, maxBackoffMs: 100 });
+  const who = "c-ts-ai-usechat-" + randomUUID().slice(0, 8);
+  let title = "Printer on fire";
+  const route = await chatRoute(c, who, () => title, keyScheme);
+  try {
+    const chat = new Chat(new ChatMemory(), who, route.api);
+    await chat.sendMessage({ text: "Open a ticket." });
+    state.partitioned = true;
+    await approveEvery(chat);
+    // The chat sends itself again after a pending answer: the partition
+    // outlasts the approved request's wait and one more request's.
+    await until(chat, "a request the chat sent by itself after a pending answer", () => route.seen.requests >= 3);
+    state.partitioned = false;
+    await until(chat, "the call's final answer", answered(chat));
+    const before = new Set(state.keys);
+    if (reword) title = "Printer on fire, again";
+    await chat.regenerate(); // the Retry button
+    await approveEvery(chat);
+    await until(chat, "the regenerated call's final answer", answered(chat));
+    const keys = new Set(state.keys);
+    const after = [...keys].filter((k) => !before.has(k));
+    const direct = new Client({ baseURL: url, token });
+    const tickets = (await ticketsUnder(direct, [...before], who)) + (await ticketsUnder(direct, after, who, title));
+    const pending = route.prompts.filter((p) => p.includes(pendingMark)).length;
+    return { keys, before, tickets, pending, statuses: chat.memory.statuses, requests: route.seen.requests };
+  } finally {
+    route.close();
+    close();
+  }
+}
+
+// The pending answer ends the response as finished, not as an error, so
+// the chat's own sendAutomaticallyWhen sends it again until the answer
+// comes, under the call's one key; the Retry button after it makes the
+// model write the same call under new IDs and a new approval: the same
+// key, a replay.
+test("useChat's own continuation resumes a pending call, and its Retry button makes no second ticket", async () => {
+  const r = await chatCase(undefined, false);
+  console.log(
+    `useChat: ${r.requests} requests, statuses ${[...new Set(r.statuses)]}; keys ${[...r.keys]}; ${r.pending} prompts with a pending answer; ${r.tickets} ticket(s) after the Retry button`,
+  );
+  assert.ok(!r.statuses.includes("error"), "the chat went to status error");
+  assert.equal(r.pending, 0, "a prompt held a pending answer");
+  assert.equal(r.before.size, 1, `the approved call was tried under more than one key: ${[...r.before]}`);
+  assert.equal(r.keys.size, 1, `the regenerated call got another key: ${[...r.keys]}`);
+  assert.equal(r.tickets, 1);
+});
+
+test("a regenerated call that the model rewords is a new key and a second ticket (the limit, said so)", async () => {
+  const r = await chatCase(undefined, true);
+  console.log(`useChat, reworded on Retry: keys ${[...r.keys]}; ${r.tickets} ticket(s)`);
+  assert.equal(r.keys.size, 2);
+  assert.equal(r.tickets, 2);
+});
+
+test("the control: va1's keys (the approval and the toolCallId) make a second ticket on the Retry button", async () => {
+  const r = await chatCase("va1", false);
+  console.log(`useChat under va1: keys ${[...r.keys]}; ${r.tickets} ticket(s) after the Retry button`);
+  assert.equal(r.tickets, 2);
+});
+
 // The guard is on by default: under the SDK's own generateText the tool
 // sends nothing.
 test("an idemflow tool under the SDK's own generateText sends nothing", async () => {
@@ -187,11 +337,22 @@ test("an idemflow tool under the SDK's own generateText sends nothing", async ()
 
 test("the shared key vectors (vercel_ai)", async () => {
   const v = JSON.parse(await readFile(new URL("../../../testdata/keys.json", import.meta.url), "utf8")) as {
-    vercel_ai: { name: string; chat_id: string; messages: ModelMessage[]; tool_call_id: string; tool: string; call_ids_unique?: boolean; key?: string; error?: string }[];
+    vercel_ai: {
+      name: string;
+      chat_id: string;
+      messages: ModelMessage[];
+      tool_call_id: string;
+      tool: string;
+      call_ids_unique?: boolean;
+      turn_id?: string;
+      key_scheme?: "va1" | "va2";
+      key?: string;
+      error?: string;
+    }[];
   };
   assert.ok(v.vercel_ai.length > 0);
   for (const c of v.vercel_ai) {
-    const derive = () => durableKey(c.chat_id, c.messages, c.tool_call_id, c.tool, c.call_ids_unique ?? false);
+    const derive = () => durableKey(c.chat_id, c.messages, c.tool_call_id, c.tool, { callIdsUnique: c.call_ids_unique, turnId: c.turn_id, keyScheme: c.key_scheme });
     if (c.error) {
       assert.throws(derive, (e: Error) => e instanceof NoDurableIdentityError && e.message.includes(c.error!), c.name);
     } else {

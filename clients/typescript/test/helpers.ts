@@ -93,13 +93,13 @@ export async function partitionProxy(url: string) {
 
 /**
  * How many of keys made a ticket: each is sent again with the ticket
- * body the scripted models write for customer, and a replay means the
- * first call under it took effect.
+ * body the scripted models write for customer (with title), and a replay
+ * means the first call under it took effect.
  */
-export async function ticketsUnder(client: Client, keys: string[], customer: string): Promise<number> {
+export async function ticketsUnder(client: Client, keys: string[], customer: string, title = "Printer on fire"): Promise<number> {
   let n = 0;
   for (const key of new Set(keys)) {
-    const r = await client.do({ key, path: "/v1/tickets", body: { customer_id: customer, title: "Printer on fire" } });
+    const r = await client.do({ key, path: "/v1/tickets", body: { customer_id: customer, title } });
     if (r.replayed) n++;
   }
   return n;
