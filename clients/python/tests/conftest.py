@@ -30,6 +30,12 @@ def need(name: str) -> str:
     return v
 
 
+#: How late a DeadlineError may come after its deadline: the time an
+#: aborted request takes to close, on a loaded machine (docs/agents/python.md
+#: states it).
+DEADLINE_SLACK = 0.5
+
+
 @pytest.fixture
 def url() -> str:
     return need("IDEMFLOW_URL")

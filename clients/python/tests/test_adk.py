@@ -27,7 +27,7 @@ from idemflow.errors import DeadlineError, NoDurableIdentityError
 
 from . import children
 from .agents.adk_agent import NaiveTool, ScriptedModel, Ticket, app
-from .conftest import count, docs_text
+from .conftest import DEADLINE_SLACK, count, docs_text
 from .wire import Fault, Proxy
 
 CASES: list[tuple[str, Fault, tuple[str, ...], int, bool]] = [
@@ -83,6 +83,35 @@ def test_a_call_id_reused_in_a_later_turn_is_a_second_call(url: str, token: str,
     n = count(db, "ticket", who)
     print(f"two turns under call_0: replayed {replayed}, {n} tickets")
     assert (replayed, n) == ([False, False], 2)
+
+
+@pytest.mark.parametrize("deadline", [1.0, 3.0])
+def test_a_pending_call_ends_the_invocation_within_its_deadline(url: str, token: str, deadline: float, tmp_path: Path) -> None:
+    """The tool's deadline is a bound on the turn, with the client's
+    defaults (an attempt of 10 s): through a partition that holds every
+    answer, the invocation ends with DeadlineError by the deadline plus
+    the slack the client states (it ended after about 12 s at deadline=3
+    when the client looked at its deadline only between attempts)."""
+    proxy = Proxy(url, "answer-lost", path="/never", hold=True)
+    proxy.partitioned = True
+
+    async def scenario() -> float:
+        async with idemflow.AsyncClient(proxy.url, token) as c:
+            who = f"py-adk-bound-{uuid.uuid4().hex[:8]}"
+            tool = IdemflowTool(c, name="create_ticket", description="Create a ticket.", path="/v1/tickets", args_schema=Ticket, deadline=deadline)
+            runner = Runner(app=app(who, tool), session_service=SqliteSessionService(str(tmp_path / "s.db")))
+            start = asyncio.get_running_loop().time()
+            with pytest.raises(DeadlineError):
+                await turn(runner, who)
+            return asyncio.get_running_loop().time() - start
+
+    try:
+        took = asyncio.run(scenario())
+    finally:
+        proxy.close()
+    print(f"ADK, deadline={deadline}: the invocation ended after {took:.2f} s")
+    # The turn's own work (the session, the scripted model) beside the call's.
+    assert took <= deadline + DEADLINE_SLACK + 0.5, f"a deadline of {deadline} s ended the turn after {took:.2f} s"
 
 
 def test_a_pending_answer_ends_the_invocation_and_never_reaches_the_model(url: str, token: str, db: psycopg.Connection, tmp_path: Path) -> None:

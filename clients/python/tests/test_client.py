@@ -21,6 +21,7 @@ import idemflow
 from idemflow import Intent
 from idemflow._tooltext import refusal_text
 
+from .conftest import DEADLINE_SLACK
 from .modeltext import invitation
 from .wire import Proxy
 
@@ -63,12 +64,6 @@ def test_an_answer_lost_on_the_wire_is_retried_under_the_same_key_and_replays(pr
     assert r.status == 201
     assert r.replayed is True, "the retry's answer is the stored one"
     assert len(proxy.keys) >= 2 and len(set(proxy.keys)) == 1, proxy.keys
-
-
-#: How late a DeadlineError may come after its deadline: the time an
-#: aborted request takes to close, on a loaded machine (docs/agents/python.md
-#: states it).
-DEADLINE_SLACK = 0.5
 
 
 @pytest.mark.parametrize("deadline", [1.0, 3.0])
