@@ -211,9 +211,12 @@ class Chat extends AbstractChat<UIMessage> {
  * A chat route as an app writes one (the chat's id and messages from
  * useChat, this module's streamText, the UI stream piped back), with the
  * idemflow tool made per request; the scripted model's title is what
- * title() says at the time.
+ * title() says at the time. While crash is armed, the first request
+ * whose call has reached idemflow (sent()) dies there: its connection is
+ * cut, as a server's is when its process dies mid call, before anything
+ * of the request was saved.
  */
-async function chatRoute(c: Client, who: string, title: () => string, keyScheme?: KeyScheme) {
+async function chatRoute(c: Client, who: string, title: () => string, keyScheme?: KeyScheme, crash?: { armed: boolean; sent: () => boolean }) {
   const { model, prompts } = scriptedChat(who, undefined, title);
   const seen = { requests: 0 };
   const server = createServer(async (req, res) => {
@@ -226,6 +229,14 @@ async function chatRoute(c: Client, who: string, title: () => string, keyScheme?
     };
     const result = streamText({ model, tools, messages: await convertToModelMessages(body.messages), stopWhen: stepCountIs(5) });
     result.pipeUIMessageStreamToResponse(res, { originalMessages: body.messages });
+    if (crash?.armed) {
+      const watch = setInterval(() => {
+        if (!crash.armed || !crash.sent()) return;
+        crash.armed = false;
+        res.destroy();
+      }, 10);
+      res.on("close", () => clearInterval(watch));
+    }
   });
   await new Promise<void>((r) => server.listen(0, "127.0.0.1", r));
   return { api: `http://127.0.0.1:${(server.address() as { port: number }).port}/api/chat`, prompts, seen, close: () => server.close() };
@@ -252,24 +263,36 @@ async function approveEvery(chat: Chat): Promise<void> {
 /**
  * useChat with the approval flow and a partition longer than the tool's
  * wait, then the Retry button (regenerate), as the usual error UI calls
- * it. With reword, the model words the regenerated call otherwise.
+ * it. With reword, the model words the regenerated call otherwise. With
+ * crash, the approved call's request dies after the call reached idemflow
+ * (the user sees the error), and the Retry button comes after it.
  */
-async function chatCase(keyScheme: KeyScheme | undefined, reword: boolean) {
+async function chatCase(keyScheme: KeyScheme | undefined, reword: boolean, crash = false) {
   const { state, base, close } = await partitionProxy(url);
   const c = new Client({ baseURL: base, token, attemptTimeoutMs: 300, initialBackoffMs: 20, maxBackoffMs: 100 });
   const who = "c-ts-ai-usechat-" + randomUUID().slice(0, 8);
   let title = "Printer on fire";
-  const route = await chatRoute(c, who, () => title, keyScheme);
+  const dies = { armed: false, sent: () => state.keys.length > 0 };
+  const route = await chatRoute(c, who, () => title, keyScheme, dies);
   try {
     const chat = new Chat(new ChatMemory(), who, route.api);
     await chat.sendMessage({ text: "Open a ticket." });
     state.partitioned = true;
+    dies.armed = crash;
     await approveEvery(chat);
-    // The chat sends itself again after a pending answer: the partition
-    // outlasts the approved request's wait and one more request's.
-    await until(chat, "a request the chat sent by itself after a pending answer", () => route.seen.requests >= 3);
-    state.partitioned = false;
-    await until(chat, "the call's final answer", answered(chat));
+    if (crash) {
+      const end = Date.now() + 30_000;
+      while (!chat.memory.statuses.includes("error") && Date.now() < end) await new Promise((r) => setTimeout(r, 20));
+      assert.ok(chat.memory.statuses.includes("error"), "the request that died did not end in status error");
+      chat.memory.statuses.length = 0;
+      state.partitioned = false;
+    } else {
+      // The chat sends itself again after a pending answer: the partition
+      // outlasts the approved request's wait and one more request's.
+      await until(chat, "a request the chat sent by itself after a pending answer", () => route.seen.requests >= 3);
+      state.partitioned = false;
+      await until(chat, "the call's final answer", answered(chat));
+    }
     const before = new Set(state.keys);
     if (reword) title = "Printer on fire, again";
     await chat.regenerate(); // the Retry button
@@ -308,6 +331,23 @@ test("a regenerated call that the model rewords is a new key and a second ticket
   const r = await chatCase(undefined, true);
   console.log(`useChat, reworded on Retry: keys ${[...r.keys]}; ${r.tickets} ticket(s)`);
   assert.equal(r.keys.size, 2);
+  assert.equal(r.tickets, 2);
+});
+
+// A turn restarted before anything of it was saved: the server dies while
+// the approved call runs (idemflow executed it; its answer is held), the
+// chat goes to status error, and the Retry button makes the model write
+// the call again under new IDs: the same key, one ticket.
+test("the Retry button after a server died mid call makes no second ticket", async () => {
+  const r = await chatCase(undefined, false, true);
+  console.log(`useChat, the server died mid call, then Retry: keys ${[...r.keys]}; ${r.tickets} ticket(s)`);
+  assert.equal(r.keys.size, 1, `the call written again got another key: ${[...r.keys]}`);
+  assert.equal(r.tickets, 1);
+});
+
+test("its control: under va1 the Retry button after a server died mid call makes a second ticket", async () => {
+  const r = await chatCase("va1", false, true);
+  console.log(`useChat under va1, the server died mid call, then Retry: keys ${[...r.keys]}; ${r.tickets} ticket(s)`);
   assert.equal(r.tickets, 2);
 });
 
