@@ -171,7 +171,9 @@ export interface IdemflowToolFields<I> {
    * The turn's ID: the ID of the user message this request answers
    * (useChat's last user message's id), which a regenerate and an edited
    * message keep. Default: the digest of the conversation up to that
-   * message, which a regenerate keeps and an edit does not.
+   * message, which a regenerate keeps and an edit does not, nor pruning
+   * the history the app sends, nor an SDK upgrade that changes the
+   * messages' form: give turnId where the app has it.
    */
   turnId?: string;
   /** "va1" for a chat with a call sent before the upgrade to va2 and still without its answer (docs/agents/vercel-ai.md). */
