@@ -279,7 +279,7 @@ export class Client {
         wait = e.waitMs;
       }
       const pause = this.#pause(wait, n, end);
-      if (pause === undefined) throw new DeadlineError(`intent ${intent.key}: no final answer before the deadline`);
+      if (pause === undefined) throw pastDeadline(intent);
       await sleep(pause, opts.signal);
     }
   }
@@ -320,7 +320,7 @@ export class Client {
 
   async #send(intent: Intent, method: string, path: string, key: string | undefined, body: unknown, end: number, signal?: AbortSignal) {
     const left = end - Date.now();
-    if (left <= 0) throw new DeadlineError(`intent ${intent.key}: no final answer before the deadline`);
+    if (left <= 0) throw pastDeadline(intent);
     const headers: Record<string, string> = { Authorization: `Bearer ${this.#o.token}`, Prefer: `wait=${preferWait(this.#o.waitSeconds, left / 1000)}` };
     if (key !== undefined) headers["Idempotency-Key"] = key;
     let payload: string | undefined;
@@ -397,6 +397,10 @@ function result(status: number, raw: string, replayed: boolean): Result {
     // kept as text: an HTTP tool's downstream may answer with any body
   }
   return { status, body, raw, replayed };
+}
+
+function pastDeadline(intent: Intent): DeadlineError {
+  return new DeadlineError(`intent ${intent.key}: no final answer before the deadline`);
 }
 
 /**

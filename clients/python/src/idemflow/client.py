@@ -85,10 +85,14 @@ class _Options:
     on_attempt: Callable[[int, Intent], None] | None
 
 
+def _past_deadline(intent: Intent) -> DeadlineError:
+    return DeadlineError(f"intent {intent.key}: no final answer before the deadline")
+
+
 def _send(o: _Options, intent: Intent, method: str, path: str, key: str | None, body: Any, end: float) -> _Send:
     left = end - time.monotonic()
     if left <= 0:
-        raise DeadlineError(f"intent {intent.key}: no final answer before the deadline")
+        raise _past_deadline(intent)
     return _Send(method, path, key, body, min(o.attempt_timeout, left), prefer_wait(o.wait_seconds, left))
 
 
@@ -128,7 +132,7 @@ def _exchange(o: _Options, intent: Intent, deadline: float) -> Generator[_Step, 
             wait = e.wait
         pause = _pause(o, wait, n, end)
         if pause is None:
-            raise DeadlineError(f"intent {intent.key}: no final answer before the deadline")
+            raise _past_deadline(intent)
         yield _Sleep(pause)
 
 
