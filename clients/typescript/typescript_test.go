@@ -289,7 +289,21 @@ func TestAVercelAIChatKilledMidExecuteResumesFromItsSavedMessages(t *testing.T) 
 // the flag naming the conversation (its customer too), the prefix of that
 // name, its state file, what a rerun that resumed says after the name,
 // and the node that runs it (node(t)'s when empty).
-type killedAgent struct{ script, idFlag, prefix, state, resumed, bin string }
+type killedAgent struct {
+	script, idFlag, prefix, state, resumed, bin string
+	// more are the agent's own cases beyond the four.
+	more []killCase
+}
+
+// killCase is one kill-and-rerun case: the fault, the agent's extra
+// flags, the tickets after the rerun and the rerun's answer's replayed.
+type killCase struct {
+	name     string
+	fault    fault
+	extra    []string
+	tickets  int
+	replayed string
+}
 
 // killAndRerun runs a's four cases: each agent is SIGKILLed after
 // idemflow executed its ticket call (the answer lost), or with the call
@@ -303,18 +317,12 @@ func killAndRerun(t *testing.T, a killedAgent) {
 		bin = node(t)
 	}
 	s := testenv.NewStack(t, testenv.Options{})
-	for _, c := range []struct {
-		name     string
-		fault    fault
-		extra    []string
-		tickets  int
-		replayed string
-	}{
+	for _, c := range append([]killCase{
 		{"saved " + strings.TrimPrefix(a.resumed, "from its saved "), answerLost, nil, 1, `"replayed":true`},
 		{"request held, resumed " + a.resumed, beforeReceived, nil, 1, `"replayed":false`},
 		{"control, fresh keys", answerLost, []string{"--tools", "naive"}, 2, `"replayed":false`},
 		{"unsafe, nothing saved before the call", answerLost, []string{"--unsafe"}, 2, `"replayed":false`},
-	} {
+	}, a.more...) {
 		t.Run(c.name, func(t *testing.T) {
 			id := a.prefix + strings.NewReplacer(" ", "-", ",", "").Replace(c.name) + "-" + fmt.Sprint(time.Now().UnixNano()%1e6)
 			args := append([]string{a.script, a.idFlag, id, "--state", t.TempDir() + "/" + a.state}, c.extra...)
@@ -342,10 +350,14 @@ func killAndRerun(t *testing.T, a killedAgent) {
 // runId and toolCallId it saved before approving it, Mastra runs it again
 // from its stored snapshot under the same key, one ticket, the answer a
 // replay. The control, a fresh key per call, and the unsafe setting
-// (nothing saved before the approval) each make two.
+// (nothing saved before the approval) each make two. With the turn's ID
+// (runDurably's conversation and turnId), nothing saved and the message
+// sent again is the same intended call: one ticket, a replay.
 func TestAMastraAgentKilledMidCallResumesFromItsApproval(t *testing.T) {
 	killAndRerun(t, killedAgent{script: "mastra/agent.mjs", idFlag: "--conversation", prefix: "mastra-",
-		state: "approval.json", resumed: "from its approval", bin: node22(t)})
+		state: "approval.json", resumed: "from its approval", bin: node22(t), more: []killCase{
+			{"nothing saved, the turn sent again with its ID", answerLost, []string{"--unsafe", "--turn-id", "msg-1"}, 1, `"replayed":true`},
+		}})
 }
 
 // The Mastra integration's own tests (mastra/mastra.test.mjs, node --test

@@ -2,8 +2,9 @@
 SQLite session service, SIGKILLed mid tool call (the answer dropped after
 idemflow executed, or the request held before it arrived) and resumed
 with its invocation_id, ends with one ticket; the naive control (a fresh
-key per call) and the unsafe setting (an app that is not resumable, whose
-message is sent again) make two. Also: a call ID reused by a later turn
+key per call) makes two. An app that is not resumable, whose message is
+sent again, makes one (the same intended call), and two under ad1's keys.
+A rewind and the message sent again (a regenerate) replays. Also: a call ID reused by a later turn
 is a second call, a pending answer ends the invocation instead of
 reaching the model, and a call nothing durable names gets no key."""
 
@@ -35,7 +36,8 @@ CASES: list[tuple[str, Fault, tuple[str, ...], int, bool]] = [
     ("resumed invocation, answer lost", "answer-lost", (), 1, True),
     ("resumed invocation, request held", "before-received", (), 1, False),
     ("control: fresh keys", "answer-lost", ("--tools", "naive"), 2, False),
-    ("unsafe: not resumable, the message sent again", "answer-lost", ("--unsafe",), 2, False),
+    ("not resumable, the message sent again", "answer-lost", ("--unsafe",), 1, True),
+    ("control: not resumable, ad1 keys", "answer-lost", ("--unsafe", "--key-scheme", "ad1"), 2, False),
 ]
 
 
@@ -51,6 +53,50 @@ def test_a_killed_adk_agent_resumes_its_invocation_without_a_duplicate(
     children.kill_case(
         "tests.agents.adk_agent", name, thread, args, url, db, tickets=tickets, replayed=replayed, fault=fault, resumed=None if extra else "resuming"
     )
+
+
+REWINDS = [
+    # name, the model's options, key scheme, tickets after the regenerate, its answers replayed
+    ("the same call under a new ID", {}, "ad2", 1, [True]),
+    ("two identical calls, both written again", {"calls": 2}, "ad2", 2, [True, True]),
+    ("a model that rewords the call (a new key, said so)", {"reword": True}, "ad2", 2, [False]),
+    ("control: ad1 keys the invocation and the call's IDs", {}, "ad1", 2, [False]),
+]
+
+
+@pytest.mark.parametrize("name,model,scheme,tickets,replayed", REWINDS, ids=[r[0] for r in REWINDS])
+def test_a_rewind_and_the_message_sent_again_makes_the_same_call_once(
+    name: str, model: dict[str, Any], scheme: str, tickets: int, replayed: list[bool], url: str, token: str, db: psycopg.Connection, tmp_path: Path
+) -> None:
+    """ADK's regenerate: Runner.rewind_async to before the turn's
+    invocation, and the user's message sent again. A new invocation, whose
+    model writes the same call under a new ID in a new event: the same
+    intended call, one ticket, a replay. Two identical calls stay two; a
+    reworded call is another intent; ad1, the control, keyed the
+    invocation and the call's IDs."""
+    who = f"py-adk-rewind-{uuid.uuid4().hex[:8]}"
+
+    async def scenario() -> tuple[int, list[Any], list[str]]:
+        async with idemflow.AsyncClient(url, token) as c:
+            tool = IdemflowTool(c, name="create_ticket", description="Create a ticket.", path="/v1/tickets", args_schema=Ticket, key_scheme=scheme)
+            runner = Runner(app=app(who, tool, **model), session_service=SqliteSessionService(str(tmp_path / "sessions.db")))
+            await turn(runner, who)
+            n_first = count(db, "ticket", who)
+            session = await runner.session_service.get_session(app_name="support_app", user_id="u", session_id=who)
+            assert session is not None
+            first = session.events[0].invocation_id
+            await runner.rewind_async(user_id="u", session_id=who, rewind_before_invocation_id=first)
+            again = await turn(runner, who)
+            session = await runner.session_service.get_session(app_name="support_app", user_id="u", session_id=who)
+            assert session is not None
+            ids = [f.id or "" for e in session.events for f in e.get_function_calls()]
+            return n_first, again, ids
+
+    n_first, again, ids = asyncio.run(scenario())
+    n = count(db, "ticket", who)
+    print(f"{name}: {n_first} tickets after the first turn, {n} after the rewind and the message sent again; replayed {[a['replayed'] for a in again]}")
+    assert ids and len(set(ids)) == len(ids), f"the model wrote every call under a new ID: {ids}"
+    assert (n, [a["replayed"] for a in again]) == (tickets, replayed)
 
 
 def message(text: str = "Open a ticket.") -> types.Content:

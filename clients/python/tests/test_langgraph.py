@@ -30,7 +30,7 @@ from langgraph.types import Command
 from pydantic import BaseModel
 
 import idemflow
-from idemflow.langgraph import call_message_id, durable_key, idemflow_tool
+from idemflow.langgraph import LEGACY_KEY_SCHEME, durable_key, idemflow_tool
 
 from . import children
 from .conftest import count, docs_text
@@ -125,6 +125,29 @@ def test_a_killed_langgraph_agent_resumes_without_a_duplicate(
         assert tool_answer(out, "create_ticket")["replayed"] is replayed, out
 
 
+@pytest.mark.parametrize("scheme,tickets", [("lg4", 1), ("lg3", 2)], ids=["the intended call", "control: lg3 keys the call's IDs"])
+def test_a_turn_killed_before_its_state_was_saved_and_sent_again_makes_one_ticket(scheme: str, tickets: int, url: str, db: psycopg.Connection) -> None:
+    """With durability "exit" LangGraph saves nothing until the run ends:
+    killed after idemflow made the ticket and before the answer came, the
+    turn is lost, and the app sends the user's message again (with its ID,
+    as a chat UI does). The model writes the same call under new IDs: the
+    same intended call, one ticket, the answer a replay. lg3 keyed the
+    call's IDs: a second ticket."""
+    thread = f"py-lg-unsaved-{scheme}-{uuid.uuid4().hex[:6]}"
+    extra = ("--durability", "exit", "--message-id", f"msg-{thread}", "--key-scheme", scheme)
+    proxy = Proxy(url, "answer-lost", hold=True)
+    try:
+        kill_when(start(thread, "idemflow", agent_env(proxy.url), *extra), lambda _: False, proxy.hit)
+    finally:
+        proxy.close()
+    out = finish(thread, "idemflow", agent_env(url), *extra)
+    assert f"starting {thread}" in out, f"the kill left a checkpoint to resume:\n{out}"
+    n = count(db, "ticket", thread)
+    print(f"{scheme}: {n} tickets after the kill and the message sent again; the ticket's answer replayed {tool_answer(out, 'create_ticket')['replayed']}")
+    assert n == tickets, out
+    assert tool_answer(out, "create_ticket")["replayed"] is (tickets == 1), out
+
+
 class Ticket(BaseModel):
     customer_id: str
     title: str
@@ -193,7 +216,7 @@ def test_a_pending_answer_pauses_the_run_and_never_reaches_the_model_as_an_error
                 customer_id: str, title: str, tool_call_id: Annotated[str, InjectedToolCallId], state: Annotated[Any, InjectedState], config: RunnableConfig
             ) -> str:
                 """Create a ticket."""
-                key = durable_key(config, tool_call_id, "create_ticket", call_message_id(state, tool_call_id))
+                key = durable_key(config, tool_call_id, "create_ticket", state)
                 return json.dumps(c.do(idemflow.Intent(key, "/v1/tickets", {"customer_id": customer_id, "title": title}), deadline=1.2).body)
 
             fixed = idemflow_tool(c, name="create_ticket", description="Create a ticket.", path="/v1/tickets", args_schema=Ticket, deadline=1.2)
@@ -262,7 +285,42 @@ def test_a_tool_call_id_reused_in_a_later_turn_is_a_second_call(client: idemflow
         call = {"name": "create_ticket", "args": {"customer_id": who, "title": "Printer on fire"}, "id": "call_0", "type": "tool_call"}
         return {"messages": [AIMessage("", tool_calls=[call])]}
 
-    graph = (
+    graph = agent_graph(model, tool)
+    config: dict[str, Any] = {"configurable": {"thread_id": who}}
+    answers = []
+    for turn in ("first", "second"):
+        out = graph.invoke({"messages": [HumanMessage(f"{turn} turn: open a ticket")]}, config)
+        answers.append(json.loads(str([m for m in out["messages"] if isinstance(m, ToolMessage)][-1].content)))
+    print(f"two turns under call_0: replayed {[a['replayed'] for a in answers]}, {count(db, 'ticket', who)} tickets")
+    assert [a["replayed"] for a in answers] == [False, False], answers
+    assert count(db, "ticket", who) == 2
+
+
+class Titled(BaseModel):
+    title: str
+
+
+def chat_graph(tool: Any, calls: Callable[[str], list[dict[str, Any]]]) -> Any:
+    """A chat graph whose scripted model, asked by a human message, writes
+    calls(title) (a fork's second run, reworded) under tool-call and
+    message IDs new on every run, as a model writes them; after the tools'
+    answers, it is done. title is the one the first run wrote."""
+    runs = {"n": 0}
+
+    def model(state: MessagesState) -> dict[str, Any]:
+        if isinstance(state["messages"][-1], ToolMessage):
+            return {"messages": [AIMessage("done", id=f"ai-{uuid.uuid4().hex}")]}
+        runs["n"] += 1
+        tool_calls = [{**c, "id": f"call_{uuid.uuid4().hex}", "type": "tool_call"} for c in calls(str(runs["n"]))]
+        return {"messages": [AIMessage("", tool_calls=tool_calls, id=f"ai-{uuid.uuid4().hex}")]}
+
+    return agent_graph(model, tool)
+
+
+def agent_graph(model: Callable[[MessagesState], dict[str, Any]], tool: Any) -> Any:
+    """The usual agent loop on an in-memory checkpointer: the model, then
+    the tool node while the model asks for calls."""
+    return (
         StateGraph(MessagesState)
         .add_node("agent", model)
         .add_node("tools", ToolNode([tool]))
@@ -271,13 +329,82 @@ def test_a_tool_call_id_reused_in_a_later_turn_is_a_second_call(client: idemflow
         .add_edge("tools", "agent")
         .compile(checkpointer=InMemorySaver())
     )
+
+
+def before_the_model_step(graph: Any, config: dict[str, Any]) -> dict[str, Any]:
+    """The config of the last checkpoint before the model answered the
+    last human message: what a chat UI's regenerate forks from."""
+    for snap in graph.get_state_history(config):
+        if snap.next == ("agent",) and isinstance(snap.values["messages"][-1], HumanMessage):
+            return dict(snap.config)
+    raise AssertionError("no checkpoint before the model step")
+
+
+FORKS = [
+    # name, the calls the model writes on its n-th run, the scheme, tickets after the fork, the fork's answers replayed
+    ("the same call under new IDs", lambda n: [{"name": "create_ticket", "args": {"title": "Printer on fire"}}], None, 1, [True]),
+    ("two identical calls, both written again", lambda n: [{"name": "create_ticket", "args": {"title": "Printer on fire"}}] * 2, None, 2, [True, True]),
+    (
+        "a model that rewords the call (a new key, said so)",
+        lambda n: [{"name": "create_ticket", "args": {"title": f"Printer on fire ({n})"}}],
+        None,
+        2,
+        [False],
+    ),
+    ("control: lg3 keys the call's IDs", lambda n: [{"name": "create_ticket", "args": {"title": "Printer on fire"}}], LEGACY_KEY_SCHEME, 2, [False]),
+]
+
+
+@pytest.mark.parametrize("name,calls,scheme,tickets,replayed", FORKS, ids=[f[0] for f in FORKS])
+def test_a_fork_before_the_model_step_makes_the_same_call_once(
+    name: str,
+    calls: Callable[[str], list[dict[str, Any]]],
+    scheme: str | None,
+    tickets: int,
+    replayed: list[bool],
+    client: idemflow.Client,
+    db: psycopg.Connection,
+) -> None:
+    """A chat UI's regenerate (a fork from the checkpoint before the model
+    step, LangGraph's time travel) runs the model again, which writes the
+    same call under new tool-call and message IDs: the same intended call,
+    one ticket, the fork's answer a replay. Two identical calls in one
+    turn are two tickets, before and after the fork. A reworded call is
+    another intent. The control keys the call's IDs, as lg3 did."""
+    who = f"py-lg-fork-{uuid.uuid4().hex[:8]}"
+    extra = {"key_scheme": scheme} if scheme else {}
+    # The model's arguments are the title; the body adds the test's customer.
+    tool = idemflow_tool(
+        client, name="create_ticket", description="Create a ticket.", path="/v1/tickets", args_schema=Titled, body=lambda a: {**a, "customer_id": who}, **extra
+    )
+    graph = chat_graph(tool, calls)
     config: dict[str, Any] = {"configurable": {"thread_id": who}}
-    answers = []
-    for turn in ("first", "second"):
-        out = graph.invoke({"messages": [HumanMessage(f"{turn} turn: open a ticket")]}, config)
-        answers.append(json.loads(str([m for m in out["messages"] if isinstance(m, ToolMessage)][-1].content)))
-    print(f"two turns under call_0: replayed {[a['replayed'] for a in answers]}, {count(db, 'ticket', who)} tickets")
-    assert [a["replayed"] for a in answers] == [False, False], answers
+    first = graph.invoke({"messages": [HumanMessage("Open a ticket: the printer is on fire.")]}, config)
+    n_first = count(db, "ticket", who)
+    fork = graph.invoke(None, before_the_model_step(graph, config))
+    first_ids = [m.tool_calls[0]["id"] for m in first["messages"] if isinstance(m, AIMessage) and m.tool_calls]
+    fork_ids = [m.tool_calls[0]["id"] for m in fork["messages"] if isinstance(m, AIMessage) and m.tool_calls]
+    assert first_ids != fork_ids, "the fork's model wrote its calls under new IDs"
+    answers = [json.loads(str(m.content)) for m in fork["messages"] if isinstance(m, ToolMessage)]
+    answers = answers[len(answers) - len(replayed) :]
+    n = count(db, "ticket", who)
+    print(f"{name}: {n_first} tickets after the first run, {n} after the fork; the fork's answers replayed {[a['replayed'] for a in answers]}")
+    assert n_first == len(calls("1"))
+    assert n == tickets
+    assert [a["replayed"] for a in answers] == replayed
+
+
+def test_the_same_call_in_a_later_turn_is_another_intent(client: idemflow.Client, db: psycopg.Connection) -> None:
+    """The user asks twice, in two turns, and the model writes the same
+    call both times: two human messages, two intended calls, two tickets."""
+    who = f"py-lg-turns-{uuid.uuid4().hex[:8]}"
+    tool = idemflow_tool(
+        client, name="create_ticket", description="Create a ticket.", path="/v1/tickets", args_schema=Titled, body=lambda a: {**a, "customer_id": who}
+    )
+    graph = chat_graph(tool, lambda n: [{"name": "create_ticket", "args": {"title": "Printer on fire"}}])
+    config: dict[str, Any] = {"configurable": {"thread_id": who}}
+    for _ in range(2):
+        graph.invoke({"messages": [HumanMessage("Open a ticket: the printer is on fire.")]}, config)
     assert count(db, "ticket", who) == 2
 
 

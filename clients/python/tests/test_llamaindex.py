@@ -2,8 +2,10 @@
 run_durably, which saves its context at each call's stop, SIGKILLed mid
 tool call (the answer dropped after idemflow executed, or the request
 held before it arrived) and restored from the save, ends with one ticket;
-the naive control (a fresh key per call) and the unsafe app (no saved
-context, the message sent again) make two. Also: two calls in one answer
+the naive control (a fresh key per call) makes two; an app whose saved
+context is lost sends the message again, and makes one (two under li1's
+keys). A turn run again from the state saved before it (a regenerate)
+replays. Also: two calls in one answer
 are two tickets, a call waits through a partition with nothing pending
 handed to the model, a call ID reused by a later turn is a second call, a
 FunctionAgent run without run_durably is refused before any call (the
@@ -33,7 +35,8 @@ CASES: list[tuple[str, Fault, tuple[str, ...], int, bool]] = [
     ("restored turn, answer lost", "answer-lost", (), 1, True),
     ("restored turn, request held", "before-received", (), 1, False),
     ("control: fresh keys", "answer-lost", ("--tools", "naive"), 2, False),
-    ("unsafe: no saved context, the message sent again", "answer-lost", ("--unsafe",), 2, False),
+    ("no saved context, the message sent again", "answer-lost", ("--unsafe",), 1, True),
+    ("control: no saved context, li1 keys", "answer-lost", ("--unsafe", "--key-scheme", "li1"), 2, False),
 ]
 
 
@@ -49,6 +52,48 @@ def test_a_killed_llamaindex_agent_is_restored_without_a_duplicate(
     children.kill_case(
         "tests.agents.llamaindex_agent", name, thread, args, url, db, tickets=tickets, replayed=replayed, fault=fault, resumed=None if extra else "resuming"
     )
+
+
+REGENERATES = [
+    # name, the model's options, key scheme, tickets after the regenerate (the first turn made its own), its answers replayed
+    ("the same call under a new tool_id", {}, "li2", 2, [True]),
+    ("two identical calls, both written again", {"calls": 2, "identical": True}, "li2", 4, [True, True]),
+    ("a model that rewords the call (a new key, said so)", {"reword": True}, "li2", 3, [False]),
+    ("control: li1 keys a random turn and the tool_id", {}, "li1", 3, [False]),
+]
+
+
+@pytest.mark.parametrize("name,model,scheme,tickets,replayed", REGENERATES, ids=[r[0] for r in REGENERATES])
+def test_a_turn_run_again_from_the_state_before_it_makes_the_same_call_once(
+    name: str, model: dict[str, Any], scheme: str, tickets: int, replayed: list[bool], url: str, token: str, db: psycopg.Connection, tmp_path: Path
+) -> None:
+    """A regenerate: the app keeps the state saved before a turn, and runs
+    the turn again from it with the same message. The model writes the
+    same call under a new tool_id: the same intended call, a replay. (A
+    first turn in other words made its own ticket, a turn before.) Two
+    identical calls stay two; a reworded call is another intent; li1, the
+    control, keyed a random turn ID and the tool_id."""
+    who = f"py-llamaindex-regen-{uuid.uuid4().hex[:6]}"
+    state = tmp_path / "run.json"
+    before = tmp_path / "before.json"
+
+    async def scenario() -> tuple[int, list[str], list[str]]:
+        async with idemflow.AsyncClient(url, token) as c:
+            support = agent(c, who, key_scheme=scheme, **model)
+            await run_durably(support, state, user_msg="Hello.")
+            before.write_bytes(state.read_bytes())
+            await run_durably(support, state, user_msg="Open a ticket: the printer is on fire.")
+            n = count(db, "ticket", who)
+            first = [json.loads(a)["result"]["idempotency_key"] for a in tool_answers(state)]
+            await run_durably(support, before, user_msg="Open a ticket: the printer is on fire.")
+            return n, first, tool_answers(before)
+
+    n_turn, first, again = asyncio.run(scenario())
+    n = count(db, "ticket", who)
+    answers = [json.loads(a) for a in again]
+    keys = [a["result"]["idempotency_key"] for a in answers]
+    print(f"{name}: {n_turn} tickets after two turns, {n} after the second run again; replayed {[a['replayed'] for a in answers]}; keys {first} then {keys}")
+    assert (n, [a["replayed"] for a in answers]) == (tickets, replayed)
 
 
 @pytest.mark.parametrize(

@@ -69,16 +69,21 @@ def in_memory() -> tuple[Any, Any]:
 def test_a_call_id_reused_in_a_later_turn_is_a_second_call(url: str, token: str, db: psycopg.Connection) -> None:
     """A provider that numbers calls per response brings call_0 back in
     the next turn of the same conversation: two turns, two tickets,
-    neither answered as the other's replay."""
+    neither answered as the other's replay. The second turn's input is the
+    conversation so far and the new message, as the SDK's multi-turn
+    examples send it, in the same words."""
     who = f"py-oa-reused-{uuid.uuid4().hex[:8]}"
 
     async def turns() -> list[bool]:
         replayed = []
         async with idemflow.AsyncClient(url, token) as c:
             agent = Agent(name="support", tools=[ticket_tool(c)], model=ScriptedModel(who, call_id="call_0"))
+            history: list[Any] = []
             for _ in range(2):
                 load, save = in_memory()
-                result = await run_durably(agent, "Open a ticket.", run_config=RunConfig(group_id=who, tracing_disabled=True), load=load, save=save)
+                ask = [*history, {"role": "user", "content": "Open a ticket."}]
+                result = await run_durably(agent, ask, run_config=RunConfig(group_id=who, tracing_disabled=True), load=load, save=save)
+                history = result.to_input_list()
                 outputs = [json.loads(str(i.output)) for i in result.new_items if i.type == "tool_call_output_item"]
                 replayed += [o["replayed"] for o in outputs]
         return replayed
@@ -87,6 +92,76 @@ def test_a_call_id_reused_in_a_later_turn_is_a_second_call(url: str, token: str,
     n = count(db, "ticket", who)
     print(f"two turns under call_0: replayed {replayed}, {n} tickets")
     assert (replayed, n) == ([False, False], 2)
+
+
+class TwoCallsModel(ScriptedModel):
+    """A ScriptedModel that asks for two identical tickets in one response."""
+
+    async def get_response(self, *args: Any, **kwargs: Any) -> Any:
+        r = await super().get_response(*args, **kwargs)
+        calls = [o for o in r.output if getattr(o, "type", "") == "function_call"]
+        if calls:
+            r.output = [*calls, calls[0].model_copy(update={"id": f"fc_{uuid.uuid4().hex}", "call_id": f"call_{uuid.uuid4().hex}"})]
+        return r
+
+
+class RewordingModel(ScriptedModel):
+    """A ScriptedModel that writes the title anew on every call."""
+
+    runs = 0
+
+    async def get_response(self, *args: Any, **kwargs: Any) -> Any:
+        r = await super().get_response(*args, **kwargs)
+        for o in r.output:
+            if getattr(o, "type", "") == "function_call":
+                RewordingModel.runs += 1
+                o.arguments = json.dumps({**json.loads(o.arguments), "title": f"Printer on fire ({RewordingModel.runs})"})
+        return r
+
+
+RESENDS = [
+    # name, model, key scheme, tickets after the turn sent again, its answers replayed
+    ("the same call under new IDs", ScriptedModel, "oa2", {}, 1, [True]),
+    ("two identical calls, both written again", TwoCallsModel, "oa2", {}, 2, [True, True]),
+    ("a model that rewords the call (a new key, said so)", RewordingModel, "oa2", {}, 2, [False]),
+    ("the app's turn_id", ScriptedModel, "oa2", {"turn_id": "msg-1"}, 1, [True]),
+    ("control: oa1 keys the call's IDs", ScriptedModel, "oa1", {}, 2, [False]),
+]
+
+
+@pytest.mark.parametrize("name,model,scheme,extra,tickets,replayed", RESENDS, ids=[r[0] for r in RESENDS])
+def test_a_turn_sent_again_makes_the_same_call_once(
+    name: str, model: type[ScriptedModel], scheme: str, extra: dict[str, Any], tickets: int, replayed: list[bool], url: str, token: str, db: psycopg.Connection
+) -> None:
+    """A regenerate, or a turn whose saved RunState is gone (killed before
+    it was saved, a store lost): the app sends the conversation again, cut
+    before the model's answer. A new run, and the model writes the same
+    call under new IDs: the same intended call, one ticket, the answer a
+    replay. Two identical calls stay two; a reworded call is another
+    intent; oa1, the control, keyed the call's IDs."""
+    who = f"py-oa-resend-{uuid.uuid4().hex[:8]}"
+    ask = [{"role": "user", "content": "Hello."}, {"role": "assistant", "content": "Hello! How can I help?"}, {"role": "user", "content": "Open a ticket."}]
+
+    async def scenario() -> tuple[int, list[bool], list[str]]:
+        async with idemflow.AsyncClient(url, token) as c:
+            agent = Agent(name="support", tools=[ticket_tool(c, key_scheme=scheme)], model=model(who))
+            config = RunConfig(group_id=who, tracing_disabled=True)
+            ids: list[str] = []
+            outs: list[list[bool]] = []
+            for _ in range(2):
+                load, save = in_memory()
+                result = await run_durably(agent, ask, run_config=config, load=load, save=save, **extra)
+                ids += [i.raw_item.call_id for i in result.new_items if i.type == "tool_call_item"]
+                outs.append([json.loads(str(i.output))["replayed"] for i in result.new_items if i.type == "tool_call_output_item"])
+                if len(outs) == 1:
+                    n_first = count(db, "ticket", who)
+            return n_first, outs[1], ids
+
+    n_first, again, ids = asyncio.run(scenario())
+    n = count(db, "ticket", who)
+    print(f"{name}: {n_first} tickets after the first run, {n} after the turn sent again; its answers replayed {again}; call IDs {ids}")
+    assert len(set(ids)) == len(ids), "the model wrote every call under new IDs"
+    assert (n, again) == (tickets, replayed)
 
 
 def test_a_pending_answer_fails_the_run_and_never_reaches_the_model(url: str, token: str, db: psycopg.Connection) -> None:
@@ -141,10 +216,12 @@ def test_a_pending_answer_fails_the_run_and_never_reaches_the_model(url: str, to
 
 
 def test_a_run_without_a_durable_identity_gets_no_key(url: str, token: str, db: psycopg.Connection) -> None:
-    """No group_id, or a Chat Completions item (no ID) without
-    call_ids_unique: NoDurableIdentityError, and nothing is sent.
-    call_ids_unique=True is the caller's word that the provider never
-    reuses a call ID: the call ID then names the call."""
+    """No group_id: NoDurableIdentityError, and nothing is sent. A Chat
+    Completions item (no ID) under run_durably is keyed as the intended
+    call it is, which needs no item ID: one ticket. Without approval
+    (nothing planned) it is keyed by its IDs, and refused unless
+    call_ids_unique=True, the caller's word that the provider never reuses
+    a call ID: the call ID then names the call."""
     who = f"py-oa-noid-{uuid.uuid4().hex[:8]}"
 
     async def client_run(config: RunConfig, model: ScriptedModel, **kw: Any) -> Any:
@@ -154,17 +231,23 @@ def test_a_run_without_a_durable_identity_gets_no_key(url: str, token: str, db: 
                 Agent(name="support", tools=[ticket_tool(c, **kw)], model=model), "Open a ticket.", run_config=config, load=load, save=save
             )
 
-    for config, model in [
-        (RunConfig(tracing_disabled=True), ScriptedModel(who)),
-        (RunConfig(group_id=who, tracing_disabled=True), ScriptedModel(who, item_id=FAKE_RESPONSES_ID)),
+    def statuses(result: Any) -> list[int]:
+        return [json.loads(str(i.output))["http_status"] for i in result.new_items if i.type == "tool_call_output_item"]
+
+    chat_completions = RunConfig(group_id=who, tracing_disabled=True)
+    for config, model, kw in [
+        (RunConfig(tracing_disabled=True), ScriptedModel(who), {}),
+        (chat_completions, ScriptedModel(who, item_id=FAKE_RESPONSES_ID), {"needs_approval": False}),
     ]:
         with pytest.raises(UserError) as failed:
-            asyncio.run(client_run(config, model))
+            asyncio.run(client_run(config, model, **kw))
         assert isinstance(failed.value.__cause__, NoDurableIdentityError), repr(failed.value)
     assert count(db, "ticket", who) == 0
-    done = asyncio.run(client_run(RunConfig(group_id=who, tracing_disabled=True), ScriptedModel(who, item_id=FAKE_RESPONSES_ID), call_ids_unique=True))
-    assert [json.loads(str(i.output))["http_status"] for i in done.new_items if i.type == "tool_call_output_item"] == [201]
+    assert statuses(asyncio.run(client_run(chat_completions, ScriptedModel(who, item_id=FAKE_RESPONSES_ID)))) == [201]
     assert count(db, "ticket", who) == 1
+    done = asyncio.run(client_run(chat_completions, ScriptedModel(who, item_id=FAKE_RESPONSES_ID), needs_approval=False, call_ids_unique=True))
+    assert statuses(done) == [201]
+    assert count(db, "ticket", who) == 2
 
 
 def test_the_readme_snippet_runs(url: str, token: str, db: psycopg.Connection, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -1,7 +1,9 @@
 """Pydantic AI (idemflow.pydantic_ai): a real Agent SIGKILLed mid tool
 call and resumed from the history it saved ends with one ticket; the
-naive control (a fresh key per call) and the unsafe setting (nothing
-saved before the call) make two. Also: a call ID reused by a later turn
+naive control (a fresh key per call) makes two; so does a turn killed
+before anything was saved and sent again under pa1's keys (the call's
+ID), and not under pa2's (the intended call). A run sent again with the
+history cut before the model's answer (a regenerate) replays. Also: a call ID reused by a later turn
 is a second call, a pending answer fails the run instead of reaching the
 model, and a history without a durable identity gets no key."""
 
@@ -49,7 +51,8 @@ CASES = [
     # name, extra arguments, tickets after the kill and the rerun, the rerun's answer replayed
     ("saved history", (), 1, True),
     ("control: fresh keys", ("--tools", "naive"), 2, False),
-    ("unsafe: nothing saved before the call", ("--unsafe",), 2, False),
+    ("nothing saved before the call, the turn sent again", ("--unsafe",), 1, True),
+    ("control: nothing saved, pa1 keys", ("--unsafe", "--key-scheme", "pa1"), 2, False),
 ]
 
 
@@ -57,12 +60,87 @@ CASES = [
 def test_a_killed_pydantic_agent_resumes_from_its_history_without_a_duplicate(
     name: str, extra: tuple[str, ...], tickets: int, replayed: bool, url: str, db: psycopg.Connection, tmp_path: Path
 ) -> None:
-    thread = f"py-pa-{name.split(':')[0].replace(' ', '-')}-{uuid.uuid4().hex[:6]}"
+    thread = f"py-pa-{name.split(':')[0].split(',')[0].replace(' ', '-')}-{uuid.uuid4().hex[:6]}"
     # The first POST reaches the gateway and its answer is dropped (or it
     # never arrives), and the agent is SIGKILLed while it waits; the app
     # then runs it again, the way it resumes.
     args = ["--state", str(tmp_path / "history.json"), *extra]
     children.kill_case("tests.agents.pydantic_agent", name, thread, args, url, db, tickets=tickets, replayed=replayed, resumed=None if extra else "resuming")
+
+
+class RewordingModel(ScriptedModel):
+    """A ScriptedModel that writes the title anew on every run: a model
+    that rewords the call."""
+
+    def __init__(self, customer: str) -> None:
+        self.runs = 0
+        super().__init__(customer)
+
+    def respond(self, messages: list[Any], info: Any) -> ModelResponse:
+        r = super().respond(messages, info)
+        for p in r.parts:
+            if isinstance(p, ToolCallPart):
+                self.runs += 1
+                p.args = {**p.args_as_dict(), "title": f"Printer on fire ({self.runs})"}
+        return r
+
+
+class TwoCallsModel(ScriptedModel):
+    """A ScriptedModel that asks for two identical tickets in one response."""
+
+    def respond(self, messages: list[Any], info: Any) -> ModelResponse:
+        r = super().respond(messages, info)
+        calls = [p for p in r.parts if isinstance(p, ToolCallPart)]
+        if calls:
+            r.parts = [*calls, ToolCallPart(calls[0].tool_name, calls[0].args_as_dict(), tool_call_id=f"call_{uuid.uuid4().hex}")]
+        return r
+
+
+REGENERATES = [
+    # name, model, key scheme, tickets after the regenerate, its answers replayed
+    ("the same call under a new ID", ScriptedModel, "pa2", 1, [True]),
+    ("two identical calls, both written again", TwoCallsModel, "pa2", 2, [True, True]),
+    ("a model that rewords the call (a new key, said so)", RewordingModel, "pa2", 2, [False]),
+    ("control: pa1 keys the call's ID and run", ScriptedModel, "pa1", 2, [False]),
+]
+
+
+@pytest.mark.parametrize("name,model,scheme,tickets,replayed", REGENERATES, ids=[r[0] for r in REGENERATES])
+def test_a_run_sent_again_with_the_history_cut_before_the_models_answer_makes_the_call_once(
+    name: str, model: type[ScriptedModel], scheme: str, tickets: int, replayed: list[bool], url: str, token: str, db: psycopg.Connection
+) -> None:
+    """A regenerate: the app sends the conversation again cut before the
+    model's answer (its history up to the user's request). A new run, and
+    the model writes the same call under a new ID: the same intended call,
+    one ticket, the answer a replay. Two identical calls in one response
+    stay two; a reworded call is another intent; pa1, the control, keyed
+    the call's ID and run."""
+    who = f"py-pa-regen-{uuid.uuid4().hex[:8]}"
+
+    async def scenario() -> tuple[int, list[bool], list[str]]:
+        async with idemflow.AsyncClient(url, token) as c:
+            m = model(who)
+            support = agent(m, ticket_tool(c, key_scheme=scheme))
+            load, save = in_memory()
+            first = await run_durably(support, "Open a ticket.", load=load, save=save)
+            n_first = count(db, "ticket", who)
+            m.outputs.clear()  # the model reads the cut history afresh
+            load, save = in_memory()
+            again = await run_durably(support, None, message_history=first.all_messages()[:1], load=load, save=save)
+            ids = [
+                p.tool_call_id
+                for m in first.all_messages() + again.all_messages()[1:]
+                if isinstance(m, ModelResponse)
+                for p in m.parts
+                if isinstance(p, ToolCallPart)
+            ]
+            return n_first, [a["replayed"] for a in answers(again)], ids
+
+    n_first, again, ids = asyncio.run(scenario())
+    n = count(db, "ticket", who)
+    print(f"{name}: {n_first} tickets after the first run, {n} after the regenerate; its answers replayed {again}; call IDs {ids}")
+    assert ids and len(set(ids)) == len(ids), "the model wrote every call under a new ID"
+    assert (n, again) == (tickets, replayed)
 
 
 def test_a_call_id_reused_in_a_later_turn_is_a_second_call(url: str, token: str, db: psycopg.Connection) -> None:
@@ -145,17 +223,22 @@ def test_a_pending_answer_fails_the_run_and_never_reaches_the_model(url: str, to
 
 
 def test_a_history_without_a_durable_identity_gets_no_key() -> None:
-    """A call no response holds, or a response that records no run or
-    conversation (history saved by a Pydantic AI too old to record them):
-    NoDurableIdentityError, never a key two calls could share."""
+    """A call no response holds, or a response that records no conversation
+    (or, under pa1, no run: history saved by a Pydantic AI too old to
+    record them): NoDurableIdentityError, never a key two calls could
+    share."""
     call = ToolCallPart("create_ticket", {}, tool_call_id="call_0")
+    for scheme in ("pa2", "pa1"):
+        with pytest.raises(NoDurableIdentityError):
+            message_key([], "call_0", "create_ticket", key_scheme=scheme)
+        with pytest.raises(NoDurableIdentityError):
+            message_key([ModelResponse(parts=[call])], "call_0", "create_ticket", key_scheme=scheme)
+        with pytest.raises(NoDurableIdentityError):
+            message_key([ModelResponse(parts=[call], run_id="r", conversation_id="c")], None, "create_ticket", key_scheme=scheme)
+        key = message_key([ModelResponse(parts=[call], run_id="r", conversation_id="c")], "call_0", "create_ticket", key_scheme=scheme)
+        assert key.startswith(f"{scheme}_")
     with pytest.raises(NoDurableIdentityError):
-        message_key([], "call_0", "create_ticket")
-    with pytest.raises(NoDurableIdentityError):
-        message_key([ModelResponse(parts=[call])], "call_0", "create_ticket")
-    with pytest.raises(NoDurableIdentityError):
-        message_key([ModelResponse(parts=[call], run_id="r", conversation_id="c")], None, "create_ticket")
-    assert message_key([ModelResponse(parts=[call], run_id="r", conversation_id="c")], "call_0", "create_ticket").startswith("pa1_")
+        message_key([ModelResponse(parts=[call], conversation_id="c")], "call_0", "create_ticket", key_scheme="pa1")
 
 
 def test_the_readme_snippet_runs(url: str, token: str, db: psycopg.Connection, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

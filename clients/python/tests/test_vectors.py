@@ -10,11 +10,12 @@ import pathlib
 from typing import Any
 
 import pytest
+from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, ToolMessage
 
 import idemflow
 from idemflow.answers import Fail, Judgement, Poll, Retry, Success
 from idemflow.keys import derive_key
-from idemflow.langgraph import durable_key
+from idemflow.langgraph import KEY_SCHEME, durable_key
 
 TESTDATA = pathlib.Path(__file__).resolve().parents[2] / "testdata"
 ANSWERS = json.loads((TESTDATA / "answers.json").read_text())
@@ -40,10 +41,13 @@ def test_the_vectors_are_there() -> None:
         and KEYS["temporal_args"]
         and KEYS["temporal_lineage"]
         and KEYS["openai_agents"]
+        and KEYS["openai_agents_calls"]
         and KEYS["pydantic_ai"]
         and KEYS["dbos"]
         and KEYS["adk"]
+        and KEYS["adk_calls"]
         and KEYS["llamaindex"]
+        and KEYS["llamaindex_calls"]
     )
 
 
@@ -95,17 +99,32 @@ def test_derive_key(d: dict[str, Any]) -> None:
     assert derive_key(d["scheme"], *d["parts"]) == d["key"]
 
 
-@pytest.mark.parametrize("c", KEYS["langgraph"], ids=lambda c: c["name"])
-def test_langgraph_key(c: dict[str, Any]) -> None:
+def langgraph_config(c: dict[str, Any]) -> dict[str, Any]:
     configurable = {"checkpoint_ns": c["checkpoint_ns"]}
     if c["thread_id"] is not None:
         configurable["thread_id"] = c["thread_id"]
-    config = {"configurable": configurable}
+    return {"configurable": configurable}
+
+
+def langgraph_message(m: dict[str, Any]) -> BaseMessage:
+    if m["type"] == "human":
+        return HumanMessage(m["content"], id=m.get("id"))
+    if m["type"] == "tool":
+        return ToolMessage(m["content"], id=m.get("id"), tool_call_id=m["tool_call_id"])
+    calls = [{"id": c["id"], "name": c["name"], "args": c["args"], "type": "tool_call"} for c in m.get("tool_calls", [])]
+    return AIMessage(m.get("content", ""), id=m.get("id"), tool_calls=calls)
+
+
+@pytest.mark.parametrize("c", KEYS["langgraph"], ids=lambda c: c["name"])
+def test_langgraph_key(c: dict[str, Any]) -> None:
+    config = langgraph_config(c)
+    state = {"messages": [langgraph_message(m) for m in c["messages"]]}
+    scheme = c.get("scheme", KEY_SCHEME)
     if "error" in c:
         with pytest.raises(idemflow.NoDurableIdentityError, match=c["error"]):
-            durable_key(config, c["tool_call_id"], c["tool"], c["message_id"])
+            durable_key(config, c["tool_call_id"], c["tool"], state, key_scheme=scheme)
     else:
-        assert durable_key(config, c["tool_call_id"], c["tool"], c["message_id"]) == c["key"]
+        assert durable_key(config, c["tool_call_id"], c["tool"], state, key_scheme=scheme) == c["key"]
 
 
 @pytest.mark.parametrize("c", KEYS["temporal"], ids=lambda c: c["name"])
@@ -176,21 +195,33 @@ def test_openai_agents_key(c: dict[str, Any]) -> None:
         assert oa_key(ctx, c["tool"], call_ids_unique=unique) == c["key"]
 
 
+@pytest.mark.parametrize("c", KEYS["openai_agents_calls"], ids=lambda c: c["name"])
+def test_openai_agents_intended_call_key(c: dict[str, Any]) -> None:
+    from idemflow.openai_agents import intended_call_keys
+
+    keys = intended_call_keys(c["group_id"], c["input"], c["calls"], c["previous_response_id"], c["turn_id"])
+    assert keys[c["call_id"]] == c["key"]
+
+
 @pytest.mark.parametrize("c", KEYS["pydantic_ai"], ids=lambda c: c["name"])
 def test_pydantic_ai_key(c: dict[str, Any]) -> None:
+    from pydantic_ai import ModelMessagesTypeAdapter
     from pydantic_ai.messages import ModelResponse, ToolCallPart
 
     from idemflow.pydantic_ai import message_key
 
-    messages = [
-        ModelResponse(parts=[ToolCallPart(c["tool"], {}, tool_call_id=i) for i in r["calls"]], run_id=r["run_id"], conversation_id=r["conversation_id"])
-        for r in c["responses"]
-    ]
+    if c["scheme"] == "pa1":
+        messages: list[Any] = [
+            ModelResponse(parts=[ToolCallPart(c["tool"], {}, tool_call_id=i) for i in r["calls"]], run_id=r["run_id"], conversation_id=r["conversation_id"])
+            for r in c["responses"]
+        ]
+    else:
+        messages = ModelMessagesTypeAdapter.validate_python(c["messages"])
     if "error" in c:
         with pytest.raises(idemflow.NoDurableIdentityError, match=c["error"]):
-            message_key(messages, c["call_id"], c["tool"])
+            message_key(messages, c["call_id"], c["tool"], key_scheme=c["scheme"])
     else:
-        assert message_key(messages, c["call_id"], c["tool"]) == c["key"]
+        assert message_key(messages, c["call_id"], c["tool"], key_scheme=c["scheme"]) == c["key"]
 
 
 @pytest.mark.parametrize("c", KEYS["dbos"], ids=lambda c: c["name"])
@@ -232,9 +263,43 @@ def test_adk_key(c: dict[str, Any]) -> None:
 
     if "error" in c:
         with pytest.raises(idemflow.NoDurableIdentityError, match=c["error"]):
-            adk_key(Context(), c["tool"])  # type: ignore[arg-type]
+            adk_key(Context(), c["tool"], "ad1")  # type: ignore[arg-type]
     else:
-        assert adk_key(Context(), c["tool"]) == c["key"]  # type: ignore[arg-type]
+        assert adk_key(Context(), c["tool"], "ad1") == c["key"]  # type: ignore[arg-type]
+
+
+def adk_event(e: dict[str, Any]) -> Any:
+    from google.adk.events.event import Event
+    from google.adk.events.event_actions import EventActions
+    from google.genai import types
+
+    kw: dict[str, Any] = {"id": e["id"], "invocation_id": e["invocation"], "author": e.get("author", "support")}
+    if e.get("rewind"):
+        return Event(**kw, actions=EventActions(rewind_before_invocation_id=e["rewind"]))
+    parts = [types.Part(text=e["text"])] if "text" in e else []
+    parts += [types.Part(function_call=types.FunctionCall(id=c["id"], name=c["name"], args=c["args"])) for c in e.get("calls", [])]
+    parts += [types.Part(function_response=types.FunctionResponse(id=r, name="create_ticket", response={"ok": True})) for r in e.get("responses", [])]
+    return Event(**kw, content=types.Content(role="user" if kw["author"] == "user" else "model", parts=parts))
+
+
+@pytest.mark.parametrize("c", KEYS["adk_calls"], ids=lambda c: c["name"])
+def test_adk_intended_call_key(c: dict[str, Any]) -> None:
+    from idemflow.adk import intended_call_key
+
+    events = [adk_event(e) for e in c["events"]]
+    assert intended_call_key(c["app"], c["user"], c["session"], events, c["invocation"], c["call_id"], c["tool"]) == c["key"]
+
+
+@pytest.mark.parametrize("c", KEYS["llamaindex_calls"], ids=lambda c: c["name"])
+def test_llamaindex_intended_call_key(c: dict[str, Any]) -> None:
+    import rfc8785
+    from llama_index.core.llms import ChatMessage
+
+    from idemflow.llamaindex import intended_call_key, turn_of
+
+    turn = turn_of([ChatMessage.model_validate(m) for m in c["history"]], c["user_msg"])
+    calls = [[i, n, rfc8785.dumps(a).decode("utf-8")] for i, n, a in c["calls"]]
+    assert intended_call_key(turn, calls, c["tool_id"], c["tool"]) == c["key"]
 
 
 def test_no_interceptor_no_key() -> None:

@@ -5,11 +5,13 @@
 // again with the same --conversation and --state, it approves the saved
 // call again.
 //
-//   node agent.mjs --conversation ID --state FILE [--tools idemflow|naive] [--unsafe]
+//   node agent.mjs --conversation ID --state FILE [--tools idemflow|naive] [--unsafe] [--turn-id ID]
 //
 // with IDEMFLOW_URL and IDEMFLOW_TOKEN set. --tools naive is the control (a
 // fresh key on every call, run without approval); --unsafe approves each
-// call without saving it, so that a rerun can only send the message again.
+// call without saving it, so that a rerun can only send the message again;
+// --turn-id gives runDurably the turn's ID (the conversation's too), so
+// that the message sent again makes the same intended call.
 
 import { randomUUID } from "node:crypto";
 import { existsSync, rmSync } from "node:fs";
@@ -31,9 +33,11 @@ const usage = { inputTokens: 1, outputTokens: 1, totalTokens: 2 };
  * `calls` tickets in one answer until a tool's answer is the last message,
  * then answers. Each call it writes has a new ID, as a real model's; with
  * callId set, the first call of every answer reuses it, as a provider that
- * numbers calls per answer does.
+ * numbers calls per answer does. identical: all the calls of an answer
+ * ask for the same ticket; reword: the title is new on every answer.
  */
-export function scriptedModel({ customer, calls = 1, callId } = {}) {
+export function scriptedModel({ customer, calls = 1, callId, identical = false, reword = false } = {}) {
+  let runs = 0;
   return {
     specificationVersion: "v2",
     provider: "scripted",
@@ -44,6 +48,7 @@ export function scriptedModel({ customer, calls = 1, callId } = {}) {
     },
     async doStream(options) {
       const last = options.prompt[options.prompt.length - 1];
+      if (last.role !== "tool") runs++;
       const chunks =
         last.role === "tool"
           ? [
@@ -57,7 +62,7 @@ export function scriptedModel({ customer, calls = 1, callId } = {}) {
                 type: "tool-call",
                 toolCallId: callId && i === 0 ? callId : `call_${randomUUID().slice(0, 12)}`,
                 toolName: "create_ticket",
-                input: JSON.stringify({ customer_id: customer, title: "Printer on fire" + (i ? ` #${i + 1}` : "") }),
+                input: JSON.stringify({ customer_id: customer, title: "Printer on fire" + (i && !identical ? ` #${i + 1}` : "") + (reword ? ` (${runs})` : "") }),
               })),
               { type: "finish", finishReason: "tool-calls", usage },
             ];
@@ -88,7 +93,7 @@ function naiveTool(client) {
 }
 
 /** A Mastra instance with the support agent, its storage in file db. */
-export function support(client, { customer, db, naive = false, calls, callId }) {
+export function support(client, { customer, db, naive = false, calls, callId, identical, reword }) {
   const tool = naive
     ? naiveTool(client)
     : createTool(idemflowTool(client, { id: "create_ticket", description: "Create a support ticket.", inputSchema: Ticket, path: "/v1/tickets" }));
@@ -96,7 +101,7 @@ export function support(client, { customer, db, naive = false, calls, callId }) 
     id: "support",
     name: "support",
     instructions: "Open a ticket for the customer.",
-    model: scriptedModel({ customer, calls, callId }),
+    model: scriptedModel({ customer, calls, callId, identical, reword }),
     tools: { create_ticket: tool },
   });
   const mastra = new Mastra({ agents: { support: agent }, storage: new LibSQLStore({ id: "support-storage", url: `file:${db}` }), logger: false });
@@ -105,7 +110,13 @@ export function support(client, { customer, db, naive = false, calls, callId }) 
 
 async function main() {
   const { values: a } = parseArgs({
-    options: { conversation: { type: "string" }, state: { type: "string" }, tools: { type: "string", default: "idemflow" }, unsafe: { type: "boolean", default: false } },
+    options: {
+      conversation: { type: "string" },
+      state: { type: "string" },
+      tools: { type: "string", default: "idemflow" },
+      unsafe: { type: "boolean", default: false },
+      "turn-id": { type: "string" },
+    },
   });
   // The client's attempts time out fast, so that a dropped answer is
   // retried at once (the kill comes first).
@@ -117,7 +128,8 @@ async function main() {
   const onChunk = (chunk) => {
     if (chunk.type === "tool-result") console.log(`tool ${chunk.payload.toolName} ${chunk.payload.result}`);
   };
-  const text = await runDurably(agent, "My printer is on fire.", state, { onChunk });
+  const turn = a["turn-id"] ? { conversation: a.conversation, turnId: a["turn-id"] } : {};
+  const text = await runDurably(agent, "My printer is on fire.", state, { onChunk, ...turn });
   if (a.unsafe) rmSync(state, { force: true });
   console.log(`DONE ${text}`);
 }

@@ -11,19 +11,50 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { test } from "node:test";
 import { Client, NoDurableIdentityError } from "@idemflow/client";
-import { idemflowTool, mastraKey, runDurably } from "@idemflow/client/mastra";
+import { idemflowTool, intendedCallKeys, mastraKey, runDurably } from "@idemflow/client/mastra";
 import { partitionProxy } from "../dist/test/helpers.js";
 import { support, Ticket } from "./agent.mjs";
 
 const client = () => new Client({ baseURL: process.env.IDEMFLOW_URL, token: process.env.IDEMFLOW_TOKEN });
 
 /** One run of agent to its end: the tool answers it produced. */
-async function turn(agent, state) {
+async function turn(agent, state, options = {}) {
   const answers = [];
   await runDurably(agent, "My printer is on fire.", state, {
+    ...options,
     onChunk: (c) => c.type === "tool-result" && answers.push(JSON.parse(c.payload.result)),
   });
   return answers;
+}
+
+// A turn sent again: a regenerate, or a turn killed before anything was
+// saved. A new run, whose model writes the same call under a new
+// toolCallId: with the turn's ID, the same intended call, a replay. Two
+// identical calls stay two; a reworded call is another intent; another
+// turn in the same words is another; without a turnId (ms1), the control,
+// the run's IDs name the call.
+for (const [name, model, first, again, tickets, replayed] of [
+  ["the same call under a new toolCallId", {}, "msg-1", "msg-1", 1, [true]],
+  ["two identical calls, both written again", { calls: 2, identical: true }, "msg-1", "msg-1", 2, [true, true]],
+  ["a model that rewords the call (a new key, said so)", { reword: true }, "msg-1", "msg-1", 2, [false]],
+  ["another turn in the same words", {}, "msg-1", "msg-2", 2, [false]],
+  ["control: no turnId, ms1 keys the run's IDs", {}, undefined, undefined, 2, [false]],
+]) {
+  test(`a turn sent again makes the same call once: ${name}`, async () => {
+    const dir = await mkdtemp(join(tmpdir(), "idemflow-mastra-"));
+    const who = `mastra-resend-${Date.now()}`;
+    const agent = support(client(), { customer: who, db: join(dir, "mastra.db"), ...model });
+    const opts = (turnId) => (turnId ? { conversation: who, turnId } : {});
+    const a = await turn(agent, join(dir, "run-1.json"), opts(first));
+    const b = await turn(agent, join(dir, "run-2.json"), opts(again));
+    const ids = new Set([...a, ...b].map((x) => x.result.ticket_id));
+    console.log(`${name}: ${ids.size} tickets; the turn sent again: replayed ${b.map((x) => x.replayed)}; keys ${[...a, ...b].map((x) => x.result.idempotency_key)}`);
+    assert.deepEqual(
+      b.map((x) => x.replayed),
+      replayed,
+    );
+    assert.equal(ids.size, tickets);
+  });
 }
 
 test("a toolCallId reused in a later turn is a second call, not the first one's replay", async () => {
@@ -86,4 +117,6 @@ test("the shared key vectors", async () => {
   const v = JSON.parse(await readFile(new URL("../../testdata/keys.json", import.meta.url), "utf8"));
   assert.ok(v.mastra.length > 0);
   for (const c of v.mastra) assert.equal(mastraKey(c.run_id, c.tool_call_id, c.tool), c.key, c.name);
+  assert.ok(v.mastra_calls.length > 0);
+  for (const c of v.mastra_calls) assert.equal(intendedCallKeys(c.conversation, c.turn_id, c.calls).get(c.tool_call_id), c.key, c.name);
 });

@@ -1,22 +1,25 @@
-// The LangGraph.js integration: a tool whose idempotency key is derived
-// from the framework's own durable identity of the call, so that a run
-// resumed from its checkpoint (after a crash, a deploy or a human-in-the-
-// loop pause), which calls the tool again, replays the first answer
-// instead of taking effect twice.
+// The LangGraph.js integration: a tool whose idempotency key names the
+// intended call, so that a run resumed from its checkpoint (after a crash,
+// a deploy or a human-in-the-loop pause), a fork from a checkpoint before
+// the model step (what chat UIs call regenerate), or a turn sent again
+// before its state was saved, which all call the tool again, replays the
+// first answer instead of taking effect twice.
 //
-// LangGraph checkpoints the model's message, with its own ID and its
-// tool_calls[].id, before the tool node runs (durability "sync"); a
-// resumed run runs the tool node again with the same thread, node path and
-// message. The key is derived from those, the tool-call ID and the tool's
-// name: no store of its own. The message's ID is there because some models
-// and servers number tool calls per message (call_0, call_1): a later turn
-// brings the same tool-call ID back, and is another intended call. Not
-// from the checkpoint namespace's task IDs: LangGraph derives a task ID
-// from the checkpoint the step started from, so anything that writes a
-// checkpoint between the crash and the resume (updateState in a review
-// step) would change it, and with it the key.
+// The key (lg4) is derived from the run's thread, the node path of its
+// checkpoint namespace, the turn (the ID of the human message the call
+// answers), the tool, the call's arguments in their RFC 8785 form and
+// their occurrence among the turn's calls of that tool with those
+// arguments: no store of its own. Not from the AI message's or the tool
+// call's IDs: a re-run of the model step (a fork, a resume of a step that
+// was not saved) writes the same call under new ones. The human message's
+// ID is in the checkpoint before the model runs, and a chat UI sends it
+// again with the message. Not from the checkpoint namespace's task IDs:
+// LangGraph derives a task ID from the checkpoint the step started from,
+// so anything that writes a checkpoint between the crash and the resume
+// (updateState in a review step) would change it, and with it the key.
 
-import { type BaseMessage, isAIMessage } from "@langchain/core/messages";
+import { type AIMessage, type BaseMessage, isAIMessage, isHumanMessage } from "@langchain/core/messages";
+import canonicalize from "canonicalize";
 import { tool } from "@langchain/core/tools";
 import type { ToolRunnableConfig } from "@langchain/core/tools";
 import { interrupt } from "@langchain/langgraph";
@@ -26,10 +29,17 @@ import { answerText, pendingText, refusalText, resume } from "./tooltext.js";
 export { NoDurableIdentityError };
 
 /**
- * The scheme of a tool call's key (lg1 included the task IDs; lg2 lacked
- * the AI message's ID, and a reused tool-call ID was a replay).
+ * The scheme of a tool call's key: the intended call (lg1 included the
+ * task IDs; lg2 lacked the AI message's ID, and a reused tool-call ID was
+ * a replay; lg3 named the AI message and the tool-call ID, which a fork's
+ * model step writes anew).
  */
-export const keyScheme = "lg3";
+export const keyScheme = "lg4";
+
+/** The scheme before lg4, for the calls in flight across the upgrade (docs/agents/langgraph-js.md). */
+export const legacyKeyScheme = "lg3";
+
+export type KeyScheme = typeof keyScheme | typeof legacyKeyScheme;
 
 /**
  * The checkpoint namespace without its task IDs: "inner:<id>|tools:<id>"
@@ -48,27 +58,92 @@ export function nodePath(checkpointNs: string): string {
  * hands its tools (runtime.state): the graph's state, or its messages.
  */
 export function callMessageId(state: unknown, toolCallId: string | undefined): string | undefined {
-  const messages = (Array.isArray(state) ? state : (state as { messages?: unknown } | undefined)?.messages) as BaseMessage[] | undefined;
-  if (!Array.isArray(messages) || !toolCallId) return undefined;
+  const messages = stateMessages(state);
+  const at = callMessage(messages, toolCallId);
+  return at < 0 ? undefined : messages[at].id || undefined;
+}
+
+function stateMessages(state: unknown): BaseMessage[] {
+  const messages = Array.isArray(state) ? state : (state as { messages?: unknown } | undefined)?.messages;
+  return Array.isArray(messages) ? (messages as BaseMessage[]) : [];
+}
+
+/** The index of the last AI message carrying toolCallId, or -1. */
+function callMessage(messages: BaseMessage[], toolCallId: string | undefined): number {
+  if (!toolCallId) return -1;
   for (let i = messages.length - 1; i >= 0; i--) {
     const m = messages[i];
-    if (isAIMessage(m) && m.tool_calls?.some((c) => c.id === toolCallId)) return m.id || undefined;
+    if (isAIMessage(m) && m.tool_calls?.some((c) => c.id === toolCallId)) return i;
   }
-  return undefined;
+  return -1;
 }
 
 /**
- * The key of one tool call: from the run's thread_id, the node path of its
- * checkpoint_ns, the ID of the AI message that asked for the call (from
- * the state ToolNode hands the tool), the call's ID and the tool's name
- * (the vectors in clients/testdata/keys.json). It throws
- * NoDurableIdentityError when the run has no thread (no checkpointer, or
- * invoked without configurable.thread_id), the call no ID, or the call's
- * message is unknown: a random key would protect nothing across a resume,
- * and a key without the message would answer a later turn that reuses the
- * tool-call ID with this one's replay; neither is made in silence.
+ * What names an intended call within its thread: the turn (the ID of the
+ * human message it answers, "" before the first), the digest of its
+ * arguments (RFC 8785) and its occurrence (from 1) among the turn's calls
+ * of its tool with those arguments.
  */
-export function durableKey(config: (ToolRunnableConfig & { state?: unknown }) | undefined, toolName: string): string {
+export interface IntendedCall {
+  turn: string;
+  args: string;
+  occurrence: number;
+}
+
+/**
+ * The intended call that the tool call toolCallId of toolName is, from the
+ * state's messages: the last AI message carrying it, the last human
+ * message before that (the turn), and the calls of toolName in the turn's
+ * AI messages, in their order. undefined when the messages do not hold
+ * the call. It throws NoDurableIdentityError when the turn's human message
+ * has no ID: nothing else in the state tells a turn sent again from the
+ * next one that says the same.
+ */
+export function intendedCall(state: unknown, toolCallId: string | undefined, toolName: string): IntendedCall | undefined {
+  const messages = stateMessages(state);
+  const at = callMessage(messages, toolCallId);
+  if (at < 0) return undefined;
+  let start = -1;
+  for (let i = at - 1; i >= 0 && start < 0; i--) if (isHumanMessage(messages[i])) start = i;
+  let turn = "";
+  if (start >= 0) {
+    turn = messages[start].id ?? "";
+    if (!turn) {
+      throw new NoDurableIdentityError(
+        `${toolName}: the human message that call ${toolCallId} answers has no ID (keep the graph's messages with MessagesAnnotation, which gives each one, or send each message with its own), so no key can tell a turn sent again from the next one`,
+      );
+    }
+  }
+  // The calls of the same tool as this one, by the name the model wrote
+  // (the tool's, when ToolNode runs it).
+  const name = (messages[at] as AIMessage).tool_calls?.find((c) => c.id === toolCallId)?.name;
+  const calls: { id: string; args: string }[] = [];
+  for (const m of messages.slice(start + 1, at + 1)) {
+    if (!isAIMessage(m)) continue;
+    for (const c of m.tool_calls ?? []) if (c.name === name) calls.push({ id: c.id ?? "", args: canonicalize(c.args ?? {}) ?? "" });
+  }
+  let mine = -1;
+  calls.forEach((c, i) => {
+    if (c.id === toolCallId) mine = i;
+  });
+  const args = calls[mine].args;
+  return { turn, args: deriveKey("args", args), occurrence: calls.slice(0, mine + 1).filter((c) => c.args === args).length };
+}
+
+/**
+ * The key of one tool call, from the run's thread_id, the node path of its
+ * checkpoint_ns and the messages of the state ToolNode hands the tool:
+ * under lg4, the intended call (intendedCall) and the tool's name; under
+ * lg3 (the legacy scheme), the ID of the AI message that asked for the
+ * call, the call's ID and the tool's name (the vectors in
+ * clients/testdata/keys.json). It throws NoDurableIdentityError when the
+ * run has no thread (no checkpointer, or invoked without
+ * configurable.thread_id), the call no ID, or the state does not hold the
+ * call: a random key would protect nothing across a resume, and a key
+ * without the turn would answer a later turn's call with this one's
+ * replay; neither is made in silence.
+ */
+export function durableKey(config: (ToolRunnableConfig & { state?: unknown }) | undefined, toolName: string, scheme: KeyScheme = keyScheme): string {
   const threadId = config?.configurable?.thread_id;
   const callId = config?.toolCall?.id;
   if ((typeof threadId !== "string" && typeof threadId !== "number") || threadId === "") {
@@ -77,11 +152,17 @@ export function durableKey(config: (ToolRunnableConfig & { state?: unknown }) | 
   if (!callId) {
     throw new NoDurableIdentityError(`${toolName}: the call has no tool-call ID (call the tool through a ToolNode, or with a ToolCall), so no key can survive a resume`);
   }
-  const messageId = callMessageId(config?.state, callId);
-  if (!messageId) {
-    throw new NoDurableIdentityError(`${toolName}: the AI message that asked for call ${callId} is not in the graph's state with an ID (call the tool through a ToolNode of a graph whose state keeps the messages), so no key can tell this call from a later turn's that reuses its ID`);
+  const missing = () =>
+    new NoDurableIdentityError(`${toolName}: the AI message that asked for call ${callId} is not in the graph's state with an ID (call the tool through a ToolNode of a graph whose state keeps the messages), so no key can tell this call from a later turn's`);
+  const path = nodePath(String(config?.configurable?.checkpoint_ns ?? ""));
+  if (scheme === legacyKeyScheme) {
+    const messageId = callMessageId(config?.state, callId);
+    if (!messageId) throw missing();
+    return deriveKey(legacyKeyScheme, String(threadId), path, messageId, callId, toolName);
   }
-  return deriveKey(keyScheme, String(threadId), nodePath(String(config?.configurable?.checkpoint_ns ?? "")), messageId, callId, toolName);
+  const c = intendedCall(config?.state, callId, toolName);
+  if (!c) throw missing();
+  return deriveKey(keyScheme, String(threadId), path, c.turn, toolName, c.args, String(c.occurrence));
 }
 
 export interface IdemflowToolFields<S> {
@@ -99,6 +180,8 @@ export interface IdemflowToolFields<S> {
    * failure: the intent may have taken effect, and only its answer is late.
    */
   waitMs?: number;
+  /** lg4 (default), or lg3 for a run paused across the upgrade (docs/agents/langgraph-js.md). */
+  keyScheme?: KeyScheme;
 }
 
 /**
@@ -126,7 +209,7 @@ export type { ToolAnswer } from "./tooltext.js";
 export function idemflowTool<S>(client: Client, f: IdemflowToolFields<S>) {
   return tool(
     async (args: any, config: ToolRunnableConfig) => {
-      const key = durableKey(config, f.name);
+      const key = durableKey(config, f.name, f.keyScheme);
       const path = typeof f.path === "function" ? f.path(args) : f.path;
       let r: Result;
       for (;;) {

@@ -15,28 +15,77 @@
 // process killed mid call loses it, and the model, asked again, writes a
 // new call with a new ID under a new runId.
 //
-// So the tool needs approval, and its key is the runId, the toolCallId and
-// the tool's id (ms1). A later turn is another run, with another runId,
-// even when its model reuses a toolCallId (call_0). runDurably is the app
-// side: it saves the run's runId and the call's toolCallId to a file
-// before it approves, and on the next start approves that call again.
+// So the tool needs approval. runDurably is the app side: it saves the
+// run's runId and the call's toolCallId to a file before it approves, and
+// on the next start approves that call again.
+//
+// The key names the intended call (ms2) where the app names the turn:
+// runDurably's conversation and turnId (the ID of the user message the run
+// answers, which a chat keeps: the same when the turn is sent again), the
+// tool, the call's arguments (RFC 8785) and their occurrence among the
+// run's calls of that tool with those arguments, which runDurably reads
+// from the stream's tool-call chunks and saves with the call. A turn sent
+// again (after a crash before anything was saved, or a regenerate) is a
+// new run whose model writes the same call under a new toolCallId: the
+// same key. Mastra hands a tool no durable name for the turn itself (its
+// messages carry a new createdAt on every send), so without a turnId the
+// key is the runId, the toolCallId and the tool's id (ms1): a later turn
+// is another run, even when its model reuses a toolCallId (call_0), and a
+// turn sent again is another run too.
 //
 // This module does not import Mastra: idemflowTool returns the fields for
 // Mastra's createTool, and runDurably takes the agent as it is.
 
+import { AsyncLocalStorage } from "node:async_hooks";
 import { readFile, rm } from "node:fs/promises";
+import canonicalize from "canonicalize";
 import { Client, deriveKey, NoDurableIdentityError, ProblemError, writeDurably, type Result } from "./index.js";
 import { answerText, refusalText } from "./tooltext.js";
 
 export { NoDurableIdentityError };
 
-/** The scheme of a Mastra tool call's key. */
-export const keyScheme = "ms1";
+/** The scheme of a Mastra tool call's key where runDurably has the turn: the intended call. */
+export const keyScheme = "ms2";
 
-/** The key of the call toolCallId of tool toolId in the agent run runId. */
+/** The scheme of a call without a turn (and of every call before ms2): the run and the call's IDs. */
+export const runKeyScheme = "ms1";
+
+/** The ms1 key of the call toolCallId of tool toolId in the agent run runId. */
 export function mastraKey(runId: string, toolCallId: string, toolId: string): string {
-  return deriveKey(keyScheme, runId, toolCallId, toolId);
+  return deriveKey(runKeyScheme, runId, toolCallId, toolId);
 }
+
+/** A tool call of a run, as its stream's tool-call chunk gives it. */
+export interface RunCall {
+  toolCallId: string;
+  toolName: string;
+  args: unknown;
+}
+
+/**
+ * The ms2 key of each call of a run of turn turnId in conversation, by
+ * toolCallId: the conversation, derive("turn", turnId), the tool, the
+ * digest of the call's arguments (RFC 8785) and their occurrence (from 1)
+ * among calls, the run's tool calls in their order, of that tool with
+ * those arguments.
+ */
+export function intendedCallKeys(conversation: string, turnId: string, calls: RunCall[]): Map<string, string> {
+  const turn = deriveKey("turn", turnId);
+  const seen = new Map<string, number>();
+  const keys = new Map<string, string>();
+  for (const c of calls) {
+    const args = canonicalize(c.args ?? {}) ?? "";
+    const k = JSON.stringify([c.toolName, args]);
+    const n = (seen.get(k) ?? 0) + 1;
+    seen.set(k, n);
+    keys.set(c.toolCallId, deriveKey(keyScheme, conversation, turn, c.toolName, deriveKey("args", args), String(n)));
+  }
+  return keys;
+}
+
+// The keys runDurably planned for the calls of the run it drives: its
+// tools read them.
+const planned = new AsyncLocalStorage<Map<string, string>>();
 
 /** What a Mastra tool's execute is handed beside its input: the parts this module reads. */
 export interface ToolExecutionContext {
@@ -84,7 +133,7 @@ export function idemflowTool<I = any>(client: Client, f: IdemflowToolFields<I>) 
       if (!runId || !toolCallId) {
         throw new NoDurableIdentityError(`${f.id}: called outside an agent's run (no runId or toolCallId): no key could outlive a crash; nothing was sent`);
       }
-      const key = mastraKey(runId, toolCallId, f.id);
+      const key = planned.getStore()?.get(toolCallId) ?? mastraKey(runId, toolCallId, f.id);
       const path = typeof f.path === "function" ? f.path(input) : f.path;
       let r: Result;
       try {
@@ -113,10 +162,11 @@ export interface AgentStream {
   text: PromiseLike<string>;
 }
 
-/** A call waiting at its approval: what runDurably saves before it approves. */
+/** A call waiting at its approval: what runDurably saves before it approves, with the run's calls so far where it has a turn. */
 export interface Stopped {
   runId: string;
   toolCallId: string;
+  calls?: RunCall[];
 }
 
 /** runDurably's options. */
@@ -125,6 +175,15 @@ export interface RunOptions {
   streamOptions?: unknown;
   /** Called with every chunk of every stream of the run, as it comes. */
   onChunk?: (chunk: { type: string; payload?: any }) => void;
+  /** The conversation's ID (a memory thread's): with turnId, the calls are keyed as intended calls (ms2). */
+  conversation?: string;
+  /**
+   * The ID of the user message the run answers, which the app keeps and
+   * sends again with the turn (a chat UI's message ID): with conversation,
+   * a turn sent again makes the same calls under the same keys. Never a
+   * fresh ID per send, which would make every send another turn.
+   */
+  turnId?: string;
 }
 
 /**
@@ -134,6 +193,10 @@ export interface RunOptions {
  * holds a call (the process was killed after saving it), that call is
  * approved again instead, and message is not sent: the call gets its key
  * back. It resolves to the run's last text, and removes state.
+ *
+ * With options.conversation and options.turnId, each call runs under the
+ * key of the intended call it is (intendedCallKeys), from the run's
+ * tool-call chunks, which it saves with the call.
  *
  * The approval is a durability point, not a person's review: every call
  * that asks for one is approved. A tool a person must approve belongs in
@@ -146,18 +209,34 @@ export async function runDurably(agent: DurableAgent, message: unknown, state: s
   } catch (e: any) {
     if (e?.code !== "ENOENT") throw e;
   }
-  let stream = saved ? await agent.approveToolCall(saved) : await agent.stream(message, options.streamOptions);
-  for (;;) {
-    let stopped: Stopped | undefined;
-    for await (const chunk of stream.fullStream) {
-      options.onChunk?.(chunk);
-      if (chunk.type === "tool-call-approval" && !stopped) stopped = { runId: stream.runId, toolCallId: chunk.payload.toolCallId };
+  const turn = options.conversation && options.turnId ? { conversation: options.conversation, turnId: options.turnId } : undefined;
+  // The run's calls in their order (a resumed run's from its save), and
+  // the keys the tools read.
+  const calls: RunCall[] = [...(saved?.calls ?? [])];
+  const keys = new Map<string, string>();
+  const plan = () => {
+    if (!turn) return;
+    for (const [id, key] of intendedCallKeys(turn.conversation, turn.turnId, calls)) keys.set(id, key);
+  };
+  plan();
+  return planned.run(keys, async () => {
+    let stream = saved ? await agent.approveToolCall({ runId: saved.runId, toolCallId: saved.toolCallId }) : await agent.stream(message, options.streamOptions);
+    for (;;) {
+      let stopped: Stopped | undefined;
+      for await (const chunk of stream.fullStream) {
+        options.onChunk?.(chunk);
+        if ((chunk.type === "tool-call" || chunk.type === "tool-call-approval") && !calls.some((c) => c.toolCallId === chunk.payload.toolCallId)) {
+          calls.push({ toolCallId: chunk.payload.toolCallId, toolName: chunk.payload.toolName, args: chunk.payload.args });
+        }
+        if (chunk.type === "tool-call-approval" && !stopped) stopped = { runId: stream.runId, toolCallId: chunk.payload.toolCallId };
+      }
+      if (!stopped) break;
+      plan();
+      await writeDurably(state, JSON.stringify(turn ? { ...stopped, calls } : stopped));
+      stream = await agent.approveToolCall(stopped);
     }
-    if (!stopped) break;
-    await writeDurably(state, JSON.stringify(stopped));
-    stream = await agent.approveToolCall(stopped);
-  }
-  const text = await stream.text;
-  await rm(state, { force: true });
-  return text;
+    const text = await stream.text;
+    await rm(state, { force: true });
+    return text;
+  });
 }

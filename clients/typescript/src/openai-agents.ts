@@ -12,34 +12,123 @@
 // nothing that kept the call: it starts again, the model writes the call
 // again with new IDs, a new key and a second effect.
 //
-// The key is the conversation (the app's ID for it, the same on every run
-// and resume; Python reads it from RunConfig.group_id, which the SDK does
-// not hand a JavaScript tool), the ID of the model's function-call item,
-// the call's ID and the tool's name. The item's ID is there because some
-// providers number tool calls per response (call_0): a later turn brings
-// the same call ID back, and is another intended call. A Chat Completions
-// model gives its items no ID (the SDK's placeholder): the call ID alone
-// then tells calls apart only when the provider never reuses one, which
-// the tool is told with callIdsUnique.
+// The key names the intended call (oa2), as in Python: the conversation
+// (the app's ID for it, the same on every run and resume; Python reads it
+// from RunConfig.group_id, which the SDK does not hand a JavaScript tool),
+// the turn (the user message the run answers: the number of user messages
+// in the run's input and the last one's content, and the previous
+// response's ID where the server keeps the conversation; or the app's
+// turnId), the tool, the call's arguments (RFC 8785) and their occurrence
+// among the run's calls of that tool with those arguments. runDurably
+// reads all of it from the RunState it saved, and hands each call its
+// parts: a run sent again with the history cut before the model's answer
+// (a regenerate), or a turn killed before its RunState was saved and sent
+// again, makes the model write the same call under new IDs, and it is the
+// same key. A call that runs where runDurably planned nothing (no
+// approval, or a run whose conversation the server keeps by
+// conversationId, whose input holds only the new message) is keyed as
+// before (oa1): the ID of the model's function-call item, the call's ID
+// and the tool. A Chat Completions model gives its items no ID (the SDK's
+// placeholder): the call ID alone then tells calls apart only when the
+// provider never reuses one, which the tool is told with callIdsUnique.
 
+import { AsyncLocalStorage } from "node:async_hooks";
+import canonicalize from "canonicalize";
 import { RunState, tool, type Agent, type RunContext, type RunResult, type Runner, type RunToolApprovalItem } from "@openai/agents";
 import { Client, DeadlineError, deriveKey, NoDurableIdentityError, ProblemError, type Result } from "./index.js";
 import { answerText, pendingText, refusalText, resume } from "./tooltext.js";
 
 export { NoDurableIdentityError };
 
-/** The scheme of an OpenAI Agents SDK tool call's key, in every client. */
-export const keyScheme = "oa1";
+/** The scheme of an OpenAI Agents SDK tool call's key, in every client: the intended call, which runDurably plans from the saved RunState. */
+export const keyScheme = "oa2";
+
+/** The scheme of a call runDurably planned nothing for (and of every call before oa2): the call's item and call IDs. */
+export const callKeyScheme = "oa1";
+
+export type KeyScheme = typeof keyScheme | typeof callKeyScheme;
+
+/** What names an intended call beyond its conversation: its turn, its tool, the digest of its arguments, and its occurrence (from 1). */
+export interface IntendedCall {
+  turn: string;
+  tool: string;
+  args: string;
+  occurrence: number;
+}
+
+/** A function call of a run, as the RunState keeps it. */
+export interface RunCall {
+  callId: string;
+  name: string;
+  arguments: string;
+}
+
+/**
+ * The intended call of each function call of a run, by call ID: the turn
+ * (turnId where the app gives one, else previousResponseId, the number of
+ * user messages in input and the last one's content, in RFC 8785 form; a
+ * string input is one user message), the tool, the digest of the call's
+ * arguments (RFC 8785) and their occurrence (from 1) among calls, the
+ * run's function calls in their order, of that tool with those arguments.
+ * Its key is intendedCallKey(conversation, call).
+ */
+export function intendedCalls(input: string | unknown[], calls: RunCall[], previousResponseId?: string, turnId?: string): Map<string, IntendedCall> {
+  let turn: string;
+  if (turnId) {
+    turn = deriveKey("turn", turnId);
+  } else {
+    const users =
+      typeof input === "string"
+        ? [input]
+        : (input as { role?: string; type?: string; content?: unknown }[]).filter((i) => i && i.role === "user" && (i.type ?? "message") === "message").map((i) => i.content);
+    turn = deriveKey("turn", previousResponseId ?? "", String(users.length), canonicalize(users.length ? users[users.length - 1] : null) ?? "");
+  }
+  const seen = new Map<string, number>();
+  const out = new Map<string, IntendedCall>();
+  for (const c of calls) {
+    let args: string;
+    try {
+      args = canonicalize(JSON.parse(c.arguments || "{}")) ?? "";
+    } catch {
+      args = String(c.arguments); // not JSON: the model's own mistake, as written
+    }
+    const k = JSON.stringify([c.name, args]);
+    const n = (seen.get(k) ?? 0) + 1;
+    seen.set(k, n);
+    out.set(c.callId, { turn, tool: c.name, args: deriveKey("args", args), occurrence: n });
+  }
+  return out;
+}
+
+/** The key of an intended call of conversation (oa2). */
+export function intendedCallKey(conversation: string, c: IntendedCall): string {
+  return deriveKey(keyScheme, conversation, c.turn, c.tool, c.args, String(c.occurrence));
+}
+
+// The intended calls runDurably planned for the run it is running, by call
+// ID: the tools it runs read them.
+const planned = new AsyncLocalStorage<Map<string, IntendedCall>>();
+
+/** The intended calls of the run a RunState holds, from its JSON; none where the server keeps the conversation by ID. */
+function plan(state: RunState<any, any>, turnId?: string): Map<string, IntendedCall> {
+  const j = state.toJSON() as any;
+  if (j.conversationId && !turnId) return new Map();
+  const calls: RunCall[] = (j.generatedItems ?? [])
+    .filter((i: any) => i?.type === "tool_call_item" && i.rawItem?.type === "function_call")
+    .map((i: any) => ({ callId: i.rawItem.callId, name: i.rawItem.name, arguments: i.rawItem.arguments }));
+  return intendedCalls(j.originalInput ?? [], calls, j.previousResponseId, turnId);
+}
 
 /** The item IDs the SDKs give a Chat Completions model's calls: no ID at all. */
 const placeholderIds = new Set(["FAKE_ID", "__fake_id__"]);
 
 /**
- * The key of one tool call: from the conversation, the model's
+ * The oa1 key of one tool call: from the conversation, the model's
  * function-call item ID, the call's ID and the tool's name (the vectors in
  * clients/testdata/keys.json, shared with Python). It throws
  * NoDurableIdentityError when the conversation is empty, the call has no
- * ID, or its item has none and callIdsUnique was not given.
+ * ID, or its item has none and callIdsUnique was not given. A call
+ * runDurably planned gets intendedCallKey instead.
  */
 export function durableKey(conversation: string, toolCall: { id?: string; callId?: string } | undefined, toolName: string, callIdsUnique = false): string {
   if (!conversation) {
@@ -56,7 +145,7 @@ export function durableKey(conversation: string, toolCall: { id?: string; callId
     }
     itemId = "";
   }
-  return deriveKey(keyScheme, conversation, itemId, callId, toolName);
+  return deriveKey(callKeyScheme, conversation, itemId, callId, toolName);
 }
 
 export interface IdemflowFunctionToolFields<I> {
@@ -81,6 +170,8 @@ export interface IdemflowFunctionToolFields<I> {
   callIdsUnique?: boolean;
   /** How long one call waits for its final answer (default 300 s) before the run fails with DeadlineError. */
   waitMs?: number;
+  /** oa2 (default), or oa1 for a RunState saved across the upgrade (docs/agents/openai-agents-js.md). */
+  keyScheme?: KeyScheme;
 }
 
 /**
@@ -103,7 +194,9 @@ export function idemflowFunctionTool<I = any>(client: Client, f: IdemflowFunctio
     // retry would be a new call, a new key and a second effect.
     errorFunction: null,
     execute: async (input: any, _context?: RunContext<unknown>, details?: { toolCall?: { id?: string; callId?: string }; signal?: AbortSignal }) => {
-      const key = durableKey(f.conversation, details?.toolCall, f.name, f.callIdsUnique);
+      const callId = details?.toolCall?.callId;
+      const intended = f.keyScheme === callKeyScheme || !callId ? undefined : planned.getStore()?.get(callId);
+      const key = intended && f.conversation ? intendedCallKey(f.conversation, intended) : durableKey(f.conversation, details?.toolCall, f.name, f.callIdsUnique);
       const path = typeof f.path === "function" ? f.path(input) : f.path;
       let r: Result;
       try {
@@ -129,6 +222,14 @@ export interface RunDurablyOptions {
   /** Decides each interruption: true approves, false rejects (default: approve every call). */
   approve?: (item: RunToolApprovalItem) => Promise<boolean>;
   context?: unknown;
+  /**
+   * The app's ID of the user message the run answers, where it has one (a
+   * chat UI's message ID): the same on every run of that turn, which the
+   * key then names instead of the input's user messages. An app that sends
+   * each turn alone (no history, session or previous response) needs it,
+   * or two turns in the same words are one intent.
+   */
+  turnId?: string;
 }
 
 /**
@@ -136,11 +237,18 @@ export interface RunDurablyOptions {
  * saving its RunState wherever the run is interrupted, and again once
  * approve has decided, before any call runs. A process killed at any point
  * runs this again: the saved state's calls run again under the keys they
- * had, and replay.
+ * had, and replay: each under the key of the intended call it is
+ * (intendedCalls), planned from the saved state.
  */
-export async function runDurably(runner: Runner, agent: Agent<any, any>, input: string, o: RunDurablyOptions): Promise<RunResult<any, any>> {
+export async function runDurably(runner: Runner, agent: Agent<any, any>, input: string | any[], o: RunDurablyOptions): Promise<RunResult<any, any>> {
   const saved = await o.load();
-  let result: RunResult<any, any> = saved !== undefined ? await runner.run(agent, await RunState.fromString(agent, saved)) : await runner.run(agent, input, { context: o.context });
+  let result: RunResult<any, any>;
+  if (saved !== undefined) {
+    const state = await RunState.fromString(agent, saved);
+    result = await planned.run(plan(state, o.turnId), () => runner.run(agent, state));
+  } else {
+    result = await runner.run(agent, input, { context: o.context });
+  }
   while (result.interruptions.length > 0) {
     const state = result.state;
     await o.save(state.toString()); // the calls, with their IDs, before a decision
@@ -149,7 +257,7 @@ export async function runDurably(runner: Runner, agent: Agent<any, any>, input: 
       else state.reject(item);
     }
     await o.save(state.toString()); // the decisions, before any call runs
-    result = await runner.run(agent, state);
+    result = await planned.run(plan(state, o.turnId), () => runner.run(agent, state));
   }
   return result;
 }

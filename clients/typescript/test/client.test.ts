@@ -162,11 +162,14 @@ test("a durable key needs a durable identity, and is never made at random", () =
   const state = { messages: [new AIMessage({ id: "msg-1", content: "", tool_calls: [call] })] };
   const config = { configurable: { thread_id: "t-1", checkpoint_ns: "tools:abc" }, toolCall: call, state };
   assert.equal(durableKey(config, "create_ticket"), durableKey({ ...config, state: [...state.messages] }, "create_ticket"));
-  assert.notEqual(durableKey(config, "create_ticket"), durableKey({ ...config, state: { messages: [new AIMessage({ id: "msg-2", content: "", tool_calls: [call] })] } }, "create_ticket"));
+  // The same call in another AI message is the same intended call; after another human message, another.
+  assert.equal(durableKey(config, "create_ticket"), durableKey({ ...config, state: { messages: [new AIMessage({ id: "msg-2", content: "", tool_calls: [call] })] } }, "create_ticket"));
+  const later = { messages: [new HumanMessage({ id: "h-2", content: "again" }), new AIMessage({ id: "msg-3", content: "", tool_calls: [call] })] };
+  assert.notEqual(durableKey(config, "create_ticket"), durableKey({ ...config, state: later }, "create_ticket"));
   assert.notEqual(durableKey(config, "create_ticket"), durableKey({ ...config, configurable: { thread_id: "t-2" } }, "create_ticket"));
   assert.throws(() => durableKey({ ...config, state: undefined }, "create_ticket"), NoDurableIdentityError);
   assert.notEqual(durableKey(config, "create_ticket"), durableKey(config, "create_order"));
-  assert.match(durableKey(config, "create_ticket"), /^lg3_[A-Za-z0-9_-]{42}$/);
+  assert.match(durableKey(config, "create_ticket"), /^lg4_[A-Za-z0-9_-]{42}$/);
   assert.throws(() => durableKey({ toolCall: config.toolCall }, "create_ticket"), NoDurableIdentityError);
   assert.throws(() => durableKey({ configurable: { thread_id: "t-1" } }, "create_ticket"), NoDurableIdentityError);
 });
@@ -276,7 +279,7 @@ test("the shared answer vectors", async () => {
 test("the shared key vectors", async () => {
   const v = JSON.parse(await readFile(new URL("../../../testdata/keys.json", import.meta.url), "utf8")) as {
     derive: { scheme: string; parts: string[]; key: string }[];
-    langgraph: { name: string; thread_id: string | null; checkpoint_ns: string; tool_call_id: string | null; tool: string; message_id: string | null; key?: string; error?: string }[];
+    langgraph: LangGraphVector[];
   };
   assert.ok(v.derive.length > 0 && v.langgraph.length > 0);
   for (const d of v.derive) assert.equal(deriveKey(d.scheme, ...d.parts), d.key, `deriveKey ${JSON.stringify(d.parts)}`);
@@ -284,17 +287,34 @@ test("the shared key vectors", async () => {
     const config = {
       configurable: { ...(c.thread_id === null ? {} : { thread_id: c.thread_id }), checkpoint_ns: c.checkpoint_ns },
       ...(c.tool_call_id === null ? {} : { toolCall: { id: c.tool_call_id, name: c.tool, args: {} } }),
-      state: {
-        messages: c.message_id === null ? [] : [new AIMessage({ id: c.message_id, content: "", tool_calls: [{ id: c.tool_call_id ?? undefined, name: c.tool, args: {} }] })],
-      },
+      state: { messages: c.messages.map(langGraphMessage) },
     };
+    const scheme = (c.scheme ?? "lg4") as "lg4" | "lg3";
     if (c.error) {
-      assert.throws(() => durableKey(config, c.tool), (e: Error) => e instanceof NoDurableIdentityError && e.message.includes(c.error!), c.name);
+      assert.throws(() => durableKey(config, c.tool, scheme), (e: Error) => e instanceof NoDurableIdentityError && e.message.includes(c.error!), c.name);
     } else {
-      assert.equal(durableKey(config, c.tool), c.key, c.name);
+      assert.equal(durableKey(config, c.tool, scheme), c.key, c.name);
     }
   }
 });
+
+interface LangGraphVector {
+  name: string;
+  scheme?: string;
+  thread_id: string | null;
+  checkpoint_ns: string;
+  messages: { type: string; id?: string; content?: string; tool_call_id?: string; tool_calls?: { id: string; name: string; args: Record<string, unknown> }[] }[];
+  tool_call_id: string | null;
+  tool: string;
+  key?: string;
+  error?: string;
+}
+
+function langGraphMessage(m: LangGraphVector["messages"][number]) {
+  if (m.type === "human") return new HumanMessage({ content: m.content ?? "", id: m.id });
+  if (m.type === "tool") return new ToolMessage({ content: m.content ?? "", id: m.id, tool_call_id: m.tool_call_id! });
+  return new AIMessage({ content: m.content ?? "", id: m.id, tool_calls: (m.tool_calls ?? []).map((c) => ({ ...c, type: "tool_call" as const })) });
+}
 
 interface Expectation {
   action: string;
@@ -338,6 +358,17 @@ function check(name: string, j: Judgement, e: Expectation) {
 // effect. The control, a tool that lets the wait's end be an error, hands
 // the model "Please fix your mistakes"; the model calls again, under a new
 // tool-call ID and so a new key: two effects.
+/** The usual agent loop on an in-memory checkpointer: the model, then the tool node while the model asks for calls. */
+function agentGraph(model: (state: typeof MessagesAnnotation.State) => { messages: AIMessage[] }, ticketTool: any) {
+  return new StateGraph(MessagesAnnotation)
+    .addNode("agent", model)
+    .addNode("tools", new ToolNode([ticketTool]))
+    .addEdge(START, "agent")
+    .addConditionalEdges("agent", toolsCondition, ["tools", END])
+    .addEdge("tools", "agent")
+    .compile({ checkpointer: new MemorySaver() });
+}
+
 test("a pending answer pauses the LangGraph.js run, and never reaches the model as an error", async () => {
   const { state, base, close } = await partitionProxy(url);
   const keys = state.keys;
@@ -358,13 +389,7 @@ test("a pending answer pauses the LangGraph.js run, and never reaches the model 
       const call = { name: "create_ticket", args: { customer_id: customer, title: "Printer on fire" }, id: "call_" + randomUUID(), type: "tool_call" as const };
       return { messages: [new AIMessage({ content: "", tool_calls: [call] })] };
     };
-    const graph = new StateGraph(MessagesAnnotation)
-      .addNode("agent", model)
-      .addNode("tools", new ToolNode([ticketTool]))
-      .addEdge(START, "agent")
-      .addConditionalEdges("agent", toolsCondition, ["tools", END])
-      .addEdge("tools", "agent")
-      .compile({ checkpointer: new MemorySaver() });
+    const graph = agentGraph(model, ticketTool);
     const config = { configurable: { thread_id: customer } };
     const out = await graph.invoke({ messages: [new HumanMessage("Open a ticket.")] }, config);
     return { graph, config, out };
@@ -454,6 +479,58 @@ test("a tool-call ID reused in a later turn is a second call, not the first one'
   assert.deepEqual(answers.map((a) => a.replayed), [false, false]);
   assert.notEqual(answers[0].result.ticket_id, answers[1].result.ticket_id, "two tickets");
 });
+
+// A chat UI's regenerate: a fork from the checkpoint before the model
+// step, whose model writes the same call under new tool-call and message
+// IDs. The same intended call: one ticket, the fork's answer a replay. Two
+// identical calls in one turn stay two; a reworded call is another
+// intent; lg3, the control, keyed the call's IDs.
+for (const [name, calls, scheme, tickets, replayed] of [
+  ["the same call under new IDs", (_n: number) => [{ title: "Printer on fire" }], undefined, 1, [true]],
+  ["two identical calls, both written again", (_n: number) => [{ title: "Printer on fire" }, { title: "Printer on fire" }], undefined, 2, [true, true]],
+  ["a model that rewords the call (a new key, said so)", (n: number) => [{ title: `Printer on fire (${n})` }], undefined, 2, [false]],
+  ["control: lg3 keys the call's IDs", (_n: number) => [{ title: "Printer on fire" }], "lg3", 2, [false]],
+] as const) {
+  test(`a fork before the model step makes the same call once: ${name}`, async () => {
+    const who = "c-ts-lg-fork-" + randomUUID().slice(0, 8);
+    const ticketTool = idemflowTool(client(), {
+      name: "create_ticket",
+      description: "Create a ticket.",
+      schema: z.object({ title: z.string() }),
+      path: "/v1/tickets",
+      body: (a: { title: string }) => ({ ...a, customer_id: who }),
+      keyScheme: scheme,
+    });
+    let runs = 0;
+    const model = (state: typeof MessagesAnnotation.State) => {
+      if (state.messages[state.messages.length - 1].getType() === "tool") return { messages: [new AIMessage({ content: "done", id: "ai-" + randomUUID() })] };
+      runs++;
+      const toolCalls = calls(runs).map((args) => ({ name: "create_ticket", args, id: "call_" + randomUUID(), type: "tool_call" as const }));
+      return { messages: [new AIMessage({ content: "", tool_calls: toolCalls, id: "ai-" + randomUUID() })] };
+    };
+    const graph = agentGraph(model, ticketTool);
+    const config = { configurable: { thread_id: who } };
+    const first = await graph.invoke({ messages: [new HumanMessage("Open a ticket: the printer is on fire.")] }, config);
+    const answersOf = (out: typeof first) => out.messages.filter((m) => m.getType() === "tool").map((m) => JSON.parse(String(m.content)));
+    let before: any;
+    for await (const snap of graph.getStateHistory(config)) {
+      const msgs = (snap.values as typeof MessagesAnnotation.State).messages ?? [];
+      if (snap.next.length === 1 && snap.next[0] === "agent" && msgs.length > 0 && msgs[msgs.length - 1].getType() === "human") {
+        before = snap.config;
+        break;
+      }
+    }
+    assert.ok(before, "a checkpoint before the model step");
+    const fork = await graph.invoke(null, before);
+    const callIds = (out: typeof first) => out.messages.flatMap((m) => (m.getType() === "ai" ? ((m as AIMessage).tool_calls ?? []).map((c) => c.id) : []));
+    assert.notDeepEqual(callIds(fork), callIds(first), "the fork's model wrote its calls under new IDs");
+    const answers = answersOf(fork);
+    console.log(`${name}: the fork's answers replayed ${answers.map((a) => a.replayed)}, tickets ${answers.map((a) => a.result?.ticket_id)}`);
+    assert.deepEqual(answers.map((a) => a.replayed), replayed);
+    const ids = new Set([...answersOf(first), ...answers].map((a) => a.result?.ticket_id));
+    assert.equal(ids.size, tickets, `tickets across the first run and the fork: ${[...ids]}`);
+  });
+}
 
 test("the file store compares bodies as every client does (the shared body vectors)", async () => {
   const v = JSON.parse(await readFile(new URL("../../../testdata/bodies.json", import.meta.url), "utf8")) as {

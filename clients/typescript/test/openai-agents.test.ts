@@ -11,7 +11,7 @@ import { test } from "node:test";
 import { Agent, Runner, tool, Usage, type Model, type ModelRequest, type ModelResponse } from "@openai/agents";
 import { z } from "zod";
 import { Client, DeadlineError } from "../src/index.js";
-import { durableKey, idemflowFunctionTool, NoDurableIdentityError, runDurably } from "../src/openai-agents.js";
+import { durableKey, idemflowFunctionTool, intendedCallKey, intendedCalls, NoDurableIdentityError, runDurably } from "../src/openai-agents.js";
 import { inFreshFolder, partitionProxy, readmeSnippet, ticketsUnder } from "./helpers.js";
 
 const url = process.env.IDEMFLOW_URL!;
@@ -22,7 +22,8 @@ const schema = z.object({ customer_id: z.string(), title: z.string() });
  * Asks for one ticket until a tool's output is in its input, then
  * answers; after a tool error, asks again (new IDs), up to twice. callId
  * fixes the call ID (a provider that numbers calls per response); the
- * item ID is always new. outputs: what the model was handed.
+ * item ID is always new. outputs: what the model was handed in the turn
+ * (after the last user message).
  */
 class ScriptedModel implements Model {
   outputs: string[] = [];
@@ -31,7 +32,9 @@ class ScriptedModel implements Model {
     readonly callId?: string,
   ) {}
   async getResponse(request: ModelRequest): Promise<ModelResponse> {
-    const items = Array.isArray(request.input) ? request.input : [];
+    // The turn: what follows the last user message.
+    const all: any[] = Array.isArray(request.input) ? request.input : [];
+    const items = all.slice(all.map((i) => i.role).lastIndexOf("user") + 1);
     const results = items.filter((i: any) => i.type === "function_call_result").map((i: any) => String(i.output?.text ?? JSON.stringify(i.output)));
     this.outputs = results;
     const last = results[results.length - 1];
@@ -84,15 +87,93 @@ test("the shared key vectors (openai_agents, the same as Python's)", async () =>
   }
 });
 
+test("the shared intended-call vectors (openai_agents_calls, the same as Python's)", async () => {
+  const v = JSON.parse(await readFile(new URL("../../../testdata/keys.json", import.meta.url), "utf8")) as {
+    openai_agents_calls: {
+      name: string;
+      group_id: string;
+      input: string | unknown[];
+      previous_response_id: string | null;
+      turn_id: string | null;
+      calls: { call_id: string; name: string; arguments: string }[];
+      call_id: string;
+      key: string;
+    }[];
+  };
+  assert.ok(v.openai_agents_calls.length > 0);
+  for (const c of v.openai_agents_calls) {
+    const calls = intendedCalls(c.input, c.calls.map((x) => ({ callId: x.call_id, name: x.name, arguments: x.arguments })), c.previous_response_id ?? undefined, c.turn_id ?? undefined);
+    assert.equal(intendedCallKey(c.group_id, calls.get(c.call_id)!), c.key, c.name);
+  }
+});
+
+// A regenerate, or a turn whose saved RunState is gone: the app sends the
+// conversation again, cut before the model's answer. The model writes the
+// same call under new IDs: the same intended call, one ticket, a replay.
+// Two identical calls stay two; a reworded call is another intent; oa1,
+// the control, keyed the call's IDs.
+for (const [name, calls, scheme, turnId, want, replayed] of [
+  ["the same call under new IDs", 1, undefined, undefined, 1, [true]],
+  ["two identical calls, both written again", 2, undefined, undefined, 2, [true, true]],
+  ["a model that rewords the call (a new key, said so)", -1, undefined, undefined, 2, [false]],
+  ["the app's turnId", 1, undefined, "msg-1", 1, [true]],
+  ["control: oa1 keys the call's IDs", 1, "oa1", undefined, 2, [false]],
+] as const) {
+  test(`a turn sent again makes the same call once: ${name}`, async () => {
+    const who = "c-ts-oa-resend-" + randomUUID().slice(0, 8);
+    const c = new Client({ baseURL: url, token });
+    const createTicket = idemflowFunctionTool(c, { name: "create_ticket", description: "Create a ticket.", parameters: schema, path: "/v1/tickets", conversation: who, keyScheme: scheme });
+    let runs = 0;
+    const model: Model = {
+      async getResponse(request: ModelRequest): Promise<ModelResponse> {
+        const items = Array.isArray(request.input) ? request.input : [];
+        if (items.some((i: any) => i.type === "function_call_result")) {
+          return { usage: new Usage(), output: [{ type: "message", role: "assistant", status: "completed", content: [{ type: "output_text", text: "done" }] }] };
+        }
+        runs++;
+        const title = calls < 0 ? `Printer on fire (${runs})` : "Printer on fire";
+        const args = JSON.stringify({ customer_id: who, title });
+        const call = () => ({ type: "function_call" as const, id: `fc_${randomUUID()}`, callId: `call_${randomUUID()}`, name: "create_ticket", arguments: args, status: "completed" as const });
+        return { usage: new Usage(), output: Array.from({ length: Math.abs(calls) }, call) };
+      },
+      getStreamedResponse(): AsyncIterable<any> {
+        throw new Error("not streamed");
+      },
+    };
+    const agent = new Agent({ name: "support", tools: [createTicket], model });
+    const ask = [
+      { role: "user" as const, content: "Hello." },
+      { role: "assistant" as const, status: "completed" as const, content: [{ type: "output_text" as const, text: "Hello! How can I help?" }] },
+      { role: "user" as const, content: "Open a ticket." },
+    ];
+    const runsOf: any[][] = [];
+    const ids: string[] = [];
+    for (let i = 0; i < 2; i++) {
+      const result = await runDurably(new Runner({ tracingDisabled: true }), agent, ask, { ...inMemory(), turnId });
+      runsOf.push(answers(result));
+      ids.push(...result.newItems.filter((x: any) => x.type === "tool_call_item").map((x: any) => x.rawItem.callId));
+    }
+    const n = await tickets(who);
+    console.log(`${name}: ${n} tickets; the turn sent again: replayed ${runsOf[1].map((a) => a.replayed)}; call IDs ${ids}`);
+    assert.equal(new Set(ids).size, ids.length, "the model wrote every call under new IDs");
+    assert.deepEqual(runsOf[1].map((a) => a.replayed), replayed);
+    assert.equal(n, want);
+  });
+}
+
 test("a call ID reused in a later turn of the conversation is a second call", async () => {
   const who = "c-ts-oa-reused-" + randomUUID().slice(0, 8);
   const c = new Client({ baseURL: url, token });
   const createTicket = idemflowFunctionTool(c, { name: "create_ticket", description: "Create a ticket.", parameters: schema, path: "/v1/tickets", conversation: who });
   const agent = new Agent({ name: "support", tools: [createTicket], model: new ScriptedModel(who, "call_0") });
   const got: any[] = [];
+  // The second turn's input is the conversation so far and the new
+  // message, as the SDK's multi-turn examples send it, in the same words.
+  let history: any[] = [];
   for (let i = 0; i < 2; i++) {
-    const result = await runDurably(new Runner({ tracingDisabled: true }), agent, "Open a ticket.", inMemory());
+    const result = await runDurably(new Runner({ tracingDisabled: true }), agent, [...history, { role: "user", content: "Open a ticket." }], inMemory());
     got.push(...answers(result));
+    history = result.history;
   }
   console.log(`two turns under call_0: replayed ${got.map((a) => a.replayed)}, tickets ${got.map((a) => a.result.ticket_id)}`);
   assert.deepEqual(got.map((a) => a.replayed), [false, false]);

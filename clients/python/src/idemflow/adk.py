@@ -9,23 +9,22 @@ whose ``App`` is resumable (``ResumabilityConfig(is_resumable=True)``)
 and that was killed mid call resumes the invocation with its
 ``invocation_id``; ADK then runs the stored calls that have no response
 again, at least once (ADK's own Resume page says so), with the same call
-ID and the same event. That is the call's identity:
+ID and the same event.
 
-    the app, the user, the session, the invocation, the ID of the event
-    that holds the call, the call's ID, and the tool's name.
-
-The invocation is there because a provider that numbers calls per
-response (``call_0``) brings a call ID back in a later turn, which is
-another invocation and another intended call; the event ID because it
-may bring it back within one invocation too, in a later response.
-
-What this key cannot cover: an app that is not resumable has no way to
-run the stored call again, and sending the user's message again starts a
-new invocation, in which the model writes the call again with a new ID
-(a second effect). :func:`run_durably` resumes an unfinished invocation
-instead, and refuses an app that is not resumable. A rewind
-(``Runner.rewind_async``) drops the invocation from the session: what
-runs after it is a new intent, as the operator asked.
+The key names the intended call (ad2), not those IDs: the app, the user
+and the session, the turn, the tool, the call's arguments (RFC 8785) and
+their occurrence among the invocation's calls of that tool with those
+arguments. The turn is the user's message the invocation answers, and its
+place: how many earlier invocations of the session's live history (a
+rewind, ``Runner.rewind_async``, takes the rewound ones out, as ADK's
+prompt does) answered a user message to the end. So a resumed invocation,
+the message sent again after a crash (an app that is not resumable: the
+killed invocation never ended), and the message sent again after a
+rewind (a regenerate) are the same turn, and the model's call, written
+again under a new ID in a new event, is the same key; a later message in
+the same words, after the first was answered, is another turn. (ad1, the
+invocation, the event and the call's IDs, is kept for the calls in flight
+across the upgrade: key_scheme.)
 
 Needs the ``adk`` extra (``google-adk``, Python 3.10+).
 """
@@ -33,9 +32,10 @@ Needs the ``adk`` extra (``google-adk``, Python 3.10+).
 from __future__ import annotations
 
 import json
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Sequence
 from typing import Any
 
+import rfc8785
 from google.adk.events.event import Event
 from google.adk.runners import Runner
 from google.adk.sessions.session import Session
@@ -49,19 +49,108 @@ from .client import AsyncClient, Client, Intent
 from .errors import DeadlineError, NoDurableIdentityError, ProblemError
 from .keys import derive_key
 
-__all__ = ["KEY_SCHEME", "IdemflowTool", "call_key", "durable_key", "run_durably"]
+__all__ = ["KEY_SCHEME", "LEGACY_KEY_SCHEME", "IdemflowTool", "call_key", "durable_key", "intended_call_key", "live_events", "run_durably"]
 
-#: The scheme of an ADK tool call's key.
-KEY_SCHEME = "ad1"
+#: The scheme of an ADK tool call's key: the intended call.
+KEY_SCHEME = "ad2"
+#: The scheme before ad2 (the invocation, the event and the call's IDs),
+#: for the calls in flight across the upgrade (docs/agents/adk.md).
+LEGACY_KEY_SCHEME = "ad1"
 
 
 def call_key(app: str, user: str, session: str, invocation: str, event: str, call_id: str, tool: str) -> str:
-    """The key of one tool call from its parts (clients/testdata/keys.json's
+    """The ad1 key of one tool call from its parts (clients/testdata/keys.json's
     adk vectors)."""
-    return derive_key(KEY_SCHEME, app, user, session, invocation, event, call_id, tool)
+    return derive_key(LEGACY_KEY_SCHEME, app, user, session, invocation, event, call_id, tool)
 
 
-def durable_key(tool_context: ToolContext, tool_name: str) -> str:
+def live_events(events: Sequence[Event]) -> list[Event]:
+    """The events a rewind left: an event that rewinds to before
+    invocation X takes out itself and every event from X's first one on,
+    and the rest stay in their order."""
+    first: dict[str, int] = {}
+    for i, e in enumerate(events):
+        if e.invocation_id and e.invocation_id not in first:
+            first[e.invocation_id] = i
+    kept: list[tuple[int, Event]] = []
+    for i, e in enumerate(events):
+        target = e.actions.rewind_before_invocation_id if e.actions else None
+        if target:
+            start = first.get(target, i)
+            kept = [(j, k) for j, k in kept if j < start]
+        else:
+            kept.append((i, e))
+    return [e for _, e in kept]
+
+
+def _user_text(e: Event) -> list[str] | None:
+    """The texts of a user's message, or None for another event (a model's,
+    or a user event of function responses: a confirmation)."""
+    if e.author != "user" or e.content is None:
+        return None
+    texts = [p.text for p in e.content.parts or [] if p.text is not None]
+    return texts or None
+
+
+def intended_call_key(app: str, user: str, session: str, events: Sequence[Event], invocation: str, call_id: str, tool: str) -> str | None:
+    """The ad2 key of the call call_id of invocation, from the session's
+    events (see the module's comment): derive('turn', the number of
+    earlier live invocations that answered a user's message to the end,
+    the RFC 8785 form of this invocation's message's texts), the tool, the
+    digest of the call's arguments (RFC 8785) and their occurrence among
+    the invocation's live calls of that tool with those arguments. None
+    when no live event of the invocation holds the call."""
+    live = live_events(events)
+    at = next(
+        (i for i in range(len(live) - 1, -1, -1) if live[i].invocation_id == invocation and any(c.id == call_id for c in live[i].get_function_calls())), -1
+    )
+    if at < 0:
+        return None
+    start = next(i for i, e in enumerate(live) if e.invocation_id == invocation)
+    message = next((t for e in live if e.invocation_id == invocation and (t := _user_text(e)) is not None), None)
+    if message is None:
+        # An invocation started by no message of the user's (a sub-agent's
+        # own): its ID is all that names its turn.
+        turn = derive_key("turn", "invocation", invocation)
+    else:
+        asked = {e.invocation_id for e in live[:start] if _user_text(e) is not None}
+        answered = {e.invocation_id for e in live[:start] if e.author != "user" and e.is_final_response() and e.invocation_id in asked}
+        turn = derive_key("turn", str(len(answered)), rfc8785.dumps(message).decode("utf-8"))
+    name = next(c.name for c in live[at].get_function_calls() if c.id == call_id)
+    calls = [
+        (c.id, rfc8785.dumps(dict(c.args or {})).decode("utf-8"))
+        for e in live[start : at + 1]
+        if e.invocation_id == invocation
+        for c in e.get_function_calls()
+        if c.name == name
+    ]
+    mine = max(i for i, (cid, _) in enumerate(calls) if cid == call_id)
+    args = calls[mine][1]
+    occurrence = sum(1 for _, a in calls[: mine + 1] if a == args)
+    return derive_key(KEY_SCHEME, app, user, session, turn, tool, derive_key("args", args), str(occurrence))
+
+
+def _key(session: Session, invocation: str, call_id: str, tool_name: str, key_scheme: str) -> str:
+    """The key of the call call_id of invocation in session, under
+    key_scheme. Raises NoDurableIdentityError when no event of the
+    invocation in the session holds it."""
+    if key_scheme not in (KEY_SCHEME, LEGACY_KEY_SCHEME):
+        raise ValueError(f"key_scheme {key_scheme!r}: {KEY_SCHEME} or {LEGACY_KEY_SCHEME}")
+    missing = NoDurableIdentityError(
+        f"{tool_name}: no event of invocation {invocation} in session {session.id} holds call {call_id}, so nothing durable names it"
+    )
+    if key_scheme == KEY_SCHEME:
+        key = intended_call_key(session.app_name, session.user_id, session.id, session.events, invocation, call_id, tool_name)
+        if key is None:
+            raise missing
+        return key
+    event = _call_event(session.events, invocation, call_id)
+    if event is None:
+        raise missing
+    return call_key(session.app_name, session.user_id, session.id, invocation, event.id, call_id, tool_name)
+
+
+def durable_key(tool_context: ToolContext, tool_name: str, key_scheme: str = KEY_SCHEME) -> str:
     """The key of the call tool_context runs: see the module's comment.
 
     Raises NoDurableIdentityError when the call has no ID, or no event of
@@ -71,14 +160,7 @@ def durable_key(tool_context: ToolContext, tool_name: str) -> str:
     call_id = tool_context.function_call_id
     if not call_id:
         raise NoDurableIdentityError(f"{tool_name}: the call has no ID, so no key can survive a resume")
-    invocation = tool_context.invocation_id
-    session = tool_context.session
-    event = _call_event(session.events, invocation, call_id)
-    if event is None:
-        raise NoDurableIdentityError(
-            f"{tool_name}: no event of invocation {invocation} in session {session.id} holds call {call_id}, so nothing durable names it"
-        )
-    return call_key(session.app_name, session.user_id, session.id, invocation, event.id, call_id, tool_name)
+    return _key(tool_context.session, tool_context.invocation_id, call_id, tool_name, key_scheme)
 
 
 def _call_event(events: list[Event], invocation: str, call_id: str) -> Event | None:
@@ -112,6 +194,9 @@ class IdemflowTool(BaseTool):
     failure to retry, under a new call ID and a new key. Resume the
     invocation (run_durably): the call runs again under its key and gets
     its answer.
+
+    key_scheme LEGACY_KEY_SCHEME ("ad1") keys a call as the release before
+    ad2 did, for an invocation in flight across the upgrade.
     """
 
     def __init__(
@@ -125,6 +210,7 @@ class IdemflowTool(BaseTool):
         body: Callable[[dict[str, Any]], Any] | None = None,
         deadline: float = 300.0,
         require_confirmation: bool = False,
+        key_scheme: str = KEY_SCHEME,
     ) -> None:
         super().__init__(name=name, description=description)
         self._client = client
@@ -133,12 +219,13 @@ class IdemflowTool(BaseTool):
         self._body = body
         self._deadline = deadline
         self._require_confirmation = require_confirmation
+        self._key_scheme = key_scheme
 
     def _get_declaration(self) -> types.FunctionDeclaration:
         return types.FunctionDeclaration(name=self.name, description=self.description, parameters_json_schema=self._args_schema.model_json_schema())
 
     async def run_async(self, *, args: dict[str, Any], tool_context: ToolContext) -> Any:
-        key = durable_key(tool_context, self.name)
+        key = durable_key(tool_context, self.name, self._key_scheme)
         try:
             parsed = arguments(self._args_schema, args)
         except ValueError as e:  # pydantic's ValidationError
@@ -159,7 +246,7 @@ class IdemflowTool(BaseTool):
         it had one (the tool raised DeadlineError): the call sent again
         under the key it had. run_durably hands it to the invocation."""
         assert call.id is not None
-        key = call_key(session.app_name, session.user_id, session.id, event.invocation_id, event.id, call.id, self.name)
+        key = _key(session, event.invocation_id, call.id, self.name, self._key_scheme)
         try:
             parsed = arguments(self._args_schema, dict(call.args or {}))
         except ValueError as e:
@@ -180,11 +267,13 @@ class IdemflowTool(BaseTool):
 def unfinished_invocation(events: list[Event]) -> str | None:
     """The session's last invocation, when it did not end: its last event
     is not the end of its agent (ADK writes one when an invocation of a
-    resumable app ends)."""
+    resumable app ends), nor a rewind."""
     if not events:
         return None
     last = events[-1]
-    return None if last.actions.end_of_agent else last.invocation_id
+    if last.actions.end_of_agent or last.actions.rewind_before_invocation_id:
+        return None  # ended, or a rewind: the next message starts a turn
+    return last.invocation_id
 
 
 def unanswered_calls(events: list[Event], invocation: str) -> list[tuple[Event, types.FunctionCall]]:

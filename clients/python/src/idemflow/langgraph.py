@@ -1,20 +1,22 @@
-"""The LangGraph integration: a tool whose idempotency key is derived from
-the framework's own durable identity of the call, so that a run resumed
-from its checkpoint (after a crash, a deploy, or a human review step),
-which calls the tool again, replays the first answer instead of taking
-effect twice.
+"""The LangGraph integration: a tool whose idempotency key names the
+intended call, so that a run resumed from its checkpoint (after a crash, a
+deploy, or a human review step), a fork from a checkpoint before the model
+step (what chat UIs call regenerate), or a turn sent again before its
+state was saved, which all call the tool again, replays the first answer
+instead of taking effect twice.
 
-LangGraph checkpoints the model's message, with its own ID and its
-tool_calls[].id, before the tool node runs (with durability="sync"); a
-resumed run runs the tool node again with the same thread, the same node
-path and the same message. The key is derived from those, the tool-call ID
-and the tool's name. The message's ID is there because some models and
-servers number tool calls per message (call_0, call_1): a later turn of
-the thread brings the same tool-call ID back, and is another intended
-call. Never from the checkpoint namespace's task IDs: LangGraph derives a
-task ID from the checkpoint the step started from, so anything that writes
-a checkpoint between the crash and the resume (update_state in a review
-step) would change it, and with it the key.
+The key (lg4) is derived from the run's thread, the node path of its
+checkpoint namespace, the turn (the ID of the human message the call
+answers), the tool, the call's arguments in their RFC 8785 form, and their
+occurrence among the turn's calls of that tool with those arguments. Not
+from the AI message's or the tool call's IDs: a re-run of the model step
+(a fork, a resume of a step that was not saved) writes the same call under
+new ones. The human message's ID is in the checkpoint before the model
+runs, and a chat UI sends it again with the message. Never from the
+checkpoint namespace's task IDs: LangGraph derives a task ID from the
+checkpoint the step started from, so anything that writes a checkpoint
+between the crash and the resume (update_state in a review step) would
+change it, and with it the key.
 
 Needs the ``langgraph`` extra: ``pip install 'idemflow[langgraph]'``.
 """
@@ -22,9 +24,11 @@ Needs the ``langgraph`` extra: ``pip install 'idemflow[langgraph]'``.
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 from typing import Annotated, Any
 
-from langchain_core.messages import AIMessage
+import rfc8785
+from langchain_core.messages import AIMessage, BaseMessage, HumanMessage
 from langchain_core.runnables import RunnableConfig
 from langchain_core.tools import BaseTool, InjectedToolCallId, StructuredTool
 from langgraph.prebuilt import InjectedState
@@ -36,11 +40,27 @@ from .client import AsyncClient, Client, Intent
 from .errors import DeadlineError, NoDurableIdentityError, ProblemError
 from .keys import derive_key
 
-__all__ = ["KEY_SCHEME", "call_message_id", "durable_key", "idemflow_tool", "node_path", "pending_answer"]
+__all__ = [
+    "KEY_SCHEME",
+    "LEGACY_KEY_SCHEME",
+    "IntendedCall",
+    "call_message_id",
+    "durable_key",
+    "idemflow_tool",
+    "intended_call",
+    "node_path",
+    "pending_answer",
+]
 
-#: The scheme of a LangGraph tool call's key (lg1 included the task IDs;
-#: lg2 lacked the AI message's ID, and a reused tool-call ID was a replay).
-KEY_SCHEME = "lg3"
+#: The scheme of a LangGraph tool call's key: the intended call (lg1
+#: included the task IDs; lg2 lacked the AI message's ID, and a reused
+#: tool-call ID was a replay; lg3 named the AI message and the tool-call
+#: ID, which a fork's model step writes anew).
+KEY_SCHEME = "lg4"
+
+#: The scheme before lg4, for the calls in flight across the upgrade
+#: (docs/agents/langgraph.md says when to keep it).
+LEGACY_KEY_SCHEME = "lg3"
 
 
 def node_path(checkpoint_ns: str) -> str:
@@ -52,36 +72,104 @@ def node_path(checkpoint_ns: str) -> str:
     return "|".join(part.split(":", 1)[0] for part in checkpoint_ns.split("|"))
 
 
+def _messages(state: Any, messages_key: str) -> list[BaseMessage]:
+    """The messages of what ToolNode injects: the graph's state (a dict or
+    an object with the messages) or the list of messages."""
+    if isinstance(state, list):
+        return state
+    if isinstance(state, Mapping):
+        return list(state.get(messages_key) or [])
+    return list(getattr(state, messages_key, None) or [])
+
+
+def _call_message(messages: list[BaseMessage], tool_call_id: str | None) -> int:
+    """The index of the last AI message carrying tool_call_id, or -1."""
+    for i in range(len(messages) - 1, -1, -1):
+        m = messages[i]
+        if tool_call_id and isinstance(m, AIMessage) and any(c.get("id") == tool_call_id for c in m.tool_calls):
+            return i
+    return -1
+
+
 def call_message_id(state: Any, tool_call_id: str | None, messages_key: str = "messages") -> str | None:
     """The ID of the AI message that asked for the tool call: the last one
     in the graph state's messages carrying tool_call_id (the one ToolNode
-    runs), or None when the state holds none with an ID. state is what
-    ToolNode injects: the graph's state (a dict or an object with the
-    messages) or the list of messages."""
-    if isinstance(state, list):
-        messages = state
-    elif isinstance(state, Mapping):
-        messages = state.get(messages_key) or []
-    else:
-        messages = getattr(state, messages_key, None) or []
-    for m in reversed(messages):
-        if isinstance(m, AIMessage) and any(c.get("id") == tool_call_id for c in m.tool_calls):
-            return m.id or None
-    return None
+    runs), or None when the state holds none with an ID."""
+    messages = _messages(state, messages_key)
+    at = _call_message(messages, tool_call_id)
+    return (messages[at].id or None) if at >= 0 else None
 
 
-def durable_key(config: Mapping[str, Any] | None, tool_call_id: str | None, tool_name: str, message_id: str | None) -> str:
-    """The key of one tool call: from the run's thread_id, the node path of
-    its checkpoint namespace, the ID of the AI message that asked for it
+@dataclass(frozen=True)
+class IntendedCall:
+    """What names an intended call within its thread: the turn (the ID of
+    the human message it answers, "" before the first), the digest of its
+    arguments (RFC 8785) and its occurrence (from 1) among the turn's calls
+    of its tool with those arguments."""
+
+    turn: str
+    args: str
+    occurrence: int
+
+
+def intended_call(state: Any, tool_call_id: str | None, tool_name: str, messages_key: str = "messages") -> IntendedCall | None:
+    """The intended call that the tool call tool_call_id of tool_name is,
+    from the graph state's messages: the last AI message carrying it, the
+    last human message before that (the turn), and the calls of tool_name
+    in the turn's AI messages, in their order. None when the messages do
+    not hold the call. Raises NoDurableIdentityError when the turn's human
+    message has no ID: nothing else in the state tells a turn sent again
+    from the next one that says the same."""
+    messages = _messages(state, messages_key)
+    at = _call_message(messages, tool_call_id)
+    if at < 0 or not tool_call_id:
+        return None
+    start = next((i for i in range(at - 1, -1, -1) if isinstance(messages[i], HumanMessage)), -1)
+    turn = ""
+    if start >= 0:
+        turn = messages[start].id or ""
+        if not turn:
+            raise NoDurableIdentityError(
+                f"{tool_name}: the human message that call {tool_call_id} answers has no ID (keep the graph's messages with add_messages,"
+                " which gives each one, or send each message with its own), so no key can tell a turn sent again from the next one"
+            )
+    # The calls of the same tool as this one, by the name the model wrote
+    # (the tool's, when ToolNode runs it).
+    call = messages[at]
+    assert isinstance(call, AIMessage)
+    name = next(c.get("name") for c in call.tool_calls if c.get("id") == tool_call_id)
+    calls: list[tuple[str, str]] = []
+    for m in messages[start + 1 : at + 1]:
+        if isinstance(m, AIMessage):
+            calls += [(c.get("id") or "", rfc8785.dumps(c.get("args") or {}).decode("utf-8")) for c in m.tool_calls if c.get("name") == name]
+    mine = max(i for i, (cid, _) in enumerate(calls) if cid == tool_call_id)
+    args = calls[mine][1]
+    return IntendedCall(turn, derive_key("args", args), sum(1 for _, a in calls[: mine + 1] if a == args))
+
+
+def durable_key(
+    config: Mapping[str, Any] | None,
+    tool_call_id: str | None,
+    tool_name: str,
+    state: Any,
+    *,
+    messages_key: str = "messages",
+    key_scheme: str = KEY_SCHEME,
+) -> str:
+    """The key of one tool call, from the run's thread_id, the node path of
+    its checkpoint namespace and the state's messages: under lg4, the
+    intended call (intended_call) and the tool's name; under lg3 (the
+    legacy scheme), the ID of the AI message that asked for the call
     (call_message_id), the call's ID and the tool's name.
 
     Raises NoDurableIdentityError when the run has no thread (no
     checkpointer, or invoked without configurable.thread_id), the call no
-    ID, or the call's message is unknown: a random key would protect
-    nothing across a resume, and a key without the message would answer a
-    later turn that reuses the tool-call ID with this one's replay; neither
-    is made in silence.
+    ID, or the state does not hold the call: a random key would protect
+    nothing across a resume, and a key without the turn would answer a
+    later turn's call with this one's replay; neither is made in silence.
     """
+    if key_scheme not in (KEY_SCHEME, LEGACY_KEY_SCHEME):
+        raise ValueError(f"key_scheme {key_scheme!r}: {KEY_SCHEME} or {LEGACY_KEY_SCHEME}")
     configurable = (config or {}).get("configurable") or {}
     thread_id = configurable.get("thread_id")
     if thread_id is None or thread_id == "":
@@ -93,12 +181,20 @@ def durable_key(config: Mapping[str, Any] | None, tool_call_id: str | None, tool
         raise NoDurableIdentityError(
             f"{tool_name}: the call has no tool-call ID (call the tool through a ToolNode, or invoke it with a ToolCall), so no key can survive a resume"
         )
-    if not message_id:
-        raise NoDurableIdentityError(
-            f"{tool_name}: the AI message that asked for call {tool_call_id} is not in the graph's state with an ID (call the tool"
-            " through a ToolNode of a graph whose state keeps the messages), so no key can tell this call from a later turn's that reuses its ID"
-        )
-    return derive_key(KEY_SCHEME, str(thread_id), node_path(str(configurable.get("checkpoint_ns") or "")), message_id, tool_call_id, tool_name)
+    missing = NoDurableIdentityError(
+        f"{tool_name}: the AI message that asked for call {tool_call_id} is not in the graph's state with an ID (call the tool"
+        " through a ToolNode of a graph whose state keeps the messages), so no key can tell this call from a later turn's"
+    )
+    path = node_path(str(configurable.get("checkpoint_ns") or ""))
+    if key_scheme == LEGACY_KEY_SCHEME:
+        message_id = call_message_id(state, tool_call_id, messages_key)
+        if not message_id:
+            raise missing
+        return derive_key(LEGACY_KEY_SCHEME, str(thread_id), path, message_id, tool_call_id, tool_name)
+    c = intended_call(state, tool_call_id, tool_name, messages_key)
+    if c is None:
+        raise missing
+    return derive_key(KEY_SCHEME, str(thread_id), path, c.turn, tool_name, c.args, str(c.occurrence))
 
 
 def pending_answer(name: str, key: str) -> dict[str, str]:
@@ -126,6 +222,7 @@ def idemflow_tool(
     body: Callable[[dict[str, Any]], Any] | None = None,
     deadline: float = 300.0,
     messages_key: str = "messages",
+    key_scheme: str = KEY_SCHEME,
 ) -> BaseTool:
     """A LangGraph tool that runs one of idemflow's operations (a ticket, an
     order, a declared operation, an HTTP tool) exactly once per tool call,
@@ -145,7 +242,9 @@ def idemflow_tool(
     out of the body, not sent as null.
 
     messages_key is the state's field that holds the messages, as the
-    ToolNode's: the key names the AI message that asked for the call.
+    ToolNode's: the key names the turn and the call in them. key_scheme
+    LEGACY_KEY_SCHEME ("lg3") keys a call as the release before lg4 did,
+    for a run paused across the upgrade (docs/agents/langgraph.md).
     """
     # The call's ID and the graph's state reach the tool through
     # LangChain's injection: the model sees args_schema, the function also
@@ -162,7 +261,7 @@ def idemflow_tool(
     def prepare(kwargs: dict[str, Any], config: RunnableConfig) -> tuple[str, Intent]:
         call_id = kwargs.pop("tool_call_id", None)
         state = kwargs.pop("idemflow_state", None)
-        key = durable_key(config, call_id, name, call_message_id(state, call_id, messages_key))
+        key = durable_key(config, call_id, name, state, messages_key=messages_key, key_scheme=key_scheme)
         args = arguments(args_schema, kwargs)
         p = path(args) if callable(path) else path
         return key, Intent(key, p, body(args) if body else args)

@@ -22,12 +22,22 @@ runs again with the same ``ToolCall`` and the call gets its key back
 (each stopped call handed back to its step once: ``_release``).
 ``run_durably`` does the saving, the proceeding and the restoring.
 
-The key (``li1``) is derived from the turn, the ``tool_id`` and the
-tool's name. The turn is an ID this module's ``FunctionAgent`` puts in
-the run's store when a run starts (``init_run``), so it is saved with
-the context: the same call restored is the same key, and a later turn
-whose model reuses a ``tool_id`` (some providers number each turn's calls
-from ``call_0``) is another.
+The key (``li2``) names the intended call: the turn, the tool, the call's
+arguments (RFC 8785) and their occurrence among the turn's calls of that
+tool with those arguments. The turn is the user's message and its place
+in the conversation (how many user messages the memory held before it),
+which this module's ``FunctionAgent`` puts in the run's store as a turn
+starts (``init_run``), and the turn's calls are the ones its model asked
+for, in their order, which it records there too (``parse_agent_output``):
+both are saved with the context. So the same call restored is the same
+key; a turn run again from the conversation it started from (a regenerate
+from a copy of the state saved before it, a turn killed before its first
+save and sent again) makes the model write the same call under a new
+``tool_id``, and it is the same key; a later turn, even in the same words
+and with a model that reuses a ``tool_id`` (some providers number each
+turn's calls from ``call_0``), is another. (li1, a random turn ID and the
+``tool_id``, is kept for the turns in flight across the upgrade:
+``key_scheme``.)
 
 Needs the ``llamaindex`` extra.
 """
@@ -41,6 +51,7 @@ from contextvars import ContextVar
 from pathlib import Path
 from typing import Any
 
+import rfc8785
 from llama_index.core.agent.workflow import AgentOutput, ToolCall, ToolCallResult
 from llama_index.core.agent.workflow import FunctionAgent as _FunctionAgent
 from llama_index.core.agent.workflow.workflow_events import AgentInput, AgentWorkflowStartEvent
@@ -49,20 +60,41 @@ from llama_index.core.memory import Memory
 from llama_index.core.tools import FunctionTool
 from pydantic import BaseModel
 from workflows import Context, step
-from workflows.events import Event
+from workflows.events import Event, StopEvent
 
 from ._tooltext import answer_text, arguments, refusal_text, send
 from .client import AsyncClient, Client, Intent
 from .errors import NoDurableIdentityError, ProblemError
 from .keys import derive_key
 
-__all__ = ["KEY_SCHEME", "CallPending", "FunctionAgent", "Proceed", "call_key", "idemflow_tool", "run_durably"]
+__all__ = [
+    "KEY_SCHEME",
+    "LEGACY_KEY_SCHEME",
+    "CallPending",
+    "FunctionAgent",
+    "Proceed",
+    "call_key",
+    "idemflow_tool",
+    "intended_call_key",
+    "run_durably",
+    "turn_of",
+]
 
-#: The scheme of a LlamaIndex call's key.
-KEY_SCHEME = "li1"
+#: The scheme of a LlamaIndex call's key: the intended call.
+KEY_SCHEME = "li2"
+#: The scheme before li2 (a random turn ID and the tool_id), for the turns
+#: in flight across the upgrade (docs/agents/llamaindex.md).
+LEGACY_KEY_SCHEME = "li1"
 
-#: Where FunctionAgent keeps the turn's ID in the run's store.
+#: Where FunctionAgent keeps the turn in the run's store.
 TURN = "idemflow_turn"
+#: Where it keeps the turn's calls, in the order the model asked for them.
+CALLS = "idemflow_calls"
+#: Where it keeps li1's random turn ID.
+LEGACY_TURN = "idemflow_turn_id"
+
+# The turn run_durably starts (turn_of): init_run puts it in the store.
+_turn: ContextVar[str | None] = ContextVar("idemflow_llamaindex_turn", default=None)
 
 # The tool_id of the call the current call_tool step handles: LlamaIndex
 # hands a tool its arguments, not its call.
@@ -78,9 +110,31 @@ _released: ContextVar[frozenset[str]] = ContextVar("idemflow_llamaindex_released
 
 
 def call_key(turn: str, tool_id: str, tool: str) -> str:
-    """The key of one call from its parts (clients/testdata/keys.json's
+    """The li1 key of one call from its parts (clients/testdata/keys.json's
     llamaindex vectors)."""
-    return derive_key(KEY_SCHEME, turn, tool_id, tool)
+    return derive_key(LEGACY_KEY_SCHEME, turn, tool_id, tool)
+
+
+def turn_of(history: list[ChatMessage], user_msg: str | ChatMessage) -> str:
+    """The turn that user_msg starts after history (the memory's messages):
+    derive('turn', how many user messages history holds, the RFC 8785
+    form of user_msg's text)."""
+    text = user_msg if isinstance(user_msg, str) else (user_msg.content or "")
+    return derive_key("turn", str(sum(1 for m in history if m.role == "user")), rfc8785.dumps(text).decode("utf-8"))
+
+
+def intended_call_key(turn: str, calls: list[list[str]], tool_id: str, tool: str) -> str | None:
+    """The li2 key of the call tool_id of the turn: the turn, the tool, the
+    digest of the call's arguments (RFC 8785) and their occurrence among
+    calls (the turn's [tool_id, tool, arguments in RFC 8785 form], in their
+    order) of that tool with those arguments. None when calls does not
+    hold tool_id."""
+    at = max((i for i, c in enumerate(calls) if c[0] == tool_id), default=-1)
+    if at < 0:
+        return None
+    _, name, args = calls[at]
+    occurrence = sum(1 for c in calls[: at + 1] if c[1] == name and c[2] == args)
+    return derive_key(KEY_SCHEME, turn, tool, derive_key("args", args), str(occurrence))
 
 
 class CallPending(Event):
@@ -100,17 +154,32 @@ class Proceed(Event):
 
 
 class FunctionAgent(_FunctionAgent):
-    """LlamaIndex's FunctionAgent, which gives each turn an ID in the run's
-    store and tells idemflow's tools which call they run."""
+    """LlamaIndex's FunctionAgent, which names each turn in the run's
+    store, records the calls its model asks for, and tells idemflow's
+    tools which call they run."""
 
     @step
     async def init_run(self, ctx: Context, ev: AgentWorkflowStartEvent) -> AgentInput:
-        if not _durable.get():
+        turn = _turn.get()
+        if not _durable.get() or turn is None:
             # Its calls would stop and wait for a Proceed nobody sends.
             raise NoDurableIdentityError("idemflow.llamaindex.FunctionAgent runs under run_durably, which saves the run before each call acts")
         # A step runs once per turn: a restored run does not start again.
-        await ctx.store.set(TURN, uuid.uuid4().hex)
+        await ctx.store.set(TURN, turn)
+        await ctx.store.set(CALLS, [])
+        await ctx.store.set(LEGACY_TURN, uuid.uuid4().hex)
         result: AgentInput = await super().init_run(ctx, ev)
+        return result
+
+    @step
+    async def parse_agent_output(self, ctx: Context, ev: AgentOutput) -> StopEvent | AgentInput | ToolCall | None:
+        # The calls the model asked for, in its order, before any of them
+        # runs: the order a re-run's model writes them in again.
+        if ev.tool_calls:
+            calls = await ctx.store.get(CALLS, default=[])
+            calls += [[c.tool_id, c.tool_name, rfc8785.dumps(c.tool_kwargs or {}).decode("utf-8")] for c in ev.tool_calls]
+            await ctx.store.set(CALLS, calls)
+        result: StopEvent | AgentInput | ToolCall | None = await super().parse_agent_output(ctx, ev)
         return result
 
     @step
@@ -131,6 +200,7 @@ def idemflow_tool(
     path: str | Callable[[dict[str, Any]], str],
     args_schema: type[BaseModel],
     body: Callable[[dict[str, Any]], Any] | None = None,
+    key_scheme: str = KEY_SCHEME,
 ) -> FunctionTool:
     """A tool for this module's FunctionAgent that runs one of idemflow's
     operations (a ticket, an order, a declared operation, an HTTP tool)
@@ -145,7 +215,12 @@ def idemflow_tool(
     returns or raises, and a model told that a call is pending writes it
     again, under another tool_id. A process killed while it waits is
     restored from its save, and the call gets its key back.
+
+    key_scheme LEGACY_KEY_SCHEME ("li1") keys a call as the release before
+    li2 did, for a turn saved across the upgrade.
     """
+    if key_scheme not in (KEY_SCHEME, LEGACY_KEY_SCHEME):
+        raise ValueError(f"key_scheme {key_scheme!r}: {KEY_SCHEME} or {LEGACY_KEY_SCHEME}")
 
     async def call(ctx: Context, **kwargs: Any) -> str:
         tool_id = _tool_id.get()
@@ -156,7 +231,14 @@ def idemflow_tool(
             args = arguments(args_schema, kwargs)
         except ValueError as e:  # pydantic's ValidationError
             return json.dumps({"error": "InvalidArguments", "detail": str(e)}, ensure_ascii=False)
-        key = call_key(turn, tool_id, name)
+        if key_scheme == LEGACY_KEY_SCHEME:
+            # A turn saved before the upgrade has its random ID under TURN.
+            key = call_key(await ctx.store.get(LEGACY_TURN, default=turn), tool_id, name)
+        else:
+            found = intended_call_key(turn, await ctx.store.get(CALLS, default=[]), tool_id, name)
+            if found is None:
+                raise NoDurableIdentityError(f"{name}: the turn's recorded calls do not hold {tool_id} (a turn saved before li2: key_scheme='li1')")
+            key = found
         # LlamaIndex runs the step again from its start once Proceed
         # arrives; the second time this returns it at once. A call restored
         # from its stop was saved there, and goes on.
@@ -187,8 +269,10 @@ async def run_durably(agent: FunctionAgent, state: str | os.PathLike[str], user_
     that turn is restored and goes on, and user_msg is not sent again:
     every call the saved context holds at its stop proceeds under its key.
     Otherwise a new turn starts with user_msg, on the conversation state
-    holds (or a new one). When the turn ends, state holds its context for
-    the next turn.
+    holds (or a new one): its calls are keyed as the intended calls they
+    are in that conversation (turn_of), so the same turn run again from
+    the same state is the same calls. When the turn ends, state holds its
+    context for the next turn.
     """
     path = Path(state)
     saved = json.loads(path.read_text()) if path.exists() else None
@@ -210,6 +294,7 @@ async def run_durably(agent: FunctionAgent, state: str | os.PathLike[str], user_
     elif user_msg is None:
         raise ValueError(f"{path} holds no unfinished turn, and no user_msg was given to start one")
     else:
+        _turn.set(turn_of(await memory.aget_all(), user_msg))
         handler = agent.run(user_msg=user_msg, ctx=ctx, memory=memory)
 
     async def save(running: bool) -> None:

@@ -12,15 +12,25 @@ call: it starts again, the model writes the call again with new IDs, and
 that is a new key and a second effect. The README says so, and the tests
 show it.
 
-The key is derived from the run's group (RunConfig.group_id, the SDK's
-name for a conversation or thread: the app passes the same one to every
-run and resume of it), the ID of the model's function-call item, the
-call's ID and the tool's name. The item's ID is there because some
-providers number tool calls per response (call_0): a later turn brings
-the same call ID back, and is another intended call. A Chat Completions
-model gives its items no ID (the SDK's placeholder): the call ID alone
-then tells calls apart only when the provider never reuses one, as
-OpenAI's does, which the tool is told with call_ids_unique=True.
+The key names the intended call (oa2): the run's group
+(RunConfig.group_id, the SDK's name for a conversation or thread: the app
+passes the same one to every run and resume of it), the turn (the user
+message the run answers: the number of user messages in the run's input
+and the last one's content, and the previous response's ID where the
+server keeps the conversation), the tool, the call's arguments (RFC 8785)
+and their occurrence among the run's calls of that tool with those
+arguments. run_durably reads all of it from the RunState it saved, and
+hands each call its key: a run sent again with the history cut before the
+model's answer (a regenerate), or a turn killed before its RunState was
+saved and sent again, makes the model write the same call under new IDs,
+and it is the same key. A call that runs where run_durably planned none
+(no approval, or a run whose conversation the server keeps by
+conversation_id, whose input holds only the new message) is keyed as
+before (oa1): the ID of the model's function-call item, the call's ID and
+the tool. A Chat Completions model gives its items no ID (the SDK's
+placeholder): the call ID alone then tells calls apart only when the
+provider never reuses one, as OpenAI's does, which the tool is told with
+call_ids_unique=True.
 
 Needs the ``openai-agents`` extra: ``pip install 'idemflow[openai-agents]'``.
 """
@@ -28,9 +38,12 @@ Needs the ``openai-agents`` extra: ``pip install 'idemflow[openai-agents]'``.
 from __future__ import annotations
 
 import json
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from contextvars import ContextVar
 from typing import Any
 
+import rfc8785
 from agents import Agent, FunctionTool, RunConfig, Runner, RunResult, RunState
 from agents.models.fake_id import FAKE_RESPONSES_ID
 from agents.strict_schema import ensure_strict_json_schema
@@ -42,14 +55,81 @@ from .client import AsyncClient, Client, Intent
 from .errors import DeadlineError, NoDurableIdentityError, ProblemError
 from .keys import derive_key
 
-__all__ = ["KEY_SCHEME", "durable_key", "idemflow_function_tool", "run_durably"]
+__all__ = ["CALL_KEY_SCHEME", "KEY_SCHEME", "durable_key", "idemflow_function_tool", "intended_call_keys", "run_durably"]
 
-#: The scheme of an OpenAI Agents SDK tool call's key.
-KEY_SCHEME = "oa1"
+#: The scheme of an OpenAI Agents SDK tool call's key: the intended call,
+#: which run_durably plans from the saved RunState.
+KEY_SCHEME = "oa2"
+#: The scheme of a call run_durably planned no key for (and of every call
+#: before oa2): the call's item and call IDs.
+CALL_KEY_SCHEME = "oa1"
+
+# The keys run_durably planned for the calls of the run it is running, by
+# call ID: the tools it runs read them (the run's tasks copy this context).
+_planned: ContextVar[Mapping[str, str] | None] = ContextVar("idemflow_openai_agents_planned", default=None)
 
 
-def durable_key(ctx: ToolContext[Any], tool_name: str, *, call_ids_unique: bool = False) -> str:
-    """The key of one tool call: from the run's group_id, the model's
+def intended_call_keys(
+    group: str,
+    run_input: str | Sequence[Any],
+    calls: Sequence[Mapping[str, Any]],
+    previous_response_id: str | None = None,
+    turn_id: str | None = None,
+) -> dict[str, str]:
+    """The key of each function call of a run, by call ID: from the group
+    (the conversation), the turn (the app's turn_id where it gives one,
+    else previous_response_id, the number of user messages in run_input
+    and the last one's content, in RFC 8785 form; a string input is one
+    user message), the tool, the call's arguments (RFC 8785) and their
+    occurrence (from 1) among calls, the run's function calls ({call_id,
+    name, arguments}) in their order, of that tool with those arguments."""
+    if turn_id:
+        turn = derive_key("turn", turn_id)
+    else:
+        if isinstance(run_input, str):
+            users: list[Any] = [run_input]
+        else:
+            users = [i.get("content") for i in run_input if isinstance(i, Mapping) and i.get("role") == "user" and i.get("type", "message") == "message"]
+        turn = derive_key("turn", previous_response_id or "", str(len(users)), rfc8785.dumps(users[-1] if users else None).decode("utf-8"))
+    seen: dict[tuple[str, str], int] = {}
+    keys: dict[str, str] = {}
+    for c in calls:
+        try:
+            args = rfc8785.dumps(json.loads(c.get("arguments") or "{}")).decode("utf-8")
+        except ValueError:
+            args = str(c.get("arguments"))  # not JSON: the model's own mistake, as written
+        n = seen[(c["name"], args)] = seen.get((c["name"], args), 0) + 1
+        keys[c["call_id"]] = derive_key(KEY_SCHEME, group, turn, c["name"], derive_key("args", args), str(n))
+    return keys
+
+
+def _plan(state: RunState[Any], group: str, turn_id: str | None) -> dict[str, str]:
+    """The keys of the calls of the run state holds (intended_call_keys),
+    from its serialized form; none where the server keeps the conversation
+    by ID, whose input holds only the new message."""
+    j = state.to_json()
+    if j.get("conversation_id") and not turn_id:
+        return {}
+    calls = [
+        i["raw_item"]
+        for i in j.get("generated_items", [])
+        if i.get("type") == "tool_call_item" and isinstance(i.get("raw_item"), dict) and i["raw_item"].get("type") == "function_call"
+    ]
+    return intended_call_keys(group, j.get("original_input") or [], calls, j.get("previous_response_id"), turn_id)
+
+
+@contextmanager
+def _planning(keys: Mapping[str, str]) -> Iterator[None]:
+    token = _planned.set(keys)
+    try:
+        yield
+    finally:
+        _planned.reset(token)
+
+
+def durable_key(ctx: ToolContext[Any], tool_name: str, *, call_ids_unique: bool = False, key_scheme: str = KEY_SCHEME) -> str:
+    """The key of one tool call: the one run_durably planned for it (oa2,
+    the intended call), or else (oa1) from the run's group_id, the model's
     function-call item ID, the call's ID and the tool's name.
 
     Raises NoDurableIdentityError when the run has no group_id (every run
@@ -66,6 +146,11 @@ def durable_key(ctx: ToolContext[Any], tool_name: str, *, call_ids_unique: bool 
         )
     if not ctx.tool_call_id:
         raise NoDurableIdentityError(f"{tool_name}: the call has no ID, so no key can survive a resume")
+    if key_scheme not in (KEY_SCHEME, CALL_KEY_SCHEME):
+        raise ValueError(f"key_scheme {key_scheme!r}: {KEY_SCHEME} or {CALL_KEY_SCHEME}")
+    planned = (_planned.get() or {}).get(ctx.tool_call_id) if key_scheme == KEY_SCHEME else None
+    if planned is not None:
+        return planned
     item_id = ctx.tool_call.id if ctx.tool_call is not None else None
     if not item_id or item_id == FAKE_RESPONSES_ID:
         if not call_ids_unique:
@@ -75,7 +160,7 @@ def durable_key(ctx: ToolContext[Any], tool_name: str, *, call_ids_unique: bool 
                 " pass call_ids_unique=True only if the provider never reuses a call ID (OpenAI's does not)"
             )
         item_id = ""
-    return derive_key(KEY_SCHEME, group, item_id, ctx.tool_call_id, tool_name)
+    return derive_key(CALL_KEY_SCHEME, group, item_id, ctx.tool_call_id, tool_name)
 
 
 def idemflow_function_tool(
@@ -90,6 +175,7 @@ def idemflow_function_tool(
     needs_approval: bool = True,
     call_ids_unique: bool = False,
     strict_json_schema: bool = True,
+    key_scheme: str = KEY_SCHEME,
 ) -> FunctionTool:
     """A function tool that runs one of idemflow's operations (a ticket, an
     order, a declared operation, an HTTP tool) exactly once per tool call,
@@ -107,6 +193,9 @@ def idemflow_function_tool(
     the app can lose whole: a crash then re-asks the model, and the new
     call it writes is a second effect.
 
+    key_scheme CALL_KEY_SCHEME ("oa1") keys every call by its IDs, as the
+    release before oa2 did, for a RunState saved across the upgrade.
+
     deadline is how long one call waits for its final answer (seconds).
     When it ends, the tool raises DeadlineError, which fails the run
     (the SDK re-raises a tool's exception, wrapped in its UserError): an
@@ -119,7 +208,7 @@ def idemflow_function_tool(
         schema = ensure_strict_json_schema(schema)
 
     async def invoke(ctx: ToolContext[Any], raw: str) -> str:
-        key = durable_key(ctx, name, call_ids_unique=call_ids_unique)
+        key = durable_key(ctx, name, call_ids_unique=call_ids_unique, key_scheme=key_scheme)
         try:
             args = arguments(args_schema, json.loads(raw or "{}"))
         except ValueError as e:  # bad JSON, or pydantic's ValidationError
@@ -152,6 +241,7 @@ async def run_durably(
     save: Callable[[str], Awaitable[None]],
     approve: Callable[[Any], Awaitable[bool]] | None = None,
     context: Any = None,
+    turn_id: str | None = None,
 ) -> RunResult:
     """Runs agent to its end, or resumes the run load() returns, saving
     its RunState (save) wherever the run is interrupted, and again once
@@ -161,11 +251,21 @@ async def run_durably(
 
     approve decides each interruption (a ToolApprovalItem): True approves,
     False rejects. save must be durable before it returns.
+
+    Each call the resumed run makes runs under the key of the intended
+    call it is (intended_call_keys), planned from the saved state. turn_id
+    is the app's ID of the user message the run answers, where it has one
+    (a chat UI's message ID): the same on every run of that turn, which
+    the key then names instead of the input's user messages. An app that
+    sends each turn alone (no history, session or previous response) needs
+    it, or two turns in the same words are one intent.
     """
+    group = run_config.group_id or ""
     saved = await load()
     if saved is not None:
-        state: RunState[Any] | None = await RunState.from_string(agent, saved)
-        result = await Runner.run(agent, state, run_config=run_config)  # type: ignore[arg-type]
+        state: RunState[Any] = await RunState.from_string(agent, saved)
+        with _planning(_plan(state, group, turn_id)):
+            result = await Runner.run(agent, state, run_config=run_config)
     else:
         result = await Runner.run(agent, input, run_config=run_config, context=context)
     while result.interruptions:
@@ -177,5 +277,6 @@ async def run_durably(
             else:
                 state.reject(item)
         await save(state.to_string())  # the decisions, before any call runs
-        result = await Runner.run(agent, state, run_config=run_config)
+        with _planning(_plan(state, group, turn_id)):
+            result = await Runner.run(agent, state, run_config=run_config)
     return result

@@ -2,15 +2,20 @@
 tool call, under a key derived from the durable identity of the call in
 whichever way the agent runs.
 
-- **A plain Agent** (the app keeps the message history). The call's
-  identity is the model's response that wrote it: the conversation, the
-  run that response belongs to, the call's ID and the tool. It is durable
-  only once the app has saved the history with that response in it, and
-  a plain run saves nothing before its tools run: a process killed mid
-  call starts again, the model writes the call again with a new ID, and
-  that is a second effect. So the tool stops the run before the call
-  (Pydantic AI's deferred approval), and :func:`run_durably` saves the
-  history, and the decision, before the call runs.
+- **A plain Agent** (the app keeps the message history). The key names
+  the intended call (pa2): the conversation recorded on the response that
+  wrote it, the turn (the user prompt the run answers: its place among
+  the conversation's prompts and its content), the tool, the call's
+  arguments (RFC 8785) and their occurrence among the turn's calls of
+  that tool with those arguments. Not the call's ID: a run sent again
+  with the history cut before the model's answer (a regenerate), or a
+  turn killed before the app saved it and sent again, makes the model
+  write the same call under a new ID. The tool still stops the run
+  before the call (Pydantic AI's deferred approval), and
+  :func:`run_durably` saves the history, and the decision, before the
+  call runs, so that a resumed run finds the call as the model wrote it,
+  whatever the model would write now. (pa1, the run and the call's ID,
+  is kept for the calls in flight across the upgrade: key_scheme.)
 - **TemporalDurability** (tested; the older TemporalAgent is not). The tool runs in a
   Temporal activity, and its key is the activity's
   (:func:`idemflow.temporal.activity_key`): register
@@ -20,8 +25,8 @@ whichever way the agent runs.
   recovered workflow runs the unfinished step again under the same ID.
 
 A provider that numbers calls per response (call_0) brings a call ID back
-in a later response: the run in the plain key, the activity call or the
-step in the others, tells those calls apart.
+in a later response: the turn and the occurrence in the plain key, the
+activity call or the step in the others, tell those calls apart.
 
 Needs Python 3.11 and the ``pydantic-ai`` extra (``pydantic-ai-temporal``
 or ``pydantic-ai-dbos`` for the durable agents).
@@ -32,8 +37,11 @@ from __future__ import annotations
 import json
 import logging
 from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass
 from typing import Any
 
+import pydantic_core
+import rfc8785
 from pydantic import BaseModel
 from pydantic_ai import (
     Agent,
@@ -45,24 +53,39 @@ from pydantic_ai import (
     Tool,
 )
 from pydantic_ai.agent import AgentRunResult
-from pydantic_ai.messages import ModelMessage, ModelResponse, ToolCallPart
+from pydantic_ai.messages import ModelMessage, ModelRequest, ModelResponse, ToolCallPart, UserPromptPart
 
 from ._tooltext import RESUME, answer_text, arguments, pending_text, refusal_text, send
 from .client import AsyncClient, Client, Intent
 from .errors import DeadlineError, NoDurableIdentityError, ProblemError
 from .keys import derive_key
 
-__all__ = ["DBOS_KEY_SCHEME", "KEY_SCHEME", "durable_key", "idemflow_tool", "message_key", "run_durably", "step_key"]
+__all__ = [
+    "DBOS_KEY_SCHEME",
+    "KEY_SCHEME",
+    "LEGACY_KEY_SCHEME",
+    "IntendedCall",
+    "durable_key",
+    "idemflow_tool",
+    "intended_call",
+    "message_key",
+    "run_durably",
+    "step_key",
+]
 
-#: The scheme of a plain Agent's tool call: conversation, run, call, tool.
-KEY_SCHEME = "pa1"
+#: The scheme of a plain Agent's tool call: the intended call (conversation,
+#: turn, tool, arguments, occurrence).
+KEY_SCHEME = "pa2"
+#: The scheme before pa2 (conversation, run, call ID, tool), for the calls
+#: in flight across the upgrade (docs/agents/pydantic-ai.md).
+LEGACY_KEY_SCHEME = "pa1"
 #: The scheme of a call made as a DBOS step: workflow, step, tool.
 DBOS_KEY_SCHEME = "db1"
 
 _log = logging.getLogger("idemflow.pydantic_ai")
 
 
-def durable_key(ctx: RunContext[Any]) -> str:
+def durable_key(ctx: RunContext[Any], key_scheme: str = KEY_SCHEME) -> str:
     """The key of the tool call ctx is running: the Temporal activity's in
     an activity, the DBOS step's in a step, else :func:`message_key`.
 
@@ -75,18 +98,77 @@ def durable_key(ctx: RunContext[Any]) -> str:
     step = _dbos_step()
     if step is not None:
         return step_key(step[0], step[1], tool)
-    return message_key(ctx.messages, ctx.tool_call_id, tool)
+    return message_key(ctx.messages, ctx.tool_call_id, tool, key_scheme=key_scheme)
 
 
-def message_key(messages: Sequence[ModelMessage], tool_call_id: str | None, tool: str) -> str:
-    """The key of a plain Agent's call tool_call_id of tool, from the
-    response in messages that wrote it: its conversation, its run, the
+@dataclass(frozen=True)
+class IntendedCall:
+    """What names a plain Agent's intended call: its conversation, its turn
+    (the digest of the user prompt's place among the conversation's
+    prompts, from 1, and its content; 0 and nothing before the first),
+    the digest of its arguments (RFC 8785) and its occurrence (from 1)
+    among the turn's calls of its tool with those arguments."""
+
+    conversation: str
+    turn: str
+    args: str
+    occurrence: int
+
+
+def intended_call(messages: Sequence[ModelMessage], tool_call_id: str | None, tool: str) -> IntendedCall:
+    """The intended call that the call tool_call_id of tool is, from the
+    messages of its run: the last response holding it, the last request
+    with a user prompt before that (the turn), and the calls of tool in
+    the turn's responses, in their order.
+
+    Raises NoDurableIdentityError when no response in messages holds the
+    call, or it records no conversation (history from a Pydantic AI too
+    old to record one)."""
+    if not tool_call_id:
+        raise NoDurableIdentityError(f"{tool}: the call has no ID, so no key can survive a resume")
+    at = next((i for i in range(len(messages) - 1, -1, -1) if isinstance(messages[i], ModelResponse) and _calls(messages[i], tool_call_id)), -1)  # type: ignore[arg-type]
+    if at < 0:
+        raise NoDurableIdentityError(f"{tool}: no response in the run's messages holds call {tool_call_id}, so nothing durable names it")
+    response = messages[at]
+    assert isinstance(response, ModelResponse)
+    if not response.conversation_id:
+        raise NoDurableIdentityError(f"{tool}: the response that wrote call {tool_call_id} records no conversation, so no key can tell it from another's")
+    prompts = [(i, _prompt(m)) for i, m in enumerate(messages[:at]) if isinstance(m, ModelRequest) and _prompt(m) is not None]
+    start, content = prompts[-1] if prompts else (-1, None)
+    turn = derive_key("turn", str(len(prompts)), rfc8785.dumps(pydantic_core.to_jsonable_python(content)).decode("utf-8"))
+    calls = [
+        (p.tool_call_id, rfc8785.dumps(p.args_as_dict()).decode("utf-8"))
+        for m in messages[start + 1 : at + 1]
+        if isinstance(m, ModelResponse)
+        for p in m.parts
+        if isinstance(p, ToolCallPart) and p.tool_name == tool
+    ]
+    mine = max(i for i, (cid, _) in enumerate(calls) if cid == tool_call_id)
+    args = calls[mine][1]
+    return IntendedCall(response.conversation_id, turn, derive_key("args", args), sum(1 for _, a in calls[: mine + 1] if a == args))
+
+
+def _prompt(request: ModelRequest) -> list[Any] | None:
+    """The contents of a request's user prompts, or None where it has none
+    (a request of tool answers)."""
+    parts = [p.content for p in request.parts if isinstance(p, UserPromptPart)]
+    return parts or None
+
+
+def message_key(messages: Sequence[ModelMessage], tool_call_id: str | None, tool: str, *, key_scheme: str = KEY_SCHEME) -> str:
+    """The key of a plain Agent's call tool_call_id of tool: under pa2, the
+    intended call (intended_call) it is; under pa1 (the legacy scheme),
+    the response in messages that wrote it: its conversation, its run, the
     call's ID and, when an earlier response of the same run used that ID
     too, how many did.
 
     Raises NoDurableIdentityError when no response in messages holds the
-    call, or it carries no run or conversation (history from a Pydantic
-    AI too old to record them)."""
+    call, or it records no conversation (or, under pa1, no run)."""
+    if key_scheme == KEY_SCHEME:
+        c = intended_call(messages, tool_call_id, tool)
+        return derive_key(KEY_SCHEME, c.conversation, c.turn, tool, c.args, str(c.occurrence))
+    if key_scheme != LEGACY_KEY_SCHEME:
+        raise ValueError(f"key_scheme {key_scheme!r}: {KEY_SCHEME} or {LEGACY_KEY_SCHEME}")
     if not tool_call_id:
         raise NoDurableIdentityError(f"{tool}: the call has no ID, so no key can survive a resume")
     holders = [m for m in messages if isinstance(m, ModelResponse) and any(_calls(m, tool_call_id))]
@@ -97,7 +179,7 @@ def message_key(messages: Sequence[ModelMessage], tool_call_id: str | None, tool
         raise NoDurableIdentityError(f"{tool}: the response that wrote call {tool_call_id} records no run or conversation, so no key can tell it from another")
     again = sum(1 for m in holders[:-1] if m.run_id == response.run_id)
     extra = [str(again)] if again else []
-    return derive_key(KEY_SCHEME, response.conversation_id, response.run_id, tool_call_id, tool, *extra)
+    return derive_key(LEGACY_KEY_SCHEME, response.conversation_id, response.run_id, tool_call_id, tool, *extra)
 
 
 def step_key(workflow_id: str, step_id: int, tool: str) -> str:
@@ -146,6 +228,7 @@ def idemflow_tool(
     body: Callable[[dict[str, Any]], Any] | None = None,
     deadline: float = 300.0,
     requires_approval: bool | None = None,
+    key_scheme: str = KEY_SCHEME,
 ) -> Tool[Any]:
     """A Pydantic AI tool that runs one of idemflow's operations (a ticket,
     an order, a declared operation, an HTTP tool) exactly once per tool
@@ -159,8 +242,11 @@ def idemflow_tool(
     before every call (deferred approval, so that :func:`run_durably`
     saves the history first), and not a Temporal or DBOS durable agent's,
     whose engine has saved the call already. False never stops: a plain
-    run killed mid call then re-asks the model, and the new call is a
-    second effect.
+    run killed mid call then re-asks the model, and the call it writes is
+    the same intended call only if the model writes the same arguments.
+
+    key_scheme LEGACY_KEY_SCHEME ("pa1") keys a plain Agent's call as the
+    release before pa2 did, for a run saved across the upgrade.
 
     A final answer that does not come within deadline seconds raises
     DeadlineError, which fails the run (the model never reads it as an
@@ -172,7 +258,7 @@ def idemflow_tool(
     """
 
     async def call(ctx: RunContext[Any], raw: dict[str, Any], waits: bool) -> str:
-        key = durable_key(ctx)
+        key = durable_key(ctx, key_scheme)
         try:
             args = arguments(args_schema, raw)
         except ValueError as e:  # pydantic's ValidationError

@@ -4,14 +4,15 @@ model, and one tool that creates a ticket through idemflow. Run again
 with the same --thread and --state, it resumes the invocation it was
 killed in.
 
-    python -m tests.agents.adk_agent --thread T --state FILE [--tools idemflow|naive] [--unsafe]
+    python -m tests.agents.adk_agent --thread T --state FILE [--tools idemflow|naive] [--unsafe] [--key-scheme ad2|ad1]
 
 with IDEMFLOW_URL and IDEMFLOW_TOKEN set.
 
 The durable way (default) is a resumable App and run_durably. --unsafe
-is the setting the docs warn about: an App that is not resumable, whose
-rerun sends the user's message again (a new invocation, where the model
-writes the call again). --tools naive makes the control: a fresh key on
+is an App that is not resumable, whose rerun sends the user's message
+again (a new invocation, where the model writes the call again under a
+new ID: the same intended call under ad2, a new key under ad1, which
+--key-scheme ad1 keeps). --tools naive makes the control: a fresh key on
 every call.
 """
 
@@ -52,21 +53,28 @@ class ScriptedModel(BaseLlm):
     its request, then answers. Each call it writes has a new ID, as a
     real model's (ADK assigns one where a model gives none); with call_id
     set, every call reuses that ID, as a provider that numbers calls per
-    response does."""
+    response does. calls: how many identical calls a response asks for;
+    reword: the title is new on every response."""
 
     model: str = "scripted"
     customer: str = ""
     call_id: str | None = None
+    calls: int = 1
+    reword: bool = False
+    runs: int = 0
 
     async def generate_content_async(self, llm_request: LlmRequest, stream: bool = False) -> AsyncGenerator[LlmResponse, None]:
         last = llm_request.contents[-1] if llm_request.contents else None
         if last is not None and any(p.function_response for p in last.parts or []):
             yield LlmResponse(content=types.Content(role="model", parts=[types.Part(text="The ticket is open.")]))
             return
-        call = types.FunctionCall(
-            id=self.call_id or f"call_{uuid.uuid4().hex}", name="create_ticket", args={"customer_id": self.customer, "title": "Printer on fire"}
-        )
-        yield LlmResponse(content=types.Content(role="model", parts=[types.Part(function_call=call)]))
+        self.runs += 1
+        title = f"Printer on fire ({self.runs})" if self.reword else "Printer on fire"
+        calls = [
+            types.FunctionCall(id=self.call_id or f"call_{uuid.uuid4().hex}", name="create_ticket", args={"customer_id": self.customer, "title": title})
+            for _ in range(self.calls)
+        ]
+        yield LlmResponse(content=types.Content(role="model", parts=[types.Part(function_call=c) for c in calls]))
 
 
 class NaiveTool(BaseTool):
@@ -84,8 +92,9 @@ class NaiveTool(BaseTool):
         return {"http_status": r.status, "replayed": r.replayed, "result": r.body}
 
 
-def app(thread: str, tool: BaseTool, resumable: bool = True, call_id: str | None = None) -> App:
-    agent = LlmAgent(name="support", model=ScriptedModel(customer=thread, call_id=call_id), instruction="Open a ticket for the customer.", tools=[tool])
+def app(thread: str, tool: BaseTool, resumable: bool = True, call_id: str | None = None, calls: int = 1, reword: bool = False) -> App:
+    model = ScriptedModel(customer=thread, call_id=call_id, calls=calls, reword=reword)
+    agent = LlmAgent(name="support", model=model, instruction="Open a ticket for the customer.", tools=[tool])
     return App(name="support_app", root_agent=agent, resumability_config=ResumabilityConfig(is_resumable=resumable))
 
 
@@ -95,6 +104,7 @@ async def main() -> None:
     ap.add_argument("--state", required=True)
     ap.add_argument("--tools", default="idemflow", choices=["idemflow", "naive"])
     ap.add_argument("--unsafe", action="store_true")
+    ap.add_argument("--key-scheme", default="ad2", choices=["ad2", "ad1"])
     a = ap.parse_args()
     message = types.Content(role="user", parts=[types.Part(text="My printer is on fire.")])
     # The client's attempts time out fast, so that a dropped answer is
@@ -104,7 +114,9 @@ async def main() -> None:
         if a.tools == "naive":
             tool = NaiveTool(c)
         else:
-            tool = IdemflowTool(c, name="create_ticket", description="Create a support ticket.", path="/v1/tickets", args_schema=Ticket)
+            tool = IdemflowTool(
+                c, name="create_ticket", description="Create a support ticket.", path="/v1/tickets", args_schema=Ticket, key_scheme=a.key_scheme
+            )
         sessions = SqliteSessionService(a.state)
         events: AsyncIterator[Event]
         runner = Runner(app=app(a.thread, tool, resumable=not a.unsafe), session_service=sessions)

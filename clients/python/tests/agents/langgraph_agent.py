@@ -4,6 +4,7 @@ one to create an order, over a PostgreSQL checkpointer. Run again with the
 same --thread, it resumes from its checkpoint.
 
     python -m tests.agents.langgraph_agent --thread T [--tools idemflow|naive] [--review]
+        [--durability sync|exit] [--message-id ID] [--key-scheme lg4|lg3]
 
 with IDEMFLOW_URL, IDEMFLOW_TOKEN and DATABASE_URL set.
 
@@ -11,6 +12,9 @@ with IDEMFLOW_URL, IDEMFLOW_TOKEN and DATABASE_URL set.
 --review: a resumed run first passes a human review step, LangGraph's
 usual one: update_state writes the pending model message back, unchanged
 (a new checkpoint, and a new task ID for the tool node).
+--durability exit: LangGraph saves the run's checkpoints only when it
+ends, so a kill mid call leaves nothing saved, and the app sends the
+turn's message again, with its ID (--message-id), as a chat UI does.
 IDEMFLOW_AGENT_PAUSE stops the run where a test kills it: "model" inside
 the model step that asks for the order, "between" in the tool node after
 the ticket's call returned, before its result was checkpointed.
@@ -80,6 +84,9 @@ def main() -> None:
     ap.add_argument("--thread", required=True)
     ap.add_argument("--tools", default="idemflow", choices=["idemflow", "naive"])
     ap.add_argument("--review", action="store_true")
+    ap.add_argument("--durability", default="sync", choices=["sync", "exit"])
+    ap.add_argument("--message-id", default=None)
+    ap.add_argument("--key-scheme", default="lg4", choices=["lg4", "lg3"])
     a = ap.parse_args()
     url, token, thread = os.environ["IDEMFLOW_URL"], os.environ["IDEMFLOW_TOKEN"], a.thread
 
@@ -93,8 +100,10 @@ def main() -> None:
         ]
     else:
         tools = [
-            idemflow_tool(client, name="create_ticket", description="Create a support ticket.", path="/v1/tickets", args_schema=Ticket),
-            idemflow_tool(client, name="create_order", description="Create a purchase order.", path="/v1/orders", args_schema=Order),
+            idemflow_tool(
+                client, name="create_ticket", description="Create a support ticket.", path="/v1/tickets", args_schema=Ticket, key_scheme=a.key_scheme
+            ),
+            idemflow_tool(client, name="create_order", description="Create a purchase order.", path="/v1/orders", args_schema=Order, key_scheme=a.key_scheme),
         ]
 
     # The script: the model's next message follows from the tool results it
@@ -149,7 +158,8 @@ def main() -> None:
         # is checkpointed before the tool runs. With "async" a crash can
         # lose that step, and the model, asked again, writes a new ID: a
         # new key.
-        out = graph.invoke(None if resuming else {"messages": [HumanMessage("Open a ticket, then order a mouse.")]}, config, durability="sync")
+        ask = HumanMessage("Open a ticket, then order a mouse.", id=a.message_id)
+        out = graph.invoke(None if resuming else {"messages": [ask]}, config, durability=a.durability)
         for m in out["messages"]:
             if isinstance(m, ToolMessage):
                 print(f"tool {m.name} {m.content}", flush=True)

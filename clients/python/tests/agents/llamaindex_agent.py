@@ -5,12 +5,13 @@ idemflow, run by run_durably, which saves its context to --state at each
 call's stop. Run again with the same --thread and --state, it restores
 the turn it was killed in.
 
-    python -m tests.agents.llamaindex_agent --thread T --state FILE [--tools idemflow|naive] [--unsafe] [--calls N]
+    python -m tests.agents.llamaindex_agent --thread T --state FILE [--tools idemflow|naive] [--unsafe] [--calls N] [--key-scheme li2|li1]
 
 with IDEMFLOW_URL and IDEMFLOW_TOKEN set. --tools naive is the control
 (a fresh key on every call, the same saving and restoring). --unsafe is
-what an app without a saved context can do: send the message again, a
-new turn in which the model writes the call again.
+what an app whose saved context is lost can do: send the message again,
+a turn in which the model writes the call again under a new tool_id (the
+same intended call under li2; a new key under li1, --key-scheme li1).
 """
 
 import argparse
@@ -42,11 +43,15 @@ class ScriptedModel(MockFunctionCallingLLM):
     until a tool's answer is the last message, then answers. Each call it
     writes has a new ID, as a real model's; with call_id set, the first
     call of every answer reuses that ID, as a provider that numbers calls
-    per answer does."""
+    per answer does. identical: the calls ask for the same ticket; reword:
+    the title is new on every answer."""
 
     customer: str = ""
     calls: int = 1
     call_id: str | None = None
+    identical: bool = False
+    reword: bool = False
+    runs: int = 0
 
     async def achat(self, messages: Sequence[ChatMessage], **kw: Any) -> ChatResponse:
         if messages and messages[-1].role == MessageRole.TOOL:
@@ -57,11 +62,13 @@ class ScriptedModel(MockFunctionCallingLLM):
             asked = [c["tool_id"] if isinstance(c, dict) else c.tool_id for m in messages for c in m.additional_kwargs.get("tool_calls", [])]
             print(f"model reads {json.dumps({'asked': asked, 'answered': answered})}", flush=True)
             return ChatResponse(message=ChatMessage(role="assistant", content="The ticket is open."))
+        self.runs += 1
+        again = f" ({self.runs})" if self.reword else ""
         calls = [
             ToolSelection(
                 tool_id=(self.call_id if self.call_id and i == 0 else f"call_{uuid.uuid4().hex[:12]}"),
                 tool_name="create_ticket",
-                tool_kwargs={"customer_id": self.customer, "title": "Printer on fire" + (f" #{i + 1}" if i else "")},
+                tool_kwargs={"customer_id": self.customer, "title": "Printer on fire" + (f" #{i + 1}" if i and not self.identical else "") + again},
             )
             for i in range(self.calls)
         ]
@@ -82,13 +89,23 @@ def naive_tool(client: idemflow.AsyncClient) -> FunctionTool:
     return FunctionTool.from_defaults(async_fn=create_ticket, name="create_ticket", description="Create a support ticket.")
 
 
-def agent(client: idemflow.AsyncClient, customer: str, naive: bool = False, calls: int = 1, call_id: str | None = None) -> FunctionAgent:
+def agent(
+    client: idemflow.AsyncClient,
+    customer: str,
+    naive: bool = False,
+    calls: int = 1,
+    call_id: str | None = None,
+    key_scheme: str = "li2",
+    identical: bool = False,
+    reword: bool = False,
+) -> FunctionAgent:
     tool = (
         naive_tool(client)
         if naive
-        else idemflow_tool(client, name="create_ticket", description="Create a support ticket.", path="/v1/tickets", args_schema=Ticket)
+        else idemflow_tool(client, name="create_ticket", description="Create a support ticket.", path="/v1/tickets", args_schema=Ticket, key_scheme=key_scheme)
     )
-    return FunctionAgent(tools=[tool], llm=ScriptedModel(customer=customer, calls=calls, call_id=call_id), streaming=False)
+    model = ScriptedModel(customer=customer, calls=calls, call_id=call_id, identical=identical, reword=reword)
+    return FunctionAgent(tools=[tool], llm=model, streaming=False)
 
 
 def tool_answers(state: Path) -> list[str]:
@@ -105,6 +122,7 @@ async def main() -> None:
     ap.add_argument("--tools", default="idemflow", choices=["idemflow", "naive"])
     ap.add_argument("--unsafe", action="store_true")
     ap.add_argument("--calls", type=int, default=1, help="tickets the model asks for in one answer")
+    ap.add_argument("--key-scheme", default="li2", choices=["li2", "li1"])
     a = ap.parse_args()
     state = Path(a.state)
     # The client's attempts time out fast, so that a dropped answer is
@@ -115,7 +133,9 @@ async def main() -> None:
             state.unlink(missing_ok=True)
         resumed = state.exists() and json.loads(state.read_text())["running"]
         print(f"{'resuming' if resumed else 'starting'} {a.thread}", flush=True)
-        result = await run_durably(agent(c, a.thread, naive=a.tools == "naive", calls=a.calls), state, user_msg=None if resumed else "My printer is on fire.")
+        result = await run_durably(
+            agent(c, a.thread, naive=a.tools == "naive", calls=a.calls, key_scheme=a.key_scheme), state, user_msg=None if resumed else "My printer is on fire."
+        )
         for answer in tool_answers(state):
             print(f"tool create_ticket {json.dumps(json.loads(answer))}", flush=True)
         print(f"DONE {result}", flush=True)

@@ -57,6 +57,9 @@ class ScriptedModel(Model):
 
     async def get_response(self, system_instructions: Any, input: Any, *args: Any, **kwargs: Any) -> ModelResponse:
         items = input if isinstance(input, list) else []
+        # The turn: what follows the last user message.
+        users = [n for n, i in enumerate(items) if isinstance(i, dict) and i.get("role") == "user"]
+        items = items[users[-1] + 1 :] if users else items
         outputs = [str(i.get("output")) for i in items if isinstance(i, dict) and i.get("type") == "function_call_output"]
         self.outputs = outputs
         # After an answer, done; after an error, ask again (a new call, as a

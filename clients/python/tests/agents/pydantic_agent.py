@@ -3,15 +3,16 @@ Agent, a deterministic model, and one tool that creates a ticket through
 idemflow. Run again with the same --thread, it resumes from the history
 it saved.
 
-    python -m tests.agents.pydantic_agent --thread T --state FILE [--tools idemflow|naive] [--unsafe]
+    python -m tests.agents.pydantic_agent --thread T --state FILE [--tools idemflow|naive] [--unsafe] [--key-scheme pa2|pa1]
 
 with IDEMFLOW_URL and IDEMFLOW_TOKEN set.
 
 The durable way (default) is run_durably: the tool stops the run for
 approval, and the history is saved, with the call's ID, before the call
-runs. --unsafe is the setting the README warns about: no approval,
-nothing saved, so a run killed mid call starts again and the model writes
-the call again. --tools naive makes the control: a fresh key on every
+runs. --unsafe: no approval, nothing saved, so a run killed mid call
+starts again and the model writes the call again, under a new ID: the
+same intended call (pa2), or a new key under pa1 (--key-scheme pa1).
+--tools naive makes the control: a fresh key on every
 call.
 """
 
@@ -122,18 +123,19 @@ async def main() -> None:
     ap.add_argument("--state", required=True)
     ap.add_argument("--tools", default="idemflow", choices=["idemflow", "naive"])
     ap.add_argument("--unsafe", action="store_true")
+    ap.add_argument("--key-scheme", default="pa2", choices=["pa2", "pa1"])
     a = ap.parse_args()
     # The client's attempts time out fast, so that a dropped answer is
     # retried at once (the kill comes first).
     async with idemflow.AsyncClient(os.environ["IDEMFLOW_URL"], os.environ["IDEMFLOW_TOKEN"], attempt_timeout=3, initial_backoff=0.05, max_backoff=0.5) as c:
-        tool = naive_tool(c, not a.unsafe) if a.tools == "naive" else ticket_tool(c, requires_approval=False if a.unsafe else None)
+        tool = naive_tool(c, not a.unsafe) if a.tools == "naive" else ticket_tool(c, requires_approval=False if a.unsafe else None, key_scheme=a.key_scheme)
         support = agent(ScriptedModel(a.thread), tool)
         if a.unsafe:
             print("starting (nothing saved)", flush=True)
-            result = await support.run("My printer is on fire.")
+            result = await support.run("My printer is on fire.", conversation_id=a.thread)
         else:
             load, save = file_store(a.state)
-            result = await run_durably(support, "My printer is on fire.", load=load, save=save)
+            result = await run_durably(support, "My printer is on fire.", load=load, save=save, conversation_id=a.thread)
         for m in result.new_messages():
             for p in m.parts:
                 if isinstance(p, ToolReturnPart):
