@@ -273,6 +273,45 @@ func TestALangGraphAgentKilledMidToolCallResumesWithoutADuplicate(t *testing.T) 
 	}
 }
 
+// A LangGraph.js turn with durability "exit" (nothing saved until the run
+// ends) SIGKILLed after idemflow made the ticket and before the answer
+// came, and sent again by the app with its message's ID, as a chat UI
+// sends it: the model writes the same call under new IDs, the same
+// intended call (lg4), one ticket and the answer a replay. The control,
+// lg3's keys (the AI message and the tool-call ID), makes two.
+func TestALangGraphJSTurnKilledBeforeItWasSavedAndSentAgainMakesOneTicket(t *testing.T) {
+	bin := node(t)
+	s := testenv.NewStack(t, testenv.Options{})
+	for _, c := range []struct {
+		scheme   string
+		tickets  int
+		replayed string
+	}{
+		{"lg4", 1, `"replayed":true`},
+		{"lg3", 2, `"replayed":false`},
+	} {
+		t.Run(c.scheme, func(t *testing.T) {
+			thread := fmt.Sprintf("thread-unsaved-%s-%d", c.scheme, time.Now().UnixNano()%1e6)
+			args := []string{"dist/agent/agent.js", "--thread", thread, "--tools", "idemflow", "--durability", "exit", "--message-id", "msg-" + thread, "--key-scheme", c.scheme}
+			p := newProxy(t, s.URL, answerLost)
+			environ := env(s, p.URL)
+			killScriptMidCall(t, bin, environ, p, args...)
+			out := runScript(t, bin, environ, args...)
+			if !strings.Contains(out, "starting "+thread) {
+				t.Fatal("the kill left a checkpoint to resume")
+			}
+			n := testenv.Count(t, s.Pool, "ticket", "customer_id = $1", thread)
+			t.Logf("%s: %d tickets after the kill and the message sent again", c.scheme, n)
+			if n != c.tickets {
+				t.Fatalf("%d tickets, want %d", n, c.tickets)
+			}
+			if !strings.Contains(out, "tool create_ticket {\"http_status\":201,"+c.replayed) {
+				t.Fatalf("the ticket call's answer is not %s", c.replayed)
+			}
+		})
+	}
+}
+
 // A Vercel AI SDK chat whose server is SIGKILLed mid execute, after
 // idemflow executed the ticket call (its answer lost), and whose request is
 // made again with the chat's saved messages: the call runs again under the

@@ -6,9 +6,13 @@
 // a fresh key on every call.
 //
 //   node dist/agent/agent.js --thread T [--tools idemflow|naive] [--review]
+//     [--durability sync|exit] [--message-id ID] [--key-scheme lg4|lg3]
 // --review: a resumed run first passes a human review step, LangGraph's
 // usual one: updateState writes the pending model message back, unchanged,
 // which writes a new checkpoint (and gives the tool's task a new ID).
+// --durability exit: LangGraph saves the run's checkpoints only when it
+// ends, so a kill mid call leaves nothing saved, and the app sends the
+// turn's message again, with its ID (--message-id), as a chat UI does.
 // with IDEMFLOW_URL, IDEMFLOW_TOKEN and DATABASE_URL set.
 
 import { randomUUID } from "node:crypto";
@@ -23,7 +27,17 @@ import { z } from "zod";
 import { Client } from "../src/index.js";
 import { idemflowTool } from "../src/langgraph.js";
 
-const { values } = parseArgs({ options: { thread: { type: "string" }, tools: { type: "string", default: "idemflow" }, review: { type: "boolean", default: false } } });
+const { values } = parseArgs({
+  options: {
+    thread: { type: "string" },
+    tools: { type: "string", default: "idemflow" },
+    review: { type: "boolean", default: false },
+    durability: { type: "string", default: "sync" },
+    "message-id": { type: "string" },
+    "key-scheme": { type: "string", default: "lg4" },
+  },
+});
+const keyScheme = values["key-scheme"] as "lg4" | "lg3";
 const thread = values.thread!;
 const url = process.env.IDEMFLOW_URL!;
 const token = process.env.IDEMFLOW_TOKEN!;
@@ -51,8 +65,8 @@ const tools =
   values.tools === "naive"
     ? [naiveTool("create_ticket", "/v1/tickets", ticketSchema), naiveTool("create_order", "/v1/orders", orderSchema)]
     : [
-        idemflowTool(client, { name: "create_ticket", description: "Create a support ticket.", schema: ticketSchema, path: "/v1/tickets" }),
-        idemflowTool(client, { name: "create_order", description: "Create a purchase order.", schema: orderSchema, path: "/v1/orders" }),
+        idemflowTool(client, { name: "create_ticket", description: "Create a support ticket.", schema: ticketSchema, path: "/v1/tickets", keyScheme }),
+        idemflowTool(client, { name: "create_order", description: "Create a purchase order.", schema: orderSchema, path: "/v1/orders", keyScheme }),
       ];
 
 // The script: the model's next message follows from the tool results it
@@ -95,7 +109,8 @@ if (resuming && values.review) {
 // checkpointed before the tool runs. With LangGraph's default ("async") a
 // crash can lose that step, and the model, asked again, writes a new ID:
 // a new key.
-const out = await graph.invoke(resuming ? null : { messages: [new HumanMessage("Open a ticket, then order a mouse.")] }, { ...config, durability: "sync" });
+const ask = new HumanMessage({ content: "Open a ticket, then order a mouse.", id: values["message-id"] });
+const out = await graph.invoke(resuming ? null : { messages: [ask] }, { ...config, durability: values.durability as "sync" | "exit" });
 for (const m of out.messages) {
   if (m.getType() === "tool") console.log(`tool ${(m as ToolMessage).name} ${m.content}`);
 }
