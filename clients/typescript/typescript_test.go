@@ -501,8 +501,12 @@ func node22(t *testing.T) string {
 // it from the RunState it saved, the call runs again under its key, one
 // ticket, the answer a replay. The control, a fresh key per call, and the
 // unsafe setting (no approval, nothing saved before the call) each make
-// two.
+// two. With its saved RunState lost, the turn sent again is the same
+// intended call (oa2): one ticket; under oa1's keys, two.
 func TestAnOpenAIAgentsJSAgentKilledMidCallResumesFromItsRunState(t *testing.T) {
 	killAndRerun(t, killedAgent{script: "dist/agent/openai-agent.js", idFlag: "--conversation", prefix: "oa-js-",
-		state: "run-state.json", resumed: "from its saved RunState"})
+		state: "run-state.json", resumed: "from its saved RunState", more: []killCase{
+			{"saved RunState lost, the turn sent again", answerLost, []string{"--lost"}, 1, `"replayed":true`},
+			{"control, RunState lost, oa1 keys", answerLost, []string{"--lost", "--key-scheme", "oa1"}, 2, `"replayed":false`},
+		}})
 }

@@ -35,6 +35,8 @@ CASES = [
     ("saved RunState", (), 1, True),
     ("control: fresh keys", ("--tools", "naive"), 2, False),
     ("unsafe: nothing saved before the call", ("--unsafe",), 2, False),
+    ("saved RunState lost, the turn sent again", ("--lost",), 1, True),
+    ("control: RunState lost, oa1 keys", ("--lost", "--key-scheme", "oa1"), 2, False),
 ]
 
 

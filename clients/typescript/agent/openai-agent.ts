@@ -3,17 +3,20 @@
 // tool that creates a ticket through idemflow. Run again with the same
 // --conversation, it resumes from the RunState it saved.
 //
-//   node dist/agent/openai-agent.js --conversation C --state FILE [--tools idemflow|naive] [--unsafe]
+//   node dist/agent/openai-agent.js --conversation C --state FILE [--tools idemflow|naive] [--unsafe] [--lost] [--key-scheme oa2|oa1]
 //
 // with IDEMFLOW_URL and IDEMFLOW_TOKEN set. The durable way (default) is
 // runDurably: the tool needs approval, and the RunState is saved, with the
 // call's IDs, before the call runs. --unsafe is the setting the README
 // warns about: no approval, nothing saved, so a run killed mid call starts
-// again and the model writes the call again. --tools naive makes the
-// control: a fresh key on every call.
+// again and the model writes the call again. --lost: the saved RunState
+// is gone when the run starts (a store lost), so the app sends the turn
+// again, and the model writes the call under new IDs (the same intended
+// call under oa2, a new key under --key-scheme oa1). --tools naive makes
+// the control: a fresh key on every call.
 
 import { randomUUID } from "node:crypto";
-import { closeSync, existsSync, fsyncSync, openSync, readFileSync, renameSync, writeFileSync } from "node:fs";
+import { closeSync, existsSync, fsyncSync, openSync, readFileSync, renameSync, rmSync, writeFileSync } from "node:fs";
 import { parseArgs } from "node:util";
 import { Agent, Runner, tool, Usage, type Model, type ModelRequest, type ModelResponse } from "@openai/agents";
 import { z } from "zod";
@@ -26,6 +29,8 @@ const { values } = parseArgs({
     state: { type: "string" },
     tools: { type: "string", default: "idemflow" },
     unsafe: { type: "boolean", default: false },
+    lost: { type: "boolean", default: false },
+    "key-scheme": { type: "string", default: "oa2" },
   },
 });
 const conversation = values.conversation!;
@@ -72,10 +77,11 @@ function naiveTool(needsApproval: boolean) {
 const createTicket =
   values.tools === "naive"
     ? naiveTool(!values.unsafe)
-    : idemflowFunctionTool(client, { name: "create_ticket", description: "Create a support ticket.", parameters: ticketSchema, path: "/v1/tickets", conversation, needsApproval: !values.unsafe });
+    : idemflowFunctionTool(client, { name: "create_ticket", description: "Create a support ticket.", parameters: ticketSchema, path: "/v1/tickets", conversation, needsApproval: !values.unsafe, keyScheme: values["key-scheme"] as "oa2" | "oa1" });
 const agent = new Agent({ name: "support", instructions: "Open a ticket for the customer.", tools: [createTicket], model: new ScriptedModel() });
 const runner = new Runner({ tracingDisabled: true, groupId: conversation });
 
+if (values.lost) rmSync(state, { force: true });
 let result;
 if (values.unsafe) {
   console.log(`starting ${conversation} (nothing saved)`);

@@ -3,7 +3,7 @@
 model, and one tool that creates a ticket through idemflow. Run again with
 the same --thread, it resumes from the RunState it saved.
 
-    python -m tests.agents.openai_agent --thread T --state FILE [--tools idemflow|naive] [--unsafe]
+    python -m tests.agents.openai_agent --thread T --state FILE [--tools idemflow|naive] [--unsafe] [--lost] [--key-scheme oa2|oa1]
 
 with IDEMFLOW_URL and IDEMFLOW_TOKEN set.
 
@@ -21,6 +21,7 @@ import asyncio
 import json
 import os
 import uuid
+from pathlib import Path
 from typing import Any
 
 from agents import Agent, FunctionTool, RunConfig, Runner
@@ -103,7 +104,11 @@ async def main() -> None:
     ap.add_argument("--state", required=True)
     ap.add_argument("--tools", default="idemflow", choices=["idemflow", "naive"])
     ap.add_argument("--unsafe", action="store_true")
+    ap.add_argument("--lost", action="store_true", help="the saved RunState is gone: the app sends the turn again")
+    ap.add_argument("--key-scheme", default="oa2", choices=["oa2", "oa1"])
     a = ap.parse_args()
+    if a.lost:
+        Path(a.state).unlink(missing_ok=True)
     # The client's attempts time out fast, so that a dropped answer is
     # retried at once (the kill comes first).
     async with idemflow.AsyncClient(os.environ["IDEMFLOW_URL"], os.environ["IDEMFLOW_TOKEN"], attempt_timeout=3, initial_backoff=0.05, max_backoff=0.5) as c:
@@ -117,6 +122,7 @@ async def main() -> None:
                 path="/v1/tickets",
                 args_schema=Ticket,
                 needs_approval=not a.unsafe,
+                key_scheme=a.key_scheme,
             )
         agent = Agent(name="support", instructions="Open a ticket for the customer.", tools=[tool], model=ScriptedModel(a.thread))
         config = RunConfig(group_id=a.thread, tracing_disabled=True)
