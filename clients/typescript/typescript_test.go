@@ -11,6 +11,7 @@ import (
 	"bufio"
 	"bytes"
 	"context"
+	"encoding/json"
 	"fmt"
 	"io"
 	"net/http"
@@ -25,10 +26,14 @@ import (
 	"testing"
 	"time"
 
+	"github.com/idemflow/idemflow/agentclient"
 	"github.com/idemflow/idemflow/httptool"
 	"github.com/idemflow/idemflow/idemflowtest/downstream"
 	"github.com/idemflow/idemflow/internal/mcpserver"
 	"github.com/idemflow/idemflow/internal/tooling/testenv"
+	"go.temporal.io/sdk/activity"
+	"go.temporal.io/sdk/interceptor"
+	sdkworker "go.temporal.io/sdk/worker"
 )
 
 // node is the node binary, with the package built.
@@ -309,6 +314,50 @@ func TestALangGraphJSTurnKilledBeforeItWasSavedAndSentAgainMakesOneTicket(t *tes
 				t.Fatalf("the ticket call's answer is not %s", c.replayed)
 			}
 		})
+	}
+}
+
+// Temporal's TypeScript SDK (src/temporal.ts, src/temporal-workflow.ts)
+// against the stack's own Temporal server and idemflow: the shared tp3
+// vectors, a reset that runs a model that now answers otherwise (one
+// ticket) and another ticket asked for (two), continue-as-new and a reset
+// of its chain's second turn, and a worker without the workflow's side of
+// the interceptor failing the run. A Go worker serves create_ticket on a
+// task queue of its own (agentclient.ActivityKey under its KeyInterceptor),
+// so that a TypeScript workflow's call reaches a Go activity: its key is
+// the one the TypeScript side derives for the call.
+func TestTheTemporalTypeScriptKeysAgainstTheStack(t *testing.T) {
+	bin := node(t)
+	s := testenv.NewStack(t, testenv.Options{})
+	c := &agentclient.Client{BaseURL: s.URL, Token: s.Tokens[testenv.TenantA], Initial: 20 * time.Millisecond, Max: 200 * time.Millisecond}
+	goQueue := "go-tools"
+	s.Server.NewWorkerWithOptions(goQueue, func(r sdkworker.Registry) {
+		r.RegisterActivityWithOptions(func(ctx context.Context, args map[string]string) (map[string]any, error) {
+			key, err := agentclient.ActivityKey(ctx, "create_ticket")
+			if err != nil {
+				return nil, err
+			}
+			body, _ := json.Marshal(args)
+			res, err := c.Do(ctx, agentclient.Intent{ID: key, Key: key, Method: "POST", Path: "/v1/tickets", Body: body})
+			if err != nil {
+				return nil, err
+			}
+			var ticket struct {
+				TicketID string `json:"ticket_id"`
+			}
+			if err := json.Unmarshal(res.Body, &ticket); err != nil {
+				return nil, fmt.Errorf("the ticket's answer: %w", err)
+			}
+			return map[string]any{"ticket_id": ticket.TicketID, "replayed": res.Replayed, "key": key}, nil
+		}, activity.RegisterOptions{Name: "create_ticket"})
+	}, sdkworker.Options{Interceptors: []interceptor.WorkerInterceptor{agentclient.KeyInterceptor()}})
+	cmd := exec.Command(bin, "--test", "--test-concurrency=1", "dist/test/temporal.test.js")
+	cmd.Env = append(env(s, s.URL), "TEMPORAL_ADDRESS="+s.Server.GetFrontendHostPort(), "TEMPORAL_NAMESPACE="+s.Server.GetDefaultNamespace(),
+		"GO_TOOLS_QUEUE="+goQueue)
+	out, err := cmd.CombinedOutput()
+	t.Log(string(out))
+	if err != nil {
+		t.Fatalf("node --test: %v", err)
 	}
 }
 
