@@ -2,6 +2,11 @@ module github.com/idemflow/idemflow
 
 go 1.26.8
 
+// npm's packages are not Go's: @temporalio/core-bridge ships Go sources
+// (Temporal's API tools), which ./... would otherwise take for this
+// module's packages.
+ignore node_modules
+
 require (
 	github.com/exaring/otelpgx v0.10.0
 	github.com/getkin/kin-openapi v0.153.0
