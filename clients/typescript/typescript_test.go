@@ -32,6 +32,7 @@ import (
 	"github.com/idemflow/idemflow/internal/mcpserver"
 	"github.com/idemflow/idemflow/internal/tooling/testenv"
 	"go.temporal.io/sdk/activity"
+	"go.temporal.io/sdk/client"
 	"go.temporal.io/sdk/interceptor"
 	sdkworker "go.temporal.io/sdk/worker"
 )
@@ -358,6 +359,45 @@ func TestTheTemporalTypeScriptKeysAgainstTheStack(t *testing.T) {
 	t.Log(string(out))
 	if err != nil {
 		t.Fatalf("node --test: %v", err)
+	}
+}
+
+// A TypeScript Temporal worker SIGKILLed mid call, after idemflow made the
+// ticket and before its answer came back, and another worker started:
+// Temporal runs the activity again (its start-to-close timeout passed),
+// under the same key (activityKey), one ticket, the answer a replay. The
+// control, a fresh key per attempt, makes two.
+func TestATypeScriptTemporalWorkerKilledMidCallMakesOneTicket(t *testing.T) {
+	bin := node(t)
+	s := testenv.NewStack(t, testenv.Options{})
+	temporalEnv := []string{"TEMPORAL_ADDRESS=" + s.Server.GetFrontendHostPort(), "TEMPORAL_NAMESPACE=" + s.Server.GetDefaultNamespace()}
+	for _, c := range []struct {
+		name, tools string
+		tickets     int
+		replayed    string
+	}{
+		{"activityKey", "idemflow", 1, `"replayed":true`},
+		{"control, fresh keys", "naive", 2, `"replayed":false`},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			id := fmt.Sprintf("ts-temporal-kill-%s-%d", c.tools, time.Now().UnixNano()%1e6)
+			queue := "queue-" + id
+			if _, err := s.Temporal.ExecuteWorkflow(context.Background(), client.StartWorkflowOptions{ID: id, TaskQueue: queue}, "agentQuick", id); err != nil {
+				t.Fatal(err)
+			}
+			args := []string{"dist/test/temporal-worker.js", "--task-queue", queue, "--until", id, "--tools", c.tools}
+			p := newProxy(t, s.URL, answerLost)
+			killScriptMidCall(t, bin, append(env(s, p.URL), temporalEnv...), p, args...)
+			out := runScript(t, bin, append(env(s, s.URL), temporalEnv...), args...)
+			n := testenv.Count(t, s.Pool, "ticket", "customer_id = $1", id)
+			t.Logf("%s: %d tickets after the kill and another worker", c.name, n)
+			if n != c.tickets {
+				t.Fatalf("%d tickets, want %d", n, c.tickets)
+			}
+			if !strings.Contains(out, "tool create_ticket {") || !strings.Contains(out, c.replayed) {
+				t.Fatalf("the call run again did not answer %s", c.replayed)
+			}
+		})
 	}
 }
 

@@ -43,3 +43,15 @@ export async function agentOnGo(customer: string, goQueue: string): Promise<stri
   }
   return done;
 }
+
+const quick = proxyActivities<Activities>({ startToCloseTimeout: "3 seconds", retry: { maximumAttempts: 5, initialInterval: "100 milliseconds" } });
+
+/** The agent with short activity timeouts: a call whose worker was killed is run again by another within seconds. */
+export async function agentQuick(customer: string): Promise<string[]> {
+  const done: string[] = [];
+  for (const step of await quick.model(customer, 0)) {
+    if (step.tool === "lookup") done.push(await quick.lookup(step.args));
+    else done.push(JSON.stringify(await quick.create_ticket(step.args as { customer_id: string; title: string })));
+  }
+  return done;
+}
