@@ -3,7 +3,7 @@
 // the test), and whose tools are activities that call idemflow under
 // activityKey.
 
-import { continueAsNew, proxyActivities } from "@temporalio/workflow";
+import { ApplicationFailure, continueAsNew, proxyActivities, workflowInfo } from "@temporalio/workflow";
 
 /** A step the model asks for: a tool and its arguments. */
 export interface Step {
@@ -53,5 +53,12 @@ export async function agentQuick(customer: string): Promise<string[]> {
     if (step.tool === "lookup") done.push(await quick.lookup(step.args));
     else done.push(JSON.stringify(await quick.create_ticket(step.args as { customer_id: string; title: string })));
   }
+  return done;
+}
+
+/** The agent, failing its first attempt after its calls: a workflow retry runs it again from the start. */
+export async function agentFailsOnce(customer: string): Promise<string[]> {
+  const done = await agent(customer);
+  if (workflowInfo().attempt === 1) throw ApplicationFailure.retryable("the first attempt fails after its calls");
   return done;
 }

@@ -208,3 +208,21 @@ test("a TypeScript workflow's call to a Go activity gets the key both languages 
     assert.deepEqual([b.key, b.replayed, b.ticket_id], [a.key, true, a.ticket_id]);
   });
 });
+
+test("a workflow retry runs the model again, and its call replays the first attempt's", async () => {
+  await withWorker(true, async (client, taskQueue) => {
+    const who = "c-ts-temporal-retry-" + randomUUID().slice(0, 8);
+    const seen: Step[][] = [];
+    plan = (c) => {
+      // The model, asked again on the retry, looks something up first.
+      const steps = seen.length === 0 ? [ticket(c)] : [{ tool: "lookup" as const, args: { customer_id: c } }, ticket(c)];
+      seen.push(steps);
+      return steps;
+    };
+    const handle = await client.workflow.start("agentFailsOnce", { taskQueue, workflowId: who, args: [who], retry: { maximumAttempts: 2, initialInterval: "100 milliseconds" } });
+    const [b] = results(await handle.result());
+    console.log(`the model ran ${seen.length} times; the retry's call ${b.key} replayed ${b.replayed}`);
+    assert.equal(seen.length, 2, "the retry ran the model again");
+    assert.equal(b.replayed, true, "the retry's call replays the first attempt's");
+  });
+});
