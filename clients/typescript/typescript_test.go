@@ -81,19 +81,32 @@ func TestTheTypeScriptClientAgainstTheStack(t *testing.T) {
 	s := testenv.NewStack(t, testenv.Options{Tools: tools})
 	mcp := httptest.NewServer(mcpserver.HTTPHandler(mcpserver.Config{BaseURL: s.URL, CallTimeout: 30 * time.Second, Operations: s.Set.Operations()}, mcpserver.HTTPOptions{}))
 	t.Cleanup(mcp.Close)
+	nodeTest(t, bin, append(env(s, s.URL), "IDEMFLOW_MCP_URL="+mcp.URL+"/"), "dist/test/client.test.js", "dist/test/ai.test.js", "dist/test/openai-agents.test.js")
+}
+
+// nodeTest runs node --test on files, one at a time, with environ, and
+// fails t when a test does. IDEMFLOW_NODE_TEST_PATTERN runs a subset while
+// working on one test, as IDEMFLOW_PYTEST_K does for Python.
+func nodeTest(t *testing.T, bin string, environ []string, files ...string) {
+	t.Helper()
 	args := []string{"--test", "--test-concurrency=1"}
-	// A subset while working on one test, as IDEMFLOW_PYTEST_K is for Python.
 	if p := os.Getenv("IDEMFLOW_NODE_TEST_PATTERN"); p != "" {
 		t.Logf("only the tests matching IDEMFLOW_NODE_TEST_PATTERN=%q", p)
 		args = append(args, "--test-name-pattern", p)
 	}
-	cmd := exec.Command(bin, append(args, "dist/test/client.test.js", "dist/test/ai.test.js", "dist/test/openai-agents.test.js")...)
-	cmd.Env = append(env(s, s.URL), "IDEMFLOW_MCP_URL="+mcp.URL+"/")
+	cmd := exec.Command(bin, append(args, files...)...)
+	cmd.Env = environ
 	out, err := cmd.CombinedOutput()
 	t.Log(string(out))
 	if err != nil {
 		t.Fatalf("node --test: %v", err)
 	}
+}
+
+// temporalEnv is what a TypeScript worker or client needs to reach the
+// stack's Temporal server.
+func temporalEnv(s *testenv.Stack) []string {
+	return []string{"TEMPORAL_ADDRESS=" + s.Server.GetFrontendHostPort(), "TEMPORAL_NAMESPACE=" + s.Server.GetDefaultNamespace()}
 }
 
 // fault is where the kill comes.
@@ -352,14 +365,7 @@ func TestTheTemporalTypeScriptKeysAgainstTheStack(t *testing.T) {
 			return map[string]any{"ticket_id": ticket.TicketID, "replayed": res.Replayed, "key": key}, nil
 		}, activity.RegisterOptions{Name: "create_ticket"})
 	}, sdkworker.Options{Interceptors: []interceptor.WorkerInterceptor{agentclient.KeyInterceptor()}})
-	cmd := exec.Command(bin, "--test", "--test-concurrency=1", "dist/test/temporal.test.js")
-	cmd.Env = append(env(s, s.URL), "TEMPORAL_ADDRESS="+s.Server.GetFrontendHostPort(), "TEMPORAL_NAMESPACE="+s.Server.GetDefaultNamespace(),
-		"GO_TOOLS_QUEUE="+goQueue)
-	out, err := cmd.CombinedOutput()
-	t.Log(string(out))
-	if err != nil {
-		t.Fatalf("node --test: %v", err)
-	}
+	nodeTest(t, bin, append(append(env(s, s.URL), temporalEnv(s)...), "GO_TOOLS_QUEUE="+goQueue), "dist/test/temporal.test.js")
 }
 
 // A TypeScript Temporal worker SIGKILLed mid call, after idemflow made the
@@ -370,7 +376,7 @@ func TestTheTemporalTypeScriptKeysAgainstTheStack(t *testing.T) {
 func TestATypeScriptTemporalWorkerKilledMidCallMakesOneTicket(t *testing.T) {
 	bin := node(t)
 	s := testenv.NewStack(t, testenv.Options{})
-	temporalEnv := []string{"TEMPORAL_ADDRESS=" + s.Server.GetFrontendHostPort(), "TEMPORAL_NAMESPACE=" + s.Server.GetDefaultNamespace()}
+	temporal := temporalEnv(s)
 	for _, c := range []struct {
 		name, tools string
 		tickets     int
@@ -387,8 +393,8 @@ func TestATypeScriptTemporalWorkerKilledMidCallMakesOneTicket(t *testing.T) {
 			}
 			args := []string{"dist/test/temporal-worker.js", "--task-queue", queue, "--until", id, "--tools", c.tools}
 			p := newProxy(t, s.URL, answerLost)
-			killScriptMidCall(t, bin, append(env(s, p.URL), temporalEnv...), p, args...)
-			out := runScript(t, bin, append(env(s, s.URL), temporalEnv...), args...)
+			killScriptMidCall(t, bin, append(env(s, p.URL), temporal...), p, args...)
+			out := runScript(t, bin, append(env(s, s.URL), temporal...), args...)
 			n := testenv.Count(t, s.Pool, "ticket", "customer_id = $1", id)
 			t.Logf("%s: %d tickets after the kill and another worker", c.name, n)
 			if n != c.tickets {
@@ -494,13 +500,7 @@ func TestAMastraAgentKilledMidCallResumesFromItsApproval(t *testing.T) {
 func TestTheMastraIntegrationAgainstTheStack(t *testing.T) {
 	bin := node22(t)
 	s := testenv.NewStack(t, testenv.Options{})
-	cmd := exec.Command(bin, "--test", "--test-concurrency=1", "mastra/mastra.test.mjs")
-	cmd.Env = env(s, s.URL)
-	out, err := cmd.CombinedOutput()
-	t.Log(string(out))
-	if err != nil {
-		t.Fatalf("node --test: %v", err)
-	}
+	nodeTest(t, bin, env(s, s.URL), "mastra/mastra.test.mjs")
 }
 
 // docs/agents/mastra.md's program, as written, with the scripted model in

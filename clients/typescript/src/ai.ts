@@ -49,8 +49,7 @@ import {
   type ToolExecutionOptions,
   type ToolSet,
 } from "ai";
-import canonicalize from "canonicalize";
-import { Client, DeadlineError, deriveKey, NoDurableIdentityError, ProblemError, type Result } from "./index.js";
+import { canonical, Client, DeadlineError, deriveKey, NoDurableIdentityError, occurrenceAt, ProblemError, type Result } from "./index.js";
 import { answerText, pendingText, refusalText, resume } from "./tooltext.js";
 
 export { NoDurableIdentityError };
@@ -106,19 +105,14 @@ export function intendedCall(messages: ModelMessage[], toolCallId: string, toolN
   let user = -1;
   for (let i = messages.length - 1; i >= 0 && user < 0; i--) if (messages[i].role === "user") user = i;
   if (user < 0 && !turnId) return undefined;
-  const calls: { id: string; args: string }[] = [];
+  const calls: { id: string; tool: string; args: string }[] = [];
   for (const m of messages.slice(user + 1)) {
     if (m.role !== "assistant" || typeof m.content === "string") continue;
-    for (const p of m.content) if (p.type === "tool-call" && p.toolName === toolName) calls.push({ id: p.toolCallId, args: canonicalize(p.input ?? {}) ?? "" });
+    for (const p of m.content) if (p.type === "tool-call" && p.toolName === toolName) calls.push({ id: p.toolCallId, tool: p.toolName, args: canonical(p.input ?? {}) });
   }
   const at = calls.findIndex((c) => c.id === toolCallId);
   if (at < 0) return undefined;
-  const args = calls[at].args;
-  return {
-    turn: turnId ? turnId : deriveKey("turn", canonicalize(messages.slice(0, user + 1)) ?? ""),
-    args: deriveKey("args", args),
-    occurrence: calls.slice(0, at + 1).filter((c) => c.args === args).length,
-  };
+  return { turn: turnId ? turnId : deriveKey("turn", canonical(messages.slice(0, user + 1))), ...occurrenceAt(calls, at) };
 }
 
 /** How durableKey derives a key beyond the chat, the messages, the call and the tool. */

@@ -463,6 +463,23 @@ export function deriveKey(scheme: string, ...parts: string[]): string {
   return `${scheme}_${h.digest("base64url").slice(0, 42)}`;
 }
 
+/** value in its RFC 8785 form: the same JSON text in every client, whatever the order of its keys. */
+export function canonical(value: unknown): string {
+  return canonicalize(value) ?? "";
+}
+
+/**
+ * What names the call at index at of a turn's calls beyond its turn and
+ * tool: the digest of its arguments (deriveKey("args", ...)) and their
+ * occurrence (from 1) among the calls of its tool with those arguments, up
+ * to it. calls are in their order, each with its tool and its arguments
+ * in RFC 8785 form.
+ */
+export function occurrenceAt(calls: readonly { tool: string; args: string }[], at: number): { args: string; occurrence: number } {
+  const { tool, args } = calls[at];
+  return { args: deriveKey("args", args), occurrence: calls.slice(0, at + 1).filter((c) => c.tool === tool && c.args === args).length };
+}
+
 /** An intent kept by a store: its key and request, and its final answer once it has one. */
 export interface StoredIntent extends Intent {
   id: string;

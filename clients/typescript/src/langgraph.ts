@@ -18,12 +18,11 @@
 // so anything that writes a checkpoint between the crash and the resume
 // (updateState in a review step) would change it, and with it the key.
 
-import { type AIMessage, type BaseMessage, isAIMessage, isHumanMessage } from "@langchain/core/messages";
-import canonicalize from "canonicalize";
+import { type BaseMessage, isAIMessage, isHumanMessage } from "@langchain/core/messages";
 import { tool } from "@langchain/core/tools";
 import type { ToolRunnableConfig } from "@langchain/core/tools";
 import { interrupt } from "@langchain/langgraph";
-import { Client, DeadlineError, deriveKey, NoDurableIdentityError, ProblemError, type Result } from "./index.js";
+import { canonical, Client, DeadlineError, deriveKey, NoDurableIdentityError, occurrenceAt, ProblemError, type Result } from "./index.js";
 import { answerText, pendingText, refusalText, resume } from "./tooltext.js";
 
 export { NoDurableIdentityError };
@@ -114,20 +113,17 @@ export function intendedCall(state: unknown, toolCallId: string | undefined, too
       );
     }
   }
-  // The calls of the same tool as this one, by the name the model wrote
-  // (the tool's, when ToolNode runs it).
-  const name = (messages[at] as AIMessage).tool_calls?.find((c) => c.id === toolCallId)?.name;
-  const calls: { id: string; args: string }[] = [];
+  // The tool is the name the model wrote (the tool's, when ToolNode runs it).
+  const calls: { id: string; tool: string; args: string }[] = [];
   for (const m of messages.slice(start + 1, at + 1)) {
     if (!isAIMessage(m)) continue;
-    for (const c of m.tool_calls ?? []) if (c.name === name) calls.push({ id: c.id ?? "", args: canonicalize(c.args ?? {}) ?? "" });
+    for (const c of m.tool_calls ?? []) calls.push({ id: c.id ?? "", tool: c.name, args: canonical(c.args ?? {}) });
   }
   let mine = -1;
   calls.forEach((c, i) => {
     if (c.id === toolCallId) mine = i;
   });
-  const args = calls[mine].args;
-  return { turn, args: deriveKey("args", args), occurrence: calls.slice(0, mine + 1).filter((c) => c.args === args).length };
+  return { turn, ...occurrenceAt(calls, mine) };
 }
 
 /**

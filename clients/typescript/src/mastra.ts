@@ -38,8 +38,7 @@
 
 import { AsyncLocalStorage } from "node:async_hooks";
 import { readFile, rm } from "node:fs/promises";
-import canonicalize from "canonicalize";
-import { Client, deriveKey, NoDurableIdentityError, ProblemError, writeDurably, type Result } from "./index.js";
+import { canonical, Client, deriveKey, NoDurableIdentityError, occurrenceAt, ProblemError, writeDurably, type Result } from "./index.js";
 import { answerText, refusalText } from "./tooltext.js";
 
 export { NoDurableIdentityError };
@@ -71,15 +70,12 @@ export interface RunCall {
  */
 export function intendedCallKeys(conversation: string, turnId: string, calls: RunCall[]): Map<string, string> {
   const turn = deriveKey("turn", turnId);
-  const seen = new Map<string, number>();
+  const run = calls.map((c) => ({ tool: c.toolName, args: canonical(c.args ?? {}) }));
   const keys = new Map<string, string>();
-  for (const c of calls) {
-    const args = canonicalize(c.args ?? {}) ?? "";
-    const k = JSON.stringify([c.toolName, args]);
-    const n = (seen.get(k) ?? 0) + 1;
-    seen.set(k, n);
-    keys.set(c.toolCallId, deriveKey(keyScheme, conversation, turn, c.toolName, deriveKey("args", args), String(n)));
-  }
+  calls.forEach((c, at) => {
+    const { args, occurrence } = occurrenceAt(run, at);
+    keys.set(c.toolCallId, deriveKey(keyScheme, conversation, turn, c.toolName, args, String(occurrence)));
+  });
   return keys;
 }
 

@@ -33,9 +33,8 @@
 // provider never reuses one, which the tool is told with callIdsUnique.
 
 import { AsyncLocalStorage } from "node:async_hooks";
-import canonicalize from "canonicalize";
 import { RunState, tool, type Agent, type RunContext, type RunResult, type Runner, type RunToolApprovalItem } from "@openai/agents";
-import { Client, DeadlineError, deriveKey, NoDurableIdentityError, ProblemError, type Result } from "./index.js";
+import { canonical, Client, DeadlineError, deriveKey, NoDurableIdentityError, occurrenceAt, ProblemError, type Result } from "./index.js";
 import { answerText, pendingText, refusalText, resume } from "./tooltext.js";
 
 export { NoDurableIdentityError };
@@ -81,23 +80,21 @@ export function intendedCalls(input: string | unknown[], calls: RunCall[], previ
       typeof input === "string"
         ? [input]
         : (input as { role?: string; type?: string; content?: unknown }[]).filter((i) => i && i.role === "user" && (i.type ?? "message") === "message").map((i) => i.content);
-    turn = deriveKey("turn", previousResponseId ?? "", String(users.length), canonicalize(users.length ? users[users.length - 1] : null) ?? "");
+    turn = deriveKey("turn", previousResponseId ?? "", String(users.length), canonical(users.length ? users[users.length - 1] : null));
   }
-  const seen = new Map<string, number>();
+  const run = calls.map((c) => ({ id: c.callId, tool: c.name, args: callArguments(c.arguments) }));
   const out = new Map<string, IntendedCall>();
-  for (const c of calls) {
-    let args: string;
-    try {
-      args = canonicalize(JSON.parse(c.arguments || "{}")) ?? "";
-    } catch {
-      args = String(c.arguments); // not JSON: the model's own mistake, as written
-    }
-    const k = JSON.stringify([c.name, args]);
-    const n = (seen.get(k) ?? 0) + 1;
-    seen.set(k, n);
-    out.set(c.callId, { turn, tool: c.name, args: deriveKey("args", args), occurrence: n });
-  }
+  run.forEach((c, at) => out.set(c.id, { turn, tool: c.tool, ...occurrenceAt(run, at) }));
   return out;
+}
+
+/** A call's arguments in their RFC 8785 form; text that is not JSON (the model's own mistake) as written. */
+function callArguments(raw: string): string {
+  try {
+    return canonical(JSON.parse(raw || "{}"));
+  } catch {
+    return String(raw);
+  }
 }
 
 /** The key of an intended call of conversation (oa2). */

@@ -35,7 +35,6 @@ import json
 from collections.abc import AsyncIterator, Callable, Sequence
 from typing import Any
 
-import rfc8785
 from google.adk.events.event import Event
 from google.adk.runners import Runner
 from google.adk.sessions.session import Session
@@ -47,7 +46,7 @@ from pydantic import BaseModel
 from ._tooltext import RESUME, answer_text, arguments, pending_text, refusal_text, send
 from .client import AsyncClient, Client, Intent
 from .errors import DeadlineError, NoDurableIdentityError, ProblemError
-from .keys import derive_key
+from .keys import canonical, derive_key, occurrence
 
 __all__ = ["KEY_SCHEME", "LEGACY_KEY_SCHEME", "IdemflowTool", "call_key", "durable_key", "intended_call_key", "live_events", "run_durably"]
 
@@ -115,19 +114,14 @@ def intended_call_key(app: str, user: str, session: str, events: Sequence[Event]
     else:
         asked = {e.invocation_id for e in live[:start] if _user_text(e) is not None}
         answered = {e.invocation_id for e in live[:start] if e.author != "user" and e.is_final_response() and e.invocation_id in asked}
-        turn = derive_key("turn", str(len(answered)), rfc8785.dumps(message).decode("utf-8"))
-    name = next(c.name for c in live[at].get_function_calls() if c.id == call_id)
+        turn = derive_key("turn", str(len(answered)), canonical(message))
     calls = [
-        (c.id, rfc8785.dumps(dict(c.args or {})).decode("utf-8"))
-        for e in live[start : at + 1]
-        if e.invocation_id == invocation
-        for c in e.get_function_calls()
-        if c.name == name
+        (c.id or "", c.name or "", canonical(dict(c.args or {}))) for e in live[start : at + 1] if e.invocation_id == invocation for c in e.get_function_calls()
     ]
-    mine = max(i for i, (cid, _) in enumerate(calls) if cid == call_id)
-    args = calls[mine][1]
-    occurrence = sum(1 for _, a in calls[: mine + 1] if a == args)
-    return derive_key(KEY_SCHEME, app, user, session, turn, tool, derive_key("args", args), str(occurrence))
+    found = occurrence(calls, call_id)
+    assert found is not None  # live[at] holds the call
+    args, n = found
+    return derive_key(KEY_SCHEME, app, user, session, turn, tool, args, str(n))
 
 
 def _key(session: Session, invocation: str, call_id: str, tool_name: str, key_scheme: str) -> str:

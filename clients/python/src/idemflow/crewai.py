@@ -35,7 +35,6 @@ from collections import Counter
 from collections.abc import Callable
 from typing import Any
 
-import rfc8785
 from crewai.flow.flow import Flow
 from crewai.flow.flow_context import current_flow_method_name
 from crewai.tools import BaseTool
@@ -44,7 +43,7 @@ from pydantic import BaseModel, PrivateAttr
 from ._tooltext import RESUME, answer_text, arguments, pending_text, refusal_text
 from .client import Client, Intent
 from .errors import DeadlineError, NoDurableIdentityError, ProblemError
-from .keys import derive_key
+from .keys import canonical, derive_key
 
 __all__ = ["KEY_SCHEME", "IdemflowTool", "args_digest", "call_key"]
 
@@ -54,7 +53,7 @@ KEY_SCHEME = "cr1"
 
 def args_digest(args: dict[str, Any]) -> str:
     """The digest of a call's arguments, in their RFC 8785 form."""
-    return derive_key("args", rfc8785.dumps(args).decode("utf-8"))
+    return derive_key("args", canonical(args))
 
 
 def call_key(flow_id: str, method: str, scope: str, tool: str, digest: str, occurrence: int) -> str:

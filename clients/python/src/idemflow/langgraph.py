@@ -27,7 +27,6 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Annotated, Any
 
-import rfc8785
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage
 from langchain_core.runnables import RunnableConfig
 from langchain_core.tools import BaseTool, InjectedToolCallId, StructuredTool
@@ -38,7 +37,7 @@ from pydantic import BaseModel, create_model
 from ._tooltext import RESUME, answer_text, arguments, pending_text, refusal_text
 from .client import AsyncClient, Client, Intent
 from .errors import DeadlineError, NoDurableIdentityError, ProblemError
-from .keys import derive_key
+from .keys import canonical, derive_key, occurrence
 
 __all__ = [
     "KEY_SCHEME",
@@ -133,18 +132,16 @@ def intended_call(state: Any, tool_call_id: str | None, tool_name: str, messages
                 f"{tool_name}: the human message that call {tool_call_id} answers has no ID (keep the graph's messages with add_messages,"
                 " which gives each one, or send each message with its own), so no key can tell a turn sent again from the next one"
             )
-    # The calls of the same tool as this one, by the name the model wrote
-    # (the tool's, when ToolNode runs it).
-    call = messages[at]
-    assert isinstance(call, AIMessage)
-    name = next(c.get("name") for c in call.tool_calls if c.get("id") == tool_call_id)
-    calls: list[tuple[str, str]] = []
-    for m in messages[start + 1 : at + 1]:
-        if isinstance(m, AIMessage):
-            calls += [(c.get("id") or "", rfc8785.dumps(c.get("args") or {}).decode("utf-8")) for c in m.tool_calls if c.get("name") == name]
-    mine = max(i for i, (cid, _) in enumerate(calls) if cid == tool_call_id)
-    args = calls[mine][1]
-    return IntendedCall(turn, derive_key("args", args), sum(1 for _, a in calls[: mine + 1] if a == args))
+    # The tool is the name the model wrote (the tool's, when ToolNode runs it).
+    calls = [
+        (c.get("id") or "", c.get("name") or "", canonical(c.get("args") or {}))
+        for m in messages[start + 1 : at + 1]
+        if isinstance(m, AIMessage)
+        for c in m.tool_calls
+    ]
+    found = occurrence(calls, tool_call_id)
+    assert found is not None  # messages[at] holds the call
+    return IntendedCall(turn, *found)
 
 
 def durable_key(

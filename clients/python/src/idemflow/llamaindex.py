@@ -51,7 +51,6 @@ from contextvars import ContextVar
 from pathlib import Path
 from typing import Any
 
-import rfc8785
 from llama_index.core.agent.workflow import AgentOutput, ToolCall, ToolCallResult
 from llama_index.core.agent.workflow import FunctionAgent as _FunctionAgent
 from llama_index.core.agent.workflow.workflow_events import AgentInput, AgentWorkflowStartEvent
@@ -65,7 +64,7 @@ from workflows.events import Event, StopEvent
 from ._tooltext import answer_text, arguments, refusal_text, send
 from .client import AsyncClient, Client, Intent
 from .errors import NoDurableIdentityError, ProblemError
-from .keys import derive_key
+from .keys import canonical, derive_key, occurrence
 
 __all__ = [
     "KEY_SCHEME",
@@ -120,7 +119,7 @@ def turn_of(history: list[ChatMessage], user_msg: str | ChatMessage) -> str:
     derive('turn', how many user messages history holds, the RFC 8785
     form of user_msg's text)."""
     text = user_msg if isinstance(user_msg, str) else (user_msg.content or "")
-    return derive_key("turn", str(sum(1 for m in history if m.role == "user")), rfc8785.dumps(text).decode("utf-8"))
+    return derive_key("turn", str(sum(1 for m in history if m.role == "user")), canonical(text))
 
 
 def intended_call_key(turn: str, calls: list[list[str]], tool_id: str, tool: str) -> str | None:
@@ -129,12 +128,11 @@ def intended_call_key(turn: str, calls: list[list[str]], tool_id: str, tool: str
     calls (the turn's [tool_id, tool, arguments in RFC 8785 form], in their
     order) of that tool with those arguments. None when calls does not
     hold tool_id."""
-    at = max((i for i, c in enumerate(calls) if c[0] == tool_id), default=-1)
-    if at < 0:
+    found = occurrence([(c[0], c[1], c[2]) for c in calls], tool_id)
+    if found is None:
         return None
-    _, name, args = calls[at]
-    occurrence = sum(1 for c in calls[: at + 1] if c[1] == name and c[2] == args)
-    return derive_key(KEY_SCHEME, turn, tool, derive_key("args", args), str(occurrence))
+    args, n = found
+    return derive_key(KEY_SCHEME, turn, tool, args, str(n))
 
 
 class CallPending(Event):
@@ -177,7 +175,7 @@ class FunctionAgent(_FunctionAgent):
         # runs: the order a re-run's model writes them in again.
         if ev.tool_calls:
             calls = await ctx.store.get(CALLS, default=[])
-            calls += [[c.tool_id, c.tool_name, rfc8785.dumps(c.tool_kwargs or {}).decode("utf-8")] for c in ev.tool_calls]
+            calls += [[c.tool_id, c.tool_name, canonical(c.tool_kwargs or {})] for c in ev.tool_calls]
             await ctx.store.set(CALLS, calls)
         result: StopEvent | AgentInput | ToolCall | None = await super().parse_agent_output(ctx, ev)
         return result

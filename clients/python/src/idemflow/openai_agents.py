@@ -43,7 +43,6 @@ from contextlib import contextmanager
 from contextvars import ContextVar
 from typing import Any
 
-import rfc8785
 from agents import Agent, FunctionTool, RunConfig, Runner, RunResult, RunState
 from agents.models.fake_id import FAKE_RESPONSES_ID
 from agents.strict_schema import ensure_strict_json_schema
@@ -53,7 +52,7 @@ from pydantic import BaseModel
 from ._tooltext import RESUME, answer_text, arguments, pending_text, refusal_text, send
 from .client import AsyncClient, Client, Intent
 from .errors import DeadlineError, NoDurableIdentityError, ProblemError
-from .keys import derive_key
+from .keys import canonical, derive_key, occurrence
 
 __all__ = ["CALL_KEY_SCHEME", "KEY_SCHEME", "durable_key", "idemflow_function_tool", "intended_call_keys", "run_durably"]
 
@@ -90,17 +89,23 @@ def intended_call_keys(
             users: list[Any] = [run_input]
         else:
             users = [i.get("content") for i in run_input if isinstance(i, Mapping) and i.get("role") == "user" and i.get("type", "message") == "message"]
-        turn = derive_key("turn", previous_response_id or "", str(len(users)), rfc8785.dumps(users[-1] if users else None).decode("utf-8"))
-    seen: dict[tuple[str, str], int] = {}
+        turn = derive_key("turn", previous_response_id or "", str(len(users)), canonical(users[-1] if users else None))
+    run = [(c["call_id"], c["name"], _arguments(c.get("arguments"))) for c in calls]
     keys: dict[str, str] = {}
-    for c in calls:
-        try:
-            args = rfc8785.dumps(json.loads(c.get("arguments") or "{}")).decode("utf-8")
-        except ValueError:
-            args = str(c.get("arguments"))  # not JSON: the model's own mistake, as written
-        n = seen[(c["name"], args)] = seen.get((c["name"], args), 0) + 1
-        keys[c["call_id"]] = derive_key(KEY_SCHEME, group, turn, c["name"], derive_key("args", args), str(n))
+    for call_id, name, _ in run:
+        found = occurrence(run, call_id)
+        assert found is not None  # run holds call_id
+        keys[call_id] = derive_key(KEY_SCHEME, group, turn, name, found[0], str(found[1]))
     return keys
+
+
+def _arguments(raw: str | None) -> str:
+    """A call's arguments in their RFC 8785 form; text that is not JSON
+    (the model's own mistake) as written."""
+    try:
+        return canonical(json.loads(raw or "{}"))
+    except ValueError:
+        return str(raw)
 
 
 def _plan(state: RunState[Any], group: str, turn_id: str | None) -> dict[str, str]:

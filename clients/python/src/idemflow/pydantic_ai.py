@@ -41,7 +41,6 @@ from dataclasses import dataclass
 from typing import Any
 
 import pydantic_core
-import rfc8785
 from pydantic import BaseModel
 from pydantic_ai import (
     Agent,
@@ -58,7 +57,7 @@ from pydantic_ai.messages import ModelMessage, ModelRequest, ModelResponse, Tool
 from ._tooltext import RESUME, answer_text, arguments, pending_text, refusal_text, send
 from .client import AsyncClient, Client, Intent
 from .errors import DeadlineError, NoDurableIdentityError, ProblemError
-from .keys import derive_key
+from .keys import canonical, derive_key, occurrence
 
 __all__ = [
     "DBOS_KEY_SCHEME",
@@ -133,19 +132,20 @@ def intended_call(messages: Sequence[ModelMessage], tool_call_id: str | None, to
     assert isinstance(response, ModelResponse)
     if not response.conversation_id:
         raise NoDurableIdentityError(f"{tool}: the response that wrote call {tool_call_id} records no conversation, so no key can tell it from another's")
-    prompts = [(i, _prompt(m)) for i, m in enumerate(messages[:at]) if isinstance(m, ModelRequest) and _prompt(m) is not None]
+    prompts = [(i, prompt) for i, m in enumerate(messages[:at]) if isinstance(m, ModelRequest) and (prompt := _prompt(m)) is not None]
     start, content = prompts[-1] if prompts else (-1, None)
-    turn = derive_key("turn", str(len(prompts)), rfc8785.dumps(pydantic_core.to_jsonable_python(content)).decode("utf-8"))
+    turn = derive_key("turn", str(len(prompts)), canonical(pydantic_core.to_jsonable_python(content)))
     calls = [
-        (p.tool_call_id, rfc8785.dumps(p.args_as_dict()).decode("utf-8"))
+        (p.tool_call_id, p.tool_name, canonical(p.args_as_dict()))
         for m in messages[start + 1 : at + 1]
         if isinstance(m, ModelResponse)
         for p in m.parts
         if isinstance(p, ToolCallPart) and p.tool_name == tool
     ]
-    mine = max(i for i, (cid, _) in enumerate(calls) if cid == tool_call_id)
-    args = calls[mine][1]
-    return IntendedCall(response.conversation_id, turn, derive_key("args", args), sum(1 for _, a in calls[: mine + 1] if a == args))
+    found = occurrence(calls, tool_call_id)
+    if found is None:
+        raise NoDurableIdentityError(f"{tool}: call {tool_call_id} is a call of another tool, so no key of {tool} names it")
+    return IntendedCall(response.conversation_id, turn, *found)
 
 
 def _prompt(request: ModelRequest) -> list[Any] | None:
