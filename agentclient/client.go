@@ -29,6 +29,9 @@ type Result struct {
 	Body   json.RawMessage `json:"body"`
 	// Replayed: the server answered from an earlier execution.
 	Replayed bool `json:"replayed"`
+	// OperationID names the intent's record (the Operation-Id header),
+	// when the server sent one.
+	OperationID string `json:"operation_id,omitempty"`
 }
 
 // Attempt describes one HTTP attempt, for progress callbacks.
@@ -328,6 +331,9 @@ func (c *Client) attempt(ctx context.Context, in Intent, n int) (Result, time.Du
 		if err != nil {
 			return res, 0, err
 		}
+		// The operation holds this request's own answer: its 202 said
+		// the run it polled is the one it started, not an earlier one.
+		out.Replayed = false
 		return out, 0, nil
 	}
 	return res, parseRetryAfter(resp.Header.Get("Retry-After")), err
@@ -358,7 +364,7 @@ const HeaderReplayed = "Idempotent-Replayed"
 // are retried, and a 4xx is a refusal.
 func judge(status int, h http.Header, body []byte) (Result, action, error) {
 	settled := h.Get(HeaderReplayed) != ""
-	res := Result{Status: status, Body: body, Replayed: h.Get(HeaderReplayed) == "true"}
+	res := Result{Status: status, Body: body, Replayed: h.Get(HeaderReplayed) == "true", OperationID: h.Get("Operation-Id")}
 	switch {
 	case status == http.StatusAccepted && !settled:
 		return res, actionPoll, nil

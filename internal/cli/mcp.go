@@ -70,6 +70,9 @@ func runMCP(ctx context.Context, env *Env, args []string) error {
 	fs.DurationVar(&httpOpts.IdleTimeout, "session-idle-timeout", 10*time.Minute, "with --http: close a session idle this long (env IDEMFLOW_MCP_IDLE_TIMEOUT)")
 	callWait := fs.Duration("call-wait", 60*time.Second, "how long one tool call waits for its final answer; past it the model reads NO ANSWER YET, "+
 		"which tells it to call again with the same key (env IDEMFLOW_MCP_CALL_WAIT)")
+	taskWait := fs.Duration("task-wait", mcpserver.DefaultTaskWait, "for a client that takes MCP tasks: how long a call waits for its answer, in whole seconds, "+
+		"before it is answered with a task (env IDEMFLOW_MCP_TASK_WAIT)")
+	taskTTL := fs.Duration("task-ttl", mcpserver.DefaultTaskTTL, "how long a task can be read after its intent's first call; keep it within the records' retention (env IDEMFLOW_MCP_TASK_TTL)")
 	var toolsFile string
 	registerTools(fs, &toolsFile)
 	if err := parseFlags(fs, args); err != nil {
@@ -87,7 +90,10 @@ func runMCP(ctx context.Context, env *Env, args []string) error {
 	if *callWait <= 0 {
 		return fmt.Errorf("%w: --call-wait must be positive", errUsage)
 	}
-	cfg := mcpserver.Config{BaseURL: g.url, Token: g.token, CallTimeout: *callWait, Operations: env.Set.Operations()}
+	if *taskWait < time.Second || *taskTTL <= 0 {
+		return fmt.Errorf("%w: --task-wait must be at least 1s and --task-ttl positive", errUsage)
+	}
+	cfg := mcpserver.Config{BaseURL: g.url, Token: g.token, CallTimeout: *callWait, TaskWait: *taskWait, TaskTTL: *taskTTL, Operations: env.Set.Operations()}
 	if *httpAddr != "" {
 		// The line a user copies into a client's configuration: the URL
 		// itself (any path serves MCP; "/" is the one to give).
@@ -98,5 +104,5 @@ func runMCP(ctx context.Context, env *Env, args []string) error {
 		return serveHTTP(ctx, env.Logger, "MCP server", *httpAddr, newHTTPServer(mcpserver.HTTPHandler(cfg, httpOpts), true), ready)
 	}
 	// stdout carries the protocol; logs go to stderr.
-	return mcpserver.New(cfg).Run(ctx, &mcp.StdioTransport{})
+	return mcpserver.New(cfg).Run(ctx, mcpserver.WithTasks(&mcp.StdioTransport{}))
 }

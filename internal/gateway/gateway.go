@@ -34,6 +34,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/trace"
+	"go.temporal.io/api/serviceerror"
 	"go.temporal.io/sdk/client"
 )
 
@@ -131,6 +132,7 @@ func (g *Gateway) Handler() http.Handler {
 	mux := http.NewServeMux()
 	routes := []route{
 		{"GET", "/v1/operations/{id}", g.authed(g.getOperation)},
+		{"POST", "/v1/operations/{id}/cancel", g.authed(g.cancelOperation)},
 		{"GET", "/v1/tenant", g.authed(g.getTenant)},
 		{"GET", "/healthz", g.healthz},
 		{"GET", "/readyz", g.readyz},
@@ -424,16 +426,46 @@ var operationStatus = map[idem.Status]string{
 }
 
 func (g *Gateway) getOperation(w http.ResponseWriter, r *http.Request, tenantID string) {
+	rec, err := g.readOperation(r, tenantID)
+	g.answerRead(w, r, err, func() { writeJSON(w, http.StatusOK, operationOf(rec)) })
+}
+
+// readOperation reads the tenant's record that the path's {id} names; an
+// ID that is no UUID, or not the tenant's, is not found.
+func (g *Gateway) readOperation(r *http.Request, tenantID string) (idem.Record, error) {
 	id, err := uuid.Parse(r.PathValue("id"))
 	if err != nil {
-		writeNotFound(w, "no operation "+r.PathValue("id"))
-		return
+		return idem.Record{}, op.NotFound("no operation " + r.PathValue("id"))
 	}
 	rec, err := g.Records.GetByID(r.Context(), tenantID, id)
 	if errors.Is(err, apperr.ErrNotFound) {
 		err = op.NotFound("no operation " + id.String())
 	}
-	g.answerRead(w, r, err, func() { writeJSON(w, http.StatusOK, operationOf(rec)) })
+	return rec, err
+}
+
+// cancelOperation asks a running intent's workflow to stop, as an
+// operator's cancel in the Web UI does (docs/how-it-works.md): the
+// workflow settles the record, FAILED when nothing was written and
+// SUCCESS when the effect had already committed. An intent that has ended
+// is left alone. It is the tenant's own: another's ID is a 404.
+func (g *Gateway) cancelOperation(w http.ResponseWriter, r *http.Request, tenantID string) {
+	rec, err := g.readOperation(r, tenantID)
+	if err != nil || rec.Status != idem.StatusProcessing {
+		g.answerRead(w, r, err, func() { writeJSON(w, http.StatusOK, operationOf(rec)) })
+		return
+	}
+	// The latest run of the derived ID is this attempt's: the record is
+	// PROCESSING. One that was never started (its gateway died first) is
+	// not found; reconcile settles that record.
+	err = g.Starter.Temporal.CancelWorkflow(r.Context(), rec.WorkflowID, "")
+	var notFound *serviceerror.NotFound
+	if err != nil && !errors.As(err, &notFound) {
+		g.unavailable(w, r, fmt.Errorf("cancel %s: %w", rec.WorkflowID, err))
+		return
+	}
+	g.Logger.InfoContext(r.Context(), "intent canceled by its tenant", "tenant", tenantID, "workflow_id", rec.WorkflowID, "operation_id", rec.ID)
+	writeJSON(w, http.StatusAccepted, operationOf(rec))
 }
 
 // serveRead answers an operation's GET: the resource, or a 404 that says

@@ -4,6 +4,7 @@
 package mcpserver
 
 import (
+	"cmp"
 	"context"
 	"crypto/sha256"
 	"encoding/base64"
@@ -48,6 +49,17 @@ type Config struct {
 	// under the same key (`idemflow mcp --call-wait`).
 	CallTimeout time.Duration
 	HTTP        *http.Client
+	// TaskWait is how long a call whose client takes tasks waits for
+	// its answer before it is answered with a task (DefaultTaskWait;
+	// whole seconds, the gateway's Prefer: wait).
+	TaskWait time.Duration
+	// TaskTTL is how long a task can be read, from its intent's first
+	// call (DefaultTaskTTL; within the records' retention, which keeps
+	// the answer).
+	TaskTTL time.Duration
+	// TaskPollInterval is the pollIntervalMs a task states
+	// (DefaultTaskPollInterval).
+	TaskPollInterval time.Duration
 	// Operations are the operations the gateway serves, each a tool of
 	// its own: idemflow's built-ins and the declared ones (a process's
 	// list of operations, as the gateway has it).
@@ -73,8 +85,13 @@ func New(cfg Config) *mcp.Server {
 	if cfg.CallTimeout == 0 {
 		cfg.CallTimeout = 60 * time.Second
 	}
-	s := mcp.NewServer(&mcp.Implementation{Name: "idemflow", Version: "1.0.0"}, &mcp.ServerOptions{Instructions: instructions(cfg.Operations)})
+	cfg.TaskWait = max(cmp.Or(cfg.TaskWait, DefaultTaskWait), time.Second)
+	cfg.TaskTTL = cmp.Or(cfg.TaskTTL, DefaultTaskTTL)
+	cfg.TaskPollInterval = cmp.Or(cfg.TaskPollInterval, DefaultTaskPollInterval)
+	caps := &mcp.ServerCapabilities{Extensions: map[string]any{ExtensionTasks: map[string]any{}}}
+	s := mcp.NewServer(&mcp.Implementation{Name: "idemflow", Version: "1.0.0"}, &mcp.ServerOptions{Instructions: instructions(cfg.Operations), Capabilities: caps})
 	t := tools{cfg: cfg}
+	addTasks(s, t)
 	for _, o := range cfg.Operations {
 		addTool(s, &mcp.Tool{Name: o.Tool, Description: o.Description + keyRule, InputSchema: operationSchema(o)}, t.operation(o))
 	}
@@ -159,9 +176,18 @@ func strict[In any](h mcp.ToolHandlerFor[In, Result]) mcp.ToolHandlerFor[In, Res
 type tools struct{ cfg Config }
 
 func (t tools) client(req *mcp.CallToolRequest) *agentclient.Client {
+	if req == nil {
+		return t.clientFor(nil)
+	}
+	return t.clientFor(req.Extra)
+}
+
+// clientFor is a gateway client with the request's own bearer token (over
+// HTTP), or the configured one (stdio).
+func (t tools) clientFor(extra *mcp.RequestExtra) *agentclient.Client {
 	token := t.cfg.Token
-	if req != nil && req.Extra != nil && req.Extra.TokenInfo != nil {
-		if tok, ok := req.Extra.TokenInfo.Extra["token"].(string); ok && tok != "" {
+	if extra != nil && extra.TokenInfo != nil {
+		if tok, ok := extra.TokenInfo.Extra["token"].(string); ok && tok != "" {
 			token = tok
 		}
 	}
@@ -175,7 +201,11 @@ func (t tools) call(ctx context.Context, req *mcp.CallToolRequest, key, path str
 	}
 	ctx, cancel := context.WithTimeout(withTraceOf(ctx, req), t.cfg.CallTimeout)
 	defer cancel()
-	res, err := t.client(req).Do(ctx, agentclient.Intent{Key: key, Method: http.MethodPost, Path: path, Body: raw})
+	in := agentclient.Intent{Key: key, Method: http.MethodPost, Path: path, Body: raw}
+	if slot, ok := ctx.Value(slotKey{}).(*taskSlot); ok {
+		return t.submit(ctx, req, slot, in)
+	}
+	res, err := t.client(req).Do(ctx, in)
 	if err != nil {
 		return nil, Result{}, explain(key, err)
 	}
@@ -350,9 +380,9 @@ func HTTPHandler(cfg Config, opts HTTPOptions) http.Handler {
 		opts.VerifyTTL = 10 * time.Second
 	}
 	tn := &tenants{cfg: cfg, servers: map[string]*tenantServer{}}
-	h := mcp.NewStreamableHTTPHandler(func(r *http.Request) *mcp.Server {
+	h := liftTaskHTTP(mcp.NewStreamableHTTPHandler(func(r *http.Request) *mcp.Server {
 		return tn.get(auth.TokenInfoFromContext(r.Context()).UserID).server
-	}, &mcp.StreamableHTTPOptions{SessionTimeout: opts.IdleTimeout})
+	}, &mcp.StreamableHTTPOptions{SessionTimeout: opts.IdleTimeout}))
 	limited := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if r.Method != http.MethodPost || r.Header.Get("Mcp-Session-Id") != "" {
 			h.ServeHTTP(w, r)

@@ -221,6 +221,53 @@ test("docs/agents.md's MCP call with a key in _meta runs as written in a session
   }
 });
 
+test("the official SDK's task client (2025-11-25 tasks) gets a task, polls it and reads the call's result", async () => {
+  const mcp = new MCPClient({ name: "ts-tasks", version: "1" });
+  await mcp.connect(new StreamableHTTPClientTransport(new URL(process.env.IDEMFLOW_MCP_URL!), {
+    requestInit: { headers: { Authorization: `Bearer ${token}` } },
+  }));
+  try {
+    // listTools tells the SDK which tools take tasks (taskSupport).
+    const tools = await mcp.listTools();
+    assert.equal(tools.tools.find((t) => t.name === "create_ticket")?.execution?.taskSupport, "optional");
+    assert.equal(tools.tools.find((t) => t.name === "get_operation")?.execution?.taskSupport, undefined);
+    const key = `task-${randomUUID()}`;
+    const run = async () => {
+      const seen: string[] = [];
+      let taskId = "";
+      let result: any;
+      for await (const m of mcp.experimental.tasks.callToolStream({ name: "create_ticket", arguments: { idempotency_key: key, ...ticket("as a task") } })) {
+        seen.push(m.type);
+        if (m.type === "taskCreated") taskId = m.task.taskId;
+        if (m.type === "result") result = m.result;
+        if (m.type === "error") throw m.error;
+      }
+      return { seen, taskId, result };
+    };
+    const first = await run();
+    assert.deepEqual([first.seen[0], first.seen.at(-1)], ["taskCreated", "result"], first.seen.join(","));
+    assert.equal(first.result.structuredContent.replayed, false);
+    assert.equal(first.result._meta["io.modelcontextprotocol/related-task"].taskId, first.taskId);
+    // The same call again is a replay, under its own task handle.
+    const again = await run();
+    assert.equal(again.result.structuredContent.replayed, true);
+    assert.equal(again.result.structuredContent.result.ticket_id, first.result.structuredContent.result.ticket_id);
+    assert.notEqual(again.taskId, first.taskId);
+    // tasks/get answers the handle later, from a new session.
+    const later = new MCPClient({ name: "ts-tasks-later", version: "1" });
+    await later.connect(new StreamableHTTPClientTransport(new URL(process.env.IDEMFLOW_MCP_URL!), {
+      requestInit: { headers: { Authorization: `Bearer ${token}` } },
+    }));
+    try {
+      assert.equal((await later.experimental.tasks.getTask(first.taskId)).status, "completed");
+    } finally {
+      await later.close();
+    }
+  } finally {
+    await mcp.close();
+  }
+});
+
 const refund = (cents: number) => ({ payment_id: "pay-ts", amount_cents: cents });
 
 test("a downstream's 202 is the call's answer, not idemflow's still running", async () => {

@@ -1,0 +1,559 @@
+package mcpserver
+
+// MCP Tasks: a tool call answered with a durable handle that the client
+// polls. Both revisions current clients speak are served:
+//
+//   - the Tasks extension (io.modelcontextprotocol/tasks, SEP-2663, MCP
+//     2026-07-28): a client declares it in the call's _meta
+//     (io.modelcontextprotocol/clientCapabilities); the server answers
+//     with the tool's result when it came within TaskWait, else with a
+//     task (resultType "task"); tasks/get carries the result inline;
+//   - 2025-11-25's experimental tasks: a client that sends params.task
+//     always gets a task (CreateTaskResult), reads it with tasks/get and
+//     its result with tasks/result.
+//
+// A task is the intent's operation: its ID is the record's operation ID
+// (one per tenant and key, random, so that no one can guess another's),
+// and every tasks/* request reads it from the gateway with the caller's
+// own token. So any MCP process answers it, after any of them restarts,
+// after the session that made the call is gone, and never to another
+// tenant: the gateway finds another tenant's ID in none of its records.
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"strings"
+	"time"
+
+	"github.com/idemflow/idemflow/agentclient"
+	"github.com/idemflow/idemflow/internal/problem"
+	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
+	"github.com/modelcontextprotocol/go-sdk/mcp"
+)
+
+const (
+	// ExtensionTasks is the Tasks extension's identifier.
+	ExtensionTasks = "io.modelcontextprotocol/tasks"
+	// metaClientCapabilities is where a 2026-07-28 request declares what
+	// its client supports.
+	metaClientCapabilities = "io.modelcontextprotocol/clientCapabilities"
+	// metaRelatedTask names the task a 2025-11-25 tasks/result belongs to.
+	metaRelatedTask = "io.modelcontextprotocol/related-task"
+	// metaLegacyTask is where a 2025-11-25 call's params.task is moved
+	// on arrival (liftTask): the SDK's CallToolParams has no such member,
+	// and would drop it.
+	metaLegacyTask = "io.idemflow/task-request"
+	// replaySuffix marks a task whose call found the intent's run already
+	// made by another call: its result is a replay to it.
+	replaySuffix = "~replay"
+)
+
+// Task defaults (Config.TaskWait, TaskTTL, TaskPollInterval).
+const (
+	DefaultTaskWait         = time.Second
+	DefaultTaskTTL          = 24 * time.Hour
+	DefaultTaskPollInterval = time.Second
+)
+
+// taskMode is how a tools/call asked for a task, if it did.
+type taskMode int
+
+const (
+	noTask     taskMode = iota
+	taskLegacy          // 2025-11-25: params.task
+	taskExt             // 2026-07-28: the extension, declared in _meta
+)
+
+func modeOf(meta mcp.Meta) taskMode {
+	if _, ok := meta[metaLegacyTask]; ok {
+		return taskLegacy
+	}
+	if declaresTasks(meta) {
+		return taskExt
+	}
+	return noTask
+}
+
+func declaresTasks(meta mcp.Meta) bool {
+	caps, _ := meta[metaClientCapabilities].(map[string]any)
+	exts, _ := caps["extensions"].(map[string]any)
+	_, ok := exts[ExtensionTasks]
+	return ok
+}
+
+// taskSlot carries, from a tool's handler back to the tasks middleware,
+// what a task-mode call came to: its operation, when it has one.
+type taskSlot struct {
+	mode        taskMode
+	operationID string
+	replayed    bool
+	pending     bool
+}
+
+type slotKey struct{}
+
+// taskID names a call's task: the operation, and whether its answer is a
+// replay to this call.
+func taskID(operationID string, replayed bool) string {
+	if replayed {
+		return operationID + replaySuffix
+	}
+	return operationID
+}
+
+func parseTaskID(id string) (operationID string, replayed bool) {
+	op, replayed := strings.CutSuffix(id, replaySuffix)
+	return op, replayed
+}
+
+// submit is a task-mode call's path to the gateway: the answer if it comes
+// within TaskWait, else the operation that will hold it, noted in the
+// slot. Only a call the gateway never recorded (refused, or unreachable
+// for the whole CallTimeout) has no operation.
+func (t tools) submit(ctx context.Context, req *mcp.CallToolRequest, slot *taskSlot, in agentclient.Intent) (*mcp.CallToolResult, Result, error) {
+	c := t.client(req)
+	c.Wait = t.cfg.TaskWait
+	res, pending, err := c.Submit(ctx, in)
+	switch {
+	case pending != nil:
+		slot.operationID, slot.replayed, slot.pending = pending.OperationID, !pending.Owner, true
+		return nil, Result{}, nil
+	case err != nil:
+		return nil, Result{}, explain(in.Key, err)
+	}
+	slot.operationID, slot.replayed = res.OperationID, res.Replayed
+	return result(res)
+}
+
+// Task is a task's state as both revisions carry it; marshal writes the
+// revision's own member names.
+type task struct {
+	ID           string
+	Status       string // working, completed, failed, cancelled
+	Message      string
+	CreatedAt    time.Time
+	UpdatedAt    time.Time
+	TTL          time.Duration
+	PollInterval time.Duration
+	// Result is the tool's result, when completed.
+	Result *mcp.CallToolResult
+}
+
+// wire is the task's JSON members in a revision's names: the
+// extension's (ttlMs, pollIntervalMs, the result inline), or 2025-11-25's
+// (ttl, pollInterval; the result comes from tasks/result).
+func (tk task) wire(mode taskMode) map[string]any {
+	m := map[string]any{
+		"taskId": tk.ID, "status": tk.Status,
+		"createdAt": tk.CreatedAt.UTC().Format(time.RFC3339Nano), "lastUpdatedAt": tk.UpdatedAt.UTC().Format(time.RFC3339Nano),
+	}
+	if tk.Message != "" {
+		m["statusMessage"] = tk.Message
+	}
+	if mode == taskExt {
+		m["ttlMs"], m["pollIntervalMs"] = tk.TTL.Milliseconds(), tk.PollInterval.Milliseconds()
+		if tk.Status == "completed" && tk.Result != nil {
+			m["result"] = tk.Result
+		}
+	} else {
+		m["ttl"], m["pollInterval"] = tk.TTL.Milliseconds(), tk.PollInterval.Milliseconds()
+	}
+	return m
+}
+
+// rawResult is a result the SDK has no type for (a task, a capability it
+// does not know), written as given.
+type rawResult struct {
+	mcp.ResultBase
+	raw json.RawMessage
+}
+
+func (r *rawResult) MarshalJSON() ([]byte, error) { return r.raw, nil }
+
+func raw(v any) (*rawResult, error) {
+	b, err := json.Marshal(v)
+	if err != nil {
+		return nil, err
+	}
+	return &rawResult{raw: b}, nil
+}
+
+// taskParams are tasks/get's, tasks/result's and tasks/cancel's.
+type taskParams struct {
+	mcp.ParamsBase
+	TaskID string `json:"taskId"`
+}
+
+// invalidParams is the JSON-RPC error both revisions give for an unknown
+// or expired task.
+func invalidParams(msg string) error {
+	return &jsonrpc.Error{Code: jsonrpc.CodeInvalidParams, Message: msg}
+}
+
+// addTasks serves tasks on s: the methods, the capability each revision
+// reads, each side-effecting tool's taskSupport, and the tools/call path.
+func addTasks(s *mcp.Server, t tools) {
+	for _, m := range []string{"tasks/get", "tasks/result", "tasks/cancel"} {
+		// The handlers only declare the methods, so that the SDK decodes
+		// their params; the middleware answers them, since it alone sees
+		// the request's bearer token.
+		if err := mcp.AddReceivingCustomMethod(s, m, func(context.Context, *mcp.ServerSession, *taskParams) (*rawResult, error) {
+			return nil, errors.New("mcpserver: a tasks method reached its placeholder")
+		}); err != nil {
+			panic(err)
+		}
+	}
+	s.AddReceivingMiddleware(func(next mcp.MethodHandler) mcp.MethodHandler {
+		return func(ctx context.Context, method string, req mcp.Request) (mcp.Result, error) {
+			switch method {
+			case "initialize":
+				return withLegacyCapability(next(ctx, method, req))
+			case "tools/list":
+				return withTaskSupport(next(ctx, method, req))
+			case "tools/call":
+				return t.callAsTask(ctx, next, method, req)
+			case "tasks/get", "tasks/result", "tasks/cancel":
+				return t.serveTask(ctx, method, req)
+			}
+			return next(ctx, method, req)
+		}
+	})
+}
+
+// callAsTask runs a tools/call; one that asked for a task and has no
+// final answer yet is answered with one.
+func (t tools) callAsTask(ctx context.Context, next mcp.MethodHandler, method string, req mcp.Request) (mcp.Result, error) {
+	call, ok := req.(*mcp.CallToolRequest)
+	if !ok || call.Params == nil {
+		return next(ctx, method, req)
+	}
+	mode := modeOf(call.Params.Meta)
+	if mode == noTask {
+		return next(ctx, method, req)
+	}
+	delete(call.Params.Meta, metaLegacyTask)
+	slot := &taskSlot{mode: mode}
+	res, err := next(context.WithValue(ctx, slotKey{}, slot), method, req)
+	if err != nil {
+		return nil, err
+	}
+	if mode == taskExt && !slot.pending {
+		return res, nil // the answer came within the wait: no task
+	}
+	if slot.operationID == "" {
+		if mode == taskExt {
+			return res, nil
+		}
+		// 2025-11-25 wants a task for every such call, and there is
+		// none: nothing was recorded (refused arguments, a reused key,
+		// a gateway out of reach). The tool's words, as an error.
+		return nil, &jsonrpc.Error{Code: jsonrpc.CodeInvalidParams, Message: "no task was created: " + text(res)}
+	}
+	tk, err := t.readTask(ctx, call.GetExtra(), taskID(slot.operationID, slot.replayed))
+	if err != nil {
+		return nil, err
+	}
+	w := tk.wire(mode)
+	if mode == taskExt {
+		w["resultType"] = "task"
+		delete(w, "result")
+		return raw(w)
+	}
+	return raw(map[string]any{"task": w})
+}
+
+func text(res mcp.Result) string {
+	r, ok := res.(*mcp.CallToolResult)
+	if !ok {
+		return ""
+	}
+	var parts []string
+	for _, c := range r.Content {
+		if tc, ok := c.(*mcp.TextContent); ok {
+			parts = append(parts, tc.Text)
+		}
+	}
+	return strings.Join(parts, " ")
+}
+
+// serveTask answers tasks/get, tasks/result and tasks/cancel.
+func (t tools) serveTask(ctx context.Context, method string, req mcp.Request) (mcp.Result, error) {
+	p, ok := req.GetParams().(*taskParams)
+	if !ok || p.TaskID == "" {
+		return nil, invalidParams("taskId is required")
+	}
+	mode := taskLegacy
+	if declaresTasks(p.Meta) {
+		mode = taskExt
+	}
+	extra := req.GetExtra()
+	switch method {
+	case "tasks/cancel":
+		return t.cancelTask(ctx, extra, p.TaskID, mode)
+	case "tasks/result":
+		// 2025-11-25: block until the task ends, then give its result.
+		for {
+			tk, err := t.readTask(ctx, extra, p.TaskID)
+			if err != nil {
+				return nil, err
+			}
+			if tk.Status != "working" {
+				if tk.Result == nil {
+					return nil, &jsonrpc.Error{Code: jsonrpc.CodeInternalError, Message: "the task was " + tk.Status + ": " + tk.Message}
+				}
+				out := *tk.Result
+				out.Meta = mcp.Meta{metaRelatedTask: map[string]any{"taskId": tk.ID}}
+				return &out, nil
+			}
+			select {
+			case <-ctx.Done():
+				return nil, ctx.Err()
+			case <-time.After(t.cfg.TaskPollInterval):
+			}
+		}
+	}
+	tk, err := t.readTask(ctx, extra, p.TaskID)
+	if err != nil {
+		return nil, err
+	}
+	w := tk.wire(mode)
+	if mode == taskExt {
+		w["resultType"] = "complete"
+	}
+	return raw(w)
+}
+
+// readTask reads a task's operation with the caller's token: working
+// while the record is PROCESSING, else completed with exactly the result
+// the synchronous call would have given.
+func (t tools) readTask(ctx context.Context, extra *mcp.RequestExtra, id string) (task, error) {
+	opID, replayed := parseTaskID(id)
+	c := t.clientFor(extra)
+	op, err := c.ReadOperation(ctx, opID)
+	if errors.Is(err, agentclient.ErrNotFound) {
+		return task{}, invalidParams("Failed to retrieve task: Task not found")
+	}
+	if err != nil {
+		return task{}, &jsonrpc.Error{Code: jsonrpc.CodeInternalError, Message: "could not read the task: " + err.Error()}
+	}
+	tk := task{ID: id, Status: "working", CreatedAt: op.CreatedAt, UpdatedAt: op.UpdatedAt, TTL: t.cfg.TaskTTL, PollInterval: t.cfg.TaskPollInterval,
+		Message: "the call is running; its effect happens at most once"}
+	if time.Since(op.CreatedAt) > t.cfg.TaskTTL {
+		return task{}, invalidParams("Failed to retrieve task: Task has expired")
+	}
+	if !op.Done {
+		return tk, nil
+	}
+	tk.Status, tk.Message = "completed", ""
+	r := op.Result
+	r.Replayed = replayed
+	var out Result
+	var res *mcp.CallToolResult
+	if op.Err != nil {
+		err = op.Err
+		var pe *agentclient.ProblemError
+		if errors.As(err, &pe) && pe.Problem.Type == "/problems/canceled-by-operator" {
+			tk.Status, tk.Message = "cancelled", "the call was cancelled before it took effect: nothing was done"
+			return tk, nil
+		}
+		if errors.As(err, &pe) && !pe.Settled && pe.Status >= 500 {
+			err = fmt.Errorf("FAILED: the call ended without an answer, and nothing was done. Call again with the SAME idempotency_key %q and the same arguments to run it: %w", op.IdempotencyKey, err)
+		} else {
+			err = explain(op.IdempotencyKey, err)
+		}
+		res = &mcp.CallToolResult{}
+		res.SetError(err)
+	} else {
+		var rerr error
+		_, out, rerr = result(r)
+		if rerr != nil {
+			return task{}, rerr
+		}
+		b, _ := json.Marshal(out)
+		res = &mcp.CallToolResult{StructuredContent: json.RawMessage(b), Content: []mcp.Content{&mcp.TextContent{Text: string(b)}}}
+	}
+	tk.Result = res
+	return tk, nil
+}
+
+// cancelTask does what an operator's cancel does: the run stops, and
+// settles as FAILED (nothing done) or, when its effect had already
+// committed, SUCCESS. A task that has ended is not changed; 2025-11-25
+// says so with an error, the extension with its empty acknowledgement
+// (the task's next tasks/get shows what happened).
+func (t tools) cancelTask(ctx context.Context, extra *mcp.RequestExtra, id string, mode taskMode) (mcp.Result, error) {
+	tk, err := t.readTask(ctx, extra, id)
+	if err != nil {
+		return nil, err
+	}
+	if tk.Status != "working" {
+		if mode == taskLegacy {
+			return nil, invalidParams("Cannot cancel task: already in terminal status " + tk.Status + describeEnd(tk))
+		}
+		return raw(map[string]any{"resultType": "complete"})
+	}
+	opID, _ := parseTaskID(id)
+	if _, err := t.clientFor(extra).CancelOperation(ctx, opID); err != nil {
+		return nil, &jsonrpc.Error{Code: jsonrpc.CodeInternalError, Message: "could not cancel the task: " + err.Error()}
+	}
+	if mode == taskExt {
+		return raw(map[string]any{"resultType": "complete"})
+	}
+	// 2025-11-25 answers with the task: it settles as the run does.
+	tk, err = t.readTask(ctx, extra, id)
+	if err != nil {
+		return nil, err
+	}
+	return raw(tk.wire(mode))
+}
+
+func describeEnd(tk task) string {
+	if tk.Status == "completed" && tk.Result != nil && !tk.Result.IsError {
+		return ": the call had already taken effect"
+	}
+	return ""
+}
+
+// withLegacyCapability adds 2025-11-25's tasks capability to initialize's
+// result: the SDK's ServerCapabilities has no member for it.
+func withLegacyCapability(res mcp.Result, err error) (mcp.Result, error) {
+	m, err := asMap(res, err)
+	if err != nil {
+		return res, err
+	}
+	caps, _ := m["capabilities"].(map[string]any)
+	if caps == nil {
+		caps = map[string]any{}
+		m["capabilities"] = caps
+	}
+	caps["tasks"] = map[string]any{"cancel": map[string]any{}, "requests": map[string]any{"tools": map[string]any{"call": map[string]any{}}}}
+	return raw(m)
+}
+
+// asMap is a result's JSON members, its numbers kept as written.
+func asMap(res mcp.Result, err error) (map[string]any, error) {
+	if err != nil {
+		return nil, err
+	}
+	b, err := json.Marshal(res)
+	if err != nil {
+		return nil, err
+	}
+	var m map[string]any
+	d := json.NewDecoder(bytes.NewReader(b))
+	d.UseNumber()
+	if err := d.Decode(&m); err != nil {
+		return nil, err
+	}
+	return m, nil
+}
+
+// withTaskSupport marks each side-effecting tool's taskSupport optional:
+// a 2025-11-25 client asks for a task only for such a tool.
+func withTaskSupport(res mcp.Result, err error) (mcp.Result, error) {
+	m, err := asMap(res, err)
+	if err != nil {
+		return res, err
+	}
+	list, _ := m["tools"].([]any)
+	for _, tl := range list {
+		if tool, ok := tl.(map[string]any); ok && tool["name"] != "get_operation" {
+			tool["execution"] = map[string]any{"taskSupport": "optional"}
+		}
+	}
+	return raw(m)
+}
+
+// liftTask moves a 2025-11-25 tools/call's params.task into its _meta
+// (metaLegacyTask), where the tools/call path finds it.
+func liftTask(msg jsonrpc.Message) jsonrpc.Message {
+	req, ok := msg.(*jsonrpc.Request)
+	if !ok || req.Method != "tools/call" || len(req.Params) == 0 {
+		return msg
+	}
+	var params map[string]json.RawMessage
+	if json.Unmarshal(req.Params, &params) != nil {
+		return msg
+	}
+	tk, ok := params["task"]
+	if !ok {
+		return msg
+	}
+	var meta map[string]json.RawMessage
+	if m, ok := params["_meta"]; ok && json.Unmarshal(m, &meta) != nil {
+		return msg
+	}
+	if meta == nil {
+		meta = map[string]json.RawMessage{}
+	}
+	meta[metaLegacyTask] = tk
+	delete(params, "task")
+	b, err := json.Marshal(meta)
+	if err != nil {
+		return msg
+	}
+	params["_meta"] = b
+	if b, err = json.Marshal(params); err != nil {
+		return msg
+	}
+	out := *req
+	out.Params = b
+	return &out
+}
+
+// WithTasks wraps a transport (stdio) so that 2025-11-25 task requests
+// reach the server (liftTask).
+func WithTasks(t mcp.Transport) mcp.Transport { return taskTransport{t} }
+
+type taskTransport struct{ mcp.Transport }
+
+func (t taskTransport) Connect(ctx context.Context) (mcp.Connection, error) {
+	c, err := t.Transport.Connect(ctx)
+	if err != nil {
+		return nil, err
+	}
+	return taskConn{c}, nil
+}
+
+type taskConn struct{ mcp.Connection }
+
+func (c taskConn) Read(ctx context.Context) (jsonrpc.Message, error) {
+	msg, err := c.Connection.Read(ctx)
+	if err != nil {
+		return msg, err
+	}
+	return liftTask(msg), nil
+}
+
+// maxBody bounds an MCP message read to lift its task.
+const maxBody = 1 << 20
+
+// liftTaskHTTP is liftTask for a streamable HTTP POST's body.
+func liftTaskHTTP(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Method != http.MethodPost || r.Body == nil {
+			next.ServeHTTP(w, r)
+			return
+		}
+		body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, maxBody))
+		if err != nil {
+			deny(w, http.StatusRequestEntityTooLarge, problem.TypeBodyTooLarge, "an MCP message is at most 1 MiB")
+			return
+		}
+		if msg, err := jsonrpc.DecodeMessage(body); err == nil {
+			if lifted := liftTask(msg); lifted != msg {
+				if b, err := jsonrpc.EncodeMessage(lifted); err == nil {
+					body = b
+				}
+			}
+		}
+		r.Body = io.NopCloser(bytes.NewReader(body))
+		r.ContentLength = int64(len(body))
+		next.ServeHTTP(w, r)
+	})
+}

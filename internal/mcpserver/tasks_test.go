@@ -1,0 +1,246 @@
+package mcpserver_test
+
+import (
+	"bufio"
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/idemflow/idemflow/internal/mcpserver"
+	"github.com/idemflow/idemflow/internal/tooling/testenv"
+)
+
+// rawMCP speaks JSON-RPC to an MCP server over streamable HTTP by hand:
+// the Go SDK's client has no tasks, and a task result is no
+// CallToolResult.
+type rawMCP struct {
+	t       *testing.T
+	url     string
+	token   string
+	session string
+	id      int
+}
+
+type rpcError struct {
+	Code    int    `json:"code"`
+	Message string `json:"message"`
+}
+
+func dialRaw(t *testing.T, url, token string) *rawMCP {
+	t.Helper()
+	c := &rawMCP{t: t, url: url, token: token}
+	if _, e := c.call("initialize", map[string]any{"protocolVersion": "2025-11-25", "capabilities": map[string]any{},
+		"clientInfo": map[string]any{"name": "raw", "version": "1"}}); e != nil {
+		t.Fatalf("initialize: %+v", e)
+	}
+	c.send(map[string]any{"jsonrpc": "2.0", "method": "notifications/initialized"})
+	return c
+}
+
+func (c *rawMCP) send(msg map[string]any) []byte {
+	c.t.Helper()
+	b, _ := json.Marshal(msg)
+	req, _ := http.NewRequest(http.MethodPost, c.url, bytes.NewReader(b))
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("Accept", "application/json, text/event-stream")
+	req.Header.Set("Authorization", "Bearer "+c.token)
+	if c.session != "" {
+		req.Header.Set("Mcp-Session-Id", c.session)
+		req.Header.Set("Mcp-Protocol-Version", "2025-11-25")
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		c.t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	if s := resp.Header.Get("Mcp-Session-Id"); s != "" {
+		c.session = s
+	}
+	body, _ := io.ReadAll(resp.Body)
+	if !strings.HasPrefix(resp.Header.Get("Content-Type"), "text/event-stream") {
+		return body
+	}
+	var data []byte
+	sc := bufio.NewScanner(bytes.NewReader(body))
+	sc.Buffer(nil, 1<<20)
+	for sc.Scan() {
+		if d, ok := strings.CutPrefix(sc.Text(), "data: "); ok {
+			data = []byte(d)
+		}
+	}
+	return data
+}
+
+func (c *rawMCP) call(method string, params any) (map[string]any, *rpcError) {
+	c.t.Helper()
+	c.id++
+	raw := c.send(map[string]any{"jsonrpc": "2.0", "id": c.id, "method": method, "params": params})
+	var out struct {
+		Result map[string]any `json:"result"`
+		Error  *rpcError      `json:"error"`
+	}
+	if err := json.Unmarshal(raw, &out); err != nil {
+		c.t.Fatalf("%s: %q: %v", method, raw, err)
+	}
+	return out.Result, out.Error
+}
+
+// declared is the _meta by which a 2026-07-28 request declares the Tasks
+// extension.
+var declared = map[string]any{"io.modelcontextprotocol/clientCapabilities": map[string]any{
+	"extensions": map[string]any{mcpserver.ExtensionTasks: map[string]any{}}}}
+
+func withMeta(p map[string]any, meta map[string]any) map[string]any {
+	p["_meta"] = meta
+	return p
+}
+
+// toolResult reads a CallToolResult's structured content.
+func toolResult(t *testing.T, res any) (testenv.ToolResult, bool) {
+	t.Helper()
+	b, _ := json.Marshal(res)
+	var r struct {
+		IsError           bool               `json:"isError"`
+		StructuredContent testenv.ToolResult `json:"structuredContent"`
+	}
+	if err := json.Unmarshal(b, &r); err != nil {
+		t.Fatal(err)
+	}
+	return r.StructuredContent, r.IsError
+}
+
+// A tools/call from a client that takes tasks, whose answer has not come
+// within the task wait, is answered with a task: a handle that names the
+// intent's record. Any MCP process answers it (here another, after the
+// first is gone), never to another tenant, with exactly the result the
+// synchronous call gives; a call sent again gets the replay at once; a
+// cancelled task does nothing; 2025-11-25's tasks work the same way, and
+// a client that takes no tasks keeps the synchronous answer (the other
+// tests).
+func TestMCPTasksAnswerFromAnyProcessAndOnlyToTheirTenant(t *testing.T) {
+	s := testenv.NewStack(t, testenv.Options{NoWorker: true})
+	serve := func(cfg mcpserver.Config) string {
+		cfg.BaseURL, cfg.Operations = s.URL, s.Set.Operations()
+		hs := httptest.NewServer(mcpserver.HTTPHandler(cfg, mcpserver.HTTPOptions{}))
+		t.Cleanup(hs.Close)
+		return hs.URL
+	}
+	first := dialRaw(t, serve(mcpserver.Config{}), s.Tokens[testenv.TenantA])
+	second := serve(mcpserver.Config{})
+
+	args := map[string]any{"idempotency_key": "task-k1", "customer_id": "c-task", "title": "Slow ticket"}
+	start := time.Now()
+	created, e := first.call("tools/call", withMeta(map[string]any{"name": "create_ticket", "arguments": args}, declared))
+	if e != nil || created["resultType"] != "task" || created["status"] != "working" || created["taskId"] == "" {
+		t.Fatalf("a call with no answer yet: %+v %+v", created, e)
+	}
+	if took := time.Since(start); took > 5*time.Second {
+		t.Fatalf("the task came after %s", took)
+	}
+	if created["ttlMs"] != float64(mcpserver.DefaultTaskTTL.Milliseconds()) || created["pollIntervalMs"] != float64(1000) {
+		t.Fatalf("ttl and poll interval: %+v", created)
+	}
+	id := created["taskId"].(string)
+	t.Logf("task %s after %s", id, time.Since(start).Round(time.Millisecond))
+
+	// Another tenant, on any process, finds nothing under that ID.
+	other := dialRaw(t, second, s.Tokens[testenv.TenantB])
+	if got, e := other.call("tasks/get", withMeta(map[string]any{"taskId": id}, declared)); e == nil || e.Code != -32602 {
+		t.Fatalf("another tenant's tasks/get: %+v %+v", got, e)
+	}
+	if _, e := other.call("tasks/cancel", withMeta(map[string]any{"taskId": id}, declared)); e == nil || e.Code != -32602 {
+		t.Fatalf("another tenant's tasks/cancel: %+v", e)
+	}
+
+	// A second task, cancelled while it waits for a worker: it ends
+	// cancelled, having done nothing.
+	doomed := map[string]any{"idempotency_key": "task-k2", "customer_id": "c-task-cancel", "title": "Never mind"}
+	tk2, e := first.call("tools/call", withMeta(map[string]any{"name": "create_ticket", "arguments": doomed}, declared))
+	if e != nil || tk2["resultType"] != "task" {
+		t.Fatalf("the second call: %+v %+v", tk2, e)
+	}
+	if ack, e := first.call("tasks/cancel", withMeta(map[string]any{"taskId": tk2["taskId"]}, declared)); e != nil || ack["resultType"] != "complete" {
+		t.Fatalf("tasks/cancel: %+v %+v", ack, e)
+	}
+
+	// 2025-11-25: params.task always gets a task.
+	legacyArgs := map[string]any{"idempotency_key": "task-k3", "customer_id": "c-task-legacy", "title": "Old client"}
+	legacy, e := first.call("tools/call", map[string]any{"name": "create_ticket", "arguments": legacyArgs, "task": map[string]any{"ttl": 60000}})
+	if e != nil {
+		t.Fatalf("a 2025-11-25 task call: %+v", e)
+	}
+	lt, _ := legacy["task"].(map[string]any)
+	if lt["status"] != "working" || lt["ttl"] == nil || lt["pollInterval"] != float64(1000) {
+		t.Fatalf("a 2025-11-25 task: %+v", legacy)
+	}
+
+	// The first process goes away; the worker starts; the other process
+	// answers both tasks.
+	s.StartWorker()
+	replica := dialRaw(t, second, s.Tokens[testenv.TenantA])
+	done := func(id string) map[string]any {
+		t.Helper()
+		deadline := time.Now().Add(30 * time.Second)
+		for {
+			got, e := replica.call("tasks/get", withMeta(map[string]any{"taskId": id}, declared))
+			if e != nil {
+				t.Fatalf("tasks/get %s: %+v", id, e)
+			}
+			if got["status"] != "working" {
+				return got
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("task %s still working", id)
+			}
+			time.Sleep(200 * time.Millisecond)
+		}
+	}
+	got := done(id)
+	res, isErr := toolResult(t, got["result"])
+	if got["status"] != "completed" || got["resultType"] != "complete" || isErr || res.HTTPStatus != 201 || res.Replayed {
+		t.Fatalf("the task's end: %+v", got)
+	}
+	if c := done(tk2["taskId"].(string)); c["status"] != "cancelled" {
+		t.Fatalf("the cancelled task: %+v", c)
+	}
+
+	// The same call again: the first answer at once, a replay, no task.
+	again, e := replica.call("tools/call", withMeta(map[string]any{"name": "create_ticket", "arguments": args}, declared))
+	rep, _ := toolResult(t, again)
+	if e != nil || again["resultType"] == "task" || !rep.Replayed || fmt.Sprint(rep.Result) != fmt.Sprint(res.Result) {
+		t.Fatalf("the call sent again: %+v %+v (first %+v)", again, e, res)
+	}
+
+	// 2025-11-25's tasks/result blocks until the end, and gives the
+	// result with its task named.
+	out, e := replica.call("tasks/result", map[string]any{"taskId": lt["taskId"]})
+	lres, isErr := toolResult(t, out)
+	meta, _ := out["_meta"].(map[string]any)
+	if e != nil || isErr || lres.HTTPStatus != 201 || lres.Replayed || meta["io.modelcontextprotocol/related-task"] == nil {
+		t.Fatalf("tasks/result: %+v %+v", out, e)
+	}
+	// A 2025-11-25 task cannot be cancelled once it has taken effect, and
+	// says so.
+	if _, e := replica.call("tasks/cancel", map[string]any{"taskId": lt["taskId"]}); e == nil || !strings.Contains(e.Message, "already taken effect") {
+		t.Fatalf("cancelling a done task: %+v", e)
+	}
+
+	for where, want := range map[string]int{"customer_id = 'c-task'": 1, "customer_id = 'c-task-cancel'": 0, "customer_id = 'c-task-legacy'": 1} {
+		if n := testenv.Count(t, s.Pool, "ticket", where); n != want {
+			t.Errorf("%s: %d tickets, want %d", where, n, want)
+		}
+	}
+
+	// Past its TTL a task is expired, as the extension says, though the
+	// record still holds the answer.
+	expired := dialRaw(t, serve(mcpserver.Config{TaskTTL: time.Millisecond}), s.Tokens[testenv.TenantA])
+	if _, e := expired.call("tasks/get", withMeta(map[string]any{"taskId": id}, declared)); e == nil || e.Code != -32602 || !strings.Contains(e.Message, "expired") {
+		t.Fatalf("a task past its TTL: %+v", e)
+	}
+}
