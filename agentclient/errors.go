@@ -33,6 +33,11 @@ var (
 	// It is final: idemflow never sends the call again under this key, so
 	// a retry only reads this answer again. Ask the downstream service.
 	ErrOutcomeUnknown = errors.New("outcome unknown")
+	// ErrUnfinished: an operation's run ended without a final answer
+	// (its attempts gave up, or an operator stopped it). Sending the
+	// intent again under its key runs it again, and it cannot take effect
+	// twice. Do does that itself; ReadOperation reports it.
+	ErrUnfinished = errors.New("ended without a final answer")
 )
 
 // typeOutcomeUnknown is the problem type of ErrOutcomeUnknown.

@@ -97,7 +97,7 @@ type Operation struct {
 	CreatedAt, UpdatedAt time.Time
 	// Done: the record holds the intent's answer; Result and Err are
 	// then that answer, judged as a replay of it would be (Err: a
-	// rejection, or, retryable, a run that ended without an answer).
+	// rejection, or ErrUnfinished, a run that ended without an answer).
 	Done   bool
 	Result Result
 	Err    error
@@ -131,8 +131,11 @@ func (c *Client) ReadOperation(ctx context.Context, id string) (Operation, error
 	if act == actionPoll {
 		return op, nil
 	}
-	if act == actionRetry && !errors.As(err, new(*ProblemError)) {
-		return Operation{}, fmt.Errorf("read operation %s: %w", id, err)
+	if act == actionRetry {
+		if !errors.As(err, new(*ProblemError)) {
+			return Operation{}, fmt.Errorf("read operation %s: %w", id, err)
+		}
+		err = fmt.Errorf("%w: %w", ErrUnfinished, err)
 	}
 	op.Done, op.Result, op.Err = true, res, err
 	return op, nil

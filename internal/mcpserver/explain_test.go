@@ -42,6 +42,7 @@ func TestNoTextAfterARefusalOrAPendingAnswerInvitesANewCall(t *testing.T) {
 		"outcome unknown":                     explain("k-1", fmt.Errorf("502: %w", agentclient.ErrOutcomeUnknown)).Error(),
 		"invalid arguments":                   explain("k-1", fmt.Errorf("400: %w", agentclient.ErrInvalidRequest)).Error(),
 		"no answer yet":                       explain("k-1", fmt.Errorf("waited: %w", context.DeadlineExceeded)).Error(),
+		"ended without an answer":             explain("k-1", fmt.Errorf("%w: 500", agentclient.ErrUnfinished)).Error(),
 		"key reused, HTTP":                    (&idem.KeyReusedError{Key: "k-1", BizType: "ticket.create"}).Error(),
 		"key reused, another operation, HTTP": (&idem.KeyReusedError{Key: "k-1", BizType: "ticket.create", Asked: "order.create"}).Error(),
 	}

@@ -257,6 +257,17 @@ func explain(key string, err error) error {
 			"Do not make it again under another key: tell the user, who can check with the service: %w", key, err)
 	case errors.Is(err, agentclient.ErrInvalidRequest):
 		return fmt.Errorf("INVALID ARGUMENTS, nothing was recorded; fix them and call again with the same key: %w", err)
+	case errors.Is(err, agentclient.ErrUnfinished):
+		// The stored problem's detail says what is known of the effect
+		// (nothing written, or a downstream call of unknown outcome that
+		// a retry looks up); its type path means nothing to a model.
+		var pe *agentclient.ProblemError
+		detail := ""
+		if errors.As(err, &pe) && pe.Problem.Detail != "" {
+			detail = " (" + pe.Problem.Detail + ")"
+		}
+		return fmt.Errorf("NOT DONE: the call ended without a final answer%s. Call again with the SAME idempotency_key %q and the same arguments: "+
+			"that runs it again, and it cannot take effect twice", detail, key)
 	case errors.Is(err, context.DeadlineExceeded):
 		return fmt.Errorf("NO ANSWER YET: the request may still complete. Call again with the SAME idempotency_key %q and the same arguments; it cannot run twice: %w", key, err)
 	}

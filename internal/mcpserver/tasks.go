@@ -24,7 +24,6 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
-	"fmt"
 	"io"
 	"net/http"
 	"strings"
@@ -361,13 +360,8 @@ func (t tools) readTask(ctx context.Context, extra *mcp.RequestExtra, id string)
 			tk.Status, tk.Message = "cancelled", "the call was cancelled before it took effect: nothing was done"
 			return tk, nil
 		}
-		if errors.As(err, &pe) && !pe.Settled && pe.Status >= 500 {
-			err = fmt.Errorf("FAILED: the call ended without an answer, and nothing was done. Call again with the SAME idempotency_key %q and the same arguments to run it: %w", op.IdempotencyKey, err)
-		} else {
-			err = explain(op.IdempotencyKey, err)
-		}
 		res = &mcp.CallToolResult{}
-		res.SetError(err)
+		res.SetError(explain(op.IdempotencyKey, err))
 	} else {
 		var rerr error
 		_, out, rerr = result(r)

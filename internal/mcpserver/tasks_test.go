@@ -3,6 +3,7 @@ package mcpserver_test
 import (
 	"bufio"
 	"bytes"
+	"context"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -12,7 +13,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/idemflow/idemflow/idem"
 	"github.com/idemflow/idemflow/internal/mcpserver"
+	"github.com/idemflow/idemflow/internal/problem"
+	"github.com/idemflow/idemflow/internal/tooling/modeltext"
 	"github.com/idemflow/idemflow/internal/tooling/testenv"
 )
 
@@ -242,5 +246,54 @@ func TestMCPTasksAnswerFromAnyProcessAndOnlyToTheirTenant(t *testing.T) {
 	expired := dialRaw(t, serve(mcpserver.Config{TaskTTL: time.Millisecond}), s.Tokens[testenv.TenantA])
 	if _, e := expired.call("tasks/get", withMeta(map[string]any{"taskId": id}, declared)); e == nil || e.Code != -32602 || !strings.Contains(e.Message, "expired") {
 		t.Fatalf("a task past its TTL: %+v", e)
+	}
+}
+
+// A task whose run ended without a final answer (its activity gave up, or
+// reconcile found nothing) completes with words that tell the model to
+// call again under the same key, which runs it again and cannot take
+// effect twice; never the gateway's raw problem, and never words that
+// invite a new key.
+func TestMCPTaskOfARunThatEndedWithoutAnAnswerSaysToCallAgainUnderTheSameKey(t *testing.T) {
+	s := testenv.NewStack(t, testenv.Options{NoWorker: true})
+	hs := httptest.NewServer(mcpserver.HTTPHandler(mcpserver.Config{BaseURL: s.URL, Operations: s.Set.Operations()}, mcpserver.HTTPOptions{}))
+	t.Cleanup(hs.Close)
+	c := dialRaw(t, hs.URL, s.Tokens[testenv.TenantA])
+	args := map[string]any{"idempotency_key": "task-unfinished", "customer_id": "c-task-unfinished", "title": "Gave up"}
+	created, e := c.call("tools/call", withMeta(map[string]any{"name": "create_ticket", "arguments": args}, declared))
+	if e != nil || created["resultType"] != "task" {
+		t.Fatalf("the call: %+v %+v", created, e)
+	}
+	// What the workflow writes when its attempts give up with nothing
+	// written (problem.ExecutionFailed).
+	ctx := context.Background()
+	rec, err := s.Records.Get(ctx, testenv.TenantA, "task-unfinished")
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := idem.Outcome{Status: 500, Body: problem.ExecutionFailed().Body(), ContentType: problem.ContentType}
+	if err := s.Records.Finish(ctx, s.Pool, rec, idem.StatusFailed, out, "the test's activity gave up"); err != nil {
+		t.Fatal(err)
+	}
+	got, e := c.call("tasks/get", withMeta(map[string]any{"taskId": created["taskId"]}, declared))
+	b, _ := json.Marshal(got["result"])
+	var res struct {
+		IsError bool `json:"isError"`
+		Content []struct {
+			Text string `json:"text"`
+		} `json:"content"`
+	}
+	_ = json.Unmarshal(b, &res)
+	if e != nil || got["status"] != "completed" || !res.IsError || len(res.Content) != 1 {
+		t.Fatalf("the task: %+v %+v", got, e)
+	}
+	text := res.Content[0].Text
+	t.Logf("the model reads: %s", text)
+	rule, err := modeltext.Load()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(text, `SAME idempotency_key "task-unfinished"`) || strings.Contains(text, "/problems/") || rule.Invitation(text) != "" {
+		t.Fatalf("the words: %q", text)
 	}
 }
