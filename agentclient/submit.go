@@ -143,19 +143,19 @@ func (c *Client) ReadOperation(ctx context.Context, id string) (Operation, error
 
 // CancelOperation asks the server to stop an intent's run, as an
 // operator's cancel does: the run settles its record as FAILED (nothing
-// was written) or, when its effect was already committed, SUCCESS. It
-// returns the operation as the server saw it after asking; a run that had
-// already ended is left as it was.
-func (c *Client) CancelOperation(ctx context.Context, id string) (Operation, error) {
+// was written) or, when its effect was already committed, SUCCESS, in its
+// own time (ReadOperation shows it). A run that had already ended is left
+// as it was.
+func (c *Client) CancelOperation(ctx context.Context, id string) error {
 	c.defaults()
 	actx, cancel := context.WithTimeout(ctx, c.AttemptTimeout)
 	defer cancel()
 	resp, body, err := c.send(actx, "", http.MethodPost, "/v1/operations/"+url.PathEscape(id)+"/cancel", "", nil)
 	if err != nil {
-		return Operation{}, fmt.Errorf("cancel operation %s: %w", id, err)
+		return fmt.Errorf("cancel operation %s: %w", id, err)
 	}
 	if resp.StatusCode != http.StatusOK && resp.StatusCode != http.StatusAccepted {
-		return Operation{}, fmt.Errorf("cancel operation %s: %w", id, problemError(resp.StatusCode, body, false))
+		return fmt.Errorf("cancel operation %s: %w", id, problemError(resp.StatusCode, body, false))
 	}
-	return c.ReadOperation(ctx, id)
+	return nil
 }

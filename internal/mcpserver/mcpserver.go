@@ -110,23 +110,29 @@ func addTool[In any](s *mcp.Server, tool *mcp.Tool, h mcp.ToolHandlerFor[In, Res
 	h = strict(h)
 	s.AddTool(tool, func(ctx context.Context, req *mcp.CallToolRequest) (*mcp.CallToolResult, error) {
 		var zero In
-		res, out, err := h(ctx, req, zero)
-		if err != nil {
-			var failed mcp.CallToolResult
-			failed.SetError(err)
-			return &failed, nil
-		}
-		if res == nil {
-			res = &mcp.CallToolResult{}
-		}
-		raw, err := json.Marshal(out)
-		if err != nil {
-			return nil, fmt.Errorf("marshal the result: %w", err)
-		}
-		res.StructuredContent = json.RawMessage(raw)
-		res.Content = []mcp.Content{&mcp.TextContent{Text: string(raw)}}
-		return res, nil
+		return toolResult(h(ctx, req, zero))
 	})
+}
+
+// toolResult is what a tool's call answers: err's words as an error
+// result, or out, as structured content and as its JSON text, on res
+// (a new result when nil). A task's result is the same (readTask).
+func toolResult(res *mcp.CallToolResult, out Result, err error) (*mcp.CallToolResult, error) {
+	if err != nil {
+		var failed mcp.CallToolResult
+		failed.SetError(err)
+		return &failed, nil
+	}
+	if res == nil {
+		res = &mcp.CallToolResult{}
+	}
+	raw, err := json.Marshal(out)
+	if err != nil {
+		return nil, fmt.Errorf("marshal the result: %w", err)
+	}
+	res.StructuredContent = json.RawMessage(raw)
+	res.Content = []mcp.Content{&mcp.TextContent{Text: string(raw)}}
+	return res, nil
 }
 
 func schemaOf[T any]() *jsonschema.Schema {

@@ -133,7 +133,7 @@ func (t tools) submit(ctx context.Context, req *mcp.CallToolRequest, slot *taskS
 // revision's own member names.
 type task struct {
 	ID           string
-	Status       string // working, completed, failed, cancelled
+	Status       string // working, completed or cancelled
 	Message      string
 	CreatedAt    time.Time
 	UpdatedAt    time.Time
@@ -245,10 +245,8 @@ func (t tools) callAsTask(ctx context.Context, next mcp.MethodHandler, method st
 		return res, nil // the answer came within the wait: no task
 	}
 	if slot.operationID == "" {
-		if mode == taskExt {
-			return res, nil
-		}
-		// 2025-11-25 wants a task for every such call, and there is
+		// Only 2025-11-25 comes here (the extension's pending call has
+		// its operation). It wants a task for every such call, and there is
 		// none: nothing was recorded (refused arguments, a reused key,
 		// a gateway out of reach). The tool's words, as an error.
 		return nil, &jsonrpc.Error{Code: jsonrpc.CodeInvalidParams, Message: "no task was created: " + text(res)}
@@ -331,15 +329,20 @@ func (t tools) serveTask(ctx context.Context, method string, req mcp.Request) (m
 // while the record is PROCESSING, else completed with exactly the result
 // the synchronous call would have given.
 func (t tools) readTask(ctx context.Context, extra *mcp.RequestExtra, id string) (task, error) {
-	opID, replayed := parseTaskID(id)
-	c := t.clientFor(extra)
-	op, err := c.ReadOperation(ctx, opID)
+	opID, _ := parseTaskID(id)
+	op, err := t.clientFor(extra).ReadOperation(ctx, opID)
 	if errors.Is(err, agentclient.ErrNotFound) {
 		return task{}, invalidParams("Failed to retrieve task: Task not found")
 	}
 	if err != nil {
 		return task{}, &jsonrpc.Error{Code: jsonrpc.CodeInternalError, Message: "could not read the task: " + err.Error()}
 	}
+	return t.taskOf(id, op)
+}
+
+// taskOf is task id's state, from its operation.
+func (t tools) taskOf(id string, op agentclient.Operation) (task, error) {
+	_, replayed := parseTaskID(id)
 	tk := task{ID: id, Status: "working", CreatedAt: op.CreatedAt, UpdatedAt: op.UpdatedAt, TTL: t.cfg.TaskTTL, PollInterval: t.cfg.TaskPollInterval,
 		Message: "the call is running; its effect happens at most once"}
 	if time.Since(op.CreatedAt) > t.cfg.TaskTTL {
@@ -349,30 +352,20 @@ func (t tools) readTask(ctx context.Context, extra *mcp.RequestExtra, id string)
 		return tk, nil
 	}
 	tk.Status, tk.Message = "completed", ""
-	r := op.Result
-	r.Replayed = replayed
-	var out Result
-	var res *mcp.CallToolResult
-	if op.Err != nil {
-		err = op.Err
-		var pe *agentclient.ProblemError
-		if errors.As(err, &pe) && pe.Problem.Type == "/problems/canceled-by-operator" {
-			tk.Status, tk.Message = "cancelled", "the call was cancelled before it took effect: nothing was done"
-			return tk, nil
-		}
-		res = &mcp.CallToolResult{}
-		res.SetError(explain(op.IdempotencyKey, err))
-	} else {
-		var rerr error
-		_, out, rerr = result(r)
-		if rerr != nil {
-			return task{}, rerr
-		}
-		b, _ := json.Marshal(out)
-		res = &mcp.CallToolResult{StructuredContent: json.RawMessage(b), Content: []mcp.Content{&mcp.TextContent{Text: string(b)}}}
+	var pe *agentclient.ProblemError
+	if errors.As(op.Err, &pe) && pe.Problem.Type == "/problems/canceled-by-operator" {
+		tk.Status, tk.Message = "cancelled", "the call was cancelled before it took effect: nothing was done"
+		return tk, nil
 	}
-	tk.Result = res
-	return tk, nil
+	var err error
+	if op.Err != nil {
+		tk.Result, err = toolResult(nil, Result{}, explain(op.IdempotencyKey, op.Err))
+	} else {
+		r := op.Result
+		r.Replayed = replayed
+		tk.Result, err = toolResult(result(r))
+	}
+	return tk, err
 }
 
 // cancelTask does what an operator's cancel does: the run stops, and
@@ -392,7 +385,7 @@ func (t tools) cancelTask(ctx context.Context, extra *mcp.RequestExtra, id strin
 		return raw(map[string]any{"resultType": "complete"})
 	}
 	opID, _ := parseTaskID(id)
-	if _, err := t.clientFor(extra).CancelOperation(ctx, opID); err != nil {
+	if err := t.clientFor(extra).CancelOperation(ctx, opID); err != nil {
 		return nil, &jsonrpc.Error{Code: jsonrpc.CodeInternalError, Message: "could not cancel the task: " + err.Error()}
 	}
 	if mode == taskExt {
@@ -539,15 +532,31 @@ func liftTaskHTTP(next http.Handler) http.Handler {
 			deny(w, http.StatusRequestEntityTooLarge, problem.TypeBodyTooLarge, "an MCP message is at most 1 MiB")
 			return
 		}
-		if msg, err := jsonrpc.DecodeMessage(body); err == nil {
-			if lifted := liftTask(msg); lifted != msg {
-				if b, err := jsonrpc.EncodeMessage(lifted); err == nil {
-					body = b
-				}
-			}
-		}
+		body = liftTaskBody(body)
 		r.Body = io.NopCloser(bytes.NewReader(body))
 		r.ContentLength = int64(len(body))
 		next.ServeHTTP(w, r)
 	})
+}
+
+// liftTaskBody is liftTask for a message's bytes; a body it leaves as it
+// is comes back unchanged. Only one that names a task is decoded here:
+// every other is decoded once, by the SDK.
+func liftTaskBody(body []byte) []byte {
+	if !bytes.Contains(body, []byte(`"task"`)) {
+		return body
+	}
+	msg, err := jsonrpc.DecodeMessage(body)
+	if err != nil {
+		return body
+	}
+	lifted := liftTask(msg)
+	if lifted == msg {
+		return body
+	}
+	b, err := jsonrpc.EncodeMessage(lifted)
+	if err != nil {
+		return body
+	}
+	return b
 }
