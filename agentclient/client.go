@@ -227,11 +227,35 @@ func (c *Client) Do(ctx context.Context, in Intent) (Result, error) {
 		res.Replayed = true
 		return res, nil
 	}
-	var res Result
-	var err error
+	res, _, err := c.sendUntilAnswered(ctx, in, false)
+	if err != nil {
+		if refusedUnrecorded(err) && c.Store != nil && in.ID != "" {
+			in.Refused = &res
+			if serr := c.Store.Save(ctx, in); serr != nil {
+				return Result{}, errors.Join(err, serr)
+			}
+		}
+		return Result{}, err
+	}
+	if c.Store != nil && in.ID != "" {
+		in.Result = &res
+		if serr := c.Store.Save(ctx, in); serr != nil {
+			return res, serr
+		}
+	}
+	return res, nil
+}
+
+// sendUntilAnswered sends the intent until it has an answer, a
+// non-retryable error, or ctx ends: the final answer (a 202's operation
+// polled to its end), or, when handOut, the operation of an intent that
+// still runs (Submit). Do and Submit share its retries and bounds.
+func (c *Client) sendUntilAnswered(ctx context.Context, in Intent, handOut bool) (Result, *Pending, error) {
 	for n := 1; ; n++ {
-		var wait time.Duration
-		res, wait, err = c.attempt(ctx, in, n)
+		res, pending, wait, err := c.attempt(ctx, in, n, handOut)
+		if pending != nil {
+			return Result{}, pending, nil
+		}
 		final := err == nil || !isRetryable(err)
 		if !final {
 			if wait == 0 {
@@ -248,31 +272,15 @@ func (c *Client) Do(ctx context.Context, in Intent) (Result, error) {
 			c.OnAttempt(Attempt{IntentID: in.ID, Key: in.Key, N: n, Status: res.Status, Err: err, Replayed: res.Replayed, Wait: wait})
 		}
 		if final {
-			break
+			if isRetryable(err) {
+				return Result{}, nil, fmt.Errorf("intent %s: %w before a final answer (last: %v)", in.ID, context.DeadlineExceeded, err)
+			}
+			return res, nil, err
 		}
 		if serr := c.sleep(ctx, wait); serr != nil {
-			return Result{}, fmt.Errorf("intent %s: gave up after %d attempts: %w (last: %w)", in.ID, n, serr, err)
+			return Result{}, nil, fmt.Errorf("intent %s: gave up after %d attempts: %w (last: %w)", in.ID, n, serr, err)
 		}
 	}
-	if err != nil {
-		if isRetryable(err) {
-			return Result{}, fmt.Errorf("intent %s: %w before a final answer (last: %v)", in.ID, context.DeadlineExceeded, err)
-		}
-		if refusedUnrecorded(err) && c.Store != nil && in.ID != "" {
-			in.Refused = &res
-			if serr := c.Store.Save(ctx, in); serr != nil {
-				return Result{}, errors.Join(err, serr)
-			}
-		}
-		return Result{}, err
-	}
-	if c.Store != nil && in.ID != "" {
-		in.Result = &res
-		if serr := c.Store.Save(ctx, in); serr != nil {
-			return res, serr
-		}
-	}
-	return res, nil
 }
 
 // refusedUnrecorded reports an answer given before the server recorded
@@ -314,29 +322,40 @@ func isRetryable(err error) bool {
 }
 
 // attempt makes one call; wait is a server-requested delay (Retry-After).
-func (c *Client) attempt(ctx context.Context, in Intent, n int) (Result, time.Duration, error) {
+// When handOut, an answer that names the operation of an intent that
+// still runs is handed out (pending) instead of polled or retried.
+func (c *Client) attempt(ctx context.Context, in Intent, n int, handOut bool) (res Result, pending *Pending, wait time.Duration, err error) {
 	actx, cancel := context.WithTimeout(ctx, c.AttemptTimeout)
 	defer cancel()
 	resp, body, err := c.send(actx, c.prefer(ctx), in.Method, in.Path, in.Key, in.Body)
 	if err != nil {
 		if ctx.Err() != nil {
-			return Result{}, 0, ctx.Err()
+			return Result{}, nil, 0, ctx.Err()
 		}
 		// A timeout is not a failure: the first call may have succeeded.
-		return Result{}, 0, retryableError{fmt.Errorf("attempt %d: %w", n, err)}
+		return Result{}, nil, 0, retryableError{fmt.Errorf("attempt %d: %w", n, err)}
 	}
 	res, action, err := judge(resp.StatusCode, resp.Header, body)
+	if handOut {
+		if p := pendingOf(resp.StatusCode, action, body); p != nil {
+			return Result{}, p, 0, nil
+		}
+		if action == actionPoll {
+			// A 202 that names no operation: nothing to hand out.
+			return Result{}, nil, 0, retryableError{fmt.Errorf("attempt %d: a 202 without an operation_id", n)}
+		}
+	}
 	if action == actionPoll {
 		out, err := c.poll(ctx, resp.Header.Get("Location"))
 		if err != nil {
-			return res, 0, err
+			return res, nil, 0, err
 		}
 		// The operation holds this request's own answer: its 202 said
 		// the run it polled is the one it started, not an earlier one.
 		out.Replayed = false
-		return out, 0, nil
+		return out, nil, 0, nil
 	}
-	return res, parseRetryAfter(resp.Header.Get("Retry-After")), err
+	return res, nil, parseRetryAfter(resp.Header.Get("Retry-After")), err
 }
 
 // action is what an answer asks of the client.
@@ -372,7 +391,7 @@ func judge(status int, h http.Header, body []byte) (Result, action, error) {
 		return res, actionDone, nil
 	case problemType(body) == typeOutcomeUnknown && settled:
 		return res, actionDone, problemError(status, body, true) // final, though a 502
-	case !settled && status == http.StatusConflict && problemType(body) == "/problems/request-in-progress",
+	case !settled && status == http.StatusConflict && problemType(body) == typeInProgress,
 		status == http.StatusTooManyRequests, status >= 500:
 		return res, actionRetry, retryableError{problemError(status, body, settled)}
 	}

@@ -28,42 +28,7 @@ type Pending struct {
 // waits in this one.
 func (c *Client) Submit(ctx context.Context, in Intent) (Result, *Pending, error) {
 	c.defaults()
-	for n := 1; ; n++ {
-		actx, cancel := context.WithTimeout(ctx, c.AttemptTimeout)
-		resp, body, err := c.send(actx, c.prefer(ctx), in.Method, in.Path, in.Key, in.Body)
-		cancel()
-		var res Result
-		var wait time.Duration
-		switch {
-		case err != nil && ctx.Err() != nil:
-			return Result{}, nil, ctx.Err()
-		case err != nil:
-			err = retryableError{fmt.Errorf("attempt %d: %w", n, err)}
-		default:
-			var act action
-			res, act, err = judge(resp.StatusCode, resp.Header, body)
-			if p := pendingOf(resp.StatusCode, act, body); p != nil {
-				return Result{}, p, nil
-			}
-			if act == actionPoll {
-				// A 202 that names no operation: nothing to hand out.
-				err = retryableError{fmt.Errorf("attempt %d: a 202 without an operation_id", n)}
-			}
-			wait = parseRetryAfter(resp.Header.Get("Retry-After"))
-		}
-		if err == nil || !isRetryable(err) {
-			return res, nil, err
-		}
-		if wait == 0 {
-			wait = c.backoff(n)
-		}
-		if dl, ok := ctx.Deadline(); ok && time.Until(dl) < wait {
-			return Result{}, nil, fmt.Errorf("intent %s: %w before an answer (last: %v)", in.ID, context.DeadlineExceeded, err)
-		}
-		if serr := c.sleep(ctx, wait); serr != nil {
-			return Result{}, nil, fmt.Errorf("intent %s: gave up after %d attempts: %w (last: %w)", in.ID, n, serr, err)
-		}
-	}
+	return c.sendUntilAnswered(ctx, in, true)
 }
 
 // pendingOf reads a still-running answer: idemflow's 202 (this request's
