@@ -405,13 +405,14 @@ function check(name: string, j: Judgement, e: Expectation) {
 // effect. The control, a tool that lets the wait's end be an error, hands
 // the model "Please fix your mistakes"; the model calls again, under a new
 // tool-call ID and so a new key: two effects.
-/** The usual agent loop on an in-memory checkpointer: the model, then the tool node while the model asks for calls. */
-function agentGraph(model: (state: typeof MessagesAnnotation.State) => { messages: AIMessage[] }, ticketTool: any) {
+/** The usual agent loop on an in-memory checkpointer: the model, then the tool node while the model asks for calls (route: toolsCondition, or one that sends each call). */
+function agentGraph(model: (state: typeof MessagesAnnotation.State) => { messages: AIMessage[] }, ticketTool: any,
+  route: (state: typeof MessagesAnnotation.State) => any = toolsCondition) {
   return new StateGraph(MessagesAnnotation)
     .addNode("agent", model)
     .addNode("tools", new ToolNode([ticketTool]))
     .addEdge(START, "agent")
-    .addConditionalEdges("agent", toolsCondition, ["tools", END])
+    .addConditionalEdges("agent", route, ["tools", END])
     .addEdge("tools", "agent")
     .compile({ checkpointer: new MemorySaver() });
 }
@@ -508,13 +509,7 @@ test("a tool-call ID reused in a later turn is a second call, not the first one'
     const last = state.messages[state.messages.length - 1] as AIMessage;
     return last.tool_calls?.length ? last.tool_calls.map((call) => new Send("tools", { ...state, lg_tool_call: call })) : END;
   };
-  const graph = new StateGraph(MessagesAnnotation)
-    .addNode("agent", model)
-    .addNode("tools", new ToolNode([ticketTool]))
-    .addEdge(START, "agent")
-    .addConditionalEdges("agent", route, ["tools", END])
-    .addEdge("tools", "agent")
-    .compile({ checkpointer: new MemorySaver() });
+  const graph = agentGraph(model, ticketTool, route);
   const config = { configurable: { thread_id: who } };
   const answers = [];
   for (const turn of ["first", "second"]) {
