@@ -1,6 +1,7 @@
 package devserver
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -365,7 +366,7 @@ func (p *Postgres) Kill() error {
 	}
 	// The port is free once the postmaster is gone.
 	for range 100 {
-		if syscall.Kill(pid, 0) != nil {
+		if Exited(pid) {
 			return nil
 		}
 		time.Sleep(20 * time.Millisecond)
@@ -457,4 +458,23 @@ func (p *Postgres) StartStandby(ctx context.Context, dataDir string, port int, n
 		return nil, err
 	}
 	return s, nil
+}
+
+// Exited reports whether process pid has ended: it is gone, or it is a
+// zombie that its parent has not reaped yet. A zombie holds no port, file
+// or lock; when it is reaped is its parent's business, and a container's
+// init may take seconds.
+func Exited(pid int) bool {
+	if syscall.Kill(pid, 0) != nil {
+		return true
+	}
+	stat, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
+	if err != nil {
+		// No /proc to ask (or the process has just gone): signal 0 again.
+		return syscall.Kill(pid, 0) != nil
+	}
+	// The state follows the command's name, which is in parentheses
+	// and may hold any character, ")" too.
+	i := bytes.LastIndexByte(stat, ')')
+	return i >= 0 && i+2 < len(stat) && stat[i+2] == 'Z'
 }

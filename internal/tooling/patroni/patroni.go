@@ -418,7 +418,7 @@ func (c *Cluster) KillLeader(ctx context.Context) (string, error) {
 	// others were not, so only an asynchronous cluster loses by it.
 	m.link.Cut()
 	for range 200 {
-		if syscall.Kill(pid, 0) != nil {
+		if devserver.Exited(pid) {
 			return name, nil
 		}
 		time.Sleep(20 * time.Millisecond)
