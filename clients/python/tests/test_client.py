@@ -148,6 +148,8 @@ class _Scripted:
                 self.end_headers()
                 self.wfile.write(body.encode())
 
+            do_GET = do_POST
+
             def log_message(self, *args: Any) -> None:
                 pass
 
@@ -175,6 +177,25 @@ def test_retry_after_is_honoured_and_409_429_5xx_are_retried() -> None:
     assert [k for _, k in s.seen] == ["k-1"] * 4
     # The pause after the 409 is its Retry-After (1 s), not the backoff.
     assert s.seen[1][0] - s.seen[0][0] >= 0.95
+
+
+def test_a_202s_polled_answer_is_the_requests_own_not_a_replay() -> None:
+    """The 202 says this request started the run it then polls: the answer
+    the operation holds is its first, as Go's Do reads it."""
+    view = '{"operation_id":"o","status":"succeeded","result_status":201,"result_content_type":"application/json","result":{"ticket_id":"t-9"}}'
+    s = _Scripted(
+        [
+            (202, {"Location": "/v1/operations/o", "Retry-After": "0"}, '{"operation_id":"o","status":"processing"}'),
+            (200, {"Content-Type": "application/json"}, view),
+        ]
+    )
+    try:
+        with idemflow.Client(s.url, "t", initial_backoff=0.01) as c:
+            r = c.do(Intent("k-3", "/v1/tickets", ticket("polled")))
+    finally:
+        s.server.shutdown()
+    assert (r.status, r.body, r.replayed) == (201, {"ticket_id": "t-9"}, False)
+    assert len(s.seen) == 2
 
 
 def test_outcome_unknown_is_final() -> None:

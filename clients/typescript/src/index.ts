@@ -368,11 +368,12 @@ export class Client {
         const { resp, text } = await this.#send(intent, "GET", location, undefined, undefined, end, signal);
         wait = parseRetryAfter(resp.headers.get("Retry-After"));
         if (resp.status === 200) {
-          // Done: its answer, as a replay would give it. One that ended
-          // without an answer is retried: the intent is sent again with
-          // its key.
+          // Done: its answer, as a replay would give it, but not marked
+          // replayed: the 202 said this request started the run. One that
+          // ended without an answer is retried: the intent is sent again
+          // with its key.
           const j = judgeOperation(text);
-          if (j.action === "success") return j.result;
+          if (j.action === "success") return { ...j.result, replayed: false };
           if (j.action === "retry") throw new Retryable(j.error);
           if (j.action === "fail") throw j.error;
         } else if (resp.status < 500 && resp.status !== 429) {

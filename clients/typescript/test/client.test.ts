@@ -270,6 +270,33 @@ test("the official SDK's task client (2025-11-25 tasks) gets a task, polls it an
 
 const refund = (cents: number) => ({ payment_id: "pay-ts", amount_cents: cents });
 
+test("a 202's polled answer is the request's own, not a replay", async () => {
+  // The 202 says this request started the run it then polls: the answer
+  // the operation holds is its first, as Go's Do reads it.
+  const view = '{"operation_id":"o","status":"succeeded","result_status":201,"result_content_type":"application/json","result":{"ticket_id":"t-9"}}';
+  const seen: string[] = [];
+  const scripted: Server = createServer((req, res) => {
+    seen.push(`${req.method} ${req.url}`);
+    req.resume();
+    if (req.method === "POST") {
+      res.writeHead(202, { "Content-Type": "application/json", Location: "/v1/operations/o", "Retry-After": "0" });
+      res.end('{"operation_id":"o","status":"processing"}');
+      return;
+    }
+    res.writeHead(200, { "Content-Type": "application/json" });
+    res.end(view);
+  });
+  await new Promise<void>((r) => scripted.listen(0, "127.0.0.1", r));
+  try {
+    const addr = scripted.address() as { port: number };
+    const r = await client(`http://127.0.0.1:${addr.port}`).do({ key: randomUUID(), path: "/v1/tickets", body: ticket("polled") });
+    assert.deepEqual([r.status, r.body, r.replayed], [201, { ticket_id: "t-9" }, false]);
+    assert.deepEqual(seen, ["POST /v1/tickets", "GET /v1/operations/o"]);
+  } finally {
+    scripted.close();
+  }
+});
+
 test("a downstream's 202 is the call's answer, not idemflow's still running", async () => {
   const key = randomUUID();
   const first = await client().do({ key, path: "/v1/tools/refund_queued", body: refund(100) });
@@ -302,6 +329,7 @@ test("a polled answer is the replay's bytes, a downstream's text too", async () 
   assert.equal(polled.status, 201);
   assert.match(polled.raw, /^refund re_\d+ of 100 cents/);
   assert.equal(polled.raw, replay.raw);
+  assert.equal(polled.replayed, false, "the polled answer is the request's own");
   assert.equal(replay.replayed, true);
 });
 

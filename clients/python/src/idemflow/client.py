@@ -16,7 +16,7 @@ import json
 import random
 import time
 from collections.abc import Callable, Generator
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import httpx
@@ -145,12 +145,13 @@ def _poll(o: _Options, intent: Intent, location: str, end: float) -> Generator[_
         if isinstance(reply, _Answer):
             wait = retry_after(reply.headers.get("Retry-After"))
             if reply.status == 200:
-                # Done: its answer, as a replay would give it. One that
-                # ended without an answer is retried: the intent is sent
-                # again with its key.
+                # Done: its answer, as a replay would give it, but not
+                # marked replayed: the 202 said this request started the
+                # run. One that ended without an answer is retried: the
+                # intent is sent again with its key.
                 j = judge_operation(reply.text)
                 if isinstance(j, Success):
-                    return j.result
+                    return replace(j.result, replayed=False)
                 if isinstance(j, Retry):
                     raise _Again(j.error)
                 if isinstance(j, Fail):
