@@ -251,10 +251,18 @@ func (c *Client) Do(ctx context.Context, in Intent) (Result, error) {
 // polled to its end), or, when handOut, the operation of an intent that
 // still runs (Submit). Do and Submit share its retries and bounds.
 func (c *Client) sendUntilAnswered(ctx context.Context, in Intent, handOut bool) (Result, *Pending, error) {
+	// seen is the operation an answer last named as running, if any.
+	var seen *Pending
 	for n := 1; ; n++ {
 		res, pending, wait, err := c.attempt(ctx, in, n, handOut)
 		if pending != nil {
 			return Result{}, pending, nil
+		}
+		if pe := (*PendingError)(nil); errors.As(err, &pe) {
+			seen = &pe.Pending
+			if isRetryable(pe.Err) {
+				err = pe.Err // retried as before
+			}
 		}
 		final := err == nil || !isRetryable(err)
 		if !final {
@@ -273,12 +281,20 @@ func (c *Client) sendUntilAnswered(ctx context.Context, in Intent, handOut bool)
 		}
 		if final {
 			if isRetryable(err) {
-				return Result{}, nil, fmt.Errorf("intent %s: %w before a final answer (last: %v)", in.ID, context.DeadlineExceeded, err)
+				err = fmt.Errorf("intent %s: %w before a final answer (last: %v)", in.ID, context.DeadlineExceeded, err)
+				if seen != nil {
+					err = &PendingError{Pending: *seen, Err: err}
+				}
+				return Result{}, nil, err
 			}
 			return res, nil, err
 		}
 		if serr := c.sleep(ctx, wait); serr != nil {
-			return Result{}, nil, fmt.Errorf("intent %s: gave up after %d attempts: %w (last: %w)", in.ID, n, serr, err)
+			err = fmt.Errorf("intent %s: gave up after %d attempts: %w (last: %w)", in.ID, n, serr, err)
+			if seen != nil {
+				err = &PendingError{Pending: *seen, Err: err}
+			}
+			return Result{}, nil, err
 		}
 	}
 }
@@ -336,8 +352,9 @@ func (c *Client) attempt(ctx context.Context, in Intent, n int, handOut bool) (r
 		return Result{}, nil, 0, retryableError{fmt.Errorf("attempt %d: %w", n, err)}
 	}
 	res, action, err := judge(resp.StatusCode, resp.Header, body)
+	p := pendingOf(resp.StatusCode, action, body)
 	if handOut {
-		if p := pendingOf(resp.StatusCode, action, body); p != nil {
+		if p != nil {
 			return Result{}, p, 0, nil
 		}
 		if action == actionPoll {
@@ -348,12 +365,20 @@ func (c *Client) attempt(ctx context.Context, in Intent, n int, handOut bool) (r
 	if action == actionPoll {
 		out, err := c.poll(ctx, resp.Header.Get("Location"))
 		if err != nil {
+			if p != nil && ctx.Err() != nil {
+				err = &PendingError{Pending: *p, Err: err}
+			}
 			return res, nil, 0, err
 		}
 		// The operation holds this request's own answer: its 202 said
 		// the run it polled is the one it started, not an earlier one.
 		out.Replayed = false
 		return out, nil, 0, nil
+	}
+	if p != nil {
+		// Another request's run, in progress: retried, and named if the
+		// deadline ends first.
+		err = &PendingError{Pending: *p, Err: err}
 	}
 	return res, nil, parseRetryAfter(resp.Header.Get("Retry-After")), err
 }

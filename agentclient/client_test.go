@@ -480,3 +480,42 @@ func TestADeadlineIsABoundThroughAPartition(t *testing.T) {
 		})
 	}
 }
+
+// A deadline that ends while the intent is recorded and running names the
+// operation that will hold the answer, and whose run it is: a front end
+// hands that on (an MCP task) instead of an answer that only says "no
+// answer yet".
+func TestADeadlineWhileTheIntentRunsNamesItsOperation(t *testing.T) {
+	running := func(w http.ResponseWriter, _ *http.Request) { fmt.Fprint(w, `{"status":"processing"}`) }
+	inProgress := func(w http.ResponseWriter, _ *http.Request) {
+		w.Header().Set("Content-Type", "application/problem+json")
+		w.Header().Set("Retry-After", "1")
+		w.WriteHeader(http.StatusConflict)
+		fmt.Fprint(w, `{"type":"/problems/request-in-progress","title":"t","status":409,"operation_id":"op-2"}`)
+	}
+	for name, tc := range map[string]struct {
+		answers []func(http.ResponseWriter, *http.Request)
+		want    Pending
+	}{
+		"its own run (202)": {[]func(http.ResponseWriter, *http.Request){
+			func(w http.ResponseWriter, _ *http.Request) {
+				w.Header().Set("Location", "/v1/operations/op-1")
+				w.WriteHeader(http.StatusAccepted)
+				fmt.Fprint(w, `{"operation_id":"op-1","status":"processing"}`)
+			}, running}, Pending{OperationID: "op-1", Owner: true}},
+		"another request's run (409 in progress)": {[]func(http.ResponseWriter, *http.Request){inProgress}, Pending{OperationID: "op-2"}},
+	} {
+		t.Run(name, func(t *testing.T) {
+			c, _ := newClient(t, &script{answers: tc.answers})
+			c.sleep = sleepCtx
+			c.Initial, c.Max = 5*time.Millisecond, 20*time.Millisecond
+			ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
+			defer cancel()
+			_, err := c.Do(ctx, Intent{Key: "k", Method: http.MethodPost, Path: "/v1/tickets", Body: []byte(`{}`)})
+			var pe *PendingError
+			if !errors.As(err, &pe) || pe.Pending != tc.want || !errors.Is(err, context.DeadlineExceeded) {
+				t.Fatalf("want a deadline naming %+v, got %v", tc.want, err)
+			}
+		})
+	}
+}

@@ -62,6 +62,21 @@ type Problem struct {
 	} `json:"errors,omitempty"`
 }
 
+// PendingError is a deadline that ended while the intent was recorded and
+// still running: the operation that will hold its answer (a 202's, or
+// another request's run found in progress), which ReadOperation reads
+// later. It unwraps to the context's error (context.DeadlineExceeded).
+type PendingError struct {
+	Pending
+	Err error
+}
+
+func (e *PendingError) Error() string {
+	return fmt.Sprintf("operation %s still running: %v", e.OperationID, e.Err)
+}
+
+func (e *PendingError) Unwrap() error { return e.Err }
+
 // ProblemError is an error answer; it unwraps to one of the sentinels.
 type ProblemError struct {
 	Status  int

@@ -119,9 +119,9 @@ func addTool[In any](s *mcp.Server, tool *mcp.Tool, h mcp.ToolHandlerFor[In, Res
 // (a new result when nil). A task's result is the same (readTask).
 func toolResult(res *mcp.CallToolResult, out Result, err error) (*mcp.CallToolResult, error) {
 	if err != nil {
-		var failed mcp.CallToolResult
+		failed := cmp.Or(res, &mcp.CallToolResult{})
 		failed.SetError(err)
-		return &failed, nil
+		return failed, nil
 	}
 	if res == nil {
 		res = &mcp.CallToolResult{}
@@ -205,17 +205,46 @@ func (t tools) call(ctx context.Context, req *mcp.CallToolRequest, key, path str
 	if err != nil {
 		return nil, Result{}, err
 	}
-	ctx, cancel := context.WithTimeout(withTraceOf(ctx, req), t.cfg.CallTimeout)
+	ctx, cancel := context.WithTimeout(withTraceOf(ctx, req), t.callWait(req))
 	defer cancel()
 	in := agentclient.Intent{Key: key, Method: http.MethodPost, Path: path, Body: raw}
 	if slot, ok := ctx.Value(slotKey{}).(*taskSlot); ok {
 		return t.submit(ctx, req, slot, in)
 	}
 	res, err := t.client(req).Do(ctx, in)
+	var pe *agentclient.PendingError
+	if errors.As(err, &pe) {
+		// NO ANSWER YET, and the task that will hold the answer: a client
+		// that cannot ask for a task up front (an SDK without a task
+		// client) waits on this one instead of handing the model the
+		// words (tasks/get, tasks/result).
+		handle := &mcp.CallToolResult{Meta: mcp.Meta{metaRelatedTask: map[string]any{"taskId": taskID(pe.OperationID, !pe.Owner)}}}
+		return handle, Result{}, explain(key, err)
+	}
 	if err != nil {
 		return nil, Result{}, explain(key, err)
 	}
 	return result(res)
+}
+
+// MetaWait is the _meta member in which a client bounds how long a call
+// waits for its final answer before it is answered NO ANSWER YET with
+// the task that will hold it (milliseconds, at most CallTimeout): a
+// durable client waits on the task, with its own deadline, rather than on
+// one long request its transport may cut.
+const MetaWait = "io.idemflow/wait-ms"
+
+// callWait is how long a synchronous call waits: CallTimeout, or less
+// where the client asked (MetaWait).
+func (t tools) callWait(req *mcp.CallToolRequest) time.Duration {
+	if req == nil || req.Params == nil {
+		return t.cfg.CallTimeout
+	}
+	ms, ok := req.Params.Meta[MetaWait].(float64)
+	if !ok || ms <= 0 {
+		return t.cfg.CallTimeout
+	}
+	return min(t.cfg.CallTimeout, time.Duration(ms*float64(time.Millisecond)))
 }
 
 func result(res agentclient.Result) (*mcp.CallToolResult, Result, error) {

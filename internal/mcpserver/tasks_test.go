@@ -297,3 +297,56 @@ func TestMCPTaskOfARunThatEndedWithoutAnAnswerSaysToCallAgainUnderTheSameKey(t *
 		t.Fatalf("the words: %q", text)
 	}
 }
+
+// A call from a client that cannot ask for a task up front (an SDK with
+// no task client) bounds its wait in _meta (MetaWait); past it, the answer
+// is NO ANSWER YET with the task that will hold the call's answer in its
+// _meta, which the client reads with tasks/get and tasks/result: the
+// call's own answer (not a replay), one ticket. A call that found another
+// request's run names it as a replay's task.
+func TestMCPNoAnswerYetNamesTheTaskThatWillHoldTheAnswer(t *testing.T) {
+	s := testenv.NewStack(t, testenv.Options{NoWorker: true})
+	hs := httptest.NewServer(mcpserver.HTTPHandler(mcpserver.Config{BaseURL: s.URL, Operations: s.Set.Operations()}, mcpserver.HTTPOptions{}))
+	t.Cleanup(hs.Close)
+	c := dialRaw(t, hs.URL, s.Tokens[testenv.TenantA])
+	args := map[string]any{"idempotency_key": "by-the-model", "customer_id": "c-handle", "title": "Slow ticket"}
+	meta := map[string]any{mcpserver.MetaKey: "handle-k1", mcpserver.MetaWait: 1500}
+	handleOf := func(res map[string]any) string {
+		t.Helper()
+		m, _ := res["_meta"].(map[string]any)
+		rt, _ := m["io.modelcontextprotocol/related-task"].(map[string]any)
+		id, _ := rt["taskId"].(string)
+		return id
+	}
+	start := time.Now()
+	first, e := c.call("tools/call", withMeta(map[string]any{"name": "create_ticket", "arguments": args}, meta))
+	took := time.Since(start)
+	_, isErr := toolResult(t, first)
+	if e != nil || !isErr || !strings.Contains(fmt.Sprint(first["content"]), "NO ANSWER YET") || handleOf(first) == "" {
+		t.Fatalf("a call past its wait: %+v %+v", first, e)
+	}
+	if took > 4*time.Second {
+		t.Fatalf("a call that bounded its wait at 1.5 s answered after %s", took)
+	}
+	t.Logf("NO ANSWER YET after %s, task %s", took.Round(time.Millisecond), handleOf(first))
+	second, _ := c.call("tools/call", withMeta(map[string]any{"name": "create_ticket", "arguments": args}, meta))
+	if h := handleOf(second); h != handleOf(first)+"~replay" {
+		t.Fatalf("the same call again, while the first runs: task %q (first %q)", h, handleOf(first))
+	}
+	if got, e := c.call("tasks/get", map[string]any{"taskId": handleOf(first)}); e != nil || got["status"] != "working" {
+		t.Fatalf("tasks/get: %+v %+v", got, e)
+	}
+	s.StartWorker()
+	out, e := c.call("tasks/result", map[string]any{"taskId": handleOf(first)})
+	res, isErr := toolResult(t, out)
+	if e != nil || isErr || res.HTTPStatus != 201 || res.Replayed {
+		t.Fatalf("tasks/result: %+v %+v", out, e)
+	}
+	out, e = c.call("tasks/result", map[string]any{"taskId": handleOf(second)})
+	if rep, _ := toolResult(t, out); e != nil || !rep.Replayed || fmt.Sprint(rep.Result) != fmt.Sprint(res.Result) {
+		t.Fatalf("the second call's task: %+v %+v", out, e)
+	}
+	if n := testenv.Count(t, s.Pool, "ticket", "customer_id = 'c-handle'"); n != 1 {
+		t.Fatalf("%d tickets", n)
+	}
+}
