@@ -26,6 +26,7 @@ import (
 	"errors"
 	"io"
 	"net/http"
+	"reflect"
 	"strings"
 	"time"
 
@@ -213,15 +214,49 @@ func addTasks(s *mcp.Server, t tools) {
 			case "initialize":
 				return withLegacyCapability(next(ctx, method, req))
 			case "tools/list":
-				return withTaskSupport(next(ctx, method, req))
+				return forRevision(req)(withTaskSupport(next(ctx, method, req)))
 			case "tools/call":
-				return t.callAsTask(ctx, next, method, req)
+				return forRevision(req)(t.callAsTask(ctx, next, method, req))
 			case "tasks/get", "tasks/result", "tasks/cancel":
-				return t.serveTask(ctx, method, req)
+				return forRevision(req)(t.serveTask(ctx, method, req))
 			}
 			return next(ctx, method, req)
 		}
 	})
+}
+
+// forRevision completes a result this package wrote as raw JSON for the
+// revision of the request it answers. A 2026-07-28 request (one that
+// names the version in its _meta) gets resultType "complete" where the
+// result has none: that revision's servers MUST send it, and its clients
+// refuse a result without it. The SDK adds it to its own result types,
+// but a raw result is opaque to it.
+func forRevision(req mcp.Request) func(mcp.Result, error) (mcp.Result, error) {
+	return func(res mcp.Result, err error) (mcp.Result, error) {
+		rr, ok := res.(*rawResult)
+		if err != nil || !ok || !newRevision(req) {
+			return res, err
+		}
+		m, err := asMap(rr, nil)
+		if err != nil {
+			return nil, err
+		}
+		if _, ok := m["resultType"]; ok {
+			return res, nil
+		}
+		m["resultType"] = "complete"
+		return raw(m)
+	}
+}
+
+// newRevision reports whether req follows MCP 2026-07-28 or later.
+func newRevision(req mcp.Request) bool {
+	p := req.GetParams()
+	if v := reflect.ValueOf(p); !v.IsValid() || v.Kind() == reflect.Pointer && v.IsNil() {
+		return false // a request without params
+	}
+	v, _ := p.GetMeta()[mcp.MetaKeyProtocolVersion].(string)
+	return v >= "2026-07-28"
 }
 
 // callAsTask runs a tools/call; one that asked for a task and has no

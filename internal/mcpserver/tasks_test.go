@@ -18,6 +18,8 @@ import (
 	"github.com/idemflow/idemflow/internal/problem"
 	"github.com/idemflow/idemflow/internal/tooling/modeltext"
 	"github.com/idemflow/idemflow/internal/tooling/testenv"
+	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
+	"github.com/modelcontextprotocol/go-sdk/mcp"
 )
 
 // rawMCP speaks JSON-RPC to an MCP server over streamable HTTP by hand:
@@ -348,5 +350,57 @@ func TestMCPNoAnswerYetNamesTheTaskThatWillHoldTheAnswer(t *testing.T) {
 	}
 	if n := testenv.Count(t, s.Pool, "ticket", "customer_id = 'c-handle'"); n != 1 {
 		t.Fatalf("%d tickets", n)
+	}
+}
+
+// A 2026-07-28 request (the version named in its _meta, as the OpenAI
+// Agents SDK's MCP client sends over stdio once discover found the
+// revision) gets every result with resultType, which that revision's
+// clients require: the tool list and a tool's answer too, which this
+// package rewrites.
+func TestMCP2026RequestsGetResultsOfTheirRevision(t *testing.T) {
+	s := testenv.NewStack(t, testenv.Options{})
+	ctx, cancel := context.WithCancel(context.Background())
+	t.Cleanup(cancel)
+	st, ct := mcp.NewInMemoryTransports()
+	srv := mcpserver.New(mcpserver.Config{BaseURL: s.URL, Token: s.Tokens[testenv.TenantA], Operations: s.Set.Operations()})
+	go func() { _ = srv.Run(ctx, mcpserver.WithTasks(st)) }()
+	conn, err := ct.Connect(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	meta := map[string]any{"io.modelcontextprotocol/protocolVersion": "2026-07-28",
+		"io.modelcontextprotocol/clientCapabilities": map[string]any{}, "io.modelcontextprotocol/clientInfo": map[string]any{"name": "raw", "version": "1"}}
+	n := int64(0)
+	call := func(method string, params map[string]any) map[string]any {
+		t.Helper()
+		n++
+		id, _ := jsonrpc.MakeID(float64(n))
+		params["_meta"] = meta
+		b, _ := json.Marshal(params)
+		if err := conn.Write(ctx, &jsonrpc.Request{ID: id, Method: method, Params: b}); err != nil {
+			t.Fatal(err)
+		}
+		for {
+			msg, err := conn.Read(ctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if r, ok := msg.(*jsonrpc.Response); ok && r.ID == id {
+				var out map[string]any
+				if r.Error != nil || json.Unmarshal(r.Result, &out) != nil {
+					t.Fatalf("%s: %v %s", method, r.Error, r.Result)
+				}
+				return out
+			}
+		}
+	}
+	if list := call("tools/list", map[string]any{}); list["resultType"] != "complete" || len(list["tools"].([]any)) == 0 {
+		t.Fatalf("tools/list: %+v", list)
+	}
+	args := map[string]any{"idempotency_key": "rev-2026", "customer_id": "c-2026", "title": "New revision"}
+	called := call("tools/call", map[string]any{"name": "create_ticket", "arguments": args})
+	if res, isErr := toolResult(t, called); isErr || res.HTTPStatus != 201 || called["resultType"] != "complete" {
+		t.Fatalf("tools/call: %+v", called)
 	}
 }
