@@ -55,12 +55,31 @@ func TestThePythonPackageAgainstTheStack(t *testing.T) {
 	queued.Accepted = true
 	srv := httptest.NewServer(queued.Handler())
 	t.Cleanup(srv.Close)
-	tools, err := httptool.Parse([]byte(fmt.Sprintf(`tools:
+	// slow_refund's service takes 4 s over each refund: a call that
+	// outlasts an MCP client's wait (tests/test_mcp.py).
+	slow := downstream.New()
+	slow.Late = 4 * time.Second
+	for range 20 {
+		slow.Inject(downstream.Slow)
+	}
+	slowSrv := httptest.NewServer(slow.Handler())
+	t.Cleanup(slowSrv.Close)
+	toolsYAML := []byte(fmt.Sprintf(`tools:
   - name: refund_queued
     description: Refund part of a payment.
     input_schema: {type: object, required: [payment_id, amount_cents], properties: {payment_id: {type: string}, amount_cents: {type: integer}}}
-    call: {method: POST, url: %q, key_header: Idempotency-Key}`, srv.URL+"/keyed/refunds")), nil)
+    call: {method: POST, url: %q, key_header: Idempotency-Key}
+  - name: slow_refund
+    description: Refund part of a payment, slowly.
+    input_schema: {type: object, required: [payment_id, amount_cents], properties: {payment_id: {type: string}, amount_cents: {type: integer}}}
+    call: {method: POST, url: %q, key_header: Idempotency-Key}`, srv.URL+"/keyed/refunds", slowSrv.URL+"/keyed/refunds"))
+	tools, err := httptool.Parse(toolsYAML, nil)
 	if err != nil {
+		t.Fatal(err)
+	}
+	// idemflow mcp over stdio serves them too (IDEMFLOW_TOOLS).
+	toolsFile := filepath.Join(t.TempDir(), "tools.yaml")
+	if err := os.WriteFile(toolsFile, toolsYAML, 0o600); err != nil {
 		t.Fatal(err)
 	}
 	s := testenv.NewStack(t, testenv.Options{Tools: tools})
@@ -79,6 +98,7 @@ func TestThePythonPackageAgainstTheStack(t *testing.T) {
 		"IDEMFLOW_TOKEN_B="+s.Tokens[testenv.TenantB],
 		"IDEMFLOW_MCP_URL="+mcp.URL+"/",
 		"IDEMFLOW_BIN="+bin,
+		"IDEMFLOW_TOOLS="+toolsFile,
 		"DATABASE_URL="+s.DatabaseURL,
 		"TEMPORAL_ADDRESS="+s.Server.GetFrontendHostPort(),
 		"TEMPORAL_NAMESPACE="+s.Server.GetDefaultNamespace(),

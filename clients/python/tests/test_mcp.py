@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import json
 import textwrap
+import time
 import uuid
 from collections.abc import AsyncIterator, Callable
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
@@ -18,6 +19,9 @@ from mcp import ClientSession, StdioServerParameters
 from mcp.client.stdio import get_default_environment, stdio_client
 from mcp.client.streamable_http import streamable_http_client
 
+from idemflow.errors import DeadlineError
+from idemflow.mcp import call_until_answered
+
 from .conftest import docs_text, need
 
 META_KEY = "io.idemflow/idempotency-key"
@@ -28,7 +32,12 @@ async def over_stdio() -> AsyncIterator[ClientSession]:
     params = StdioServerParameters(
         command=need("IDEMFLOW_BIN"),
         args=["mcp"],
-        env={**get_default_environment(), "IDEMFLOW_URL": need("IDEMFLOW_URL"), "IDEMFLOW_TOKEN": need("IDEMFLOW_TOKEN")},
+        env={
+            **get_default_environment(),
+            "IDEMFLOW_URL": need("IDEMFLOW_URL"),
+            "IDEMFLOW_TOKEN": need("IDEMFLOW_TOKEN"),
+            "IDEMFLOW_TOOLS": need("IDEMFLOW_TOOLS"),
+        },
     )
     async with stdio_client(params) as (read, write), ClientSession(read, write) as session:
         await session.initialize()
@@ -111,5 +120,53 @@ def test_the_docs_meta_call_runs_in_a_session() -> None:
             assert not again.is_error, text(again)
             assert again.structured_content is not None and again.structured_content["replayed"] is True, text(again)
             assert again.structured_content["result"]["idempotency_key"] == key
+
+    asyncio.run(main())
+
+
+@pytest.mark.parametrize("transport", list(TRANSPORTS))
+def test_a_call_that_outlasts_its_wait_waits_on_its_task(transport: str) -> None:
+    """slow_refund's service takes 4 s. A call that bounds its wait at 1 s
+    gets NO ANSWER YET with its task (the SDK cannot ask for one up
+    front), and call_until_answered waits on the task: the call's own
+    answer, not a replay, and never the words. A deadline shorter than
+    the call raises DeadlineError; the same key later gets the first
+    call's answer, a replay."""
+
+    async def main() -> None:
+        async with TRANSPORTS[transport]() as session:
+            args = {"idempotency_key": "written-by-the-model", "payment_id": f"p-{uuid.uuid4().hex[:8]}", "amount_cents": 100}
+
+            async def durably(key: str, deadline: float) -> Any:
+                return await call_until_answered(
+                    lambda meta: session.call_tool("slow_refund", args, meta=meta),
+                    session,
+                    key=key,
+                    tool="slow_refund",
+                    resume="call again under the same key",
+                    deadline=deadline,
+                    wait=1.0,
+                )
+
+            key = f"py-mcp-slow-{uuid.uuid4()}"
+            start = time.monotonic()
+            first = await durably(key, 30)
+            took = time.monotonic() - start
+            assert not first.is_error, text(first)
+            assert first.structured_content is not None and first.structured_content["replayed"] is False, first
+            assert took > 3, f"answered after {took:.1f} s, before the service did"
+
+            cut = f"py-mcp-slow-{uuid.uuid4()}"
+            start = time.monotonic()
+            with pytest.raises(DeadlineError) as pending:
+                await durably(cut, 1.5)
+            bound = time.monotonic() - start
+            assert bound < 3, f"a 1.5 s deadline ended after {bound:.1f} s"
+            again = await durably(cut, 30)
+            assert not again.is_error and again.structured_content is not None and again.structured_content["replayed"] is True, again
+            print(
+                f"MCP over {transport}: a 4 s call waited on its task ({took:.1f} s, replayed=False);"
+                f" a 1.5 s deadline ended after {bound:.1f} s ({pending.value}); the same key again: replayed=True"
+            )
 
     asyncio.run(main())

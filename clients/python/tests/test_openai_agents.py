@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
+import textwrap
 import uuid
 from pathlib import Path
 from typing import Any
@@ -18,16 +20,17 @@ import psycopg
 import pytest
 from agents import Agent, RunConfig, Runner, function_tool
 from agents.exceptions import UserError
+from agents.mcp import MCPServerStdio, create_static_tool_filter
 from agents.models.fake_id import FAKE_RESPONSES_ID
 from agents.tool_context import ToolContext
 
 import idemflow
 from idemflow.errors import DeadlineError, NoDurableIdentityError
-from idemflow.openai_agents import durable_key, idemflow_function_tool, run_durably
+from idemflow.openai_agents import durable_key, durable_mcp_server, idemflow_function_tool, run_durably
 
 from . import children
 from .agents.openai_agent import ScriptedModel, Ticket
-from .conftest import count, docs_text
+from .conftest import count, docs_text, need
 from .wire import Proxy
 
 CASES = [
@@ -37,6 +40,11 @@ CASES = [
     ("unsafe: nothing saved before the call", ("--unsafe",), 2, False),
     ("saved RunState lost, the turn sent again", ("--lost",), 1, True),
     ("control: RunState lost, oa1 keys", ("--lost", "--key-scheme", "oa1"), 2, False),
+    # Through idemflow's MCP server (MCPServerStdio), the model writing an
+    # idempotency_key of its own each time it writes the call.
+    ("MCP wrapped: saved RunState", ("--via", "mcp"), 1, True),
+    ("MCP wrapped: RunState lost, the turn sent again", ("--via", "mcp", "--lost"), 1, True),
+    ("MCP control: the model's key, RunState lost", ("--via", "mcp", "--lost", "--tools", "naive"), 2, False),
 ]
 
 
@@ -45,11 +53,12 @@ def test_a_killed_openai_agent_resumes_from_its_run_state_without_a_duplicate(
     name: str, extra: tuple[str, ...], tickets: int, replayed: bool, url: str, db: psycopg.Connection, tmp_path: Path
 ) -> None:
     thread = f"py-oa-{name.split(':')[0].replace(' ', '-')}-{uuid.uuid4().hex[:6]}"
+    resumed = "resuming" if extra in ((), ("--via", "mcp")) else None
     # The first POST reaches the gateway and its answer is dropped (or it
     # never arrives), and the agent is SIGKILLed while it waits; the app
     # then runs it again, the way it resumes.
     args = ["--state", str(tmp_path / "run-state.json"), *extra]
-    children.kill_case("tests.agents.openai_agent", name, thread, args, url, db, tickets=tickets, replayed=replayed, resumed=None if extra else "resuming")
+    children.kill_case("tests.agents.openai_agent", name, thread, args, url, db, tickets=tickets, replayed=replayed, resumed=resumed)
 
 
 def ticket_tool(client: idemflow.AsyncClient, **kw: Any) -> Any:
@@ -272,3 +281,130 @@ def test_the_readme_snippet_runs(url: str, token: str, db: psycopg.Connection, t
     assert count(db, "ticket", who) == before + 1
     exec(compile(code, "README.md", "exec"), {"MODEL": ScriptedModel(who), "__name__": "readme"})
     assert count(db, "ticket", who) == before + 1, "run again from its saved RunState, the snippet made a second ticket"
+
+
+def mcp_server(url: str, token: str, approval: bool = True, timeout: float = 30) -> MCPServerStdio:
+    """idemflow mcp over stdio, at url, as the SDK runs it: create_ticket
+    only, each call approved first (run_durably saves its IDs) unless
+    approval is off (the SDK's default)."""
+    env = {"IDEMFLOW_URL": url, "IDEMFLOW_TOKEN": token, "PATH": os.environ.get("PATH", "")}
+    return MCPServerStdio(
+        params={"command": need("IDEMFLOW_BIN"), "args": ["mcp"], "env": env},
+        name="idemflow",
+        cache_tools_list=True,
+        require_approval="always" if approval else "never",
+        client_session_timeout_seconds=timeout,
+        tool_filter=create_static_tool_filter(allowed_tool_names=["create_ticket"]),
+    )
+
+
+def test_a_call_over_mcp_has_the_native_tools_key(url: str, token: str, db: psycopg.Connection) -> None:
+    """The same intended call made by the native tool and then, the turn
+    sent again, through idemflow's MCP server with durable_mcp_server: the
+    model writes it under new IDs and another idempotency_key of its own,
+    and it gets the key the native tool had, so the first answer, a
+    replay, and one ticket."""
+    who = f"py-oa-mcp-native-{uuid.uuid4().hex[:8]}"
+    config = RunConfig(group_id=who, tracing_disabled=True)
+
+    async def scenario() -> tuple[list[Any], list[Any]]:
+        async with idemflow.AsyncClient(url, token) as c:
+            load, save = in_memory()
+            native = Agent(name="support", tools=[ticket_tool(c)], model=ScriptedModel(who))
+            first = await run_durably(native, "Open a ticket.", run_config=config, load=load, save=save)
+        server = durable_mcp_server(mcp_server(url, token))
+        async with server:
+            load, save = in_memory()
+            over_mcp = Agent(name="support", mcp_servers=[server], model=ScriptedModel(who, model_key=True))
+            again = await run_durably(over_mcp, "Open a ticket.", run_config=config, load=load, save=save)
+        return outputs_of(first), outputs_of(again)
+
+    first, again = asyncio.run(scenario())
+    print(f"native then MCP: {first[0]['result']['idempotency_key']} then {again[0]['result']['idempotency_key']}, replayed {again[0]['replayed']}")
+    assert [o["replayed"] for o in first] == [False] and [o["replayed"] for o in again] == [True], (first, again)
+    assert again[0]["result"] == first[0]["result"]
+    assert count(db, "ticket", who) == 1
+
+
+def outputs_of(result: Any) -> list[Any]:
+    """The tool answers a run's items hold, as JSON (an MCP tool's is its
+    text content)."""
+    out = []
+    for i in result.new_items:
+        if i.type == "tool_call_output_item":
+            out.append(json.loads(i.output["text"] if isinstance(i.output, dict) else str(i.output)))
+    return out
+
+
+def test_a_pending_answer_over_mcp_fails_the_run_and_never_reaches_the_model(url: str, token: str, db: psycopg.Connection) -> None:
+    """A partition between idemflow mcp and the gateway longer than the
+    wrapper's deadline: the run fails with DeadlineError, nothing is
+    handed to the model, and the run resumed from its saved RunState gets
+    the first call's answer, one ticket. The control, the SDK's MCP server
+    as it comes: its read timeout reaches the model as an error that asks
+    it to try again, and it does, under a key of its own: two tickets."""
+    proxy = Proxy(url, "answer-lost", path="/never")
+
+    async def scenario() -> tuple[str, str, list[str]]:
+        who = f"py-oa-mcp-pending-{uuid.uuid4().hex[:8]}"
+        config = RunConfig(group_id=who, tracing_disabled=True)
+        load, save = in_memory()
+        server = durable_mcp_server(mcp_server(proxy.url, token), deadline=3, wait=1)
+        async with server:
+            model = ScriptedModel(who, model_key=True)
+            agent = Agent(name="support", mcp_servers=[server], model=model)
+            proxy.partitioned = True
+            with pytest.raises(Exception) as failed:
+                await run_durably(agent, "Open a ticket.", run_config=config, load=load, save=save)
+            chain: list[BaseException] = []
+            e: BaseException | None = failed.value
+            while e is not None:
+                chain.append(e)
+                e = e.__cause__
+            assert any(isinstance(x, DeadlineError) for x in chain), repr(failed.value)
+            assert model.outputs == [], f"the model was handed {model.outputs}"
+            proxy.partitioned = False
+            resumed = await run_durably(agent, "Open a ticket.", run_config=config, load=load, save=save)
+            assert [o["replayed"] for o in outputs_of(resumed)] == [True], outputs_of(resumed)
+
+        naive = f"py-oa-mcp-pending-control-{uuid.uuid4().hex[:8]}"
+        control = mcp_server(proxy.url, token, approval=False, timeout=3)
+        async with control:
+            control_model = ScriptedModel(naive, model_key=True)
+            proxy.partitioned = True
+            await Runner.run(
+                Agent(name="support", mcp_servers=[control], model=control_model), "Open a ticket.", run_config=RunConfig(group_id=naive, tracing_disabled=True)
+            )
+            proxy.partitioned = False
+        return who, naive, control_model.outputs
+
+    try:
+        who, naive, control_outputs = asyncio.run(scenario())
+    finally:
+        proxy.close()
+    ours, theirs = count(db, "ticket", who), count(db, "ticket", naive)
+    print(f"pending over MCP: the run failed, its resume replayed, {ours} ticket; the control's model read {control_outputs}, {theirs} tickets")
+    assert ours == 1
+    assert len(control_outputs) == 2 and all(o.startswith("An error occurred") for o in control_outputs), control_outputs
+    assert theirs == 2, "the control's retry under the model's new key made a second ticket"
+
+
+def test_the_docs_mcp_wrapper_runs(url: str, token: str, db: psycopg.Connection, monkeypatch: pytest.MonkeyPatch) -> None:
+    """docs/agents/mcp.md's OpenAI Agents SDK wrapper, as written: the names
+    it uses are the function's parameters, and idemflow is on PATH. The
+    turn sent again (its RunState lost) writes the call under new IDs and
+    a new model-written key: the same ticket, a replay."""
+    section = docs_text().split("**The OpenAI Agents SDK, Python** (`idemflow.openai_agents.durable_mcp_server`).")[1]
+    block = section.split("```python\n")[1].split("```")[0]
+    scope: dict[str, Any] = {}
+    exec("async def snippet(model, message, conversation_id, load, save, url, token):\n" + textwrap.indent(block + "return result\n", "    "), scope)
+    monkeypatch.setenv("PATH", f"{os.path.dirname(need('IDEMFLOW_BIN'))}{os.pathsep}{os.environ['PATH']}")
+    who = f"py-oa-mcp-docs-{uuid.uuid4().hex[:8]}"
+
+    async def turn() -> list[Any]:
+        load, save = in_memory()
+        return outputs_of(await scope["snippet"](ScriptedModel(who, model_key=True), "Open a ticket.", who, load, save, url, token))
+
+    first, again = asyncio.run(turn()), asyncio.run(turn())
+    assert [o["replayed"] for o in first + again] == [False, True], (first, again)
+    assert count(db, "ticket", who) == 1

@@ -67,7 +67,8 @@ export interface RunCall {
  * (turnId where the app gives one, else previousResponseId, the number of
  * user messages in input and the last one's content, in RFC 8785 form; a
  * string input is one user message), the tool, the digest of the call's
- * arguments (RFC 8785) and their occurrence (from 1) among calls, the
+ * arguments (RFC 8785, less the model-written idempotency_key of
+ * idemflow's MCP tools) and their occurrence (from 1) among calls, the
  * run's function calls in their order, of that tool with those arguments.
  * Its key is intendedCallKey(conversation, call).
  */
@@ -88,13 +89,24 @@ export function intendedCalls(input: string | unknown[], calls: RunCall[], previ
   return out;
 }
 
-/** A call's arguments in their RFC 8785 form; text that is not JSON (the model's own mistake) as written. */
+/**
+ * A call's arguments in their RFC 8785 form, less a top-level
+ * idempotency_key: idemflow's MCP tools take one the model writes, new each
+ * time it writes the call, so it is no part of the intended call. Text that
+ * is not JSON (the model's own mistake) as written.
+ */
 function callArguments(raw: string): string {
+  let v: unknown;
   try {
-    return canonical(JSON.parse(raw || "{}"));
+    v = JSON.parse(raw || "{}");
   } catch {
     return String(raw);
   }
+  if (v && typeof v === "object" && !Array.isArray(v)) {
+    const { idempotency_key: _modelWritten, ...rest } = v as Record<string, unknown>;
+    v = rest;
+  }
+  return canonical(v);
 }
 
 /** The key of an intended call of conversation (oa2). */

@@ -37,15 +37,19 @@ Needs the ``openai-agents`` extra: ``pip install 'idemflow[openai-agents]'``.
 
 from __future__ import annotations
 
+import inspect
 import json
 from collections.abc import Awaitable, Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from contextvars import ContextVar
 from typing import Any
 
-from agents import Agent, FunctionTool, RunConfig, Runner, RunResult, RunState
+from agents import Agent, FunctionTool, RunConfig, RunContextWrapper, Runner, RunResult, RunState
+from agents.mcp import MCPServer
+from agents.mcp.util import MCPToolMetaContext
 from agents.models.fake_id import FAKE_RESPONSES_ID
 from agents.strict_schema import ensure_strict_json_schema
+from agents.tool import default_tool_error_function
 from agents.tool_context import ToolContext
 from pydantic import BaseModel
 
@@ -53,8 +57,9 @@ from ._tooltext import RESUME, answer_text, arguments, pending_text, refusal_tex
 from .client import AsyncClient, Client, Intent
 from .errors import DeadlineError, NoDurableIdentityError, ProblemError
 from .keys import canonical, derive_key, occurrence
+from .mcp import META_KEY, call_until_answered
 
-__all__ = ["CALL_KEY_SCHEME", "KEY_SCHEME", "durable_key", "idemflow_function_tool", "intended_call_keys", "run_durably"]
+__all__ = ["CALL_KEY_SCHEME", "KEY_SCHEME", "durable_key", "durable_mcp_server", "idemflow_function_tool", "intended_call_keys", "run_durably"]
 
 #: The scheme of an OpenAI Agents SDK tool call's key: the intended call,
 #: which run_durably plans from the saved RunState.
@@ -79,7 +84,8 @@ def intended_call_keys(
     (the conversation), the turn (the app's turn_id where it gives one,
     else previous_response_id, the number of user messages in run_input
     and the last one's content, in RFC 8785 form; a string input is one
-    user message), the tool, the call's arguments (RFC 8785) and their
+    user message), the tool, the call's arguments (RFC 8785, less the
+    model-written idempotency_key of idemflow's MCP tools) and their
     occurrence (from 1) among calls, the run's function calls ({call_id,
     name, arguments}) in their order, of that tool with those arguments."""
     if turn_id:
@@ -100,12 +106,17 @@ def intended_call_keys(
 
 
 def _arguments(raw: str | None) -> str:
-    """A call's arguments in their RFC 8785 form; text that is not JSON
-    (the model's own mistake) as written."""
+    """A call's arguments in their RFC 8785 form, less a top-level
+    idempotency_key: idemflow's MCP tools take one the model writes, new
+    each time it writes the call, so it is no part of the intended call.
+    Text that is not JSON (the model's own mistake) as written."""
     try:
-        return canonical(json.loads(raw or "{}"))
+        v = json.loads(raw or "{}")
     except ValueError:
         return str(raw)
+    if isinstance(v, dict):
+        v = {k: x for k, x in v.items() if k != "idempotency_key"}
+    return canonical(v)
 
 
 def _plan(state: RunState[Any], group: str, turn_id: str | None) -> dict[str, str]:
@@ -235,6 +246,74 @@ def idemflow_function_tool(
         strict_json_schema=strict_json_schema,
         needs_approval=needs_approval,
     )
+
+
+def durable_mcp_server(
+    server: MCPServer,
+    *,
+    deadline: float = 300.0,
+    wait: float = 2.0,
+    call_ids_unique: bool = False,
+    key_scheme: str = KEY_SCHEME,
+) -> MCPServer:
+    """server (an MCPServerStdio, MCPServerStreamableHttp, … pointed at
+    idemflow mcp), its tool calls made as idemflow_function_tool makes
+    them: each sends, in _meta, the key durable_key derives for it, the
+    same the native tool gets for the same call, so the idempotency_key
+    the model writes decides nothing; a call whose answer has not come
+    waits on its task (idemflow.mcp) up to deadline (seconds), and past
+    it raises DeadlineError, which fails the run instead of reaching the
+    model. Resume it from its saved RunState (run_durably, with the
+    server's require_approval="always", so that the call's IDs are saved
+    before it runs): the call runs again under the same key.
+
+    wait (seconds) is how long idemflow holds each call before answering
+    with its task: keep it below the server's client_session_timeout_seconds.
+    Returns server, changed in place."""
+
+    def meta(ctx: MCPToolMetaContext) -> dict[str, Any]:
+        if not isinstance(ctx.run_context, ToolContext):
+            raise NoDurableIdentityError(f"{ctx.tool_name}: called outside a tool call, so no key can survive a resume")
+        return {META_KEY: durable_key(ctx.run_context, ctx.tool_name, call_ids_unique=call_ids_unique, key_scheme=key_scheme)}
+
+    plain = server.call_tool
+
+    async def call_tool(tool_name: str, arguments: dict[str, Any] | None, meta: dict[str, Any] | None = None) -> Any:
+        key = (meta or {}).get(META_KEY)
+        session = getattr(server, "session", None)
+        if not isinstance(key, str) or session is None:
+            return await plain(tool_name, arguments, meta)
+        return await call_until_answered(
+            lambda m: plain(tool_name, arguments, {**(meta or {}), **m}),
+            session,
+            key=key,
+            tool=tool_name,
+            resume=RESUME["openai_agents"],
+            deadline=deadline,
+            wait=wait,
+        )
+
+    formatter = server._get_failure_error_function(default_tool_error_function)
+
+    async def failure(ctx: RunContextWrapper[Any], error: Exception) -> str:
+        # A pending answer, or a call with no key, stops the run: read as
+        # a tool error, it would have the model call again under a new ID.
+        cause: BaseException | None = error
+        while cause is not None:
+            if isinstance(cause, (DeadlineError, NoDurableIdentityError)):
+                raise cause
+            cause = cause.__cause__
+        if formatter is None:
+            raise error
+        out = formatter(ctx, error)
+        return await out if inspect.isawaitable(out) else out
+
+    server.tool_meta_resolver = meta
+    server.call_tool = call_tool  # type: ignore[method-assign]
+    # The SDK's own setting (MCPServer's failure_error_function): errors
+    # but ours keep the server's formatter.
+    server._failure_error_function = failure
+    return server
 
 
 async def run_durably(
