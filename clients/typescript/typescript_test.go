@@ -51,8 +51,9 @@ func node(t *testing.T) string {
 }
 
 func env(s *testenv.Stack, base string) []string {
+	bin, _ := filepath.Abs(filepath.Join("..", "..", "bin", "idemflow"))
 	return append(os.Environ(), "IDEMFLOW_URL="+base, "IDEMFLOW_TOKEN="+s.Tokens[testenv.TenantA],
-		"IDEMFLOW_TOKEN_B="+s.Tokens[testenv.TenantB], "DATABASE_URL="+s.DatabaseURL)
+		"IDEMFLOW_TOKEN_B="+s.Tokens[testenv.TenantB], "DATABASE_URL="+s.DatabaseURL, "IDEMFLOW_BIN="+bin)
 }
 
 // The client's own tests (node --test) against the stack: retries, typed
@@ -62,10 +63,16 @@ func env(s *testenv.Stack, base string) []string {
 // refund queued), refund_text's with text/plain.
 func TestTheTypeScriptClientAgainstTheStack(t *testing.T) {
 	bin := node(t)
-	queued, text := downstream.New(), downstream.New()
+	queued, text, slow := downstream.New(), downstream.New(), downstream.New()
 	queued.Accepted, text.Text = true, true
+	// slow_refund's service takes 4 s over each refund: a call that
+	// outlasts an MCP client's wait (ai.test.ts).
+	slow.Late = 4 * time.Second
+	for range 20 {
+		slow.Inject(downstream.Slow)
+	}
 	file := ""
-	for name, ds := range map[string]*downstream.Server{"refund_queued": queued, "refund_text": text} {
+	for name, ds := range map[string]*downstream.Server{"refund_queued": queued, "refund_text": text, "slow_refund": slow} {
 		srv := httptest.NewServer(ds.Handler())
 		t.Cleanup(srv.Close)
 		file += fmt.Sprintf(`
@@ -414,9 +421,22 @@ func TestATypeScriptTemporalWorkerKilledMidCallMakesOneTicket(t *testing.T) {
 // same chat with a fresh key per call, and the unsafe setting (no
 // approval, the messages saved once the response is done, as a route's
 // onFinish does) each make two.
+//
+// The same chat through idemflow's MCP server (idemflow mcp over stdio,
+// the model writing an idempotency_key of its own each time): with
+// idemflowMcpTools, one ticket, resumed from the saved messages and with
+// them lost and the turn sent again; the control, the model's key
+// deciding (as @ai-sdk/mcp's tools, which send no _meta), two.
 func TestAVercelAIChatKilledMidExecuteResumesFromItsSavedMessages(t *testing.T) {
+	if _, err := os.Stat("../../bin/idemflow"); err != nil {
+		t.Fatal("bin/idemflow is not built (the MCP cases run it over stdio): run scripts/test.sh, or go build -o bin/idemflow ./cmd/idemflow")
+	}
 	killAndRerun(t, killedAgent{script: "dist/agent/vercel.js", idFlag: "--chat", prefix: "vercel-",
-		state: "chat.json", resumed: "from its saved messages"})
+		state: "chat.json", resumed: "from its saved messages", more: []killCase{
+			{"MCP, saved messages", answerLost, []string{"--via", "mcp"}, 1, `"replayed":true`},
+			{"MCP, the messages lost and the turn sent again", answerLost, []string{"--via", "mcp", "--lost"}, 1, `"replayed":true`},
+			{"MCP control, the model's key, the messages lost", answerLost, []string{"--via", "mcp", "--lost", "--tools", "naive"}, 2, `"replayed":false`},
+		}})
 }
 
 // killedAgent is a framework's agent script for killAndRerun: its file,

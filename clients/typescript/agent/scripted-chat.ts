@@ -13,10 +13,10 @@ const usage = { inputTokens: { total: 1, noCache: 1, cacheRead: 0, cacheWrite: 0
  * writes one), up to twice. Each call it writes has a new ID, as a real
  * model's, unless callId gives one (a provider that numbers calls per
  * response); title, if given, words the ticket's title each time (a model
- * that rewords its call). outputs: every tool output it was handed, as it
+ * that rewords its call); modelKey adds an idempotency_key of the model's. outputs: every tool output it was handed, as it
  * read them; prompts: every prompt it was given, whole.
  */
-export function scriptedChat(customer: string, callId?: () => string, title: () => string = () => "Printer on fire") {
+export function scriptedChat(customer: string, callId?: () => string, title: () => string = () => "Printer on fire", modelKey = false) {
   const outputs: string[] = [];
   const prompts: string[] = [];
   const answer = (opts: { prompt: any[] }) => {
@@ -33,7 +33,9 @@ export function scriptedChat(customer: string, callId?: () => string, title: () 
     if (answered || outputs.filter((o) => o.startsWith("error:")).length >= 2) {
       return { content: [{ type: "text", text: "The ticket is open." }], finishReason: { unified: "stop", raw: "stop" }, usage, warnings: [] };
     }
-    const input = JSON.stringify({ customer_id: customer, title: title() });
+    // modelKey: the call carries an idempotency_key the model wrote (an MCP
+    // tool of idemflow's takes one), new each time it writes the call.
+    const input = JSON.stringify({ ...(modelKey ? { idempotency_key: randomUUID() } : {}), customer_id: customer, title: title() });
     const id = callId ? callId() : `call_${randomUUID()}`;
     return { content: [{ type: "tool-call", toolCallId: id, toolName: "create_ticket", input }], finishReason: { unified: "tool-calls", raw: "tool_calls" }, usage, warnings: [] };
   };

@@ -4,9 +4,16 @@
 // with the SDK's mock model scripted, and the user's approval given at
 // once. Run again with the same --chat, it sends the saved messages again.
 //
-//   node dist/agent/vercel.js --chat C --state FILE [--tools idemflow|naive] [--unsafe] [--call-id ID]
+//   node dist/agent/vercel.js --chat C --state FILE [--tools idemflow|naive] [--unsafe] [--call-id ID] [--via mcp] [--lost]
 //
-// with IDEMFLOW_URL and IDEMFLOW_TOKEN set. The durable way (default): the
+// with IDEMFLOW_URL and IDEMFLOW_TOKEN set (and IDEMFLOW_BIN for --via mcp).
+// --via mcp reaches create_ticket through idemflow's MCP server (idemflow
+// mcp over stdio, the official SDK's client): the model writes an
+// idempotency_key of its own, new each time it writes the call; with
+// --tools idemflow the tool is idemflowMcpTools', keyed as idemflowTool's,
+// and with --tools naive the model's key decides (as @ai-sdk/mcp's tools,
+// which send no _meta). --lost: the saved messages are gone, and the
+// turn is sent again from the user's message. The durable way (default): the
 // tool needs approval, so the response that writes the call ends with its
 // approval request, the messages are saved, and the call runs in the next
 // request, from the saved messages. --unsafe is the setting the README
@@ -15,12 +22,14 @@
 // --tools naive makes the control: a fresh key on every call.
 
 import { randomUUID } from "node:crypto";
-import { existsSync, readFileSync, writeFileSync, renameSync, openSync, fsyncSync, closeSync } from "node:fs";
+import { existsSync, readFileSync, writeFileSync, renameSync, openSync, fsyncSync, closeSync, rmSync } from "node:fs";
 import { parseArgs } from "node:util";
-import { stepCountIs, tool, type ModelMessage, type ToolApprovalResponse } from "ai";
+import { Client as MCPClient } from "@modelcontextprotocol/sdk/client/index.js";
+import { StdioClientTransport } from "@modelcontextprotocol/sdk/client/stdio.js";
+import { jsonSchema, stepCountIs, tool, type ModelMessage, type ToolApprovalResponse } from "ai";
 import { z } from "zod";
 import { Client } from "../src/index.js";
-import { generateText, idemflowTool } from "../src/ai.js";
+import { generateText, idemflowMcpTools, idemflowTool } from "../src/ai.js";
 import { scriptedChat } from "./scripted-chat.js";
 
 const { values } = parseArgs({
@@ -30,6 +39,8 @@ const { values } = parseArgs({
     tools: { type: "string", default: "idemflow" },
     unsafe: { type: "boolean", default: false },
     "call-id": { type: "string" },
+    via: { type: "string", default: "function" },
+    lost: { type: "boolean", default: false },
   },
 });
 const chat = values.chat!;
@@ -72,12 +83,34 @@ function undecided(messages: ModelMessage[]): string[] {
   return last.content.flatMap((p) => (p.type === "tool-approval-request" ? [p.approvalId] : []));
 }
 
-const create_ticket =
-  values.tools === "naive"
-    ? naiveTool(!values.unsafe)
-    : idemflowTool(client, { name: "create_ticket", description: "Create a support ticket.", inputSchema: ticketSchema, path: "/v1/tickets", chatId: chat, needsApproval: !values.unsafe, callIdsUnique: values.unsafe });
+/** create_ticket through idemflow's MCP server, as a framework's MCP adapter that sends no _meta makes it: the model's key decides. */
+function naiveMcpTool(mcp: MCPClient) {
+  return tool({
+    description: "Create a support ticket.",
+    inputSchema: jsonSchema<Record<string, unknown>>({ type: "object" }),
+    needsApproval: true,
+    execute: async (input) => {
+      const r: any = await mcp.callTool({ name: "create_ticket", arguments: input });
+      return r.content.map((c: any) => c.text).join("");
+    },
+  });
+}
+
+if (values.lost) rmSync(state, { force: true });
+let mcp: MCPClient | undefined;
+let create_ticket: any;
+if (values.via === "mcp") {
+  mcp = new MCPClient({ name: "vercel-agent", version: "1" });
+  await mcp.connect(new StdioClientTransport({ command: process.env.IDEMFLOW_BIN!, args: ["mcp"], env: { IDEMFLOW_URL: url, IDEMFLOW_TOKEN: token, PATH: process.env.PATH ?? "" } }));
+  create_ticket = values.tools === "naive" ? naiveMcpTool(mcp) : (await idemflowMcpTools(mcp, { chatId: chat, names: ["create_ticket"] })).create_ticket;
+} else {
+  create_ticket =
+    values.tools === "naive"
+      ? naiveTool(!values.unsafe)
+      : idemflowTool(client, { name: "create_ticket", description: "Create a support ticket.", inputSchema: ticketSchema, path: "/v1/tickets", chatId: chat, needsApproval: !values.unsafe, callIdsUnique: values.unsafe });
+}
 const callId = values["call-id"];
-const { model } = scriptedChat(chat, callId ? () => callId : undefined);
+const { model } = scriptedChat(chat, callId ? () => callId : undefined, undefined, values.via === "mcp");
 const saved = existsSync(state);
 let messages: ModelMessage[] = saved && !values.unsafe ? JSON.parse(readFileSync(state, "utf8")) : [{ role: "user", content: "My printer is on fire." }];
 console.log(saved && !values.unsafe ? `resuming ${chat} from its saved messages` : `starting ${chat}`);
@@ -102,4 +135,5 @@ for (const m of messages) {
   if (m.role !== "tool") continue;
   for (const p of m.content) if (p.type === "tool-result") console.log(`tool ${p.toolName} ${p.output.type === "text" ? p.output.value : JSON.stringify(p.output)}`);
 }
+await mcp?.close();
 console.log(`DONE ${text}`);

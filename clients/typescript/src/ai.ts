@@ -38,8 +38,10 @@
 // own sendAutomaticallyWhen (lastAssistantMessageIsCompleteWithApprovalResponses)
 // sends it again, and the call runs again under its key.
 
+import type { Client as MCPClient } from "@modelcontextprotocol/sdk/client/index.js";
 import {
   generateText as sdkGenerateText,
+  jsonSchema,
   streamText as sdkStreamText,
   tool,
   type ModelMessage,
@@ -49,7 +51,7 @@ import {
   type ToolExecutionOptions,
   type ToolSet,
 } from "ai";
-import { canonical, Client, DeadlineError, deriveKey, NoDurableIdentityError, occurrenceAt, ProblemError, type Result } from "./index.js";
+import { callArguments, canonical, Client, DeadlineError, deriveKey, NoDurableIdentityError, occurrenceAt, ProblemError, type Result } from "./index.js";
 import { answerText, pendingText, refusalText, resume } from "./tooltext.js";
 
 export { NoDurableIdentityError };
@@ -96,7 +98,8 @@ export interface IntendedCall {
  * The intended call that the call toolCallId of toolName is, from the
  * messages it runs with: its turn (turnId, or the digest of the messages
  * up to the last user message, in RFC 8785 form), the digest of its
- * arguments (RFC 8785), and its occurrence among the calls of toolName
+ * arguments (RFC 8785, less the model-written idempotency_key of
+ * idemflow's MCP tools: callArguments), and its occurrence among the calls of toolName
  * with those arguments in the turn's assistant messages, in their order.
  * undefined where the messages do not hold the call (it runs in the
  * response that wrote it), or hold no user message and no turnId is given.
@@ -108,7 +111,7 @@ export function intendedCall(messages: ModelMessage[], toolCallId: string, toolN
   const calls: { id: string; tool: string; args: string }[] = [];
   for (const m of messages.slice(user + 1)) {
     if (m.role !== "assistant" || typeof m.content === "string") continue;
-    for (const p of m.content) if (p.type === "tool-call" && p.toolName === toolName) calls.push({ id: p.toolCallId, tool: p.toolName, args: canonical(p.input ?? {}) });
+    for (const p of m.content) if (p.type === "tool-call" && p.toolName === toolName) calls.push({ id: p.toolCallId, tool: p.toolName, args: callArguments(p.input ?? {}) });
   }
   const at = calls.findIndex((c) => c.id === toolCallId);
   if (at < 0) return undefined;
@@ -368,16 +371,83 @@ export function idemflowTool<I = any>(client: Client, f: IdemflowToolFields<I>):
     }
     return answerText(r);
   };
-  const fields = { description: f.description, inputSchema: f.inputSchema, needsApproval: f.needsApproval ?? true };
-  if (f.guarded === false) return tool<I, string>({ ...fields, execute } as any);
+  return guardedTool(f.name, { description: f.description, inputSchema: f.inputSchema, needsApproval: f.needsApproval ?? true }, execute, f.guarded);
+}
+
+/**
+ * A tool whose execute runs only under this module's generateText or
+ * streamText (unless guarded is false, the app guarding the run itself):
+ * nothing is sent under the SDK's own, which would hand a pending answer
+ * to the model.
+ */
+function guardedTool<I>(name: string, fields: { description?: string; inputSchema: any; needsApproval: boolean }, execute: (input: I, options: ToolExecutionOptions) => Promise<string>, guarded?: boolean): Tool<I, string> {
+  if (guarded === false) return tool<I, string>({ ...fields, execute } as any);
   const t = tool<I, string>({
     ...fields,
-    // Nothing is sent under the SDK's own generateText or streamText,
-    // which would hand a pending answer to the model.
     execute: async () => {
-      throw new Error(`${f.name}: run idemflow tools with generateText or streamText from @idemflow/client/ai, which keep a pending answer from the model; nothing was sent`);
+      throw new Error(`${name}: run idemflow tools with generateText or streamText from @idemflow/client/ai, which keep a pending answer from the model; nothing was sent`);
     },
   } as any);
   (t as any)[guardedExecute] = execute;
   return t;
+}
+
+/** The _meta member in which a call to idemflow's MCP server carries its durable key. */
+export const mcpMetaKey = "io.idemflow/idempotency-key";
+
+export interface IdemflowMcpToolsFields {
+  /** The chat's ID (useChat's id): the same on every request of the chat. */
+  chatId: string;
+  /** The turn's ID, as idemflowTool takes it. */
+  turnId?: string;
+  /** The tools to take (default: every tool the server lists). */
+  names?: string[];
+  /** Default true, as idemflowTool's: the call runs in a later request, from saved messages that carry it. */
+  needsApproval?: boolean;
+  /** How long one call waits on its task (default 300 s) before it throws PendingAnswerError. */
+  waitMs?: number;
+  /** As idemflowTool's. */
+  guarded?: boolean;
+}
+
+/**
+ * The tools of idemflow's MCP server (idemflow mcp, through the official
+ * SDK's Client, connected by the app), as Vercel AI SDK tools keyed as
+ * idemflowTool keys its calls: each call sends, in _meta, the key
+ * durableKey derives for it (va2), so the idempotency_key the model
+ * writes decides nothing, and a regenerate or a request made again with
+ * the saved messages is a replay. Each call asks for a task (MCP
+ * 2025-11-25 tasks: client.experimental.tasks) and waits on it up to
+ * waitMs; past it, PendingAnswerError, which the guard keeps from the
+ * model. The model reads the tool's text: {http_status, replayed,
+ * result}, or its words for a refusal.
+ *
+ * This stands in for @ai-sdk/mcp's createMCPClient().tools(), whose calls
+ * send no _meta (its callTool sends the name and the arguments only).
+ */
+export async function idemflowMcpTools(mcp: MCPClient, f: IdemflowMcpToolsFields): Promise<ToolSet> {
+  const { tools } = await mcp.listTools();
+  const out: ToolSet = {};
+  for (const t of tools) {
+    if (f.names && !f.names.includes(t.name)) continue;
+    const execute = async (input: Record<string, unknown>, options: ToolExecutionOptions): Promise<string> => {
+      const key = durableKey(f.chatId, options.messages, options.toolCallId, t.name, { turnId: f.turnId });
+      const wait = AbortSignal.timeout(f.waitMs ?? 300_000);
+      const signal = options.abortSignal ? AbortSignal.any([options.abortSignal, wait]) : wait;
+      let result: any;
+      try {
+        for await (const m of mcp.experimental.tasks.callToolStream({ name: t.name, arguments: input, _meta: { [mcpMetaKey]: key } }, undefined, { signal })) {
+          if (m.type === "result") result = m.result;
+          if (m.type === "error") throw m.error;
+        }
+      } catch (e) {
+        if (wait.aborted) throw new PendingAnswerError(t.name, key);
+        throw e;
+      }
+      if (wait.aborted || result === undefined) throw new PendingAnswerError(t.name, key);
+      return (result.content ?? []).map((c: any) => (c.type === "text" ? c.text : "")).join("");
+    };
+    out[t.name] = guardedTool(t.name, { description: t.description, inputSchema: jsonSchema(t.inputSchema as any), needsApproval: f.needsApproval ?? true }, execute, f.guarded);
+  }
+  return out;
 }

@@ -476,6 +476,20 @@ export function canonical(value: unknown): string {
  * to it. calls are in their order, each with its tool and its arguments
  * in RFC 8785 form.
  */
+/**
+ * A tool call's arguments in their RFC 8785 form, less a top-level
+ * idempotency_key: idemflow's MCP tools take one the model writes, new each
+ * time it writes the call, so it is no part of the intended call (the same
+ * call through the native tool and through MCP has one key).
+ */
+export function callArguments(input: unknown): string {
+  if (input && typeof input === "object" && !Array.isArray(input)) {
+    const { idempotency_key: _modelWritten, ...rest } = input as Record<string, unknown>;
+    return canonical(rest);
+  }
+  return canonical(input);
+}
+
 export function occurrenceAt(calls: readonly { tool: string; args: string }[], at: number): { args: string; occurrence: number } {
   const { tool, args } = calls[at];
   return { args: deriveKey("args", args), occurrence: calls.slice(0, at + 1).filter((c) => c.tool === tool && c.args === args).length };

@@ -34,7 +34,7 @@
 
 import { AsyncLocalStorage } from "node:async_hooks";
 import { RunState, tool, type Agent, type RunContext, type RunResult, type Runner, type RunToolApprovalItem } from "@openai/agents";
-import { canonical, Client, DeadlineError, deriveKey, NoDurableIdentityError, occurrenceAt, ProblemError, type Result } from "./index.js";
+import { callArguments, canonical, Client, DeadlineError, deriveKey, NoDurableIdentityError, occurrenceAt, ProblemError, type Result } from "./index.js";
 import { answerText, pendingText, refusalText, resume } from "./tooltext.js";
 
 export { NoDurableIdentityError };
@@ -83,7 +83,7 @@ export function intendedCalls(input: string | unknown[], calls: RunCall[], previ
         : (input as { role?: string; type?: string; content?: unknown }[]).filter((i) => i && i.role === "user" && (i.type ?? "message") === "message").map((i) => i.content);
     turn = deriveKey("turn", previousResponseId ?? "", String(users.length), canonical(users.length ? users[users.length - 1] : null));
   }
-  const run = calls.map((c) => ({ id: c.callId, tool: c.name, args: callArguments(c.arguments) }));
+  const run = calls.map((c) => ({ id: c.callId, tool: c.name, args: rawCallArguments(c.arguments) }));
   const out = new Map<string, IntendedCall>();
   run.forEach((c, at) => out.set(c.id, { turn, tool: c.tool, ...occurrenceAt(run, at) }));
   return out;
@@ -95,18 +95,14 @@ export function intendedCalls(input: string | unknown[], calls: RunCall[], previ
  * time it writes the call, so it is no part of the intended call. Text that
  * is not JSON (the model's own mistake) as written.
  */
-function callArguments(raw: string): string {
+function rawCallArguments(raw: string): string {
   let v: unknown;
   try {
     v = JSON.parse(raw || "{}");
   } catch {
     return String(raw);
   }
-  if (v && typeof v === "object" && !Array.isArray(v)) {
-    const { idempotency_key: _modelWritten, ...rest } = v as Record<string, unknown>;
-    v = rest;
-  }
-  return canonical(v);
+  return callArguments(v);
 }
 
 /** The key of an intended call of conversation (oa2). */

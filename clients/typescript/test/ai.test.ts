@@ -6,6 +6,7 @@
 import assert from "node:assert/strict";
 import { randomUUID } from "node:crypto";
 import { readFile } from "node:fs/promises";
+import { dirname } from "node:path";
 import { test } from "node:test";
 import { createServer } from "node:http";
 import {
@@ -14,7 +15,20 @@ import {
 } from "ai";
 import { z } from "zod";
 import { Client } from "../src/index.js";
-import { durableKey, generateText, idemflowTool, type KeyScheme, NoDurableIdentityError, pendingMark, PendingRunError, streamText } from "../src/ai.js";
+import { Client as MCPClient } from "@modelcontextprotocol/sdk/client/index.js";
+import { StreamableHTTPClientTransport } from "@modelcontextprotocol/sdk/client/streamableHttp.js";
+import {
+  durableKey,
+  generateText,
+  idemflowMcpTools,
+  idemflowTool,
+  type KeyScheme,
+  NoDurableIdentityError,
+  PendingAnswerError,
+  pendingMark,
+  PendingRunError,
+  streamText,
+} from "../src/ai.js";
 import { scriptedChat } from "../agent/scripted-chat.js";
 import { inFreshFolder, partitionProxy, readmeSnippet, ticketsUnder } from "./helpers.js";
 
@@ -415,4 +429,76 @@ test("the README's snippet runs as written, and run again makes no second ticket
     assert.equal(outputs.length, 1, "run again from its saved messages, the snippet called the tool again");
     assert.equal(model.doGenerateCalls.length, 2, "run again from its saved messages, the snippet asked the model again");
   }, file);
+});
+
+// idemflowMcpTools over streamable HTTP, with slow_refund, whose service
+// takes 4 s: a call waits on its task and gets its own answer (not a
+// replay); a call whose waitMs ends first is pending (PendingAnswerError,
+// which the guard keeps from the model); the same call written again
+// under new IDs and a new model-written idempotency_key (a regenerate)
+// gets the first call's answer, a replay.
+test("idemflowMcpTools waits on a call's task for its own answer, and a pending call is never an answer", async () => {
+  const mcp = new MCPClient({ name: "ts-ai-mcp", version: "1" });
+  await mcp.connect(new StreamableHTTPClientTransport(new URL(process.env.IDEMFLOW_MCP_URL!), { requestInit: { headers: { Authorization: `Bearer ${token}` } } }));
+  try {
+    const who = "c-ts-ai-mcp-" + randomUUID().slice(0, 8);
+    const call = (id: string, input: Record<string, unknown>) => ({
+      toolCallId: id,
+      messages: [
+        { role: "user", content: "Refund 1 euro." },
+        { role: "assistant", content: [{ type: "tool-call", toolCallId: id, toolName: "slow_refund", input }] },
+      ] as ModelMessage[],
+    });
+    const refund = (n: number) => ({ idempotency_key: randomUUID(), payment_id: `p-${who}-${n}`, amount_cents: 100 });
+    const tools = async (chatId: string, waitMs: number) => (await idemflowMcpTools(mcp, { chatId, names: ["slow_refund"], waitMs, guarded: false })).slow_refund as any;
+
+    const start = Date.now();
+    const first = JSON.parse(await (await tools(who, 30_000)).execute(refund(1), call("call_1", refund(1))));
+    const took = Date.now() - start;
+    assert.equal(first.replayed, false, JSON.stringify(first));
+    assert.ok(took > 3000, `answered after ${took} ms, before the service did`);
+
+    const input = refund(2);
+    const cut = Date.now();
+    await assert.rejects((await tools(who + "-p", 1000)).execute(input, call("call_2", input)), (e) => e instanceof PendingAnswerError && e.message.startsWith(pendingMark));
+    const bound = Date.now() - cut;
+    assert.ok(bound < 3000, `a 1 s wait ended after ${bound} ms`);
+    const rewritten = { ...input, idempotency_key: randomUUID() };
+    const again = JSON.parse(await (await tools(who + "-p", 30_000)).execute(rewritten, call("call_9", rewritten)));
+    assert.equal(again.replayed, true, JSON.stringify(again));
+    console.log(`idemflowMcpTools: a 4 s call waited on its task (${took} ms, replayed false); a 1 s wait was pending after ${bound} ms; the call written again: replayed true`);
+  } finally {
+    await mcp.close();
+  }
+});
+
+test("docs/agents/mcp.md's Vercel AI SDK snippet runs as written, and a turn sent again is a replay", async () => {
+  // The only change: the mock model in place of openai/gpt-4.1; idemflow on PATH.
+  const file = await readmeSnippet("**The Vercel AI SDK** (`@idemflow/client/ai`: `idemflowMcpTools`).", "docs-vercel-mcp", [
+    ['model: "openai/gpt-4.1"', "model: globalThis.IDEMFLOW_README_MODEL"],
+  ]);
+  process.env.PATH = `${dirname(process.env.IDEMFLOW_BIN!)}:${process.env.PATH}`;
+  const who = "c-ts-docs-mcp-" + randomUUID().slice(0, 8);
+  const { model } = scriptedChat(who, undefined, undefined, true);
+  (globalThis as any).IDEMFLOW_README_MODEL = model;
+  const mod = await import(file.href);
+  try {
+    // One turn, every call approved, as the page's loop does.
+    const turnOver = async () => {
+      let messages: ModelMessage[] = [{ role: "user", content: "My printer is on fire." }];
+      for (;;) {
+        const last = messages[messages.length - 1];
+        const asks = last.role === "assistant" && Array.isArray(last.content) ? last.content.filter((p) => p.type === "tool-approval-request") : [];
+        if (last.role === "assistant" && asks.length === 0) return answers(messages);
+        if (asks.length > 0) messages = [...messages, { role: "tool", content: asks.map((a: any) => ({ type: "tool-approval-response" as const, approvalId: a.approvalId, approved: true })) }];
+        messages = await mod.chatRequest(messages);
+      }
+    };
+    const first = await turnOver();
+    const again = await turnOver();
+    assert.deepEqual([...first, ...again].map((a) => a.replayed), [false, true]);
+    assert.equal(again[0].result.ticket_id, first[0].result.ticket_id);
+  } finally {
+    await mod.mcp.close();
+  }
 });
