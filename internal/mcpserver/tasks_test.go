@@ -1,13 +1,9 @@
 package mcpserver_test
 
 import (
-	"bufio"
-	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
-	"io"
-	"net/http"
 	"net/http/httptest"
 	"strings"
 	"testing"
@@ -21,81 +17,6 @@ import (
 	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 )
-
-// rawMCP speaks JSON-RPC to an MCP server over streamable HTTP by hand:
-// the Go SDK's client has no tasks, and a task result is no
-// CallToolResult.
-type rawMCP struct {
-	t       *testing.T
-	url     string
-	token   string
-	session string
-	id      int
-}
-
-type rpcError struct {
-	Code    int    `json:"code"`
-	Message string `json:"message"`
-}
-
-func dialRaw(t *testing.T, url, token string) *rawMCP {
-	t.Helper()
-	c := &rawMCP{t: t, url: url, token: token}
-	if _, e := c.call("initialize", map[string]any{"protocolVersion": "2025-11-25", "capabilities": map[string]any{},
-		"clientInfo": map[string]any{"name": "raw", "version": "1"}}); e != nil {
-		t.Fatalf("initialize: %+v", e)
-	}
-	c.send(map[string]any{"jsonrpc": "2.0", "method": "notifications/initialized"})
-	return c
-}
-
-func (c *rawMCP) send(msg map[string]any) []byte {
-	c.t.Helper()
-	b, _ := json.Marshal(msg)
-	req, _ := http.NewRequest(http.MethodPost, c.url, bytes.NewReader(b))
-	req.Header.Set("Content-Type", "application/json")
-	req.Header.Set("Accept", "application/json, text/event-stream")
-	req.Header.Set("Authorization", "Bearer "+c.token)
-	if c.session != "" {
-		req.Header.Set("Mcp-Session-Id", c.session)
-		req.Header.Set("Mcp-Protocol-Version", "2025-11-25")
-	}
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		c.t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	if s := resp.Header.Get("Mcp-Session-Id"); s != "" {
-		c.session = s
-	}
-	body, _ := io.ReadAll(resp.Body)
-	if !strings.HasPrefix(resp.Header.Get("Content-Type"), "text/event-stream") {
-		return body
-	}
-	var data []byte
-	sc := bufio.NewScanner(bytes.NewReader(body))
-	sc.Buffer(nil, 1<<20)
-	for sc.Scan() {
-		if d, ok := strings.CutPrefix(sc.Text(), "data: "); ok {
-			data = []byte(d)
-		}
-	}
-	return data
-}
-
-func (c *rawMCP) call(method string, params any) (map[string]any, *rpcError) {
-	c.t.Helper()
-	c.id++
-	raw := c.send(map[string]any{"jsonrpc": "2.0", "id": c.id, "method": method, "params": params})
-	var out struct {
-		Result map[string]any `json:"result"`
-		Error  *rpcError      `json:"error"`
-	}
-	if err := json.Unmarshal(raw, &out); err != nil {
-		c.t.Fatalf("%s: %q: %v", method, raw, err)
-	}
-	return out.Result, out.Error
-}
 
 // declared is the _meta by which a 2026-07-28 request declares the Tasks
 // extension.
@@ -137,12 +58,12 @@ func TestMCPTasksAnswerFromAnyProcessAndOnlyToTheirTenant(t *testing.T) {
 		t.Cleanup(hs.Close)
 		return hs.URL
 	}
-	first := dialRaw(t, serve(mcpserver.Config{}), s.Tokens[testenv.TenantA])
+	first := testenv.DialMCP(t, serve(mcpserver.Config{}), s.Tokens[testenv.TenantA])
 	second := serve(mcpserver.Config{})
 
 	args := map[string]any{"idempotency_key": "task-k1", "customer_id": "c-task", "title": "Slow ticket"}
 	start := time.Now()
-	created, e := first.call("tools/call", withMeta(map[string]any{"name": "create_ticket", "arguments": args}, declared))
+	created, e := first.Call("tools/call", withMeta(map[string]any{"name": "create_ticket", "arguments": args}, declared))
 	if e != nil || created["resultType"] != "task" || created["status"] != "working" || created["taskId"] == "" {
 		t.Fatalf("a call with no answer yet: %+v %+v", created, e)
 	}
@@ -156,28 +77,28 @@ func TestMCPTasksAnswerFromAnyProcessAndOnlyToTheirTenant(t *testing.T) {
 	t.Logf("task %s after %s", id, time.Since(start).Round(time.Millisecond))
 
 	// Another tenant, on any process, finds nothing under that ID.
-	other := dialRaw(t, second, s.Tokens[testenv.TenantB])
-	if got, e := other.call("tasks/get", withMeta(map[string]any{"taskId": id}, declared)); e == nil || e.Code != -32602 {
+	other := testenv.DialMCP(t, second, s.Tokens[testenv.TenantB])
+	if got, e := other.Call("tasks/get", withMeta(map[string]any{"taskId": id}, declared)); e == nil || e.Code != -32602 {
 		t.Fatalf("another tenant's tasks/get: %+v %+v", got, e)
 	}
-	if _, e := other.call("tasks/cancel", withMeta(map[string]any{"taskId": id}, declared)); e == nil || e.Code != -32602 {
+	if _, e := other.Call("tasks/cancel", withMeta(map[string]any{"taskId": id}, declared)); e == nil || e.Code != -32602 {
 		t.Fatalf("another tenant's tasks/cancel: %+v", e)
 	}
 
 	// A second task, cancelled while it waits for a worker: it ends
 	// cancelled, having done nothing.
 	doomed := map[string]any{"idempotency_key": "task-k2", "customer_id": "c-task-cancel", "title": "Never mind"}
-	tk2, e := first.call("tools/call", withMeta(map[string]any{"name": "create_ticket", "arguments": doomed}, declared))
+	tk2, e := first.Call("tools/call", withMeta(map[string]any{"name": "create_ticket", "arguments": doomed}, declared))
 	if e != nil || tk2["resultType"] != "task" {
 		t.Fatalf("the second call: %+v %+v", tk2, e)
 	}
-	if ack, e := first.call("tasks/cancel", withMeta(map[string]any{"taskId": tk2["taskId"]}, declared)); e != nil || ack["resultType"] != "complete" {
+	if ack, e := first.Call("tasks/cancel", withMeta(map[string]any{"taskId": tk2["taskId"]}, declared)); e != nil || ack["resultType"] != "complete" {
 		t.Fatalf("tasks/cancel: %+v %+v", ack, e)
 	}
 
 	// 2025-11-25: params.task always gets a task.
 	legacyArgs := map[string]any{"idempotency_key": "task-k3", "customer_id": "c-task-legacy", "title": "Old client"}
-	legacy, e := first.call("tools/call", map[string]any{"name": "create_ticket", "arguments": legacyArgs, "task": map[string]any{"ttl": 60000}})
+	legacy, e := first.Call("tools/call", map[string]any{"name": "create_ticket", "arguments": legacyArgs, "task": map[string]any{"ttl": 60000}})
 	if e != nil {
 		t.Fatalf("a 2025-11-25 task call: %+v", e)
 	}
@@ -189,12 +110,12 @@ func TestMCPTasksAnswerFromAnyProcessAndOnlyToTheirTenant(t *testing.T) {
 	// The first process goes away; the worker starts; the other process
 	// answers both tasks.
 	s.StartWorker()
-	replica := dialRaw(t, second, s.Tokens[testenv.TenantA])
+	replica := testenv.DialMCP(t, second, s.Tokens[testenv.TenantA])
 	done := func(id string) map[string]any {
 		t.Helper()
 		deadline := time.Now().Add(30 * time.Second)
 		for {
-			got, e := replica.call("tasks/get", withMeta(map[string]any{"taskId": id}, declared))
+			got, e := replica.Call("tasks/get", withMeta(map[string]any{"taskId": id}, declared))
 			if e != nil {
 				t.Fatalf("tasks/get %s: %+v", id, e)
 			}
@@ -217,7 +138,7 @@ func TestMCPTasksAnswerFromAnyProcessAndOnlyToTheirTenant(t *testing.T) {
 	}
 
 	// The same call again: the first answer at once, a replay, no task.
-	again, e := replica.call("tools/call", withMeta(map[string]any{"name": "create_ticket", "arguments": args}, declared))
+	again, e := replica.Call("tools/call", withMeta(map[string]any{"name": "create_ticket", "arguments": args}, declared))
 	rep, _ := toolResult(t, again)
 	if e != nil || again["resultType"] == "task" || !rep.Replayed || fmt.Sprint(rep.Result) != fmt.Sprint(res.Result) {
 		t.Fatalf("the call sent again: %+v %+v (first %+v)", again, e, res)
@@ -225,7 +146,7 @@ func TestMCPTasksAnswerFromAnyProcessAndOnlyToTheirTenant(t *testing.T) {
 
 	// 2025-11-25's tasks/result blocks until the end, and gives the
 	// result with its task named.
-	out, e := replica.call("tasks/result", map[string]any{"taskId": lt["taskId"]})
+	out, e := replica.Call("tasks/result", map[string]any{"taskId": lt["taskId"]})
 	lres, isErr := toolResult(t, out)
 	meta, _ := out["_meta"].(map[string]any)
 	if e != nil || isErr || lres.HTTPStatus != 201 || lres.Replayed || meta["io.modelcontextprotocol/related-task"] == nil {
@@ -233,7 +154,7 @@ func TestMCPTasksAnswerFromAnyProcessAndOnlyToTheirTenant(t *testing.T) {
 	}
 	// A 2025-11-25 task cannot be cancelled once it has taken effect, and
 	// says so.
-	if _, e := replica.call("tasks/cancel", map[string]any{"taskId": lt["taskId"]}); e == nil || !strings.Contains(e.Message, "already taken effect") {
+	if _, e := replica.Call("tasks/cancel", map[string]any{"taskId": lt["taskId"]}); e == nil || !strings.Contains(e.Message, "already taken effect") {
 		t.Fatalf("cancelling a done task: %+v", e)
 	}
 
@@ -245,8 +166,8 @@ func TestMCPTasksAnswerFromAnyProcessAndOnlyToTheirTenant(t *testing.T) {
 
 	// Past its TTL a task is expired, as the extension says, though the
 	// record still holds the answer.
-	expired := dialRaw(t, serve(mcpserver.Config{TaskTTL: time.Millisecond}), s.Tokens[testenv.TenantA])
-	if _, e := expired.call("tasks/get", withMeta(map[string]any{"taskId": id}, declared)); e == nil || e.Code != -32602 || !strings.Contains(e.Message, "expired") {
+	expired := testenv.DialMCP(t, serve(mcpserver.Config{TaskTTL: time.Millisecond}), s.Tokens[testenv.TenantA])
+	if _, e := expired.Call("tasks/get", withMeta(map[string]any{"taskId": id}, declared)); e == nil || e.Code != -32602 || !strings.Contains(e.Message, "expired") {
 		t.Fatalf("a task past its TTL: %+v", e)
 	}
 }
@@ -260,9 +181,9 @@ func TestMCPTaskOfARunThatEndedWithoutAnAnswerSaysToCallAgainUnderTheSameKey(t *
 	s := testenv.NewStack(t, testenv.Options{NoWorker: true})
 	hs := httptest.NewServer(mcpserver.HTTPHandler(mcpserver.Config{BaseURL: s.URL, Operations: s.Set.Operations()}, mcpserver.HTTPOptions{}))
 	t.Cleanup(hs.Close)
-	c := dialRaw(t, hs.URL, s.Tokens[testenv.TenantA])
+	c := testenv.DialMCP(t, hs.URL, s.Tokens[testenv.TenantA])
 	args := map[string]any{"idempotency_key": "task-unfinished", "customer_id": "c-task-unfinished", "title": "Gave up"}
-	created, e := c.call("tools/call", withMeta(map[string]any{"name": "create_ticket", "arguments": args}, declared))
+	created, e := c.Call("tools/call", withMeta(map[string]any{"name": "create_ticket", "arguments": args}, declared))
 	if e != nil || created["resultType"] != "task" {
 		t.Fatalf("the call: %+v %+v", created, e)
 	}
@@ -277,7 +198,7 @@ func TestMCPTaskOfARunThatEndedWithoutAnAnswerSaysToCallAgainUnderTheSameKey(t *
 	if err := s.Records.Finish(ctx, s.Pool, rec, idem.StatusFailed, out, "the test's activity gave up"); err != nil {
 		t.Fatal(err)
 	}
-	got, e := c.call("tasks/get", withMeta(map[string]any{"taskId": created["taskId"]}, declared))
+	got, e := c.Call("tasks/get", withMeta(map[string]any{"taskId": created["taskId"]}, declared))
 	b, _ := json.Marshal(got["result"])
 	var res struct {
 		IsError bool `json:"isError"`
@@ -310,7 +231,7 @@ func TestMCPNoAnswerYetNamesTheTaskThatWillHoldTheAnswer(t *testing.T) {
 	s := testenv.NewStack(t, testenv.Options{NoWorker: true})
 	hs := httptest.NewServer(mcpserver.HTTPHandler(mcpserver.Config{BaseURL: s.URL, Operations: s.Set.Operations()}, mcpserver.HTTPOptions{}))
 	t.Cleanup(hs.Close)
-	c := dialRaw(t, hs.URL, s.Tokens[testenv.TenantA])
+	c := testenv.DialMCP(t, hs.URL, s.Tokens[testenv.TenantA])
 	args := map[string]any{"idempotency_key": "by-the-model", "customer_id": "c-handle", "title": "Slow ticket"}
 	meta := map[string]any{mcpserver.MetaKey: "handle-k1", mcpserver.MetaWait: 1500}
 	handleOf := func(res map[string]any) string {
@@ -321,7 +242,7 @@ func TestMCPNoAnswerYetNamesTheTaskThatWillHoldTheAnswer(t *testing.T) {
 		return id
 	}
 	start := time.Now()
-	first, e := c.call("tools/call", withMeta(map[string]any{"name": "create_ticket", "arguments": args}, meta))
+	first, e := c.Call("tools/call", withMeta(map[string]any{"name": "create_ticket", "arguments": args}, meta))
 	took := time.Since(start)
 	_, isErr := toolResult(t, first)
 	if e != nil || !isErr || !strings.Contains(fmt.Sprint(first["content"]), "NO ANSWER YET") || handleOf(first) == "" {
@@ -331,20 +252,20 @@ func TestMCPNoAnswerYetNamesTheTaskThatWillHoldTheAnswer(t *testing.T) {
 		t.Fatalf("a call that bounded its wait at 1.5 s answered after %s", took)
 	}
 	t.Logf("NO ANSWER YET after %s, task %s", took.Round(time.Millisecond), handleOf(first))
-	second, _ := c.call("tools/call", withMeta(map[string]any{"name": "create_ticket", "arguments": args}, meta))
+	second, _ := c.Call("tools/call", withMeta(map[string]any{"name": "create_ticket", "arguments": args}, meta))
 	if h := handleOf(second); h != handleOf(first)+"~replay" {
 		t.Fatalf("the same call again, while the first runs: task %q (first %q)", h, handleOf(first))
 	}
-	if got, e := c.call("tasks/get", map[string]any{"taskId": handleOf(first)}); e != nil || got["status"] != "working" {
+	if got, e := c.Call("tasks/get", map[string]any{"taskId": handleOf(first)}); e != nil || got["status"] != "working" {
 		t.Fatalf("tasks/get: %+v %+v", got, e)
 	}
 	s.StartWorker()
-	out, e := c.call("tasks/result", map[string]any{"taskId": handleOf(first)})
+	out, e := c.Call("tasks/result", map[string]any{"taskId": handleOf(first)})
 	res, isErr := toolResult(t, out)
 	if e != nil || isErr || res.HTTPStatus != 201 || res.Replayed {
 		t.Fatalf("tasks/result: %+v %+v", out, e)
 	}
-	out, e = c.call("tasks/result", map[string]any{"taskId": handleOf(second)})
+	out, e = c.Call("tasks/result", map[string]any{"taskId": handleOf(second)})
 	if rep, _ := toolResult(t, out); e != nil || !rep.Replayed || fmt.Sprint(rep.Result) != fmt.Sprint(res.Result) {
 		t.Fatalf("the second call's task: %+v %+v", out, e)
 	}
