@@ -617,5 +617,9 @@ func TestAnOpenAIAgentsJSAgentKilledMidCallResumesFromItsRunState(t *testing.T) 
 		state: "run-state.json", resumed: "from its saved RunState", more: []killCase{
 			{"saved RunState lost, the turn sent again", answerLost, []string{"--lost"}, 1, `"replayed":true`},
 			{"control, RunState lost, oa1 keys", answerLost, []string{"--lost", "--key-scheme", "oa1"}, 2, `"replayed":false`},
+			// Through idemflow's MCP server, the model writing a key of its own.
+			{"MCP, saved RunState", answerLost, []string{"--via", "mcp"}, 1, `"replayed":true`},
+			{"MCP, RunState lost, the turn sent again", answerLost, []string{"--via", "mcp", "--lost"}, 1, `"replayed":true`},
+			{"MCP control, the model's key, RunState lost", answerLost, []string{"--via", "mcp", "--lost", "--tools", "naive"}, 2, `"replayed":false`},
 		}})
 }

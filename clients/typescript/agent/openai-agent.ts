@@ -3,7 +3,13 @@
 // tool that creates a ticket through idemflow. Run again with the same
 // --conversation, it resumes from the RunState it saved.
 //
-//   node dist/agent/openai-agent.js --conversation C --state FILE [--tools idemflow|naive] [--unsafe] [--lost] [--key-scheme oa2|oa1]
+//   node dist/agent/openai-agent.js --conversation C --state FILE [--tools idemflow|naive] [--unsafe] [--lost] [--key-scheme oa2|oa1] [--via mcp]
+//
+// --via mcp reaches create_ticket through idemflow's MCP server (idemflow
+// mcp over stdio, the official SDK's client; IDEMFLOW_BIN names it): the
+// model writes an idempotency_key of its own, new each time it writes the
+// call; --tools idemflow makes the tool idemflowMcpFunctionTools', keyed as
+// idemflowFunctionTool's, --tools naive leaves the key to the model.
 //
 // with IDEMFLOW_URL and IDEMFLOW_TOKEN set. The durable way (default) is
 // runDurably: the tool needs approval, and the RunState is saved, with the
@@ -18,10 +24,12 @@
 import { randomUUID } from "node:crypto";
 import { closeSync, existsSync, fsyncSync, openSync, readFileSync, renameSync, rmSync, writeFileSync } from "node:fs";
 import { parseArgs } from "node:util";
+import { Client as MCPClient } from "@modelcontextprotocol/sdk/client/index.js";
+import { StdioClientTransport } from "@modelcontextprotocol/sdk/client/stdio.js";
 import { Agent, Runner, tool, Usage, type Model, type ModelRequest, type ModelResponse } from "@openai/agents";
 import { z } from "zod";
 import { Client } from "../src/index.js";
-import { idemflowFunctionTool, runDurably } from "../src/openai-agents.js";
+import { idemflowFunctionTool, idemflowMcpFunctionTools, runDurably } from "../src/openai-agents.js";
 
 const { values } = parseArgs({
   options: {
@@ -31,8 +39,10 @@ const { values } = parseArgs({
     unsafe: { type: "boolean", default: false },
     lost: { type: "boolean", default: false },
     "key-scheme": { type: "string", default: "oa2" },
+    via: { type: "string", default: "function" },
   },
 });
+const viaMcp = values.via === "mcp";
 const conversation = values.conversation!;
 const state = values.state!;
 const ticketSchema = z.object({ customer_id: z.string(), title: z.string() });
@@ -52,7 +62,8 @@ class ScriptedModel implements Model {
     if (items.some((i: any) => i.type === "function_call_result")) {
       return { usage: new Usage(), output: [{ type: "message", role: "assistant", status: "completed", content: [{ type: "output_text", text: "The ticket is open." }] }] };
     }
-    const args = JSON.stringify({ customer_id: conversation, title: "Printer on fire" });
+    // Through MCP, the call carries an idempotency_key the model wrote.
+    const args = JSON.stringify({ ...(viaMcp ? { idempotency_key: randomUUID() } : {}), customer_id: conversation, title: "Printer on fire" });
     return { usage: new Usage(), output: [{ type: "function_call", id: `fc_${randomUUID()}`, callId: `call_${randomUUID()}`, name: "create_ticket", arguments: args, status: "completed" }] };
   }
   getStreamedResponse(): AsyncIterable<any> {
@@ -74,10 +85,33 @@ function naiveTool(needsApproval: boolean) {
   });
 }
 
-const createTicket =
-  values.tools === "naive"
-    ? naiveTool(!values.unsafe)
-    : idemflowFunctionTool(client, { name: "create_ticket", description: "Create a support ticket.", parameters: ticketSchema, path: "/v1/tickets", conversation, needsApproval: !values.unsafe, keyScheme: values["key-scheme"] as "oa2" | "oa1" });
+/** create_ticket through idemflow's MCP server, its key the model's. */
+function naiveMcpTool(mcp: MCPClient) {
+  return tool({
+    name: "create_ticket",
+    description: "Create a support ticket.",
+    parameters: { type: "object", properties: {}, required: [], additionalProperties: true } as any,
+    strict: false,
+    needsApproval: true,
+    execute: async (input: any) => {
+      const r: any = await mcp.callTool({ name: "create_ticket", arguments: typeof input === "string" ? JSON.parse(input) : input });
+      return r.content.map((c: any) => c.text).join("");
+    },
+  } as any);
+}
+
+let mcp: MCPClient | undefined;
+let createTicket: any;
+if (viaMcp) {
+  mcp = new MCPClient({ name: "oa-js-agent", version: "1" });
+  await mcp.connect(new StdioClientTransport({ command: process.env.IDEMFLOW_BIN!, args: ["mcp"], env: { IDEMFLOW_URL: process.env.IDEMFLOW_URL!, IDEMFLOW_TOKEN: process.env.IDEMFLOW_TOKEN!, PATH: process.env.PATH ?? "" } }));
+  createTicket = values.tools === "naive" ? naiveMcpTool(mcp) : (await idemflowMcpFunctionTools(mcp, { conversation, names: ["create_ticket"] }))[0];
+} else {
+  createTicket =
+    values.tools === "naive"
+      ? naiveTool(!values.unsafe)
+      : idemflowFunctionTool(client, { name: "create_ticket", description: "Create a support ticket.", parameters: ticketSchema, path: "/v1/tickets", conversation, needsApproval: !values.unsafe, keyScheme: values["key-scheme"] as "oa2" | "oa1" });
+}
 const agent = new Agent({ name: "support", instructions: "Open a ticket for the customer.", tools: [createTicket], model: new ScriptedModel() });
 const runner = new Runner({ tracingDisabled: true, groupId: conversation });
 
@@ -109,4 +143,5 @@ if (values.unsafe) {
 for (const item of result.newItems) {
   if (item.type === "tool_call_output_item") console.log(`tool create_ticket ${(item as any).output}`);
 }
+await mcp?.close();
 console.log(`DONE ${result.finalOutput}`);

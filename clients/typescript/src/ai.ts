@@ -52,6 +52,8 @@ import {
   type ToolSet,
 } from "ai";
 import { callArguments, canonical, Client, DeadlineError, deriveKey, NoDurableIdentityError, occurrenceAt, ProblemError, type Result } from "./index.js";
+import { callUntilAnswered, mcpTools, resultText } from "./mcp.js";
+export { mcpMetaKey } from "./mcp.js";
 import { answerText, pendingText, refusalText, resume } from "./tooltext.js";
 
 export { NoDurableIdentityError };
@@ -392,9 +394,6 @@ function guardedTool<I>(name: string, fields: { description?: string; inputSchem
   return t;
 }
 
-/** The _meta member in which a call to idemflow's MCP server carries its durable key. */
-export const mcpMetaKey = "io.idemflow/idempotency-key";
-
 export interface IdemflowMcpToolsFields {
   /** The chat's ID (useChat's id): the same on every request of the chat. */
   chatId: string;
@@ -426,26 +425,13 @@ export interface IdemflowMcpToolsFields {
  * send no _meta (its callTool sends the name and the arguments only).
  */
 export async function idemflowMcpTools(mcp: MCPClient, f: IdemflowMcpToolsFields): Promise<ToolSet> {
-  const { tools } = await mcp.listTools();
   const out: ToolSet = {};
-  for (const t of tools) {
-    if (f.names && !f.names.includes(t.name)) continue;
+  for (const t of await mcpTools(mcp, f.names)) {
     const execute = async (input: Record<string, unknown>, options: ToolExecutionOptions): Promise<string> => {
       const key = durableKey(f.chatId, options.messages, options.toolCallId, t.name, { turnId: f.turnId });
-      const wait = AbortSignal.timeout(f.waitMs ?? 300_000);
-      const signal = options.abortSignal ? AbortSignal.any([options.abortSignal, wait]) : wait;
-      let result: any;
-      try {
-        for await (const m of mcp.experimental.tasks.callToolStream({ name: t.name, arguments: input, _meta: { [mcpMetaKey]: key } }, undefined, { signal })) {
-          if (m.type === "result") result = m.result;
-          if (m.type === "error") throw m.error;
-        }
-      } catch (e) {
-        if (wait.aborted) throw new PendingAnswerError(t.name, key);
-        throw e;
-      }
-      if (wait.aborted || result === undefined) throw new PendingAnswerError(t.name, key);
-      return (result.content ?? []).map((c: any) => (c.type === "text" ? c.text : "")).join("");
+      const result = await callUntilAnswered(mcp, t.name, input, key, f.waitMs, options.abortSignal);
+      if (result === undefined) throw new PendingAnswerError(t.name, key);
+      return resultText(result);
     };
     out[t.name] = guardedTool(t.name, { description: t.description, inputSchema: jsonSchema(t.inputSchema as any), needsApproval: f.needsApproval ?? true }, execute, f.guarded);
   }

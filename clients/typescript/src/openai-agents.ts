@@ -32,9 +32,11 @@
 // placeholder): the call ID alone then tells calls apart only when the
 // provider never reuses one, which the tool is told with callIdsUnique.
 
+import type { Client as MCPClient } from "@modelcontextprotocol/sdk/client/index.js";
 import { AsyncLocalStorage } from "node:async_hooks";
 import { RunState, tool, type Agent, type RunContext, type RunResult, type Runner, type RunToolApprovalItem } from "@openai/agents";
 import { callArguments, canonical, Client, DeadlineError, deriveKey, NoDurableIdentityError, occurrenceAt, ProblemError, type Result } from "./index.js";
+import { callUntilAnswered, mcpTools, resultText } from "./mcp.js";
 import { answerText, pendingText, refusalText, resume } from "./tooltext.js";
 
 export { NoDurableIdentityError };
@@ -199,9 +201,7 @@ export function idemflowFunctionTool<I = any>(client: Client, f: IdemflowFunctio
     // retry would be a new call, a new key and a second effect.
     errorFunction: null,
     execute: async (input: any, _context?: RunContext<unknown>, details?: { toolCall?: { id?: string; callId?: string }; signal?: AbortSignal }) => {
-      const callId = details?.toolCall?.callId;
-      const intended = f.keyScheme === callKeyScheme || !callId ? undefined : planned.getStore()?.get(callId);
-      const key = intended && f.conversation ? intendedCallKey(f.conversation, intended) : durableKey(f.conversation, details?.toolCall, f.name, f.callIdsUnique);
+      const key = callKey(f.conversation, details?.toolCall, f.name, f.callIdsUnique, f.keyScheme);
       const path = typeof f.path === "function" ? f.path(input) : f.path;
       let r: Result;
       try {
@@ -217,6 +217,62 @@ export function idemflowFunctionTool<I = any>(client: Client, f: IdemflowFunctio
       return answerText(r);
     },
   } as any);
+}
+
+export interface IdemflowMcpFunctionToolsFields {
+  /** The conversation's ID: the same on every run and resume of it. */
+  conversation: string;
+  /** The tools to take (default: every tool the server lists). */
+  names?: string[];
+  /** Default true, as idemflowFunctionTool's: runDurably saves the call's IDs before it runs. */
+  needsApproval?: boolean;
+  /** As idemflowFunctionTool's. */
+  callIdsUnique?: boolean;
+  /** How long one call waits on its task (default 300 s) before the run fails with DeadlineError. */
+  waitMs?: number;
+  /** As idemflowFunctionTool's. */
+  keyScheme?: KeyScheme;
+}
+
+/**
+ * The tools of idemflow's MCP server (idemflow mcp, through the official
+ * SDK's Client, connected by the app) as function tools keyed as
+ * idemflowFunctionTool keys its calls: each call sends, in _meta, the key
+ * of the intended call runDurably planned for it (oa2), or else its IDs'
+ * (oa1), so the idempotency_key the model writes decides nothing. Each
+ * call asks for a task and waits on it up to waitMs; past it the run fails
+ * with DeadlineError, never an error the model reads: resume it from its
+ * saved RunState.
+ *
+ * This stands in for the SDK's MCPServerStdio and MCPServerStreamableHttp,
+ * whose toolMetaResolver is handed the run's context and the arguments
+ * but not the call (its ID), so it cannot tell two calls apart.
+ */
+export async function idemflowMcpFunctionTools(mcp: MCPClient, f: IdemflowMcpFunctionToolsFields) {
+  return (await mcpTools(mcp, f.names)).map((t) =>
+    tool({
+      name: t.name,
+      description: t.description ?? "",
+      parameters: { ...t.inputSchema, type: "object", properties: (t.inputSchema.properties as any) ?? {}, required: (t.inputSchema.required as any) ?? [], additionalProperties: true } as any,
+      strict: false,
+      needsApproval: f.needsApproval ?? true,
+      // null: an error fails the run instead of reaching the model.
+      errorFunction: null,
+      execute: async (input: any, _context?: RunContext<unknown>, details?: { toolCall?: { id?: string; callId?: string }; signal?: AbortSignal }) => {
+        const key = callKey(f.conversation, details?.toolCall, t.name, f.callIdsUnique, f.keyScheme);
+        const result = await callUntilAnswered(mcp, t.name, typeof input === "string" ? JSON.parse(input || "{}") : input, key, f.waitMs, details?.signal);
+        if (result === undefined) throw new DeadlineError(pendingText(t.name, key, resume.openaiAgents));
+        return resultText(result);
+      },
+    } as any),
+  );
+}
+
+/** The key of one call: the intended call runDurably planned for it (oa2), or else its IDs' (oa1). */
+function callKey(conversation: string, toolCall: { id?: string; callId?: string } | undefined, name: string, callIdsUnique?: boolean, scheme?: KeyScheme): string {
+  const callId = toolCall?.callId;
+  const intended = scheme === callKeyScheme || !callId ? undefined : planned.getStore()?.get(callId);
+  return intended && conversation ? intendedCallKey(conversation, intended) : durableKey(conversation, toolCall, name, callIdsUnique);
 }
 
 export interface RunDurablyOptions {

@@ -7,11 +7,14 @@
 import assert from "node:assert/strict";
 import { randomUUID } from "node:crypto";
 import { readFile } from "node:fs/promises";
+import { dirname } from "node:path";
 import { test } from "node:test";
 import { Agent, Runner, tool, Usage, type Model, type ModelRequest, type ModelResponse } from "@openai/agents";
 import { z } from "zod";
 import { Client, DeadlineError } from "../src/index.js";
-import { durableKey, idemflowFunctionTool, intendedCallKey, intendedCalls, NoDurableIdentityError, runDurably } from "../src/openai-agents.js";
+import { Client as MCPClient } from "@modelcontextprotocol/sdk/client/index.js";
+import { StreamableHTTPClientTransport } from "@modelcontextprotocol/sdk/client/streamableHttp.js";
+import { durableKey, idemflowFunctionTool, idemflowMcpFunctionTools, intendedCallKey, intendedCalls, NoDurableIdentityError, runDurably } from "../src/openai-agents.js";
 import { inFreshFolder, partitionProxy, readmeSnippet, ticketsUnder } from "./helpers.js";
 
 const url = process.env.IDEMFLOW_URL!;
@@ -30,6 +33,8 @@ class ScriptedModel implements Model {
   constructor(
     readonly customer: string,
     readonly callId?: string,
+    // Another call to write (its tool and arguments, written anew each time).
+    readonly call?: { name: string; args: () => Record<string, unknown> },
   ) {}
   async getResponse(request: ModelRequest): Promise<ModelResponse> {
     // The turn: what follows the last user message.
@@ -41,8 +46,9 @@ class ScriptedModel implements Model {
     if (last !== undefined && (!last.startsWith("An error occurred") || results.length >= 2)) {
       return { usage: new Usage(), output: [{ type: "message", role: "assistant", status: "completed", content: [{ type: "output_text", text: "done" }] }] };
     }
-    const args = JSON.stringify({ customer_id: this.customer, title: "Printer on fire" });
-    return { usage: new Usage(), output: [{ type: "function_call", id: `fc_${randomUUID()}`, callId: this.callId ?? `call_${randomUUID()}`, name: "create_ticket", arguments: args, status: "completed" }] };
+    const args = JSON.stringify(this.call ? this.call.args() : { customer_id: this.customer, title: "Printer on fire" });
+    const name = this.call?.name ?? "create_ticket";
+    return { usage: new Usage(), output: [{ type: "function_call", id: `fc_${randomUUID()}`, callId: this.callId ?? `call_${randomUUID()}`, name, arguments: args, status: "completed" }] };
   }
   getStreamedResponse(): AsyncIterable<any> {
     throw new Error("not streamed");
@@ -242,4 +248,51 @@ test("the README's snippet runs as written, and run again makes no second ticket
   }, file);
   console.log(`the README's snippet, run twice: ${counts} tickets`);
   assert.deepEqual(counts, [1, 1], "run again from its saved RunState, the snippet made a second ticket");
+});
+
+// idemflowMcpFunctionTools over streamable HTTP, with slow_refund, whose
+// service takes 4 s, the model writing an idempotency_key of its own each
+// time: a call whose waitMs ends first fails the run with DeadlineError,
+// nothing handed to the model; the run resumed from its saved RunState,
+// with a longer wait, waits on the call's task and gets its answer; one
+// refund under one key.
+test("a call through idemflow's MCP server waits on its task, and a pending one fails the run, never reaching the model", async () => {
+  const mcp = new MCPClient({ name: "ts-oa-mcp", version: "1" });
+  await mcp.connect(new StreamableHTTPClientTransport(new URL(process.env.IDEMFLOW_MCP_URL!), { requestInit: { headers: { Authorization: `Bearer ${token}` } } }));
+  try {
+    const who = "c-ts-oa-mcp-" + randomUUID().slice(0, 8);
+    const model = new ScriptedModel(who, undefined, { name: "slow_refund", args: () => ({ idempotency_key: randomUUID(), payment_id: `p-${who}`, amount_cents: 100 }) });
+    const agent = async (waitMs: number) => new Agent({ name: "support", tools: await idemflowMcpFunctionTools(mcp, { conversation: who, names: ["slow_refund"], waitMs }), model });
+    const store = inMemory();
+    const start = Date.now();
+    await assert.rejects(runDurably(new Runner({ tracingDisabled: true }), await agent(1000), "Refund it.", store), (e: any) => e instanceof DeadlineError || e?.cause instanceof DeadlineError || /pending under key/.test(String(e?.message)));
+    const bound = Date.now() - start;
+    assert.deepEqual(model.outputs, [], "the model was handed nothing");
+    const resumed = await runDurably(new Runner({ tracingDisabled: true }), await agent(30_000), "Refund it.", store);
+    const got = answers(resumed);
+    assert.deepEqual(got.map((a) => [a.http_status, a.replayed]), [[201, true]], JSON.stringify(got));
+    console.log(`MCP, OpenAI Agents JS: the run failed after ${bound} ms with nothing to the model; resumed, the call's task gave ${JSON.stringify(got[0].result)}`);
+  } finally {
+    await mcp.close();
+  }
+});
+
+test("docs/agents/mcp.md's OpenAI Agents SDK snippet runs as written, and a turn sent again is a replay", async () => {
+  // The only change: the scripted model in place of gpt-4.1; idemflow on PATH.
+  const file = await readmeSnippet("**The OpenAI Agents SDK, TypeScript** (`@idemflow/client/openai-agents`:", "docs-oa-mcp", [['model: "gpt-4.1"', "model: globalThis.IDEMFLOW_README_MODEL"]]);
+  process.env.PATH = `${dirname(process.env.IDEMFLOW_BIN!)}:${process.env.PATH}`;
+  const who = "c-ts-oa-docs-mcp-" + randomUUID().slice(0, 8);
+  (globalThis as any).IDEMFLOW_README_MODEL = new ScriptedModel(who, undefined, {
+    name: "create_ticket",
+    args: () => ({ idempotency_key: randomUUID(), customer_id: who, title: "Printer on fire" }),
+  });
+  const mod = await import(file.href);
+  try {
+    const first = answers(await mod.turn("My printer is on fire.", ...Object.values(inMemory())));
+    const again = answers(await mod.turn("My printer is on fire.", ...Object.values(inMemory())));
+    assert.deepEqual([...first, ...again].map((a) => a.replayed), [false, true]);
+    assert.equal(await tickets(who), 1);
+  } finally {
+    await mod.mcp.close();
+  }
 });

@@ -1,0 +1,54 @@
+// A call to one of idemflow's MCP tools from a framework's tool, made
+// durable: the key the framework's native integration derives for the
+// call goes in the call's _meta, so the idempotency_key the model wrote
+// decides nothing, and the call asks for a task (MCP 2025-11-25 tasks, the
+// official SDK's client.experimental.tasks) and waits on it, so that a
+// slow call is a handle any idemflow mcp process answers, never NO ANSWER
+// YET handed to a model. Each framework's wrapper (ai's idemflowMcpTools,
+// openai-agents' idemflowMcpFunctionTools) derives the key and calls
+// callUntilAnswered; this module knows no framework.
+
+import type { Client as MCPClient } from "@modelcontextprotocol/sdk/client/index.js";
+
+/** The _meta member in which a call to idemflow's MCP server carries its durable key. */
+export const mcpMetaKey = "io.idemflow/idempotency-key";
+
+/** An MCP tool of the server's list, as a wrapper makes a framework's tool of it. */
+export interface McpTool {
+  name: string;
+  description?: string;
+  inputSchema: Record<string, unknown>;
+}
+
+/** The tools the server lists, those in names only where given. */
+export async function mcpTools(mcp: MCPClient, names?: string[]): Promise<McpTool[]> {
+  const { tools } = await mcp.listTools();
+  return tools.filter((t) => !names || names.includes(t.name)) as McpTool[];
+}
+
+/**
+ * The final result of one call of tool under key: the call asks for a task
+ * and waits on it up to waitMs (or until signal aborts). undefined when the
+ * wait ended first: the call is pending, and the framework's wrapper stops
+ * its run (the same call later, under the same key, gets its answer).
+ */
+export async function callUntilAnswered(mcp: MCPClient, tool: string, input: Record<string, unknown>, key: string, waitMs = 300_000, signal?: AbortSignal): Promise<any | undefined> {
+  const wait = AbortSignal.timeout(waitMs);
+  const bound = signal ? AbortSignal.any([signal, wait]) : wait;
+  let result: any;
+  try {
+    for await (const m of mcp.experimental.tasks.callToolStream({ name: tool, arguments: input, _meta: { [mcpMetaKey]: key } }, undefined, { signal: bound })) {
+      if (m.type === "result") result = m.result;
+      if (m.type === "error") throw m.error;
+    }
+  } catch (e) {
+    if (wait.aborted) return undefined;
+    throw e;
+  }
+  return wait.aborted ? undefined : result;
+}
+
+/** The text a model reads of a tool's result: {http_status, replayed, result}, or the words of a refusal. */
+export function resultText(result: any): string {
+  return (result?.content ?? []).map((c: any) => (c.type === "text" ? c.text : "")).join("");
+}
