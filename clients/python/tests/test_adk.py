@@ -11,24 +11,29 @@ reaching the model, and a call nothing durable names gets no key."""
 from __future__ import annotations
 
 import asyncio
+import os
+import textwrap
 import uuid
 from pathlib import Path
 from typing import Any
 
 import psycopg
 import pytest
+from google.adk.apps import App, ResumabilityConfig
 from google.adk.runners import Runner
 from google.adk.sessions.sqlite_session_service import SqliteSessionService
+from google.adk.tools.mcp_tool import McpToolset, StdioConnectionParams
 from google.adk.tools.tool_context import ToolContext
 from google.genai import types
+from mcp import StdioServerParameters
 
 import idemflow
-from idemflow.adk import IdemflowTool, durable_key, run_durably
+from idemflow.adk import IdemflowTool, durable_key, durable_mcp_toolset, run_durably
 from idemflow.errors import DeadlineError, NoDurableIdentityError
 
 from . import children
 from .agents.adk_agent import NaiveTool, ScriptedModel, Ticket, app
-from .conftest import DEADLINE_SLACK, count, docs_text
+from .conftest import DEADLINE_SLACK, count, docs_text, need
 from .wire import Fault, Proxy
 
 CASES: list[tuple[str, Fault, tuple[str, ...], int, bool]] = [
@@ -38,6 +43,11 @@ CASES: list[tuple[str, Fault, tuple[str, ...], int, bool]] = [
     ("control: fresh keys", "answer-lost", ("--tools", "naive"), 2, False),
     ("not resumable, the message sent again", "answer-lost", ("--unsafe",), 1, True),
     ("control: not resumable, ad1 keys", "answer-lost", ("--unsafe", "--key-scheme", "ad1"), 2, False),
+    # Through idemflow's MCP server (ADK's McpToolset), the model writing
+    # an idempotency_key of its own each time it writes the call.
+    ("MCP wrapped: resumed invocation", "answer-lost", ("--via", "mcp"), 1, True),
+    ("MCP wrapped: not resumable, the message sent again", "answer-lost", ("--via", "mcp", "--unsafe"), 1, True),
+    ("MCP control: the model's key, the message sent again", "answer-lost", ("--via", "mcp", "--unsafe", "--tools", "naive"), 2, False),
 ]
 
 
@@ -50,9 +60,8 @@ def test_a_killed_adk_agent_resumes_its_invocation_without_a_duplicate(
     # never arrives), and the agent is SIGKILLed while it waits; the app
     # then runs it again, the way it resumes.
     args = ["--state", str(tmp_path / "sessions.db"), *extra]
-    children.kill_case(
-        "tests.agents.adk_agent", name, thread, args, url, db, tickets=tickets, replayed=replayed, fault=fault, resumed=None if extra else "resuming"
-    )
+    resumed = "resuming" if extra in ((), ("--via", "mcp")) else None
+    children.kill_case("tests.agents.adk_agent", name, thread, args, url, db, tickets=tickets, replayed=replayed, fault=fault, resumed=resumed)
 
 
 REWINDS = [
@@ -109,6 +118,23 @@ async def turn(runner: Runner, session: str) -> list[dict[str, Any]]:
     async for event in run_durably(runner, user_id="u", session_id=session, new_message=message()):
         answers += [dict(r.response or {}) for r in event.get_function_responses()]
     return answers
+
+
+async def pending_then_resumed(runner: Runner, who: str, proxy: Proxy) -> list[dict[str, Any]]:
+    """A turn of session who across a partition longer than its tool's
+    deadline (the tool raises DeadlineError, whose words say to resume,
+    and the invocation ends with nothing handed to the model), then run
+    again once the partition healed: the answers of the resumed turn."""
+    proxy.partitioned = True
+    with pytest.raises(DeadlineError) as failed:
+        await turn(runner, who)
+    assert "must not be made again" in str(failed.value), str(failed.value)
+    session = await runner.session_service.get_session(app_name="support_app", user_id="u", session_id=who)
+    assert session is not None
+    handed = [r.response for e in session.events for r in e.get_function_responses()]
+    assert handed == [], f"the model was handed {handed}"
+    proxy.partitioned = False
+    return await turn(runner, who)
 
 
 def test_a_call_id_reused_in_a_later_turn_is_a_second_call(url: str, token: str, db: psycopg.Connection, tmp_path: Path) -> None:
@@ -199,16 +225,7 @@ def test_a_pending_answer_ends_the_invocation_and_never_reaches_the_model(url: s
             tool = IdemflowTool(c, name="create_ticket", description="Create a ticket.", path="/v1/tickets", args_schema=Ticket, deadline=1.2)
             agent_app = app(who, tool)
             runner = Runner(app=agent_app, session_service=SqliteSessionService(str(tmp_path / "s.db")))
-            proxy.partitioned = True
-            with pytest.raises(DeadlineError) as failed:
-                await turn(runner, who)
-            assert "must not be made again" in str(failed.value), str(failed.value)
-            session = await runner.session_service.get_session(app_name="support_app", user_id="u", session_id=who)
-            assert session is not None
-            handed = [r.response for e in session.events for r in e.get_function_responses()]
-            assert handed == [], f"the model was handed {handed}"
-            proxy.partitioned = False
-            resumed = await turn(runner, who)
+            resumed = await pending_then_resumed(runner, who, proxy)
             assert [a["replayed"] for a in resumed] == [True], resumed
 
             naive = f"py-adk-pending-control-{uuid.uuid4().hex[:8]}"
@@ -305,4 +322,70 @@ def test_a_confirmed_call_runs_once_under_the_key_it_was_asked_with(url: str, to
     assert before == 0
     assert [a.get("http_status") for a in answers if "http_status" in a] == [201], answers
     assert [a["result"]["idempotency_key"] for a in answers if "result" in a] == [asked[0]["key"]], "the confirmed call ran under another key"
+    assert count(db, "ticket", who) == 1
+
+
+def mcp_toolset(url: str, token: str) -> McpToolset:
+    """ADK's McpToolset on idemflow mcp over stdio, at url: create_ticket."""
+    env = {"IDEMFLOW_URL": url, "IDEMFLOW_TOKEN": token}
+    params = StdioConnectionParams(server_params=StdioServerParameters(command=need("IDEMFLOW_BIN"), args=["mcp"], env=env), timeout=30)
+    return McpToolset(connection_params=params, tool_filter=["create_ticket"])
+
+
+def test_a_pending_answer_over_mcp_ends_the_invocation_and_never_reaches_the_model(url: str, token: str, db: psycopg.Connection, tmp_path: Path) -> None:
+    """durable_mcp_toolset across a partition between idemflow mcp and the
+    gateway longer than its deadline: the tool raises DeadlineError, the
+    invocation ends with nothing handed to the model, and run_durably
+    sends the stored call again under its key once the partition heals:
+    the first call's answer, a replay, one ticket."""
+    proxy = Proxy(url, "answer-lost", path="/never")
+
+    async def scenario() -> str:
+        who = f"py-adk-mcp-pending-{uuid.uuid4().hex[:8]}"
+        toolset = durable_mcp_toolset(mcp_toolset(proxy.url, token), deadline=3, wait=1)
+        try:
+            runner = Runner(app=app(who, toolset, model_key=True), session_service=SqliteSessionService(str(tmp_path / "s.db")))
+            resumed = await pending_then_resumed(runner, who, proxy)
+            assert [a["structuredContent"]["replayed"] for a in resumed] == [True], resumed
+        finally:
+            await toolset.close()
+        return who
+
+    try:
+        who = asyncio.run(scenario())
+    finally:
+        proxy.close()
+    print(f"ADK over MCP: a pending call ended the invocation with nothing to the model; run_durably's resend replayed; {count(db, 'ticket', who)} ticket")
+    assert count(db, "ticket", who) == 1
+
+
+def test_the_docs_mcp_toolset_runs(url: str, token: str, db: psycopg.Connection, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """docs/agents/mcp.md's ADK toolset, as written (idemflow on PATH, the
+    names it uses the function's parameters), after the same turn made
+    through the native IdemflowTool in a session of the same ID: the call
+    through MCP, with a model-written key of its own, has the native
+    tool's key, so it is that call's replay, one ticket."""
+    section = docs_text().split("**Google ADK** (`idemflow.adk.durable_mcp_toolset`).")[1]
+    block = section.split("```python\n")[1].split("```")[0]
+    scope: dict[str, Any] = {}
+    exec("def snippet(model, url, token):\n" + textwrap.indent(block + "return agent, toolset\n", "    "), scope)
+    monkeypatch.setenv("PATH", f"{os.path.dirname(need('IDEMFLOW_BIN'))}{os.pathsep}{os.environ['PATH']}")
+    who = f"py-adk-docs-mcp-{uuid.uuid4().hex[:8]}"
+
+    async def scenario() -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+        async with idemflow.AsyncClient(url, token) as c:
+            native = IdemflowTool(c, name="create_ticket", description="Create a ticket.", path="/v1/tickets", args_schema=Ticket)
+            first = await turn(Runner(app=app(who, native), session_service=SqliteSessionService(str(tmp_path / "native.db"))), who)
+        agent, toolset = scope["snippet"](ScriptedModel(customer=who, model_key=True), url, token)
+        try:
+            mcp_app = App(name="support_app", root_agent=agent, resumability_config=ResumabilityConfig(is_resumable=True))
+            again = await turn(Runner(app=mcp_app, session_service=SqliteSessionService(str(tmp_path / "mcp.db"))), who)
+        finally:
+            await toolset.close()
+        return first, again
+
+    first, again = asyncio.run(scenario())
+    answers = [first[0], again[0]["structuredContent"]]
+    assert [a["replayed"] for a in answers] == [False, True], answers
+    assert answers[1]["result"] == answers[0]["result"]
     assert count(db, "ticket", who) == 1

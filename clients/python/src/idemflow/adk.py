@@ -32,13 +32,16 @@ Needs the ``adk`` extra (``google-adk``, Python 3.10+).
 from __future__ import annotations
 
 import json
-from collections.abc import AsyncIterator, Callable, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from contextvars import ContextVar
 from typing import Any
 
 from google.adk.events.event import Event
 from google.adk.runners import Runner
 from google.adk.sessions.session import Session
 from google.adk.tools.base_tool import BaseTool
+from google.adk.tools.mcp_tool.mcp_tool import McpTool
+from google.adk.tools.mcp_tool.mcp_toolset import McpToolset
 from google.adk.tools.tool_context import ToolContext
 from google.genai import types
 from pydantic import BaseModel
@@ -46,9 +49,20 @@ from pydantic import BaseModel
 from ._tooltext import RESUME, answer_text, arguments, pending_text, refusal_text, send
 from .client import AsyncClient, Client, Intent
 from .errors import DeadlineError, NoDurableIdentityError, ProblemError
-from .keys import canonical, derive_key, occurrence
+from .keys import call_arguments, canonical, derive_key, occurrence
+from .mcp import call_until_answered
 
-__all__ = ["KEY_SCHEME", "LEGACY_KEY_SCHEME", "IdemflowTool", "call_key", "durable_key", "intended_call_key", "live_events", "run_durably"]
+__all__ = [
+    "KEY_SCHEME",
+    "LEGACY_KEY_SCHEME",
+    "IdemflowTool",
+    "call_key",
+    "durable_key",
+    "durable_mcp_toolset",
+    "intended_call_key",
+    "live_events",
+    "run_durably",
+]
 
 #: The scheme of an ADK tool call's key: the intended call.
 KEY_SCHEME = "ad2"
@@ -96,7 +110,8 @@ def intended_call_key(app: str, user: str, session: str, events: Sequence[Event]
     events (see the module's comment): derive('turn', the number of
     earlier live invocations that answered a user's message to the end,
     the RFC 8785 form of this invocation's message's texts), the tool, the
-    digest of the call's arguments (RFC 8785) and their occurrence among
+    digest of the call's arguments (RFC 8785, less the model-written
+    idempotency_key of idemflow's MCP tools) and their occurrence among
     the invocation's live calls of that tool with those arguments. None
     when no live event of the invocation holds the call."""
     live = live_events(events)
@@ -116,7 +131,10 @@ def intended_call_key(app: str, user: str, session: str, events: Sequence[Event]
         answered = {e.invocation_id for e in live[:start] if e.author != "user" and e.is_final_response() and e.invocation_id in asked}
         turn = derive_key("turn", str(len(answered)), canonical(message))
     calls = [
-        (c.id or "", c.name or "", canonical(dict(c.args or {}))) for e in live[start : at + 1] if e.invocation_id == invocation for c in e.get_function_calls()
+        (c.id or "", c.name or "", call_arguments(dict(c.args or {})))
+        for e in live[start : at + 1]
+        if e.invocation_id == invocation
+        for c in e.get_function_calls()
     ]
     found = occurrence(calls, call_id)
     assert found is not None  # live[at] holds the call
@@ -258,6 +276,113 @@ class IdemflowTool(BaseTool):
             raise DeadlineError(pending_text(self.name, key, RESUME["adk"])) from e
 
 
+# The key of the call an MCP tool of durable_mcp_toolset's is running, and
+# where its session's call_tool notes a pending answer: the tool's own run,
+# in the same task, reads and writes them.
+_mcp_key: ContextVar[tuple[str, list[DeadlineError]] | None] = ContextVar("idemflow_adk_mcp_key", default=None)
+
+
+def durable_mcp_toolset(toolset: McpToolset, *, deadline: float = 300.0, wait: float = 2.0, key_scheme: str = KEY_SCHEME) -> McpToolset:
+    """toolset (ADK's McpToolset, pointed at idemflow mcp), its tools'
+    calls made as IdemflowTool makes them: each sends, in _meta, the key
+    durable_key derives for it from the session's events (ad2, the same
+    the native tool gets for the same call), so the idempotency_key the
+    model writes decides nothing; a call whose answer has not come waits
+    on its task (idemflow.mcp) up to deadline (seconds), and past it raises
+    DeadlineError, which ends the invocation: resume it (run_durably), and
+    the call is sent again under its key.
+
+    The tools stay ADK's McpTools, with their sessions, confirmation and
+    everything else: only their run, which names the key, and the
+    session's call_tool, which sends it, are wrapped. Returns toolset,
+    changed in place."""
+    plain_get_tools = toolset.get_tools
+
+    async def get_tools(readonly_context: Any = None) -> list[BaseTool]:
+        tools = await plain_get_tools(readonly_context)
+        for t in tools:
+            if isinstance(t, McpTool) and not getattr(t, "_idemflow_keyed", False):
+                _key_mcp_tool(t, deadline, wait, key_scheme)
+        return list(tools)
+
+    toolset.get_tools = get_tools
+    toolset._idemflow_keyed = True  # type: ignore[attr-defined]
+    return toolset
+
+
+def _key_mcp_tool(tool: McpTool, deadline: float, wait: float, key_scheme: str) -> None:
+    plain_run = tool.run_async
+    plain_session = tool._create_session
+
+    async def run_async(*, args: dict[str, Any], tool_context: ToolContext) -> Any:
+        pending: list[DeadlineError] = []
+        token = _mcp_key.set((durable_key(tool_context, tool.name, key_scheme), pending))
+        try:
+            out = await plain_run(args=args, tool_context=tool_context)
+        finally:
+            _mcp_key.reset(token)
+        if pending:
+            # McpTool hands a call's exception to the model as an error
+            # (ADK's graceful MCP error handling), which it would call again
+            # under a new ID: a pending answer ends the invocation instead.
+            raise pending[0]
+        return out
+
+    async def create_session(*, headers: dict[str, str] | None) -> Any:
+        return _KeyedSession(await plain_session(headers=headers), deadline, wait)
+
+    async def answer(session: Session, event: Event, call: types.FunctionCall) -> dict[str, Any]:
+        # A stored call whose invocation ended before its answer (the
+        # tool raised DeadlineError), sent again under the key it had
+        # (run_durably): the response, as ADK's McpTool gives it.
+        assert call.id is not None
+        token = _mcp_key.set((_key(session, event.invocation_id, call.id, tool.name, key_scheme), []))
+        try:
+            result = await (await create_session(headers=None)).call_tool(tool.name, dict(call.args or {}))
+        finally:
+            _mcp_key.reset(token)
+        out: dict[str, Any] = result.model_dump(mode="json", by_alias=True, exclude_none=True)
+        out.pop("resultType", None)
+        return out
+
+    tool.run_async = run_async  # type: ignore[method-assign]
+    tool._create_session = create_session
+    tool._idemflow_keyed = True  # type: ignore[attr-defined]
+    tool._idemflow_answer = answer  # type: ignore[attr-defined]
+
+
+class _KeyedSession:
+    """An MCP session whose call_tool sends the running call's key and
+    waits on its task; everything else is the session's."""
+
+    def __init__(self, session: Any, deadline: float, wait: float) -> None:
+        self._session = session
+        self._deadline = deadline
+        self._wait = wait
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._session, name)
+
+    async def call_tool(self, name: str, arguments: dict[str, Any] | None = None, *args: Any, meta: dict[str, Any] | None = None, **kw: Any) -> Any:
+        running = _mcp_key.get()
+        if running is None:
+            return await self._session.call_tool(name, arguments, *args, meta=meta, **kw)
+        key, pending = running
+        try:
+            return await call_until_answered(
+                lambda m: self._session.call_tool(name, arguments, *args, meta={**(meta or {}), **m}, **kw),
+                self._session,
+                key=key,
+                tool=name,
+                resume=RESUME["adk"],
+                deadline=self._deadline,
+                wait=self._wait,
+            )
+        except DeadlineError as e:
+            pending.append(e)
+            raise
+
+
 def unfinished_invocation(events: list[Event]) -> str | None:
     """The session's last invocation, when it did not end: its last event
     is not the end of its agent (ADK writes one when an invocation of a
@@ -277,11 +402,21 @@ def unanswered_calls(events: list[Event], invocation: str) -> list[tuple[Event, 
     return [(e, c) for e in events if e.invocation_id == invocation for c in e.get_function_calls() if c.id not in answered]
 
 
-def _idemflow_tools(agent: Any) -> dict[str, IdemflowTool]:
-    """The IdemflowTools of agent and its sub-agents, by name."""
-    found = {t.name: t for t in getattr(agent, "tools", []) or [] if isinstance(t, IdemflowTool)}
+Answer = Callable[[Session, Event, types.FunctionCall], Awaitable[dict[str, Any]]]
+
+
+async def _answerers(agent: Any) -> dict[str, Answer]:
+    """How each tool of idemflow's in agent and its sub-agents (an
+    IdemflowTool, or a tool of a durable_mcp_toolset) answers a stored call
+    sent again under its key, by the tool's name."""
+    found: dict[str, Answer] = {}
+    for t in getattr(agent, "tools", []) or []:
+        if isinstance(t, IdemflowTool):
+            found[t.name] = t.answer
+        elif isinstance(t, McpToolset) and getattr(t, "_idemflow_keyed", False):
+            found.update({m.name: m._idemflow_answer for m in await t.get_tools() if hasattr(m, "_idemflow_answer")})
     for sub in getattr(agent, "sub_agents", []) or []:
-        found.update(_idemflow_tools(sub))
+        found.update(await _answerers(sub))
     return found
 
 
@@ -291,9 +426,10 @@ async def run_durably(runner: Runner, *, user_id: str, session_id: str, new_mess
     - the session's last invocation did not end (the process was killed
       in it): it is resumed with its invocation_id, and ADK runs its
       unanswered calls again, under the keys they had, which replay;
-    - it ended in an error while an IdemflowTool call had no answer (the
-      tool raised DeadlineError: ADK records a tool's exception and never
-      runs that call again): each such call is sent again under its key,
+    - it ended in an error while a call of an IdemflowTool, or of a
+      durable_mcp_toolset's tool, had no answer (the tool raised
+      DeadlineError: ADK records a tool's exception and never runs that
+      call again): each such call is sent again under its key,
       and its final answer is handed to the invocation as the call's
       FunctionResponse, as ADK takes a human's answer to a paused call;
     - otherwise new_message starts a new invocation (so does a message
@@ -319,9 +455,9 @@ async def run_durably(runner: Runner, *, user_id: str, session_id: str, new_mess
     if any(p.function_response for p in new_message.parts or []):
         events = runner.run_async(user_id=user_id, session_id=session_id, new_message=new_message)
     elif invocation is not None and session.events[-1].error_code:
-        tools = _idemflow_tools(runner.agent)
+        tools = await _answerers(runner.agent)
         parts = [
-            types.Part(function_response=types.FunctionResponse(id=call.id, name=call.name, response=await tools[call.name].answer(session, event, call)))
+            types.Part(function_response=types.FunctionResponse(id=call.id, name=call.name, response=await tools[call.name](session, event, call)))
             for event, call in unanswered_calls(session.events, invocation)
             if call.name in tools
         ]

@@ -32,6 +32,16 @@ def canonical(value: Any) -> str:
     return rfc8785.dumps(value).decode("utf-8")
 
 
+def call_arguments(value: Any) -> str:
+    """A tool call's arguments in their RFC 8785 form, less a top-level
+    idempotency_key: idemflow's MCP tools take one the model writes, new
+    each time it writes the call, so it is no part of the intended call
+    (the same call through the native tool and through MCP has one key)."""
+    if isinstance(value, dict):
+        value = {k: v for k, v in value.items() if k != "idempotency_key"}
+    return canonical(value)
+
+
 def occurrence(calls: Sequence[tuple[str, str, str]], call_id: str) -> tuple[str, int] | None:
     """What names call call_id among a turn's calls beyond its turn and
     tool: the digest of its arguments (derive_key("args", ...)) and their

@@ -56,7 +56,7 @@ from pydantic import BaseModel
 from ._tooltext import RESUME, answer_text, arguments, pending_text, refusal_text, send
 from .client import AsyncClient, Client, Intent
 from .errors import DeadlineError, NoDurableIdentityError, ProblemError
-from .keys import canonical, derive_key, occurrence
+from .keys import call_arguments, canonical, derive_key, occurrence
 from .mcp import META_KEY, call_until_answered
 
 __all__ = ["CALL_KEY_SCHEME", "KEY_SCHEME", "durable_key", "durable_mcp_server", "idemflow_function_tool", "intended_call_keys", "run_durably"]
@@ -111,12 +111,9 @@ def _arguments(raw: str | None) -> str:
     each time it writes the call, so it is no part of the intended call.
     Text that is not JSON (the model's own mistake) as written."""
     try:
-        v = json.loads(raw or "{}")
+        return call_arguments(json.loads(raw or "{}"))
     except ValueError:
         return str(raw)
-    if isinstance(v, dict):
-        v = {k: x for k, x in v.items() if k != "idempotency_key"}
-    return canonical(v)
 
 
 def _plan(state: RunState[Any], group: str, turn_id: str | None) -> dict[str, str]:

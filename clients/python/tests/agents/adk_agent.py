@@ -4,9 +4,14 @@ model, and one tool that creates a ticket through idemflow. Run again
 with the same --thread and --state, it resumes the invocation it was
 killed in.
 
-    python -m tests.agents.adk_agent --thread T --state FILE [--tools idemflow|naive] [--unsafe] [--key-scheme ad2|ad1]
+    python -m tests.agents.adk_agent --thread T --state FILE [--tools idemflow|naive] [--unsafe] [--key-scheme ad2|ad1] [--via mcp]
 
-with IDEMFLOW_URL and IDEMFLOW_TOKEN set.
+with IDEMFLOW_URL and IDEMFLOW_TOKEN set (and IDEMFLOW_BIN for --via mcp).
+
+--via mcp reaches the tool through idemflow's MCP server (ADK's
+McpToolset over stdio, idemflow mcp): the model writes an idempotency_key
+of its own, new each time it writes the call; --tools idemflow wraps the
+toolset (durable_mcp_toolset), --tools naive leaves the key to the model.
 
 The durable way (default) is a resumable App and run_durably. --unsafe
 is an App that is not resumable, whose rerun sends the user's message
@@ -35,12 +40,15 @@ from google.adk.models.llm_response import LlmResponse
 from google.adk.runners import Runner
 from google.adk.sessions.sqlite_session_service import SqliteSessionService
 from google.adk.tools.base_tool import BaseTool
+from google.adk.tools.base_toolset import BaseToolset
+from google.adk.tools.mcp_tool import McpToolset, StdioConnectionParams
 from google.adk.tools.tool_context import ToolContext
 from google.genai import types
+from mcp import StdioServerParameters
 from pydantic import BaseModel
 
 import idemflow
-from idemflow.adk import IdemflowTool, run_durably
+from idemflow.adk import IdemflowTool, durable_mcp_toolset, run_durably
 
 
 class Ticket(BaseModel):
@@ -61,6 +69,9 @@ class ScriptedModel(BaseLlm):
     call_id: str | None = None
     calls: int = 1
     reword: bool = False
+    #: The call carries an idempotency_key the model wrote (an MCP tool of
+    #: idemflow's takes one), new each time it writes the call.
+    model_key: bool = False
     runs: int = 0
 
     async def generate_content_async(self, llm_request: LlmRequest, stream: bool = False) -> AsyncGenerator[LlmResponse, None]:
@@ -71,7 +82,11 @@ class ScriptedModel(BaseLlm):
         self.runs += 1
         title = f"Printer on fire ({self.runs})" if self.reword else "Printer on fire"
         calls = [
-            types.FunctionCall(id=self.call_id or f"call_{uuid.uuid4().hex}", name="create_ticket", args={"customer_id": self.customer, "title": title})
+            types.FunctionCall(
+                id=self.call_id or f"call_{uuid.uuid4().hex}",
+                name="create_ticket",
+                args={**({"idempotency_key": str(uuid.uuid4())} if self.model_key else {}), "customer_id": self.customer, "title": title},
+            )
             for _ in range(self.calls)
         ]
         yield LlmResponse(content=types.Content(role="model", parts=[types.Part(function_call=c) for c in calls]))
@@ -92,8 +107,10 @@ class NaiveTool(BaseTool):
         return {"http_status": r.status, "replayed": r.replayed, "result": r.body}
 
 
-def app(thread: str, tool: BaseTool, resumable: bool = True, call_id: str | None = None, calls: int = 1, reword: bool = False) -> App:
-    model = ScriptedModel(customer=thread, call_id=call_id, calls=calls, reword=reword)
+def app(
+    thread: str, tool: BaseTool | BaseToolset, resumable: bool = True, call_id: str | None = None, calls: int = 1, reword: bool = False, model_key: bool = False
+) -> App:
+    model = ScriptedModel(customer=thread, call_id=call_id, calls=calls, reword=reword, model_key=model_key)
     agent = LlmAgent(name="support", model=model, instruction="Open a ticket for the customer.", tools=[tool])
     return App(name="support_app", root_agent=agent, resumability_config=ResumabilityConfig(is_resumable=resumable))
 
@@ -105,13 +122,20 @@ async def main() -> None:
     ap.add_argument("--tools", default="idemflow", choices=["idemflow", "naive"])
     ap.add_argument("--unsafe", action="store_true")
     ap.add_argument("--key-scheme", default="ad2", choices=["ad2", "ad1"])
+    ap.add_argument("--via", default="function", choices=["function", "mcp"])
     a = ap.parse_args()
     message = types.Content(role="user", parts=[types.Part(text="My printer is on fire.")])
     # The client's attempts time out fast, so that a dropped answer is
     # retried at once (the kill comes first).
     async with idemflow.AsyncClient(os.environ["IDEMFLOW_URL"], os.environ["IDEMFLOW_TOKEN"], attempt_timeout=3, initial_backoff=0.05, max_backoff=0.5) as c:
-        tool: BaseTool
-        if a.tools == "naive":
+        tool: BaseTool | BaseToolset
+        if a.via == "mcp":
+            env = {"IDEMFLOW_URL": os.environ["IDEMFLOW_URL"], "IDEMFLOW_TOKEN": os.environ["IDEMFLOW_TOKEN"]}
+            params = StdioConnectionParams(server_params=StdioServerParameters(command=os.environ["IDEMFLOW_BIN"], args=["mcp"], env=env), timeout=30)
+            tool = McpToolset(connection_params=params, tool_filter=["create_ticket"])
+            if a.tools == "idemflow":
+                tool = durable_mcp_toolset(tool, deadline=60)
+        elif a.tools == "naive":
             tool = NaiveTool(c)
         else:
             tool = IdemflowTool(
@@ -119,7 +143,7 @@ async def main() -> None:
             )
         sessions = SqliteSessionService(a.state)
         events: AsyncIterator[Event]
-        runner = Runner(app=app(a.thread, tool, resumable=not a.unsafe), session_service=sessions)
+        runner = Runner(app=app(a.thread, tool, resumable=not a.unsafe, model_key=a.via == "mcp"), session_service=sessions)
         if a.unsafe:
             # Not resumable: all the app can do is send the message again.
             if await sessions.get_session(app_name="support_app", user_id="u", session_id=a.thread) is None:
@@ -133,9 +157,14 @@ async def main() -> None:
         final = ""
         async for event in events:
             for r in event.get_function_responses():
-                print(f"tool create_ticket {json.dumps(r.response)}", flush=True)
+                # An MCP tool's response is its CallToolResult: the answer is
+                # its structured content.
+                answer = (r.response or {}).get("structuredContent", r.response)
+                print(f"tool create_ticket {json.dumps(answer)}", flush=True)
             if event.content and event.content.parts and event.content.parts[0].text:
                 final = event.content.parts[0].text
+        if isinstance(tool, McpToolset):
+            await tool.close()
         print(f"DONE {final}", flush=True)
 
 
