@@ -13,6 +13,7 @@ shared key vectors are in test_vectors.py)."""
 
 import asyncio
 import json
+import textwrap
 import threading
 import uuid
 from pathlib import Path
@@ -20,14 +21,16 @@ from typing import Any
 
 import psycopg
 import pytest
+from mcp import ClientSession, StdioServerParameters
+from mcp.client.stdio import get_default_environment, stdio_client
 
 import idemflow
 from idemflow.errors import NoDurableIdentityError
 from idemflow.llamaindex import run_durably
 
 from . import children
-from .agents.llamaindex_agent import agent, tool_answers
-from .conftest import count, docs_text
+from .agents.llamaindex_agent import ScriptedModel, agent, tool_answers
+from .conftest import count, docs_text, need
 from .wire import Fault, Proxy
 
 CASES: list[tuple[str, Fault, tuple[str, ...], int, bool]] = [
@@ -37,6 +40,11 @@ CASES: list[tuple[str, Fault, tuple[str, ...], int, bool]] = [
     ("control: fresh keys", "answer-lost", ("--tools", "naive"), 2, False),
     ("no saved context, the message sent again", "answer-lost", ("--unsafe",), 1, True),
     ("control: no saved context, li1 keys", "answer-lost", ("--unsafe", "--key-scheme", "li1"), 2, False),
+    # Through idemflow's MCP server (mcp_tools), the model writing an
+    # idempotency_key of its own each time it writes the call.
+    ("MCP: restored turn", "answer-lost", ("--via", "mcp"), 1, True),
+    ("MCP: no saved context, the message sent again", "answer-lost", ("--via", "mcp", "--unsafe"), 1, True),
+    ("MCP control: the model's key, the message sent again", "answer-lost", ("--via", "mcp", "--unsafe", "--tools", "naive"), 2, False),
 ]
 
 
@@ -49,9 +57,8 @@ def test_a_killed_llamaindex_agent_is_restored_without_a_duplicate(
     # never arrives), and the agent is SIGKILLed while it waits; the app
     # then runs it again, which restores the turn from its save.
     args = ["--state", str(tmp_path / "run.json"), *extra]
-    children.kill_case(
-        "tests.agents.llamaindex_agent", name, thread, args, url, db, tickets=tickets, replayed=replayed, fault=fault, resumed=None if extra else "resuming"
-    )
+    resumed = "resuming" if extra in ((), ("--via", "mcp")) else None
+    children.kill_case("tests.agents.llamaindex_agent", name, thread, args, url, db, tickets=tickets, replayed=replayed, fault=fault, resumed=resumed)
 
 
 REGENERATES = [
@@ -227,3 +234,33 @@ def test_the_docs_snippet_runs(url: str, db: psycopg.Connection, tmp_path: Path)
     assert again.returncode == 0, again.stdout + again.stderr
     assert "The ticket is open." in again.stdout, again.stdout
     assert count(db, "ticket", "c-1") == before + 1, "run again after the kill, the snippet made a second ticket"
+
+
+def test_the_docs_mcp_tools_run(url: str, token: str, db: psycopg.Connection, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """docs/agents/mcp.md's LlamaIndex snippet, as written (session and
+    llm the function's parameters, turn.json in a fresh folder), after the
+    same turn made through the native idemflow_tool: the call through MCP,
+    with a model-written key of its own, has the native tool's key, so it
+    is that call's replay, one ticket."""
+    section = docs_text().split("**LlamaIndex** (`idemflow.llamaindex.mcp_tools`).")[1]
+    block = section.split("```python\n")[1].split("```")[0]
+    scope: dict[str, Any] = {}
+    exec("async def snippet(session, llm):\n" + textwrap.indent(block + "return result\n", "    "), scope)
+    monkeypatch.chdir(tmp_path)
+    who = f"py-li-docs-mcp-{uuid.uuid4().hex[:8]}"
+
+    async def scenario() -> tuple[list[str], list[str]]:
+        async with idemflow.AsyncClient(url, token) as c:
+            await run_durably(agent(c, who), tmp_path / "native.json", user_msg="My printer is on fire.")
+        env = {**get_default_environment(), "IDEMFLOW_URL": url, "IDEMFLOW_TOKEN": token}
+        params = StdioServerParameters(command=need("IDEMFLOW_BIN"), args=["mcp"], env=env)
+        async with stdio_client(params) as (read, write), ClientSession(read, write) as session:
+            await session.initialize()
+            await scope["snippet"](session, ScriptedModel(customer=who, model_key=True))
+        return tool_answers(tmp_path / "native.json"), tool_answers(tmp_path / "turn.json")
+
+    first, again = asyncio.run(scenario())
+    answers = [json.loads(first[0]), json.loads(again[0])]
+    assert [a["replayed"] for a in answers] == [False, True], answers
+    assert answers[1]["result"] == answers[0]["result"]
+    assert count(db, "ticket", who) == 1

@@ -292,13 +292,14 @@ def test_adk_intended_call_key(c: dict[str, Any]) -> None:
 
 @pytest.mark.parametrize("c", KEYS["llamaindex_calls"], ids=lambda c: c["name"])
 def test_llamaindex_intended_call_key(c: dict[str, Any]) -> None:
-    import rfc8785
     from llama_index.core.llms import ChatMessage
 
+    from idemflow.keys import call_arguments
     from idemflow.llamaindex import intended_call_key, turn_of
 
     turn = turn_of([ChatMessage.model_validate(m) for m in c["history"]], c["user_msg"])
-    calls = [[i, n, rfc8785.dumps(a).decode("utf-8")] for i, n, a in c["calls"]]
+    # The calls as FunctionAgent records them (parse_agent_output).
+    calls = [[i, n, call_arguments(a)] for i, n, a in c["calls"]]
     assert intended_call_key(turn, calls, c["tool_id"], c["tool"]) == c["key"]
 
 

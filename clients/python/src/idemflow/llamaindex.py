@@ -49,7 +49,7 @@ import warnings
 from collections.abc import Callable
 from contextvars import ContextVar
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 from llama_index.core.agent.workflow import AgentOutput, ToolCall, ToolCallResult
 from llama_index.core.agent.workflow import FunctionAgent as _FunctionAgent
@@ -57,14 +57,16 @@ from llama_index.core.agent.workflow.workflow_events import AgentInput, AgentWor
 from llama_index.core.llms import ChatMessage
 from llama_index.core.memory import Memory
 from llama_index.core.tools import FunctionTool
-from pydantic import BaseModel
+from mcp import ClientSession
+from pydantic import BaseModel, ConfigDict
 from workflows import Context, step
 from workflows.events import Event, StopEvent
 
 from ._tooltext import answer_text, arguments, refusal_text, send
 from .client import AsyncClient, Client, Intent
 from .errors import NoDurableIdentityError, ProblemError
-from .keys import canonical, derive_key, occurrence
+from .keys import call_arguments, canonical, derive_key, occurrence
+from .mcp import call_until_answered
 
 __all__ = [
     "KEY_SCHEME",
@@ -75,6 +77,7 @@ __all__ = [
     "call_key",
     "idemflow_tool",
     "intended_call_key",
+    "mcp_tools",
     "run_durably",
     "turn_of",
 ]
@@ -175,7 +178,7 @@ class FunctionAgent(_FunctionAgent):
         # runs: the order a re-run's model writes them in again.
         if ev.tool_calls:
             calls = await ctx.store.get(CALLS, default=[])
-            calls += [[c.tool_id, c.tool_name, canonical(c.tool_kwargs or {})] for c in ev.tool_calls]
+            calls += [[c.tool_id, c.tool_name, call_arguments(c.tool_kwargs or {})] for c in ev.tool_calls]
             await ctx.store.set(CALLS, calls)
         result: StopEvent | AgentInput | ToolCall | None = await super().parse_agent_output(ctx, ev)
         return result
@@ -232,24 +235,10 @@ def idemflow_tool(
         if key_scheme == LEGACY_KEY_SCHEME:
             # A turn saved before the upgrade has its random ID under TURN.
             key = call_key(await ctx.store.get(LEGACY_TURN, default=turn), tool_id, name)
+            if key not in _released.get():
+                await _wait_to_proceed(ctx, key, name, tool_id, args)
         else:
-            found = intended_call_key(turn, await ctx.store.get(CALLS, default=[]), tool_id, name)
-            if found is None:
-                raise NoDurableIdentityError(f"{name}: the turn's recorded calls do not hold {tool_id} (a turn saved before li2: key_scheme='li1')")
-            key = found
-        # LlamaIndex runs the step again from its start once Proceed
-        # arrives; the second time this returns it at once. A call restored
-        # from its stop was saved there, and goes on.
-        if key not in _released.get():
-            await ctx.wait_for_event(
-                Proceed,
-                waiter_event=CallPending(key=key, tool_name=name, tool_id=tool_id, args=args),
-                waiter_id=key,
-                requirements={"key": key},
-                # The stop ends when run_durably sends Proceed, never on a
-                # clock (LlamaIndex's default is 2000 s).
-                timeout=None,
-            )
+            key = await _stop_before_acting(ctx, name, args)
         target = path(args) if callable(path) else path
         try:
             return answer_text(await send(client, Intent(key, target, body(args) if body else args), float("inf")))
@@ -257,6 +246,77 @@ def idemflow_tool(
             return refusal_text(e, key)
 
     return FunctionTool.from_defaults(async_fn=call, name=name, description=description, fn_schema=args_schema)
+
+
+async def mcp_tools(session: ClientSession, *, names: list[str] | None = None) -> list[FunctionTool]:
+    """The tools of idemflow's MCP server (idemflow mcp, through the mcp
+    package's ClientSession, connected by the app), as tools for this
+    module's FunctionAgent keyed as idemflow_tool keys its calls: each call
+    stops at CallPending before it acts, then sends, in _meta, the key of
+    its intended call (li2, whose arguments leave out the idempotency_key
+    the model writes), so a regenerate or a turn run again is a replay;
+    it waits on the call's task (idemflow.mcp) however long it takes, as
+    idemflow_tool waits. The model reads the tool's text: {http_status,
+    replayed, result}, or its words for a refusal.
+
+    This stands in for LlamaIndex's own MCP tools (llama-index-tools-mcp's
+    McpToolSpec), whose client's call_tool sends the name and the
+    arguments only, no _meta. names: the tools to take (default: all)."""
+    listed = (await session.list_tools()).tools
+    return [_mcp_tool(session, t.name, t.description or "", dict(t.input_schema)) for t in listed if names is None or t.name in names]
+
+
+def _mcp_tool(session: ClientSession, name: str, description: str, schema: dict[str, Any]) -> FunctionTool:
+    class Arguments(BaseModel):
+        """The MCP tool's input schema, as the model is shown it."""
+
+        model_config = ConfigDict(extra="allow")
+
+        @classmethod
+        def model_json_schema(cls, *args: Any, **kw: Any) -> dict[str, Any]:
+            return schema
+
+    async def call(ctx: Context, **kwargs: Any) -> str:
+        key = await _stop_before_acting(ctx, name, kwargs)
+        # No deadline, as idemflow_tool's: LlamaIndex hands the model
+        # whatever a tool returns or raises, so the call waits for its answer.
+        result = await call_until_answered(
+            lambda m: session.call_tool(name, kwargs, meta=cast(Any, m)), session, key=key, tool=name, resume="", deadline=float("inf")
+        )
+        return "".join(getattr(c, "text", "") for c in result.content)
+
+    return FunctionTool.from_defaults(async_fn=call, name=name, description=description, fn_schema=Arguments)
+
+
+async def _stop_before_acting(ctx: Context, name: str, args: dict[str, Any]) -> str:
+    """The li2 key of the call the current step runs, once the run was
+    saved with it (CallPending, then Proceed; a call restored from its stop
+    goes on)."""
+    tool_id = _tool_id.get()
+    turn = await ctx.store.get(TURN, default=None)
+    if tool_id is None or turn is None:
+        raise NoDurableIdentityError(f"{name}: called outside idemflow.llamaindex.FunctionAgent, which names the turn and the call")
+    key = intended_call_key(turn, await ctx.store.get(CALLS, default=[]), tool_id, name)
+    if key is None:
+        raise NoDurableIdentityError(f"{name}: the turn's recorded calls do not hold {tool_id}")
+    if key not in _released.get():
+        await _wait_to_proceed(ctx, key, name, tool_id, args)
+    return key
+
+
+async def _wait_to_proceed(ctx: Context, key: str, name: str, tool_id: str, args: dict[str, Any]) -> None:
+    """The call's stop: CallPending, until run_durably, having saved the
+    run, sends Proceed. LlamaIndex runs the step again from its start once
+    Proceed arrives; the second time this returns at once."""
+    await ctx.wait_for_event(
+        Proceed,
+        waiter_event=CallPending(key=key, tool_name=name, tool_id=tool_id, args=args),
+        waiter_id=key,
+        requirements={"key": key},
+        # The stop ends when run_durably sends Proceed, never on a clock
+        # (LlamaIndex's default is 2000 s).
+        timeout=None,
+    )
 
 
 async def run_durably(agent: FunctionAgent, state: str | os.PathLike[str], user_msg: str | None = None) -> AgentOutput:

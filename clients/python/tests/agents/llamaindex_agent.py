@@ -5,7 +5,13 @@ idemflow, run by run_durably, which saves its context to --state at each
 call's stop. Run again with the same --thread and --state, it restores
 the turn it was killed in.
 
-    python -m tests.agents.llamaindex_agent --thread T --state FILE [--tools idemflow|naive] [--unsafe] [--calls N] [--key-scheme li2|li1]
+    python -m tests.agents.llamaindex_agent --thread T --state FILE [--tools idemflow|naive] [--unsafe] [--calls N] [--key-scheme li2|li1] [--via mcp]
+
+--via mcp reaches create_ticket through idemflow's MCP server (idemflow
+mcp over stdio, the mcp package's ClientSession; IDEMFLOW_BIN names it):
+the model writes an idempotency_key of its own, new each time it writes
+the call; --tools idemflow makes the tool mcp_tools', --tools naive leaves
+the key to the model.
 
 with IDEMFLOW_URL and IDEMFLOW_TOKEN set. --tools naive is the control
 (a fresh key on every call, the same saving and restoring). --unsafe is
@@ -27,10 +33,12 @@ from llama_index.core.llms import ChatMessage, ChatResponse, MessageRole
 from llama_index.core.llms.llm import ToolSelection
 from llama_index.core.llms.mock import MockFunctionCallingLLM
 from llama_index.core.tools import FunctionTool
+from mcp import ClientSession, StdioServerParameters
+from mcp.client.stdio import get_default_environment, stdio_client
 from pydantic import BaseModel
 
 import idemflow
-from idemflow.llamaindex import FunctionAgent, idemflow_tool, run_durably
+from idemflow.llamaindex import FunctionAgent, idemflow_tool, mcp_tools, run_durably
 
 
 class Ticket(BaseModel):
@@ -51,6 +59,9 @@ class ScriptedModel(MockFunctionCallingLLM):
     call_id: str | None = None
     identical: bool = False
     reword: bool = False
+    #: The call carries an idempotency_key the model wrote (an MCP tool of
+    #: idemflow's takes one), new each time it writes the call.
+    model_key: bool = False
     runs: int = 0
 
     async def achat(self, messages: Sequence[ChatMessage], **kw: Any) -> ChatResponse:
@@ -68,7 +79,11 @@ class ScriptedModel(MockFunctionCallingLLM):
             ToolSelection(
                 tool_id=(self.call_id if self.call_id and i == 0 else f"call_{uuid.uuid4().hex[:12]}"),
                 tool_name="create_ticket",
-                tool_kwargs={"customer_id": self.customer, "title": "Printer on fire" + (f" #{i + 1}" if i and not self.identical else "") + again},
+                tool_kwargs={
+                    **({"idempotency_key": str(uuid.uuid4())} if self.model_key else {}),
+                    "customer_id": self.customer,
+                    "title": "Printer on fire" + (f" #{i + 1}" if i and not self.identical else "") + again,
+                },
             )
             for i in range(self.calls)
         ]
@@ -89,6 +104,16 @@ def naive_tool(client: idemflow.AsyncClient) -> FunctionTool:
     return FunctionTool.from_defaults(async_fn=create_ticket, name="create_ticket", description="Create a support ticket.")
 
 
+def naive_mcp_tool(session: ClientSession) -> FunctionTool:
+    """create_ticket through idemflow's MCP server, its key the model's."""
+
+    async def create_ticket(**kwargs: Any) -> str:
+        result = await session.call_tool("create_ticket", kwargs)
+        return "".join(getattr(c, "text", "") for c in result.content)
+
+    return FunctionTool.from_defaults(async_fn=create_ticket, name="create_ticket", description="Create a support ticket.")
+
+
 def agent(
     client: idemflow.AsyncClient,
     customer: str,
@@ -98,13 +123,19 @@ def agent(
     key_scheme: str = "li2",
     identical: bool = False,
     reword: bool = False,
+    tool: FunctionTool | None = None,
 ) -> FunctionAgent:
-    tool = (
-        naive_tool(client)
-        if naive
-        else idemflow_tool(client, name="create_ticket", description="Create a support ticket.", path="/v1/tickets", args_schema=Ticket, key_scheme=key_scheme)
-    )
-    model = ScriptedModel(customer=customer, calls=calls, call_id=call_id, identical=identical, reword=reword)
+    """The agent; tool, where given, is its create_ticket (one through MCP,
+    whose model writes a key of its own)."""
+    model_key = tool is not None
+    if tool is None:
+        description = "Create a support ticket."
+        tool = (
+            naive_tool(client)
+            if naive
+            else idemflow_tool(client, name="create_ticket", description=description, path="/v1/tickets", args_schema=Ticket, key_scheme=key_scheme)
+        )
+    model = ScriptedModel(customer=customer, calls=calls, call_id=call_id, identical=identical, reword=reword, model_key=model_key)
     return FunctionAgent(tools=[tool], llm=model, streaming=False)
 
 
@@ -123,6 +154,7 @@ async def main() -> None:
     ap.add_argument("--unsafe", action="store_true")
     ap.add_argument("--calls", type=int, default=1, help="tickets the model asks for in one answer")
     ap.add_argument("--key-scheme", default="li2", choices=["li2", "li1"])
+    ap.add_argument("--via", default="function", choices=["function", "mcp"])
     a = ap.parse_args()
     state = Path(a.state)
     # The client's attempts time out fast, so that a dropped answer is
@@ -133,9 +165,16 @@ async def main() -> None:
             state.unlink(missing_ok=True)
         resumed = state.exists() and json.loads(state.read_text())["running"]
         print(f"{'resuming' if resumed else 'starting'} {a.thread}", flush=True)
-        result = await run_durably(
-            agent(c, a.thread, naive=a.tools == "naive", calls=a.calls, key_scheme=a.key_scheme), state, user_msg=None if resumed else "My printer is on fire."
-        )
+        user_msg = None if resumed else "My printer is on fire."
+        if a.via == "mcp":
+            env = {**get_default_environment(), "IDEMFLOW_URL": os.environ["IDEMFLOW_URL"], "IDEMFLOW_TOKEN": os.environ["IDEMFLOW_TOKEN"]}
+            params = StdioServerParameters(command=os.environ["IDEMFLOW_BIN"], args=["mcp"], env=env)
+            async with stdio_client(params) as (read, write), ClientSession(read, write) as session:
+                await session.initialize()
+                tool = naive_mcp_tool(session) if a.tools == "naive" else (await mcp_tools(session, names=["create_ticket"]))[0]
+                result = await run_durably(agent(c, a.thread, calls=a.calls, tool=tool), state, user_msg=user_msg)
+        else:
+            result = await run_durably(agent(c, a.thread, naive=a.tools == "naive", calls=a.calls, key_scheme=a.key_scheme), state, user_msg=user_msg)
         for answer in tool_answers(state):
             print(f"tool create_ticket {json.dumps(json.loads(answer))}", flush=True)
         print(f"DONE {result}", flush=True)
