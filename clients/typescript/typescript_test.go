@@ -511,6 +511,10 @@ func TestAMastraAgentKilledMidCallResumesFromItsApproval(t *testing.T) {
 	killAndRerun(t, killedAgent{script: "mastra/agent.mjs", idFlag: "--conversation", prefix: "mastra-",
 		state: "approval.json", resumed: "from its approval", bin: node22(t), more: []killCase{
 			{"nothing saved, the turn sent again with its ID", answerLost, []string{"--unsafe", "--turn-id", "msg-1"}, 1, `"replayed":true`},
+			// Through idemflow's MCP server, the model writing a key of its own.
+			{"MCP, approved again", answerLost, []string{"--via", "mcp"}, 1, `"replayed":true`},
+			{"MCP, nothing saved, the turn sent again with its ID", answerLost, []string{"--via", "mcp", "--unsafe", "--turn-id", "msg-1"}, 1, `"replayed":true`},
+			{"MCP control, the model's key, the turn sent again", answerLost, []string{"--via", "mcp", "--unsafe", "--turn-id", "msg-1", "--tools", "naive"}, 2, `"replayed":false`},
 		}})
 }
 

@@ -5,7 +5,13 @@
 // again with the same --conversation and --state, it approves the saved
 // call again.
 //
-//   node agent.mjs --conversation ID --state FILE [--tools idemflow|naive] [--unsafe] [--turn-id ID]
+//   node agent.mjs --conversation ID --state FILE [--tools idemflow|naive] [--unsafe] [--turn-id ID] [--via mcp]
+//
+// --via mcp reaches create_ticket through idemflow's MCP server (idemflow
+// mcp over stdio, the official SDK's client; IDEMFLOW_BIN names it): the
+// model writes an idempotency_key of its own, new each time it writes the
+// call; --tools idemflow makes the tool idemflowMcpTools', --tools naive
+// leaves the key to the model.
 //
 // with IDEMFLOW_URL and IDEMFLOW_TOKEN set. --tools naive is the control (a
 // fresh key on every call, run without approval); --unsafe approves each
@@ -17,8 +23,10 @@ import { randomUUID } from "node:crypto";
 import { existsSync, rmSync } from "node:fs";
 import { parseArgs } from "node:util";
 import { Client } from "@idemflow/client";
-import { idemflowTool, runDurably } from "@idemflow/client/mastra";
+import { idemflowMcpTools, idemflowTool, runDurably } from "@idemflow/client/mastra";
 import { Agent } from "@mastra/core/agent";
+import { Client as MCPClient } from "@modelcontextprotocol/sdk/client/index.js";
+import { StdioClientTransport } from "@modelcontextprotocol/sdk/client/stdio.js";
 import { Mastra } from "@mastra/core/mastra";
 import { createTool } from "@mastra/core/tools";
 import { LibSQLStore } from "@mastra/libsql";
@@ -36,7 +44,7 @@ const usage = { inputTokens: 1, outputTokens: 1, totalTokens: 2 };
  * numbers calls per answer does. identical: all the calls of an answer
  * ask for the same ticket; reword: the title is new on every answer.
  */
-export function scriptedModel({ customer, calls = 1, callId, identical = false, reword = false } = {}) {
+export function scriptedModel({ customer, calls = 1, callId, identical = false, reword = false, modelKey = false } = {}) {
   let runs = 0;
   return {
     specificationVersion: "v2",
@@ -62,7 +70,13 @@ export function scriptedModel({ customer, calls = 1, callId, identical = false, 
                 type: "tool-call",
                 toolCallId: callId && i === 0 ? callId : `call_${randomUUID().slice(0, 12)}`,
                 toolName: "create_ticket",
-                input: JSON.stringify({ customer_id: customer, title: "Printer on fire" + (i && !identical ? ` #${i + 1}` : "") + (reword ? ` (${runs})` : "") }),
+                // modelKey: an idempotency_key of the model's (an MCP tool of
+                // idemflow's takes one), new each time it writes the call.
+                input: JSON.stringify({
+                  ...(modelKey ? { idempotency_key: randomUUID() } : {}),
+                  customer_id: customer,
+                  title: "Printer on fire" + (i && !identical ? ` #${i + 1}` : "") + (reword ? ` (${runs})` : ""),
+                }),
               })),
               { type: "finish", finishReason: "tool-calls", usage },
             ];
@@ -92,16 +106,29 @@ function naiveTool(client) {
   });
 }
 
+/** create_ticket through idemflow's MCP server, its key the model's (needing approval, as the wrapped tool). */
+function naiveMcpTool(mcp) {
+  return createTool({
+    id: "create_ticket",
+    description: "Create a support ticket.",
+    inputSchema: z.object({}).passthrough(),
+    requireApproval: true,
+    execute: async (input) => (await mcp.callTool({ name: "create_ticket", arguments: input })).content.map((c) => c.text).join(""),
+  });
+}
+
 /** A Mastra instance with the support agent, its storage in file db. */
-export function support(client, { customer, db, naive = false, calls, callId, identical, reword }) {
-  const tool = naive
+export function support(client, { customer, db, naive = false, calls, callId, identical, reword, tool }) {
+  // tool, where given, is create_ticket through MCP, whose model writes a key of its own.
+  const modelKey = tool !== undefined;
+  tool ??= naive
     ? naiveTool(client)
     : createTool(idemflowTool(client, { id: "create_ticket", description: "Create a support ticket.", inputSchema: Ticket, path: "/v1/tickets" }));
   const agent = new Agent({
     id: "support",
     name: "support",
     instructions: "Open a ticket for the customer.",
-    model: scriptedModel({ customer, calls, callId, identical, reword }),
+    model: scriptedModel({ customer, calls, callId, identical, reword, modelKey }),
     tools: { create_ticket: tool },
   });
   const mastra = new Mastra({ agents: { support: agent }, storage: new LibSQLStore({ id: "support-storage", url: `file:${db}` }), logger: false });
@@ -116,12 +143,21 @@ async function main() {
       tools: { type: "string", default: "idemflow" },
       unsafe: { type: "boolean", default: false },
       "turn-id": { type: "string" },
+      via: { type: "string", default: "function" },
     },
   });
   // The client's attempts time out fast, so that a dropped answer is
   // retried at once (the kill comes first).
   const client = new Client({ baseURL: process.env.IDEMFLOW_URL, token: process.env.IDEMFLOW_TOKEN, attemptTimeoutMs: 3000, initialBackoffMs: 50, maxBackoffMs: 500 });
-  const agent = support(client, { customer: a.conversation, db: `${a.state}.db`, naive: a.tools === "naive" });
+  let mcp;
+  let tool;
+  if (a.via === "mcp") {
+    mcp = new MCPClient({ name: "mastra-agent", version: "1" });
+    const env = { IDEMFLOW_URL: process.env.IDEMFLOW_URL, IDEMFLOW_TOKEN: process.env.IDEMFLOW_TOKEN, PATH: process.env.PATH ?? "" };
+    await mcp.connect(new StdioClientTransport({ command: process.env.IDEMFLOW_BIN, args: ["mcp"], env }));
+    tool = a.tools === "naive" ? naiveMcpTool(mcp) : createTool((await idemflowMcpTools(mcp, { names: ["create_ticket"], inputSchema: (s) => z.fromJSONSchema(s) }))[0]);
+  }
+  const agent = support(client, { customer: a.conversation, db: `${a.state}.db`, naive: a.tools === "naive", tool });
   // Unsafe: nothing of the call is kept where a rerun looks.
   const state = a.unsafe ? `${a.state}.${randomUUID()}` : a.state;
   console.log(`${existsSync(state) ? "resuming" : "starting"} ${a.conversation}${existsSync(state) ? " from its approval" : ""}`);
@@ -131,6 +167,7 @@ async function main() {
   const turn = a["turn-id"] ? { conversation: a.conversation, turnId: a["turn-id"] } : {};
   const text = await runDurably(agent, "My printer is on fire.", state, { onChunk, ...turn });
   if (a.unsafe) rmSync(state, { force: true });
+  await mcp?.close();
   console.log(`DONE ${text}`);
 }
 

@@ -6,9 +6,9 @@
 // typescript_test.go's TestAMastraAgentKilledMidCallResumesFromItsApproval.
 
 import assert from "node:assert/strict";
-import { mkdtemp, readFile } from "node:fs/promises";
+import { mkdtemp, readFile, writeFile } from "node:fs/promises";
 import { tmpdir } from "node:os";
-import { join } from "node:path";
+import { dirname, join } from "node:path";
 import { test } from "node:test";
 import { Client, NoDurableIdentityError } from "@idemflow/client";
 import { idemflowTool, intendedCallKeys, mastraKey, runDurably } from "@idemflow/client/mastra";
@@ -119,4 +119,26 @@ test("the shared key vectors", async () => {
   for (const c of v.mastra) assert.equal(mastraKey(c.run_id, c.tool_call_id, c.tool), c.key, c.name);
   assert.ok(v.mastra_calls.length > 0);
   for (const c of v.mastra_calls) assert.equal(intendedCallKeys(c.conversation, c.turn_id, c.calls).get(c.tool_call_id), c.key, c.name);
+});
+
+test("docs/agents/mcp.md's Mastra snippet runs as written, and a turn sent again is a replay", async () => {
+  // As written, with idemflow on PATH; its tools in the support agent.
+  const docs = await readFile(new URL("../../../docs/agents/mcp.md", import.meta.url), "utf8");
+  const code = docs.split("**Mastra** (`@idemflow/client/mastra`: `idemflowMcpTools`).")[1].split("```js\n")[1].split("```")[0];
+  const file = new URL("./docs-mcp-snippet.mjs", import.meta.url);
+  await writeFile(file, code);
+  process.env.PATH = `${dirname(process.env.IDEMFLOW_BIN)}:${process.env.PATH}`;
+  const { mcp, tools } = await import(file.href);
+  try {
+    const dir = await mkdtemp(join(tmpdir(), "idemflow-mastra-mcp-"));
+    const who = `mastra-docs-mcp-${Date.now()}`;
+    const agent = support(client(), { customer: who, db: join(dir, "mastra.db"), tool: tools.create_ticket });
+    const opts = { conversation: who, turnId: "msg-1" };
+    const first = await turn(agent, join(dir, "run-1.json"), opts);
+    const again = await turn(agent, join(dir, "run-2.json"), opts);
+    assert.deepEqual([...first, ...again].map((a) => a.replayed), [false, true]);
+    assert.equal(again[0].result.ticket_id, first[0].result.ticket_id);
+  } finally {
+    await mcp.close();
+  }
 });

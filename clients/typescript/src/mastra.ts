@@ -38,7 +38,9 @@
 
 import { AsyncLocalStorage } from "node:async_hooks";
 import { readFile, rm } from "node:fs/promises";
-import { canonical, Client, deriveKey, NoDurableIdentityError, occurrenceAt, ProblemError, writeDurably, type Result } from "./index.js";
+import type { Client as MCPClient } from "@modelcontextprotocol/sdk/client/index.js";
+import { callArguments, Client, deriveKey, NoDurableIdentityError, occurrenceAt, ProblemError, writeDurably, type Result } from "./index.js";
+import { callUntilAnswered, mcpTools, resultText } from "./mcp.js";
 import { answerText, refusalText } from "./tooltext.js";
 
 export { NoDurableIdentityError };
@@ -64,13 +66,14 @@ export interface RunCall {
 /**
  * The ms2 key of each call of a run of turn turnId in conversation, by
  * toolCallId: the conversation, derive("turn", turnId), the tool, the
- * digest of the call's arguments (RFC 8785) and their occurrence (from 1)
+ * digest of the call's arguments (RFC 8785, less the model-written
+ * idempotency_key of idemflow's MCP tools) and their occurrence (from 1)
  * among calls, the run's tool calls in their order, of that tool with
  * those arguments.
  */
 export function intendedCallKeys(conversation: string, turnId: string, calls: RunCall[]): Map<string, string> {
   const turn = deriveKey("turn", turnId);
-  const run = calls.map((c) => ({ tool: c.toolName, args: canonical(c.args ?? {}) }));
+  const run = calls.map((c) => ({ tool: c.toolName, args: callArguments(c.args ?? {}) }));
   const keys = new Map<string, string>();
   calls.forEach((c, at) => {
     const { args, occurrence } = occurrenceAt(run, at);
@@ -124,12 +127,7 @@ export function idemflowTool<I = any>(client: Client, f: IdemflowToolFields<I>) 
     inputSchema: f.inputSchema as any,
     requireApproval: true,
     execute: async (input: I, context?: ToolExecutionContext): Promise<string> => {
-      const runId = context?.runId;
-      const toolCallId = context?.agent?.toolCallId;
-      if (!runId || !toolCallId) {
-        throw new NoDurableIdentityError(`${f.id}: called outside an agent's run (no runId or toolCallId): no key could outlive a crash; nothing was sent`);
-      }
-      const key = planned.getStore()?.get(toolCallId) ?? mastraKey(runId, toolCallId, f.id);
+      const key = callKey(f.id, context);
       const path = typeof f.path === "function" ? f.path(input) : f.path;
       let r: Result;
       try {
@@ -143,6 +141,56 @@ export function idemflowTool<I = any>(client: Client, f: IdemflowToolFields<I>) 
       return answerText(r);
     },
   };
+}
+
+export interface IdemflowMcpToolsFields {
+  /** The tools to take (default: every tool the server lists). */
+  names?: string[];
+  /**
+   * The input schema Mastra is given, from the tool's JSON Schema (Mastra
+   * takes a zod schema: zod 4's z.fromJSONSchema makes one).
+   */
+  inputSchema: (jsonSchema: Record<string, unknown>) => unknown;
+}
+
+/**
+ * The tools of idemflow's MCP server (idemflow mcp, through the official
+ * SDK's Client, connected by the app), as fields for Mastra's createTool,
+ * keyed as idemflowTool keys its calls: each needs approval, and each call
+ * sends, in _meta, the key of the intended call runDurably planned for it
+ * (ms2), or else its runId's and toolCallId's (ms1), so the
+ * idempotency_key the model writes decides nothing. Each call asks for a
+ * task and waits on it however long it takes, as idemflowTool waits.
+ *
+ * This stands in for Mastra's MCPClient (@mastra/mcp), whose tools' calls
+ * the app cannot add a _meta to.
+ */
+export async function idemflowMcpTools(mcp: MCPClient, f: IdemflowMcpToolsFields) {
+  return (await mcpTools(mcp, f.names)).map((t) => ({
+    id: t.name,
+    description: t.description ?? "",
+    inputSchema: f.inputSchema(t.inputSchema) as any,
+    requireApproval: true,
+    execute: async (input: Record<string, unknown>, context?: ToolExecutionContext): Promise<string> => {
+      const key = callKey(t.name, context);
+      // No deadline: Mastra hands the model whatever a tool returns or
+      // throws; only an abort ends the wait, and the call is approved
+      // again under the same key.
+      const result = await callUntilAnswered(mcp, t.name, input, key, Infinity, context?.abortSignal);
+      if (result === undefined) throw new Error(`${t.name}: the run was aborted while the call under key ${key} was pending`);
+      return resultText(result);
+    },
+  }));
+}
+
+/** The key of the call context runs: runDurably's plan (ms2), or its IDs (ms1). */
+function callKey(tool: string, context?: ToolExecutionContext): string {
+  const runId = context?.runId;
+  const toolCallId = context?.agent?.toolCallId;
+  if (!runId || !toolCallId) {
+    throw new NoDurableIdentityError(`${tool}: called outside an agent's run (no runId or toolCallId): no key could outlive a crash; nothing was sent`);
+  }
+  return planned.getStore()?.get(toolCallId) ?? mastraKey(runId, toolCallId, tool);
 }
 
 /** The parts of a Mastra agent runDurably uses. */

@@ -33,7 +33,9 @@ export async function mcpTools(mcp: MCPClient, names?: string[]): Promise<McpToo
  * its run (the same call later, under the same key, gets its answer).
  */
 export async function callUntilAnswered(mcp: MCPClient, tool: string, input: Record<string, unknown>, key: string, waitMs = 300_000, signal?: AbortSignal): Promise<any | undefined> {
-  const wait = AbortSignal.timeout(waitMs);
+  // waitMs Infinity: no bound but signal's (a framework whose model reads
+  // whatever a tool returns waits for the answer).
+  const wait = Number.isFinite(waitMs) ? AbortSignal.timeout(waitMs) : new AbortController().signal;
   const bound = signal ? AbortSignal.any([signal, wait]) : wait;
   let result: any;
   try {
