@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
+import textwrap
 import uuid
 from pathlib import Path
 from typing import Any
@@ -22,17 +24,22 @@ from pydantic_ai.messages import ModelResponse, ToolCallPart, ToolReturnPart
 
 import idemflow
 from idemflow.errors import DeadlineError, NoDurableIdentityError
-from idemflow.pydantic_ai import message_key, run_durably
+from idemflow.pydantic_ai import durable_mcp_toolset, message_key, run_durably
 
 from . import children
-from .agents.pydantic_agent import ScriptedModel, agent, ticket_tool
-from .conftest import count, docs_text
+from .agents.pydantic_agent import ScriptedModel, agent, mcp_toolset, ticket_tool
+from .conftest import count, docs_text, need
 from .wire import Proxy
 
 
 def answers(result: Any) -> list[dict[str, Any]]:
     """The tool answers a run handed the model, as JSON."""
-    return [json.loads(str(p.content)) for m in result.new_messages() for p in m.parts if isinstance(p, ToolReturnPart)]
+    return [
+        p.content if isinstance(p.content, dict) else json.loads(str(p.content))  # an MCP tool's is its structured content
+        for m in result.new_messages()
+        for p in m.parts
+        if isinstance(p, ToolReturnPart)
+    ]
 
 
 def in_memory() -> tuple[Any, Any]:
@@ -53,6 +60,11 @@ CASES = [
     ("control: fresh keys", ("--tools", "naive"), 2, False),
     ("nothing saved before the call, the turn sent again", ("--unsafe",), 1, True),
     ("control: nothing saved, pa1 keys", ("--unsafe", "--key-scheme", "pa1"), 2, False),
+    # Through idemflow's MCP server (Pydantic AI's MCPToolset), the model
+    # writing an idempotency_key of its own each time it writes the call.
+    ("MCP: saved history", ("--via", "mcp"), 1, True),
+    ("MCP: history lost, the turn sent again", ("--via", "mcp", "--lost"), 1, True),
+    ("MCP control: the model's key, history lost", ("--via", "mcp", "--lost", "--tools", "naive"), 2, False),
 ]
 
 
@@ -65,7 +77,8 @@ def test_a_killed_pydantic_agent_resumes_from_its_history_without_a_duplicate(
     # never arrives), and the agent is SIGKILLed while it waits; the app
     # then runs it again, the way it resumes.
     args = ["--state", str(tmp_path / "history.json"), *extra]
-    children.kill_case("tests.agents.pydantic_agent", name, thread, args, url, db, tickets=tickets, replayed=replayed, resumed=None if extra else "resuming")
+    resumed = "resuming" if extra in ((), ("--via", "mcp")) else None
+    children.kill_case("tests.agents.pydantic_agent", name, thread, args, url, db, tickets=tickets, replayed=replayed, resumed=resumed)
 
 
 class RewordingModel(ScriptedModel):
@@ -260,3 +273,76 @@ def test_the_readme_snippet_runs(url: str, token: str, db: psycopg.Connection, t
     assert count(db, "ticket", who) == before + 1
     exec(compile(code, "README.md", "exec"), {"MODEL": ScriptedModel(who), "__name__": "readme"})
     assert count(db, "ticket", who) == before + 1, "run again from its saved history, the snippet made a second ticket"
+
+
+def test_a_pending_answer_over_mcp_fails_the_run_and_never_reaches_the_model(url: str, token: str, db: psycopg.Connection) -> None:
+    """durable_mcp_toolset across a partition between idemflow mcp and the
+    gateway longer than its deadline: the run fails with DeadlineError,
+    nothing handed to the model, and the run resumed from its saved
+    history gets the first call's answer, one ticket. Unwrapped (the
+    control), the toolset hands the model NO ANSWER YET as a retry prompt
+    (MCPToolset's ModelRetry); the model calls again under a key of its
+    own, a second ticket, until Pydantic AI's retry limit fails the run."""
+    from pydantic_ai.exceptions import UnexpectedModelBehavior
+
+    proxy = Proxy(url, "answer-lost", path="/never")
+
+    async def scenario() -> tuple[str, str, list[str]]:
+        who = f"py-pa-mcp-pending-{uuid.uuid4().hex[:8]}"
+        model = ScriptedModel(who, model_key=True)
+        support = agent(model, toolset=durable_mcp_toolset(mcp_toolset(proxy.url, token), deadline=3, wait=1))
+        load, save = in_memory()
+        async with support:
+            proxy.partitioned = True
+            with pytest.raises(DeadlineError):
+                await run_durably(support, "Open a ticket.", load=load, save=save, conversation_id=who)
+            assert model.outputs == [], f"the model was handed {model.outputs}"
+            proxy.partitioned = False
+            resumed = await run_durably(support, "Open a ticket.", load=load, save=save, conversation_id=who)
+            assert [a["replayed"] for a in answers(resumed)] == [True], answers(resumed)
+
+        naive = f"py-pa-mcp-pending-control-{uuid.uuid4().hex[:8]}"
+        control_model = ScriptedModel(naive, model_key=True)
+        control = agent(control_model, toolset=mcp_toolset(proxy.url, token, "--call-wait", "2s"))
+        async with control:
+            proxy.partitioned = True
+            with pytest.raises(UnexpectedModelBehavior):
+                await control.run("Open a ticket.")
+            proxy.partitioned = False
+        return who, naive, control_model.outputs
+
+    try:
+        who, naive, control_outputs = asyncio.run(scenario())
+    finally:
+        proxy.close()
+    ours, theirs = count(db, "ticket", who), count(db, "ticket", naive)
+    print(f"pending over MCP: the run failed, its resume replayed, {ours} ticket; the control's model read {control_outputs}, {theirs} tickets")
+    assert ours == 1
+    assert control_outputs and "NO ANSWER YET" in control_outputs[0], control_outputs
+    assert theirs == 2, "the control's model called again under a key of its own"
+
+
+def test_the_docs_mcp_toolset_runs(url: str, token: str, db: psycopg.Connection, monkeypatch: pytest.MonkeyPatch) -> None:
+    """docs/agents/mcp.md's Pydantic AI snippet, as written (idemflow on
+    PATH; model, load, save, url, token and conversation the function's
+    parameters), after the same turn made through the native idemflow_tool:
+    the call through MCP, with a model-written key of its own, has the
+    native tool's key, so it is that call's replay, one ticket."""
+    section = docs_text().split("**Pydantic AI** (`idemflow.pydantic_ai.durable_mcp_toolset`, the")[1]
+    block = section.split("```python\n")[1].split("```")[0]
+    scope: dict[str, Any] = {}
+    exec("async def snippet(model, load, save, url, token, conversation):\n" + textwrap.indent(block + "return result\n", "    "), scope)
+    monkeypatch.setenv("PATH", f"{os.path.dirname(need('IDEMFLOW_BIN'))}{os.pathsep}{os.environ['PATH']}")
+    who = f"py-pa-docs-mcp-{uuid.uuid4().hex[:8]}"
+
+    async def scenario() -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+        async with idemflow.AsyncClient(url, token) as c:
+            load, save = in_memory()
+            first = await run_durably(agent(ScriptedModel(who), ticket_tool(c)), "My printer is on fire.", load=load, save=save, conversation_id=who)
+        again = await scope["snippet"](ScriptedModel(who, model_key=True), *in_memory(), url, token, who)
+        return answers(first), answers(again)
+
+    first, again = asyncio.run(scenario())
+    assert [a["replayed"] for a in first + again] == [False, True], (first, again)
+    assert again[0]["result"] == first[0]["result"]
+    assert count(db, "ticket", who) == 1

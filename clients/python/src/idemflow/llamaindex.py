@@ -49,7 +49,7 @@ import warnings
 from collections.abc import Callable
 from contextvars import ContextVar
 from pathlib import Path
-from typing import Any, cast
+from typing import TYPE_CHECKING, Any, cast
 
 from llama_index.core.agent.workflow import AgentOutput, ToolCall, ToolCallResult
 from llama_index.core.agent.workflow import FunctionAgent as _FunctionAgent
@@ -57,7 +57,6 @@ from llama_index.core.agent.workflow.workflow_events import AgentInput, AgentWor
 from llama_index.core.llms import ChatMessage
 from llama_index.core.memory import Memory
 from llama_index.core.tools import FunctionTool
-from mcp import ClientSession
 from pydantic import BaseModel, ConfigDict
 from workflows import Context, step
 from workflows.events import Event, StopEvent
@@ -66,7 +65,10 @@ from ._tooltext import answer_text, arguments, refusal_text, send
 from .client import AsyncClient, Client, Intent
 from .errors import NoDurableIdentityError, ProblemError
 from .keys import call_arguments, canonical, derive_key, occurrence
-from .mcp import call_until_answered
+
+if TYPE_CHECKING:
+    # The mcp package, which only mcp_tools needs.
+    from mcp import ClientSession
 
 __all__ = [
     "KEY_SCHEME",
@@ -248,7 +250,7 @@ def idemflow_tool(
     return FunctionTool.from_defaults(async_fn=call, name=name, description=description, fn_schema=args_schema)
 
 
-async def mcp_tools(session: ClientSession, *, names: list[str] | None = None) -> list[FunctionTool]:
+async def mcp_tools(session: "ClientSession", *, names: list[str] | None = None) -> list[FunctionTool]:
     """The tools of idemflow's MCP server (idemflow mcp, through the mcp
     package's ClientSession, connected by the app), as tools for this
     module's FunctionAgent keyed as idemflow_tool keys its calls: each call
@@ -266,7 +268,9 @@ async def mcp_tools(session: ClientSession, *, names: list[str] | None = None) -
     return [_mcp_tool(session, t.name, t.description or "", dict(t.input_schema)) for t in listed if names is None or t.name in names]
 
 
-def _mcp_tool(session: ClientSession, name: str, description: str, schema: dict[str, Any]) -> FunctionTool:
+def _mcp_tool(session: "ClientSession", name: str, description: str, schema: dict[str, Any]) -> FunctionTool:
+    from .mcp import call_until_answered
+
     class Arguments(BaseModel):
         """The MCP tool's input schema, as the model is shown it."""
 

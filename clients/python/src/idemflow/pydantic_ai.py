@@ -38,7 +38,7 @@ import json
 import logging
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pydantic_core
 from pydantic import BaseModel
@@ -57,7 +57,13 @@ from pydantic_ai.messages import ModelMessage, ModelRequest, ModelResponse, Tool
 from ._tooltext import RESUME, answer_text, arguments, pending_text, refusal_text, send
 from .client import AsyncClient, Client, Intent
 from .errors import DeadlineError, NoDurableIdentityError, ProblemError
-from .keys import canonical, derive_key, occurrence
+from .keys import call_arguments, canonical, derive_key, occurrence
+
+if TYPE_CHECKING:
+    # The pydantic-ai-mcp extra (FastMCP's client): only durable_mcp_toolset
+    # takes one.
+    from pydantic_ai.mcp import MCPToolset
+    from pydantic_ai.toolsets.abstract import AbstractToolset
 
 __all__ = [
     "DBOS_KEY_SCHEME",
@@ -65,6 +71,7 @@ __all__ = [
     "LEGACY_KEY_SCHEME",
     "IntendedCall",
     "durable_key",
+    "durable_mcp_toolset",
     "idemflow_tool",
     "intended_call",
     "message_key",
@@ -136,7 +143,7 @@ def intended_call(messages: Sequence[ModelMessage], tool_call_id: str | None, to
     start, content = prompts[-1] if prompts else (-1, None)
     turn = derive_key("turn", str(len(prompts)), canonical(pydantic_core.to_jsonable_python(content)))
     calls = [
-        (p.tool_call_id, p.tool_name, canonical(p.args_as_dict()))
+        (p.tool_call_id, p.tool_name, call_arguments(p.args_as_dict()))
         for m in messages[start + 1 : at + 1]
         if isinstance(m, ModelResponse)
         for p in m.parts
@@ -293,6 +300,45 @@ def idemflow_tool(
 
     tool: Tool[Any] = Tool.from_schema(invoke, name=name, description=description, json_schema=args_schema.model_json_schema(), takes_ctx=True)
     return tool
+
+
+def durable_mcp_toolset(toolset: MCPToolset[Any], *, deadline: float = 300.0, wait: float = 2.0, key_scheme: str = KEY_SCHEME) -> AbstractToolset[Any]:
+    """toolset (Pydantic AI's MCPToolset, on idemflow mcp), its calls made
+    as idemflow_tool makes a plain Agent's: each call needs approval (the
+    returned toolset), so that run_durably saves the history with it
+    before it runs; each sends, in _meta, the key durable_key derives for
+    it (pa2, whose arguments leave out the idempotency_key the model
+    writes), so a regenerate or a turn sent again is a replay; a call whose
+    answer has not come waits on its task (idemflow.mcp) up to deadline
+    (seconds), and past it raises DeadlineError, which fails the run
+    instead of reaching the model: run_durably again, and the call gets
+    its answer under the same key. The model reads the tool's structured
+    content: {http_status, replayed, result}, or the words of a refusal.
+
+    The call goes through the toolset's own FastMCP client
+    (call_tool_mcp), whose raw result names the task of a pending answer;
+    MCPToolset's mapped result does not."""
+
+    from .mcp import call_until_answered  # the mcp package: the pydantic-ai-mcp extra
+
+    async def process(ctx: RunContext[Any], call_tool: Any, name: str, args: dict[str, Any]) -> Any:
+        key = durable_key(ctx, key_scheme)
+        client = toolset.client
+        result = await call_until_answered(
+            lambda m: client.call_tool_mcp(name, args, meta=m),
+            client.session,
+            key=key,
+            tool=name,
+            resume=RESUME["pydantic_ai"],
+            deadline=deadline,
+            wait=wait,
+        )
+        if result.structured_content is not None:
+            return result.structured_content
+        return "".join(getattr(c, "text", "") for c in result.content)
+
+    toolset.process_tool_call = process
+    return toolset.approval_required()
 
 
 async def run_durably(

@@ -3,9 +3,15 @@ Agent, a deterministic model, and one tool that creates a ticket through
 idemflow. Run again with the same --thread, it resumes from the history
 it saved.
 
-    python -m tests.agents.pydantic_agent --thread T --state FILE [--tools idemflow|naive] [--unsafe] [--key-scheme pa2|pa1]
+    python -m tests.agents.pydantic_agent --thread T --state FILE [--tools idemflow|naive] [--unsafe] [--key-scheme pa2|pa1] [--via mcp]
 
-with IDEMFLOW_URL and IDEMFLOW_TOKEN set.
+with IDEMFLOW_URL and IDEMFLOW_TOKEN set (and IDEMFLOW_BIN for --via mcp).
+
+--via mcp reaches the tool through idemflow's MCP server (Pydantic AI's
+MCPToolset over stdio, idemflow mcp): the model writes an idempotency_key
+of its own, new each time it writes the call; --tools idemflow wraps the
+toolset (durable_mcp_toolset), --tools naive leaves the key to the model
+(each call approved first all the same).
 
 The durable way (default) is run_durably: the tool stops the run for
 approval, and the history is saved, with the call's ID, before the call
@@ -23,15 +29,19 @@ import asyncio
 import json
 import os
 import uuid
+from pathlib import Path
 from typing import Any
 
+from fastmcp.client.transports import StdioTransport
 from pydantic import BaseModel
 from pydantic_ai import Agent, ApprovalRequired, DeferredToolRequests, RunContext, Tool
+from pydantic_ai.mcp import MCPToolset
 from pydantic_ai.messages import ERROR_OUTCOMES, ModelMessage, ModelRequest, ModelResponse, RetryPromptPart, TextPart, ToolCallPart, ToolReturnPart
 from pydantic_ai.models.function import AgentInfo, FunctionModel
+from pydantic_ai.toolsets.abstract import AbstractToolset
 
 import idemflow
-from idemflow.pydantic_ai import idemflow_tool, run_durably
+from idemflow.pydantic_ai import durable_mcp_toolset, idemflow_tool, run_durably
 
 
 class Ticket(BaseModel):
@@ -46,9 +56,12 @@ class ScriptedModel(FunctionModel):
     saved history keeps it. With call_id set, every call reuses that ID,
     as a provider that numbers calls per response does."""
 
-    def __init__(self, customer: str, call_id: str | None = None) -> None:
+    def __init__(self, customer: str, call_id: str | None = None, model_key: bool = False) -> None:
         self.customer = customer
         self.call_id = call_id
+        #: The call carries an idempotency_key the model wrote (an MCP tool
+        #: of idemflow's takes one), new each time it writes the call.
+        self.model_key = model_key
         #: Every tool answer or error the model was handed, as it read them.
         self.outputs: list[str] = []
         super().__init__(self.respond)
@@ -67,9 +80,8 @@ class ScriptedModel(FunctionModel):
                 answered = True
         if answered or len(self.outputs) >= 2:
             return ModelResponse(parts=[TextPart("The ticket is open.")])
-        call = ToolCallPart(
-            "create_ticket", {"customer_id": self.customer, "title": "Printer on fire"}, tool_call_id=self.call_id or f"call_{uuid.uuid4().hex}"
-        )
+        args = {**({"idempotency_key": str(uuid.uuid4())} if self.model_key else {}), "customer_id": self.customer, "title": "Printer on fire"}
+        call = ToolCallPart("create_ticket", args, tool_call_id=self.call_id or f"call_{uuid.uuid4().hex}")
         return ModelResponse(parts=[call])
 
 
@@ -88,8 +100,22 @@ def ticket_tool(client: idemflow.AsyncClient, **kw: Any) -> Tool[Any]:
     return idemflow_tool(client, name="create_ticket", description="Create a support ticket.", path="/v1/tickets", args_schema=Ticket, **kw)
 
 
-def agent(model: ScriptedModel, tool: Tool[Any]) -> Agent[None, str | DeferredToolRequests]:
-    return Agent(model, output_type=[str, DeferredToolRequests], tools=[tool], instructions="Open a ticket for the customer.")
+def agent(model: ScriptedModel, tool: Tool[Any] | None = None, toolset: AbstractToolset[Any] | None = None) -> Agent[None, str | DeferredToolRequests]:
+    """The support agent, with tool, or toolset (MCP's)."""
+    return Agent(
+        model,
+        output_type=[str, DeferredToolRequests],
+        tools=[tool] if tool else [],
+        toolsets=[toolset] if toolset else [],
+        instructions="Open a ticket for the customer.",
+    )
+
+
+def mcp_toolset(url: str, token: str, *flags: str) -> MCPToolset[Any]:
+    """Pydantic AI's MCPToolset on idemflow mcp over stdio, at url, with
+    flags (--call-wait, ...)."""
+    env = {"IDEMFLOW_URL": url, "IDEMFLOW_TOKEN": token, "PATH": os.environ.get("PATH", "")}
+    return MCPToolset(StdioTransport(command=os.environ["IDEMFLOW_BIN"], args=["mcp", *flags], env=env))
 
 
 def file_store(path: str) -> tuple[Any, Any]:
@@ -124,12 +150,21 @@ async def main() -> None:
     ap.add_argument("--tools", default="idemflow", choices=["idemflow", "naive"])
     ap.add_argument("--unsafe", action="store_true")
     ap.add_argument("--key-scheme", default="pa2", choices=["pa2", "pa1"])
+    ap.add_argument("--via", default="function", choices=["function", "mcp"])
+    ap.add_argument("--lost", action="store_true", help="the saved history is gone: the app sends the turn again")
     a = ap.parse_args()
+    if a.lost:
+        Path(a.state).unlink(missing_ok=True)
     # The client's attempts time out fast, so that a dropped answer is
     # retried at once (the kill comes first).
     async with idemflow.AsyncClient(os.environ["IDEMFLOW_URL"], os.environ["IDEMFLOW_TOKEN"], attempt_timeout=3, initial_backoff=0.05, max_backoff=0.5) as c:
-        tool = naive_tool(c, not a.unsafe) if a.tools == "naive" else ticket_tool(c, requires_approval=False if a.unsafe else None, key_scheme=a.key_scheme)
-        support = agent(ScriptedModel(a.thread), tool)
+        if a.via == "mcp":
+            toolset = mcp_toolset(os.environ["IDEMFLOW_URL"], os.environ["IDEMFLOW_TOKEN"])
+            wrapped = durable_mcp_toolset(toolset) if a.tools == "idemflow" else toolset.approval_required()
+            support = agent(ScriptedModel(a.thread, model_key=True), toolset=wrapped)
+        else:
+            tool = naive_tool(c, not a.unsafe) if a.tools == "naive" else ticket_tool(c, requires_approval=False if a.unsafe else None, key_scheme=a.key_scheme)
+            support = agent(ScriptedModel(a.thread), tool)
         if a.unsafe:
             print("starting (nothing saved)", flush=True)
             result = await support.run("My printer is on fire.", conversation_id=a.thread)
@@ -139,7 +174,9 @@ async def main() -> None:
         for m in result.new_messages():
             for p in m.parts:
                 if isinstance(p, ToolReturnPart):
-                    print(f"tool create_ticket {p.content}", flush=True)
+                    # An MCP tool's answer is its structured content, a dict.
+                    content = json.dumps(p.content) if isinstance(p.content, dict) else p.content
+                    print(f"tool create_ticket {content}", flush=True)
         print(f"DONE {result.output}", flush=True)
 
 
