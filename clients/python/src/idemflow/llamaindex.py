@@ -226,21 +226,13 @@ def idemflow_tool(
         raise ValueError(f"key_scheme {key_scheme!r}: {KEY_SCHEME} or {LEGACY_KEY_SCHEME}")
 
     async def call(ctx: Context, **kwargs: Any) -> str:
-        tool_id = _tool_id.get()
-        turn = await ctx.store.get(TURN, default=None)
-        if tool_id is None or turn is None:
-            raise NoDurableIdentityError(f"{name}: called outside idemflow.llamaindex.FunctionAgent, which names the turn and the call")
+        tool_id, turn = await _running_call(ctx, name)
         try:
             args = arguments(args_schema, kwargs)
         except ValueError as e:  # pydantic's ValidationError
             return json.dumps({"error": "InvalidArguments", "detail": str(e)}, ensure_ascii=False)
-        if key_scheme == LEGACY_KEY_SCHEME:
-            # A turn saved before the upgrade has its random ID under TURN.
-            key = call_key(await ctx.store.get(LEGACY_TURN, default=turn), tool_id, name)
-            if key not in _released.get():
-                await _wait_to_proceed(ctx, key, name, tool_id, args)
-        else:
-            key = await _stop_before_acting(ctx, name, args)
+        key = await _key_of(ctx, name, tool_id, turn, key_scheme)
+        await _stop_before_acting(ctx, key, name, tool_id, args)
         target = path(args) if callable(path) else path
         try:
             return answer_text(await send(client, Intent(key, target, body(args) if body else args), float("inf")))
@@ -269,7 +261,7 @@ async def mcp_tools(session: "ClientSession", *, names: list[str] | None = None)
 
 
 def _mcp_tool(session: "ClientSession", name: str, description: str, schema: dict[str, Any]) -> FunctionTool:
-    from .mcp import call_until_answered
+    from .mcp import call_until_answered, result_text
 
     class Arguments(BaseModel):
         """The MCP tool's input schema, as the model is shown it."""
@@ -281,37 +273,46 @@ def _mcp_tool(session: "ClientSession", name: str, description: str, schema: dic
             return schema
 
     async def call(ctx: Context, **kwargs: Any) -> str:
-        key = await _stop_before_acting(ctx, name, kwargs)
+        tool_id, turn = await _running_call(ctx, name)
+        key = await _key_of(ctx, name, tool_id, turn, KEY_SCHEME)
+        await _stop_before_acting(ctx, key, name, tool_id, kwargs)
         # No deadline, as idemflow_tool's: LlamaIndex hands the model
         # whatever a tool returns or raises, so the call waits for its answer.
         result = await call_until_answered(
             lambda m: session.call_tool(name, kwargs, meta=cast(Any, m)), session, key=key, tool=name, resume="", deadline=float("inf")
         )
-        return "".join(getattr(c, "text", "") for c in result.content)
+        return result_text(result)
 
     return FunctionTool.from_defaults(async_fn=call, name=name, description=description, fn_schema=Arguments)
 
 
-async def _stop_before_acting(ctx: Context, name: str, args: dict[str, Any]) -> str:
-    """The li2 key of the call the current step runs, once the run was
-    saved with it (CallPending, then Proceed; a call restored from its stop
-    goes on)."""
+async def _running_call(ctx: Context, name: str) -> tuple[str, str]:
+    """The tool_id of the call the current step runs, and its turn."""
     tool_id = _tool_id.get()
     turn = await ctx.store.get(TURN, default=None)
     if tool_id is None or turn is None:
         raise NoDurableIdentityError(f"{name}: called outside idemflow.llamaindex.FunctionAgent, which names the turn and the call")
+    return tool_id, turn
+
+
+async def _key_of(ctx: Context, name: str, tool_id: str, turn: str, key_scheme: str) -> str:
+    """The key of the call tool_id of turn, under key_scheme."""
+    if key_scheme == LEGACY_KEY_SCHEME:
+        # A turn saved before the upgrade has its random ID under TURN.
+        return call_key(await ctx.store.get(LEGACY_TURN, default=turn), tool_id, name)
     key = intended_call_key(turn, await ctx.store.get(CALLS, default=[]), tool_id, name)
     if key is None:
-        raise NoDurableIdentityError(f"{name}: the turn's recorded calls do not hold {tool_id}")
-    if key not in _released.get():
-        await _wait_to_proceed(ctx, key, name, tool_id, args)
+        raise NoDurableIdentityError(f"{name}: the turn's recorded calls do not hold {tool_id} (a turn saved before li2: key_scheme='li1')")
     return key
 
 
-async def _wait_to_proceed(ctx: Context, key: str, name: str, tool_id: str, args: dict[str, Any]) -> None:
-    """The call's stop: CallPending, until run_durably, having saved the
-    run, sends Proceed. LlamaIndex runs the step again from its start once
-    Proceed arrives; the second time this returns at once."""
+async def _stop_before_acting(ctx: Context, key: str, name: str, tool_id: str, args: dict[str, Any]) -> None:
+    """The call's stop before it acts: CallPending, until run_durably,
+    having saved the run, sends Proceed. LlamaIndex runs the step again
+    from its start once Proceed arrives; the second time this returns at
+    once. A call restored from its stop was saved there, and goes on."""
+    if key in _released.get():
+        return
     await ctx.wait_for_event(
         Proceed,
         waiter_event=CallPending(key=key, tool_name=name, tool_id=tool_id, args=args),

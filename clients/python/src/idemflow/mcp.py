@@ -31,7 +31,7 @@ from mcp import ClientSession, MCPError
 from ._tooltext import pending_text
 from .errors import DeadlineError
 
-__all__ = ["META_KEY", "META_WAIT", "RELATED_TASK", "call_until_answered", "pending_task"]
+__all__ = ["META_KEY", "META_WAIT", "RELATED_TASK", "call_until_answered", "pending_task", "result_text"]
 
 #: The _meta member that carries the call's durable key: idemflow's MCP
 #: server uses it in place of the model-written idempotency_key.
@@ -54,6 +54,11 @@ def pending_task(result: types.CallToolResult) -> str | None:
     related = (result.meta or {}).get(RELATED_TASK)
     task = related.get("taskId") if isinstance(related, dict) else None
     return task if isinstance(task, str) and task else None
+
+
+def result_text(result: types.CallToolResult) -> str:
+    """The text a model reads of a tool's result: its text content."""
+    return "".join(getattr(c, "text", "") for c in result.content)
 
 
 def _no_answer(result: types.CallToolResult) -> bool:

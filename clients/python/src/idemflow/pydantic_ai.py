@@ -319,7 +319,7 @@ def durable_mcp_toolset(toolset: MCPToolset[Any], *, deadline: float = 300.0, wa
     (call_tool_mcp), whose raw result names the task of a pending answer;
     MCPToolset's mapped result does not."""
 
-    from .mcp import call_until_answered  # the mcp package: the pydantic-ai-mcp extra
+    from .mcp import call_until_answered, result_text  # the mcp package: the pydantic-ai-mcp extra
 
     async def process(ctx: RunContext[Any], call_tool: Any, name: str, args: dict[str, Any]) -> Any:
         key = durable_key(ctx, key_scheme)
@@ -335,7 +335,7 @@ def durable_mcp_toolset(toolset: MCPToolset[Any], *, deadline: float = 300.0, wa
         )
         if result.structured_content is not None:
             return result.structured_content
-        return "".join(getattr(c, "text", "") for c in result.content)
+        return result_text(result)
 
     toolset.process_tool_call = process
     return toolset.approval_required()
