@@ -7,9 +7,10 @@ instead of taking effect twice.
 
 The key (lg4) is derived from the run's thread, the node path of its
 checkpoint namespace, the turn (the ID of the human message the call
-answers), the tool, the call's arguments in their RFC 8785 form, and their
-occurrence among the turn's calls of that tool with those arguments. Not
-from the AI message's or the tool call's IDs: a re-run of the model step
+answers), the tool, the call's arguments in their RFC 8785 form (less the
+idempotency_key an MCP tool takes from the model), and their occurrence
+among the turn's calls of that tool with those arguments. Not from the AI
+message's or the tool call's IDs: a re-run of the model step
 (a fork, a resume of a step that was not saved) writes the same call under
 new ones. The human message's ID is in the checkpoint before the model
 runs, and a chat UI sends it again with the message. Never from the
@@ -37,7 +38,7 @@ from pydantic import BaseModel, create_model
 from ._tooltext import RESUME, answer_text, arguments, pending_text, refusal_text
 from .client import AsyncClient, Client, Intent
 from .errors import DeadlineError, NoDurableIdentityError, ProblemError
-from .keys import canonical, derive_key, occurrence
+from .keys import call_arguments, derive_key, occurrence
 
 __all__ = [
     "KEY_SCHEME",
@@ -134,7 +135,7 @@ def intended_call(state: Any, tool_call_id: str | None, tool_name: str, messages
             )
     # The tool is the name the model wrote (the tool's, when ToolNode runs it).
     calls = [
-        (c.get("id") or "", c.get("name") or "", canonical(c.get("args") or {}))
+        (c.get("id") or "", c.get("name") or "", call_arguments(c.get("args") or {}))
         for m in messages[start + 1 : at + 1]
         if isinstance(m, AIMessage)
         for c in m.tool_calls
