@@ -169,6 +169,15 @@ func newProxy(t *testing.T, gateway string, f fault) *proxy {
 	return p
 }
 
+// needIdemflowBin fails t unless bin/idemflow is built: the MCP cases run
+// it over stdio.
+func needIdemflowBin(t *testing.T) {
+	t.Helper()
+	if _, err := os.Stat("../../bin/idemflow"); err != nil {
+		t.Fatal("bin/idemflow is not built (the MCP cases run it over stdio): run scripts/test.sh, or go build -o bin/idemflow ./cmd/idemflow")
+	}
+}
+
 // runAgent runs the agent for thread with the given tools and returns its
 // output, once it is done.
 func runAgent(t *testing.T, bin string, environ []string, thread, tools string, extra ...string) string {
@@ -194,9 +203,9 @@ func runScript(t *testing.T, bin string, environ []string, args ...string) strin
 
 // killMidCall starts the agent and SIGKILLs it once the proxy saw its
 // ticket call.
-func killMidCall(t *testing.T, bin string, environ []string, p *proxy, thread, tools string) {
+func killMidCall(t *testing.T, bin string, environ []string, p *proxy, thread, tools string, extra ...string) {
 	t.Helper()
-	killScriptMidCall(t, bin, environ, p, "dist/agent/agent.js", "--thread", thread, "--tools", tools)
+	killScriptMidCall(t, bin, environ, p, append([]string{"dist/agent/agent.js", "--thread", thread, "--tools", tools}, extra...)...)
 }
 
 // killScriptMidCall runs node with args and SIGKILLs it once the proxy saw
@@ -249,8 +258,11 @@ func killScriptMidCall(t *testing.T, bin string, environ []string, p *proxy, arg
 // resume (updateState writing the pending model message back, which gives
 // the tool's task a new ID) keeps the key. The control, plain HTTP tools
 // with a fresh key per call, makes a second ticket under the same kill.
+// Through idemflow's MCP server (idemflowMcpTools, the model writing an
+// idempotency_key of its own each time) the resume is one ticket too.
 func TestALangGraphAgentKilledMidToolCallResumesWithoutADuplicate(t *testing.T) {
 	bin := node(t)
+	needIdemflowBin(t)
 	s := testenv.NewStack(t, testenv.Options{})
 	count := func(table, thread string) int {
 		return testenv.Count(t, s.Pool, table, "customer_id = $1", thread)
@@ -262,21 +274,22 @@ func TestALangGraphAgentKilledMidToolCallResumesWithoutADuplicate(t *testing.T) 
 		tickets  int
 		replayed string
 		review   bool
+		via      []string
 	}{
-		{"answer lost", answerLost, "idemflow", 1, `"replayed":true`, false},
-		{"before received", beforeReceived, "idemflow", 1, `"replayed":false`, false},
-		{"review step, answer lost", answerLost, "idemflow", 1, `"replayed":true`, true},
-		{"control, answer lost", answerLost, "naive", 2, "", false},
+		{"answer lost", answerLost, "idemflow", 1, `"replayed":true`, false, nil},
+		{"before received", beforeReceived, "idemflow", 1, `"replayed":false`, false, nil},
+		{"review step, answer lost", answerLost, "idemflow", 1, `"replayed":true`, true, nil},
+		{"control, answer lost", answerLost, "naive", 2, "", false, nil},
+		{"MCP, answer lost", answerLost, "idemflow", 1, `"replayed":true`, false, []string{"--via", "mcp"}},
 	} {
 		t.Run(c.name, func(t *testing.T) {
-			thread := "thread-" + strings.ReplaceAll(c.name, " ", "-")
-			thread = strings.ReplaceAll(thread, ",", "")
+			thread := fmt.Sprintf("thread-%s-%d", strings.NewReplacer(" ", "-", ",", "").Replace(c.name), time.Now().UnixNano()%1e6)
 			p := newProxy(t, s.URL, c.fault)
 			environ := env(s, p.URL)
-			killMidCall(t, bin, environ, p, thread, c.tools)
-			var extra []string
+			killMidCall(t, bin, environ, p, thread, c.tools, c.via...)
+			extra := c.via
 			if c.review {
-				extra = []string{"--review"}
+				extra = append(extra, "--review")
 			}
 			out := runAgent(t, bin, environ, thread, c.tools, extra...)
 			if !strings.Contains(out, "resuming "+thread+" at tools") {
@@ -304,21 +317,28 @@ func TestALangGraphAgentKilledMidToolCallResumesWithoutADuplicate(t *testing.T) 
 // came, and sent again by the app with its message's ID, as a chat UI
 // sends it: the model writes the same call under new IDs, the same
 // intended call (lg4), one ticket and the answer a replay. The control,
-// lg3's keys (the AI message and the tool-call ID), makes two.
+// lg3's keys (the AI message and the tool-call ID), makes two. Through
+// idemflow's MCP server the model also writes a new idempotency_key:
+// idemflowMcpTools' key is the intended call's, one ticket; the control,
+// the model's key deciding (as @langchain/mcp-adapters' tools), makes two.
 func TestALangGraphJSTurnKilledBeforeItWasSavedAndSentAgainMakesOneTicket(t *testing.T) {
 	bin := node(t)
+	needIdemflowBin(t)
 	s := testenv.NewStack(t, testenv.Options{})
 	for _, c := range []struct {
-		scheme   string
-		tickets  int
-		replayed string
+		name, scheme, tools string
+		via                 []string
+		tickets             int
+		replayed            string
 	}{
-		{"lg4", 1, `"replayed":true`},
-		{"lg3", 2, `"replayed":false`},
+		{"lg4", "lg4", "idemflow", nil, 1, `"replayed":true`},
+		{"lg3", "lg3", "idemflow", nil, 2, `"replayed":false`},
+		{"MCP, lg4", "lg4", "idemflow", []string{"--via", "mcp"}, 1, `"replayed":true`},
+		{"MCP control, the model's key", "lg4", "naive", []string{"--via", "mcp"}, 2, `"replayed":false`},
 	} {
-		t.Run(c.scheme, func(t *testing.T) {
-			thread := fmt.Sprintf("thread-unsaved-%s-%d", c.scheme, time.Now().UnixNano()%1e6)
-			args := []string{"dist/agent/agent.js", "--thread", thread, "--tools", "idemflow", "--durability", "exit", "--message-id", "msg-" + thread, "--key-scheme", c.scheme}
+		t.Run(c.name, func(t *testing.T) {
+			thread := fmt.Sprintf("thread-unsaved-%s-%d", strings.NewReplacer(" ", "-", ",", "", "'", "").Replace(c.name), time.Now().UnixNano()%1e6)
+			args := append([]string{"dist/agent/agent.js", "--thread", thread, "--tools", c.tools, "--durability", "exit", "--message-id", "msg-" + thread, "--key-scheme", c.scheme}, c.via...)
 			p := newProxy(t, s.URL, answerLost)
 			environ := env(s, p.URL)
 			killScriptMidCall(t, bin, environ, p, args...)
@@ -327,7 +347,7 @@ func TestALangGraphJSTurnKilledBeforeItWasSavedAndSentAgainMakesOneTicket(t *tes
 				t.Fatal("the kill left a checkpoint to resume")
 			}
 			n := testenv.Count(t, s.Pool, "ticket", "customer_id = $1", thread)
-			t.Logf("%s: %d tickets after the kill and the message sent again", c.scheme, n)
+			t.Logf("%s: %d tickets after the kill and the message sent again", c.name, n)
 			if n != c.tickets {
 				t.Fatalf("%d tickets, want %d", n, c.tickets)
 			}
@@ -428,9 +448,7 @@ func TestATypeScriptTemporalWorkerKilledMidCallMakesOneTicket(t *testing.T) {
 // them lost and the turn sent again; the control, the model's key
 // deciding (as @ai-sdk/mcp's tools, which send no _meta), two.
 func TestAVercelAIChatKilledMidExecuteResumesFromItsSavedMessages(t *testing.T) {
-	if _, err := os.Stat("../../bin/idemflow"); err != nil {
-		t.Fatal("bin/idemflow is not built (the MCP cases run it over stdio): run scripts/test.sh, or go build -o bin/idemflow ./cmd/idemflow")
-	}
+	needIdemflowBin(t)
 	killAndRerun(t, killedAgent{script: "dist/agent/vercel.js", idFlag: "--chat", prefix: "vercel-",
 		state: "chat.json", resumed: "from its saved messages", more: []killCase{
 			{"MCP, saved messages", answerLost, []string{"--via", "mcp"}, 1, `"replayed":true`},

@@ -6,26 +6,34 @@
 // a fresh key on every call.
 //
 //   node dist/agent/agent.js --thread T [--tools idemflow|naive] [--review]
-//     [--durability sync|exit] [--message-id ID] [--key-scheme lg4|lg3]
+//     [--durability sync|exit] [--message-id ID] [--key-scheme lg4|lg3] [--via mcp]
 // --review: a resumed run first passes a human review step, LangGraph's
 // usual one: updateState writes the pending model message back, unchanged,
 // which writes a new checkpoint (and gives the tool's task a new ID).
 // --durability exit: LangGraph saves the run's checkpoints only when it
 // ends, so a kill mid call leaves nothing saved, and the app sends the
 // turn's message again, with its ID (--message-id), as a chat UI does.
+// --via mcp reaches create_ticket through idemflow's MCP server (idemflow
+// mcp over stdio, the official SDK's client; IDEMFLOW_BIN names it): the
+// model writes an idempotency_key of its own, new each time it writes the
+// call; --tools idemflow makes the tool idemflowMcpTools', --tools naive
+// leaves the key to the model, as @langchain/mcp-adapters' tools do.
 // with IDEMFLOW_URL, IDEMFLOW_TOKEN and DATABASE_URL set.
 
 import { randomUUID } from "node:crypto";
 import { parseArgs } from "node:util";
 import { AIMessage, AIMessageChunk, HumanMessage, ToolMessage } from "@langchain/core/messages";
-import { tool } from "@langchain/core/tools";
+import { type StructuredToolInterface, tool } from "@langchain/core/tools";
 import { FakeStreamingChatModel } from "@langchain/core/utils/testing";
 import { MessagesAnnotation, StateGraph, START, END } from "@langchain/langgraph";
 import { ToolNode, toolsCondition } from "@langchain/langgraph/prebuilt";
 import { PostgresSaver } from "@langchain/langgraph-checkpoint-postgres";
+import { Client as MCPClient } from "@modelcontextprotocol/sdk/client/index.js";
+import { StdioClientTransport } from "@modelcontextprotocol/sdk/client/stdio.js";
 import { z } from "zod";
 import { Client } from "../src/index.js";
-import { idemflowTool } from "../src/langgraph.js";
+import { idemflowMcpTools, idemflowTool } from "../src/langgraph.js";
+import { resultText } from "../src/mcp.js";
 
 const { values } = parseArgs({
   options: {
@@ -35,6 +43,7 @@ const { values } = parseArgs({
     durability: { type: "string", default: "sync" },
     "message-id": { type: "string" },
     "key-scheme": { type: "string", default: "lg4" },
+    via: { type: "string", default: "http" },
   },
 });
 const keyScheme = values["key-scheme"] as "lg4" | "lg3";
@@ -61,13 +70,30 @@ function naiveTool(name: string, path: string, schema: z.ZodTypeAny) {
   }, { name, description: name, schema });
 }
 
-const tools =
+const tools: StructuredToolInterface[] =
   values.tools === "naive"
     ? [naiveTool("create_ticket", "/v1/tickets", ticketSchema), naiveTool("create_order", "/v1/orders", orderSchema)]
     : [
         idemflowTool(client, { name: "create_ticket", description: "Create a support ticket.", schema: ticketSchema, path: "/v1/tickets", keyScheme }),
         idemflowTool(client, { name: "create_order", description: "Create a purchase order.", schema: orderSchema, path: "/v1/orders", keyScheme }),
       ];
+
+const viaMcp = values.via === "mcp";
+let mcp: MCPClient | undefined;
+if (viaMcp) {
+  mcp = new MCPClient({ name: "langgraph-js-agent", version: "1" });
+  await mcp.connect(new StdioClientTransport({ command: process.env.IDEMFLOW_BIN!, args: ["mcp"], env: { IDEMFLOW_URL: url, IDEMFLOW_TOKEN: token, PATH: process.env.PATH ?? "" } }));
+  tools[0] = values.tools === "naive" ? naiveMcpTool(mcp) : (await idemflowMcpTools(mcp, { names: ["create_ticket"] }))[0];
+}
+
+/** create_ticket through idemflow's MCP server, as @langchain/mcp-adapters' tools call it: no _meta, the model's key decides. */
+function naiveMcpTool(mcp: MCPClient) {
+  return tool(async (args) => resultText(await mcp.callTool({ name: "create_ticket", arguments: args })), {
+    name: "create_ticket",
+    description: "Create a support ticket.",
+    schema: ticketSchema.extend({ idempotency_key: z.string() }),
+  });
+}
 
 // The script: the model's next message follows from the tool results it
 // has seen, so a resumed run asks for the next step, never the last again.
@@ -76,7 +102,8 @@ const tools =
 async function callModel(state: typeof MessagesAnnotation.State) {
   const done = state.messages.filter((m) => m instanceof ToolMessage || m.getType() === "tool").length;
   const step = [
-    { name: "create_ticket", args: { customer_id: thread, title: "Printer on fire" } },
+    // Through MCP the model writes a key of its own, new each time.
+    { name: "create_ticket", args: { ...(viaMcp ? { idempotency_key: randomUUID() } : {}), customer_id: thread, title: "Printer on fire" } },
     { name: "create_order", args: { customer_id: thread, items: [{ sku: "SKU-MOUSE", quantity: 1 }] } },
   ][done];
   const model = step
@@ -116,3 +143,4 @@ for (const m of out.messages) {
 }
 console.log("DONE");
 await checkpointer.end();
+await mcp?.close();

@@ -7,9 +7,10 @@
 //
 // The key (lg4) is derived from the run's thread, the node path of its
 // checkpoint namespace, the turn (the ID of the human message the call
-// answers), the tool, the call's arguments in their RFC 8785 form and
-// their occurrence among the turn's calls of that tool with those
-// arguments: no store of its own. Not from the AI message's or the tool
+// answers), the tool, the call's arguments in their RFC 8785 form (less
+// the idempotency_key an MCP tool takes from the model) and their
+// occurrence among the turn's calls of that tool with those arguments: no
+// store of its own. Not from the AI message's or the tool
 // call's IDs: a re-run of the model step (a fork, a resume of a step that
 // was not saved) writes the same call under new ones. The human message's
 // ID is in the checkpoint before the model runs, and a chat UI sends it
@@ -22,7 +23,9 @@ import { type BaseMessage, isAIMessage, isHumanMessage } from "@langchain/core/m
 import { tool } from "@langchain/core/tools";
 import type { ToolRunnableConfig } from "@langchain/core/tools";
 import { interrupt } from "@langchain/langgraph";
-import { canonical, Client, DeadlineError, deriveKey, NoDurableIdentityError, occurrenceAt, ProblemError, type Result } from "./index.js";
+import { callArguments, Client, DeadlineError, deriveKey, NoDurableIdentityError, occurrenceAt, ProblemError, type Result } from "./index.js";
+import type { Client as MCPClient } from "@modelcontextprotocol/sdk/client/index.js";
+import { callUntilAnswered, mcpTools, resultText } from "./mcp.js";
 import { answerText, pendingText, refusalText, resume } from "./tooltext.js";
 
 export { NoDurableIdentityError };
@@ -117,7 +120,7 @@ export function intendedCall(state: unknown, toolCallId: string | undefined, too
   const calls: { id: string; tool: string; args: string }[] = [];
   for (const m of messages.slice(start + 1, at + 1)) {
     if (!isAIMessage(m)) continue;
-    for (const c of m.tool_calls ?? []) calls.push({ id: c.id ?? "", tool: c.name, args: canonical(c.args ?? {}) });
+    for (const c of m.tool_calls ?? []) calls.push({ id: c.id ?? "", tool: c.name, args: callArguments(c.args ?? {}) });
   }
   let mine = -1;
   calls.forEach((c, i) => {
@@ -235,5 +238,44 @@ export function idemflowTool<S>(client: Client, f: IdemflowToolFields<S>) {
       return answerText(r);
     },
     { name: f.name, description: f.description, schema: f.schema as any },
+  );
+}
+
+export interface IdemflowMcpToolsFields {
+  /** The tools to take (default: every tool the server lists). */
+  names?: string[];
+  /** How long one call waits on its task (default 300 s) before it pauses the run, as idemflowTool's waitMs. */
+  waitMs?: number;
+}
+
+/**
+ * The tools of idemflow's MCP server (idemflow mcp, through the official
+ * SDK's Client, connected by the app), as LangGraph.js tools keyed as
+ * idemflowTool keys its calls: each call sends, in _meta, the key of its
+ * intended call (lg4, whose arguments leave out the idempotency_key the
+ * model writes), so a resume, a fork or a turn sent again is a replay, and
+ * waits on the call's task (MCP tasks); a call still pending after waitMs
+ * pauses the run with a PendingAnswer (LangGraph's interrupt), never an
+ * error handed to the model. The model reads the tool's text:
+ * {http_status, replayed, result}, or its words for a refusal.
+ *
+ * This stands in for @langchain/mcp-adapters' tools, whose beforeToolCall
+ * hook can change a call's arguments and headers but not its _meta, and
+ * whose call turns a hook's interrupt into a ToolException the model reads.
+ */
+export async function idemflowMcpTools(mcp: MCPClient, f: IdemflowMcpToolsFields = {}) {
+  return (await mcpTools(mcp, f.names)).map((t) =>
+    tool(
+      async (args: Record<string, unknown>, config: ToolRunnableConfig) => {
+        const key = durableKey(config, t.name);
+        for (;;) {
+          const result = await callUntilAnswered(mcp, t.name, args, key, f.waitMs, config?.signal);
+          if (result !== undefined) return resultText(result);
+          // Pauses the run; a resume returns here and waits on the task again.
+          interrupt<PendingAnswer>({ idemflow: "pending", tool: t.name, key, message: pendingText(t.name, key, resume.langgraph) });
+        }
+      },
+      { name: t.name, description: t.description ?? t.name, schema: t.inputSchema as any },
+    ),
   );
 }

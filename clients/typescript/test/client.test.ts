@@ -7,7 +7,7 @@ import { getEventListeners } from "node:events";
 import { createServer, request as httpRequest, type Server } from "node:http";
 import { mkdtemp, readFile } from "node:fs/promises";
 import { tmpdir } from "node:os";
-import { join } from "node:path";
+import { dirname, join } from "node:path";
 import { test } from "node:test";
 import { Client as MCPClient } from "@modelcontextprotocol/sdk/client/index.js";
 import { StreamableHTTPClientTransport } from "@modelcontextprotocol/sdk/client/streamableHttp.js";
@@ -17,7 +17,7 @@ import {
 } from "../src/index.js";
 import { pendingText, refusalText, resume } from "../src/tooltext.js";
 import { invitation, rule } from "./modeltext.js";
-import { durableKey, idemflowTool, NoDurableIdentityError } from "../src/langgraph.js";
+import { durableKey, idemflowMcpTools, idemflowTool, NoDurableIdentityError } from "../src/langgraph.js";
 import { AIMessage, HumanMessage, ToolMessage } from "@langchain/core/messages";
 import { tool } from "@langchain/core/tools";
 import { Command, END, MemorySaver, MessagesAnnotation, Send, START, StateGraph } from "@langchain/langgraph";
@@ -498,6 +498,55 @@ test("a pending answer pauses the LangGraph.js run, and never reaches the model 
   }
 });
 
+// idemflowMcpTools, LangGraph.js's tools over idemflow's MCP server: a call
+// slower than its wait pauses the run (an interrupt), no tool message, and
+// each resume waits on the same task until it answers; a call within its
+// wait gets its own answer.
+test("idemflowMcpTools (LangGraph.js) waits on a call's task, and a pending call pauses the run, never reaching the model", async () => {
+  const mcp = new MCPClient({ name: "ts-langgraph-mcp", version: "1" });
+  await mcp.connect(new StreamableHTTPClientTransport(new URL(process.env.IDEMFLOW_MCP_URL!), { requestInit: { headers: { Authorization: `Bearer ${token}` } } }));
+  try {
+    const who = "c-ts-lg-mcp-" + randomUUID().slice(0, 8);
+    const run = async (thread: string, waitMs: number) => {
+      const [refund] = await idemflowMcpTools(mcp, { names: ["slow_refund"], waitMs });
+      // The model asks for the refund, a key of its own each time it writes
+      // the call, until it reads an answer.
+      const model = (state: typeof MessagesAnnotation.State) => {
+        const tools = state.messages.filter((m) => m.getType() === "tool") as ToolMessage[];
+        if (tools.length > 0) return { messages: [new AIMessage(`done: ${tools[tools.length - 1].content}`)] };
+        const args = { idempotency_key: randomUUID(), payment_id: `p-${thread}`, amount_cents: 100 };
+        return { messages: [new AIMessage({ content: "", tool_calls: [{ name: "slow_refund", args, id: "call_" + randomUUID(), type: "tool_call" as const }] })] };
+      };
+      const graph = agentGraph(model, refund);
+      const config = { configurable: { thread_id: thread } };
+      return { graph, config, out: await graph.invoke({ messages: [new HumanMessage({ content: "Refund 1 euro.", id: "msg-" + thread })] }, config) };
+    };
+    const answer = (out: any) => JSON.parse(String((out.messages.filter((m: any) => m.getType() === "tool") as ToolMessage[])[0].content));
+
+    const start = Date.now();
+    const first = await run(who, 30_000);
+    const took = Date.now() - start;
+    assert.equal(answer(first.out).replayed, false, JSON.stringify(first.out.messages));
+    assert.ok(took > 3000, `answered after ${took} ms, before the service did`);
+
+    const cut = Date.now();
+    const { graph, config, out } = await run(who + "-p", 1000);
+    const bound = Date.now() - cut;
+    const paused = (out as any).__interrupt__;
+    assert.ok(paused?.length === 1 && paused[0].value.idemflow === "pending", `the run paused: ${JSON.stringify(out)}`);
+    assert.ok(!out.messages.some((m) => m.getType() === "tool"), "no tool message reached the model");
+    assert.ok(bound < 3000, `a 1 s wait paused after ${bound} ms`);
+    let resumed: any = await graph.invoke(new Command({ resume: true }), config);
+    let resumes = 1;
+    for (; resumed.__interrupt__ && resumes < 10; resumes++) resumed = await graph.invoke(new Command({ resume: true }), config);
+    assert.equal(resumed.messages.filter((m: any) => m.getType() === "tool").length, 1, "one answer, after the resumes");
+    assert.equal(answer(resumed).replayed, true, "the resumed call got the first call's answer under its key");
+    console.log(`LangGraph.js idemflowMcpTools: a 4 s call waited on its task (${took} ms, replayed false); a 1 s wait paused the run after ${bound} ms; ${resumes} resumes later, replayed true`);
+  } finally {
+    await mcp.close();
+  }
+});
+
 // A long retry loop under the caller's signal leaves no listener on it:
 // each pause's abort listener goes when the pause ends (Node warned
 // MaxListenersExceededWarning after eleven).
@@ -655,4 +704,43 @@ test("the README's LangGraph.js snippet runs as written", async () => {
   const answer = JSON.parse(seen[0]);
   assert.equal(answer.http_status, 201);
   assert.equal(answer.result.customer_id, thread);
+});
+
+test("docs/agents/mcp.md's LangGraph.js snippet runs as written, and the same turn through the native tool is a replay", async () => {
+  // The only change: a scripted model in place of ChatOpenAI (its import
+  // dropped); idemflow on PATH, the test's PostgreSQL.
+  const file = await readmeSnippet("**LangGraph.js** (`@idemflow/client/langgraph`: `idemflowMcpTools`).", "docs-langgraph-mcp", [
+    ['import { ChatOpenAI } from "@langchain/openai";\n', ""],
+    ['new ChatOpenAI({ model: "gpt-4.1" })', "globalThis.IDEMFLOW_README_MODEL"],
+  ]);
+  process.env.PATH = `${dirname(process.env.IDEMFLOW_BIN!)}:${process.env.PATH}`;
+  const thread = "ts-lg-docs-mcp-" + randomUUID().slice(0, 8);
+  // The model asks for the ticket until it reads an answer; through MCP it
+  // writes an idempotency_key of its own.
+  const scripted = (modelKey: boolean) => (messages: any[]) => {
+    const answers = messages.filter((m) => m.getType?.() === "tool");
+    if (answers.length > 0) return new AIMessage("The ticket is open.");
+    const args = { ...(modelKey ? { idempotency_key: randomUUID() } : {}), customer_id: thread, title: "Printer on fire" };
+    return new AIMessage({ content: "", tool_calls: [{ name: "create_ticket", args, id: "call_" + randomUUID(), type: "tool_call" as const }] });
+  };
+  (globalThis as any).IDEMFLOW_README_MODEL = { bindTools: () => ({ invoke: async (messages: any[]) => scripted(true)(messages) }) };
+  const mod = await import(file.href);
+  const ask = { role: "user", content: "My printer is on fire. I am customer " + thread + ".", id: "msg-1" };
+  const answerOf = (out: any) => JSON.parse(String(out.messages.find((m: any) => m.getType() === "tool").content));
+  try {
+    const first = answerOf(await mod.turn(thread, ask));
+    assert.equal(first.http_status, 201, JSON.stringify(first));
+    assert.equal(first.replayed, false);
+    // The same turn, its model step run again, through the native tool on
+    // another checkpointer: the same intended call, the same key.
+    const native = idemflowTool(client(), { name: "create_ticket", description: "Create a ticket.", schema: z.object({ customer_id: z.string(), title: z.string() }), path: "/v1/tickets" });
+    const graph = agentGraph((state) => ({ messages: [scripted(false)(state.messages)] }), native);
+    const again = answerOf(await graph.invoke({ messages: [new HumanMessage(ask)] }, { configurable: { thread_id: thread } }));
+    assert.equal(again.replayed, true, JSON.stringify(again));
+    assert.equal(again.result.ticket_id, first.result.ticket_id);
+    console.log(`LangGraph.js over MCP: ticket ${first.result.ticket_id} (replayed false); the same turn through idemflowTool: replayed true`);
+  } finally {
+    await mod.mcp.close();
+    await mod.checkpointer.end();
+  }
 });
