@@ -7,12 +7,15 @@ Also: the tool's errors, as the model reads them."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import queue
 import signal
 import subprocess
+import textwrap
 import threading
+import time
 import uuid
 from collections.abc import Callable
 from typing import Annotated, Any
@@ -30,10 +33,11 @@ from langgraph.types import Command
 from pydantic import BaseModel
 
 import idemflow
-from idemflow.langgraph import LEGACY_KEY_SCHEME, durable_key, idemflow_tool
+from idemflow.langgraph import LEGACY_KEY_SCHEME, durable_key, idemflow_tool, mcp_tools
 
 from . import children
-from .conftest import count, docs_text
+from .conftest import count, docs_text, need
+from .test_mcp import over_stdio
 from .wire import Proxy
 
 
@@ -146,6 +150,43 @@ def test_a_turn_killed_before_its_state_was_saved_and_sent_again_makes_one_ticke
     print(f"{scheme}: {n} tickets after the kill and the message sent again; the ticket's answer replayed {tool_answer(out, 'create_ticket')['replayed']}")
     assert n == tickets, out
     assert tool_answer(out, "create_ticket")["replayed"] is (tickets == 1), out
+
+
+MCP_CASES = [
+    # name, extra flags, tools, tickets, the ticket call's answer replayed
+    ("resumed from its checkpoint", ("--via", "mcp"), "idemflow", 1, True),
+    ("nothing saved, the turn sent again", ("--via", "mcp", "--durability", "exit"), "idemflow", 1, True),
+    ("control: the model's key, nothing saved, the turn sent again", ("--via", "mcp", "--durability", "exit"), "naive", 2, False),
+]
+
+
+@pytest.mark.parametrize("name,extra,tools,tickets,replayed", MCP_CASES, ids=[c[0] for c in MCP_CASES])
+def test_a_langgraph_agent_through_mcp_killed_mid_call_makes_one_ticket(
+    name: str, extra: tuple[str, ...], tools: str, tickets: int, replayed: bool, url: str, db: psycopg.Connection
+) -> None:
+    """The agent reaches create_ticket through idemflow's MCP server, its
+    model writing an idempotency_key of its own each time, and is SIGKILLed
+    after idemflow made the ticket and before the answer came. mcp_tools
+    sends the intended call's key (lg4) in _meta: resumed from its
+    checkpoint, or with nothing saved and the turn's message sent again
+    (the model writing the call under new IDs and a new key), one ticket
+    and a replay. The control, the model's key deciding (as
+    langchain-mcp-adapters' tools), makes two."""
+    need("IDEMFLOW_BIN")
+    thread = f"py-lg-mcp-{name.split(':')[0].split(',')[0].replace(' ', '-')}-{uuid.uuid4().hex[:6]}"
+    flags = (*extra, "--message-id", f"msg-{thread}")
+    proxy = Proxy(url, "answer-lost", hold=True)
+    try:
+        kill_when(start(thread, tools, agent_env(proxy.url), *flags), lambda _: False, proxy.hit)
+    finally:
+        proxy.close()
+    out = finish(thread, tools, agent_env(url), *flags)
+    n = count(db, "ticket", thread)
+    print(f"MCP, {name}: {n} tickets after the kill and the rerun; the ticket's answer replayed {tool_answer(out, 'create_ticket')['replayed']}")
+    assert n == tickets, out
+    assert tool_answer(out, "create_ticket")["replayed"] is replayed, out
+    if "exit" not in extra:
+        assert f"resuming {thread} at" in out, out
 
 
 class Ticket(BaseModel):
@@ -413,8 +454,10 @@ class _ReadmeModel:
     tool's answer is in the messages, then answers; bind_tools as a chat
     model's, a no-op here."""
 
-    def __init__(self, customer: str) -> None:
+    def __init__(self, customer: str, *, model_key: bool = False) -> None:
         self.customer = customer
+        # model_key: the call carries an idempotency_key the model wrote (an MCP tool's).
+        self.model_key = model_key
 
     def bind_tools(self, tools: Any) -> _ReadmeModel:
         return self
@@ -422,13 +465,14 @@ class _ReadmeModel:
     def invoke(self, messages: list[Any]) -> AIMessage:
         if any(isinstance(m, ToolMessage) for m in messages):
             return AIMessage("The ticket is open.", id=f"ai-{uuid.uuid4().hex}")
-        call = {
-            "name": "create_ticket",
-            "args": {"customer_id": self.customer, "title": "Printer on fire"},
-            "id": f"call_{uuid.uuid4().hex}",
-            "type": "tool_call",
-        }
+        args: dict[str, Any] = {"customer_id": self.customer, "title": "Printer on fire"}
+        if self.model_key:
+            args = {"idempotency_key": str(uuid.uuid4()), **args}
+        call = {"name": "create_ticket", "args": args, "id": f"call_{uuid.uuid4().hex}", "type": "tool_call"}
         return AIMessage("", tool_calls=[call], id=f"ai-{uuid.uuid4().hex}")
+
+    async def ainvoke(self, messages: list[Any]) -> AIMessage:
+        return self.invoke(messages)
 
 
 def test_the_readme_snippet_runs(url: str, token: str, db: psycopg.Connection, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -445,4 +489,108 @@ def test_the_readme_snippet_runs(url: str, token: str, db: psycopg.Connection, m
     monkeypatch.setenv("IDEMFLOW_TOKEN", token)
     code = snippet.replace("from langchain_openai import ChatOpenAI\n", "").replace('ChatOpenAI(model="gpt-4.1")', "MODEL").replace('"ticket-42"', repr(who))
     exec(compile(code, "README.md", "exec"), {"MODEL": _ReadmeModel(who), "__name__": "readme"})
+    assert count(db, "ticket", who) == 1
+
+
+def test_a_pending_answer_over_mcp_pauses_the_run_and_never_reaches_the_model() -> None:
+    """slow_refund's service takes 4 s; mcp_tools' deadline is 1.5 s. The
+    run pauses (interrupt) with nothing handed to the model, and each
+    resume waits on the call's task under the same key, until the answer:
+    the first call's, a replay. Within a longer deadline the call gets its
+    own answer."""
+
+    async def run(session: Any, thread: str, deadline: float) -> tuple[Any, Any, Any]:
+        tools = await mcp_tools(session, names=["slow_refund"], deadline=deadline)
+
+        def model(state: MessagesState) -> dict[str, Any]:
+            answers = [m for m in state["messages"] if isinstance(m, ToolMessage)]
+            if answers:
+                return {"messages": [AIMessage(f"done: {answers[-1].content}")]}
+            args = {"idempotency_key": str(uuid.uuid4()), "payment_id": f"p-{thread}", "amount_cents": 100}
+            return {"messages": [AIMessage("", tool_calls=[{"name": "slow_refund", "args": args, "id": f"call_{uuid.uuid4().hex}", "type": "tool_call"}])]}
+
+        graph = (
+            StateGraph(MessagesState)
+            .add_node("agent", model)
+            .add_node("tools", ToolNode(tools))
+            .add_edge(START, "agent")
+            .add_conditional_edges("agent", tools_condition)
+            .add_edge("tools", "agent")
+            .compile(checkpointer=InMemorySaver())
+        )
+        config: RunnableConfig = {"configurable": {"thread_id": thread}}
+        out = await graph.ainvoke({"messages": [HumanMessage("Refund 1 euro.", id=f"msg-{thread}")]}, config)
+        return graph, config, out
+
+    def answer(out: Any) -> dict[str, Any]:
+        return json.loads(next(m.content for m in out["messages"] if isinstance(m, ToolMessage)))
+
+    async def main() -> None:
+        async with over_stdio() as session:
+            who = f"py-lg-mcp-slow-{uuid.uuid4().hex[:8]}"
+            start = time.monotonic()
+            _, _, first = await run(session, who, 30)
+            took = time.monotonic() - start
+            assert answer(first)["replayed"] is False, first
+            assert took > 3, f"answered after {took:.1f} s, before the service did"
+
+            start = time.monotonic()
+            graph, config, out = await run(session, who + "-p", 1.5)
+            bound = time.monotonic() - start
+            paused = out.get("__interrupt__")
+            assert paused and paused[0].value["idemflow"] == "pending", out
+            assert not any(isinstance(m, ToolMessage) for m in out["messages"]), "a tool message reached the model"
+            assert bound < 3.5, f"a 1.5 s deadline paused the run after {bound:.1f} s"
+            resumes = 1
+            out = await graph.ainvoke(Command(resume=True), config)
+            while out.get("__interrupt__") and resumes < 10:
+                resumes += 1
+                out = await graph.ainvoke(Command(resume=True), config)
+            assert answer(out)["replayed"] is True, out
+            print(
+                f"LangGraph mcp_tools: a 4 s call waited on its task ({took:.1f} s, replayed=False); a 1.5 s deadline paused the run after"
+                f" {bound:.1f} s with no tool message; {resumes} resumes later, replayed=True"
+            )
+
+    asyncio.run(main())
+
+
+def test_the_docs_mcp_tools_run(url: str, token: str, db: psycopg.Connection, monkeypatch: pytest.MonkeyPatch) -> None:
+    """docs/agents/mcp.md's LangGraph snippet, as written (session and llm
+    the function's parameters, the thread the test's), after the same turn
+    made through the native idemflow_tool: the call through MCP, with a
+    model-written key of its own, has the native tool's key, so it is that
+    call's replay, one ticket."""
+    section = docs_text().split("**LangGraph** (`idemflow.langgraph.mcp_tools`).")[1]
+    block = section.split("```python\n")[1].split("```")[0]
+    who = f"py-lg-docs-mcp-{uuid.uuid4().hex[:8]}"
+    assert '"ticket-42"' in block
+    scope: dict[str, Any] = {}
+    exec("async def snippet(session, llm):\n" + textwrap.indent(block.replace('"ticket-42"', repr(who)) + "return out\n", "    "), scope)
+    monkeypatch.setenv("IDEMFLOW_URL", url)
+    monkeypatch.setenv("IDEMFLOW_TOKEN", token)
+
+    async def scenario() -> tuple[str, str]:
+        async with idemflow.AsyncClient(url, token) as c:
+            native = idemflow_tool(c, name="create_ticket", description="Create a support ticket.", path="/v1/tickets", args_schema=Ticket)
+            model = _ReadmeModel(who)
+            graph = (
+                StateGraph(MessagesState)
+                .add_node("agent", lambda state: {"messages": [model.invoke(state["messages"])]})
+                .add_node("tools", ToolNode([native]))
+                .add_edge(START, "agent")
+                .add_conditional_edges("agent", tools_condition)
+                .add_edge("tools", "agent")
+                .compile(checkpointer=InMemorySaver())
+            )
+            message = {"role": "user", "content": f"My printer is on fire. I am customer {who}.", "id": "msg-1"}
+            first = await graph.ainvoke({"messages": [message]}, {"configurable": {"thread_id": who}})
+        async with over_stdio() as session:
+            again = await scope["snippet"](session, _ReadmeModel(who, model_key=True))
+        tool_text = [str(next(m.content for m in o["messages"] if isinstance(m, ToolMessage))) for o in (first, again)]
+        return tool_text[0], tool_text[1]
+
+    first, again = (json.loads(t) for t in asyncio.run(scenario()))
+    assert [first["replayed"], again["replayed"]] == [False, True], (first, again)
+    assert again["result"] == first["result"]
     assert count(db, "ticket", who) == 1

@@ -26,12 +26,12 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any, cast
 
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage
 from langchain_core.runnables import RunnableConfig
 from langchain_core.tools import BaseTool, InjectedToolCallId, StructuredTool
-from langgraph.prebuilt import InjectedState
+from langgraph.prebuilt import InjectedState, ToolRuntime
 from langgraph.types import interrupt
 from pydantic import BaseModel, create_model
 
@@ -39,6 +39,9 @@ from ._tooltext import RESUME, answer_text, arguments, pending_text, refusal_tex
 from .client import AsyncClient, Client, Intent
 from .errors import DeadlineError, NoDurableIdentityError, ProblemError
 from .keys import call_arguments, derive_key, occurrence
+
+if TYPE_CHECKING:
+    from mcp import ClientSession
 
 __all__ = [
     "KEY_SCHEME",
@@ -292,3 +295,45 @@ def idemflow_tool(
                 interrupt(pending_answer(name, key))  # a resume returns here, and waits again
 
     return StructuredTool.from_function(func=run, name=name, description=description, args_schema=schema)
+
+
+async def mcp_tools(session: ClientSession, *, names: list[str] | None = None, deadline: float = 300.0, messages_key: str = "messages") -> list[BaseTool]:
+    """The tools of idemflow's MCP server (idemflow mcp, through the mcp
+    package's ClientSession, connected by the app), as LangGraph tools
+    keyed as idemflow_tool keys its calls: each call sends, in _meta, the
+    key of its intended call (lg4, whose arguments leave out the
+    idempotency_key the model writes), so a resume, a fork or a turn sent
+    again is a replay, and waits on the call's task (idemflow.mcp) up to
+    deadline (seconds). Past it the tool pauses the run (pending_answer,
+    LangGraph's interrupt), never an error the model reads; a resume waits
+    on the same task again. The model reads the tool's text:
+    {http_status, replayed, result}, or its words for a refusal.
+
+    This stands in for langchain-mcp-adapters' load_mcp_tools, whose calls
+    send no _meta of the app's (and whose 0.3 releases need mcp<2). names:
+    the tools to take (default: all)."""
+    listed = (await session.list_tools()).tools
+    return [
+        _mcp_tool(session, t.name, t.description or t.name, dict(t.input_schema), deadline, messages_key) for t in listed if names is None or t.name in names
+    ]
+
+
+def _mcp_tool(session: ClientSession, name: str, description: str, schema: dict[str, Any], deadline: float, messages_key: str) -> BaseTool:
+    from .mcp import call_until_answered, result_text
+
+    # The model is shown the MCP tool's own schema (a dict, which LangChain
+    # hands on unvalidated: the server validates); ToolNode sees runtime in
+    # the function's signature and injects the call's ID, the state and the
+    # config there.
+    async def arun(runtime: ToolRuntime, **kwargs: Any) -> str:
+        key = durable_key(runtime.config, runtime.tool_call_id, name, runtime.state, messages_key=messages_key)
+        while True:
+            try:
+                result = await call_until_answered(
+                    lambda m: session.call_tool(name, kwargs, meta=cast(Any, m)), session, key=key, tool=name, resume=RESUME["langgraph"], deadline=deadline
+                )
+                return result_text(result)
+            except DeadlineError:
+                interrupt(pending_answer(name, key))  # a resume returns here, and waits on the task again
+
+    return StructuredTool.from_function(coroutine=arun, name=name, description=description, args_schema=schema)
