@@ -38,12 +38,15 @@ func venv(t *testing.T, dir, lock string) string {
 	return py
 }
 
-// The package's pytest suite against the stack (see the package comment).
-//
-// Its HTTP tools answer as downstreams do: refund_queued's with a 202 (the
-// refund queued), and with a 422 above the captured amount.
-func TestThePythonPackageAgainstTheStack(t *testing.T) {
-	py := venv(t, ".venv", "requirements.lock")
+// mcpStack starts the stack with the tests' HTTP tools (refund_queued,
+// whose service answers 202, and slow_refund, whose service takes 4 s)
+// and idemflow's MCP server over streamable HTTP in front of it, and
+// returns the environment a suite needs to reach them: the gateway, the
+// tenants' tokens, the MCP server's URL, bin/idemflow (for idemflow mcp
+// over stdio, which serves the same tools from IDEMFLOW_TOOLS) and the
+// database.
+func mcpStack(t *testing.T) (*testenv.Stack, []string) {
+	t.Helper()
 	bin, err := filepath.Abs(filepath.Join("..", "..", "bin", "idemflow"))
 	if err != nil {
 		t.Fatal(err)
@@ -85,6 +88,24 @@ func TestThePythonPackageAgainstTheStack(t *testing.T) {
 	s := testenv.NewStack(t, testenv.Options{Tools: tools})
 	mcp := httptest.NewServer(mcpserver.HTTPHandler(mcpserver.Config{BaseURL: s.URL, CallTimeout: 30 * time.Second, Operations: s.Set.Operations()}, mcpserver.HTTPOptions{}))
 	t.Cleanup(mcp.Close)
+	return s, []string{
+		"IDEMFLOW_URL=" + s.URL,
+		"IDEMFLOW_TOKEN=" + s.Tokens[testenv.TenantA],
+		"IDEMFLOW_TOKEN_B=" + s.Tokens[testenv.TenantB],
+		"IDEMFLOW_MCP_URL=" + mcp.URL + "/",
+		"IDEMFLOW_BIN=" + bin,
+		"IDEMFLOW_TOOLS=" + toolsFile,
+		"DATABASE_URL=" + s.DatabaseURL,
+	}
+}
+
+// The package's pytest suite against the stack (see the package comment).
+//
+// Its HTTP tools answer as downstreams do: refund_queued's with a 202 (the
+// refund queued), and with a 422 above the captured amount.
+func TestThePythonPackageAgainstTheStack(t *testing.T) {
+	py := venv(t, ".venv", "requirements.lock")
+	s, environ := mcpStack(t)
 
 	// -s: the kill tests print their counts.
 	args := []string{"-m", "pytest", "-q", "-s", "-p", "no:cacheprovider", "tests"}
@@ -92,14 +113,7 @@ func TestThePythonPackageAgainstTheStack(t *testing.T) {
 		args = append(args, "-k", run)
 	}
 	cmd := exec.Command(py, args...)
-	cmd.Env = append(os.Environ(),
-		"IDEMFLOW_URL="+s.URL,
-		"IDEMFLOW_TOKEN="+s.Tokens[testenv.TenantA],
-		"IDEMFLOW_TOKEN_B="+s.Tokens[testenv.TenantB],
-		"IDEMFLOW_MCP_URL="+mcp.URL+"/",
-		"IDEMFLOW_BIN="+bin,
-		"IDEMFLOW_TOOLS="+toolsFile,
-		"DATABASE_URL="+s.DatabaseURL,
+	cmd.Env = append(append(os.Environ(), environ...),
 		"TEMPORAL_ADDRESS="+s.Server.GetFrontendHostPort(),
 		"TEMPORAL_NAMESPACE="+s.Server.GetDefaultNamespace(),
 		"PYTHONUNBUFFERED=1",
@@ -112,22 +126,20 @@ func TestThePythonPackageAgainstTheStack(t *testing.T) {
 }
 
 // CrewAI's tests (tests/crewai) in their own environment, against the
-// stack: a flow SIGKILLed mid call and kicked off again, its controls, and
-// the shared key vectors. The main suite leaves tests/crewai to this test
+// stack: a flow SIGKILLed mid call and kicked off again, its controls, the
+// same through idemflow mcp, the mcp 1.x SDK's task client, and the shared
+// key vectors. The main suite leaves tests/crewai to this test
 // (tests/conftest.py), which fails where the environment is missing.
 func TestCrewAIAgainstTheStack(t *testing.T) {
 	py := venv(t, ".venv-crewai", "requirements-crewai.lock")
-	s := testenv.NewStack(t, testenv.Options{})
+	_, environ := mcpStack(t)
 	args := []string{"-m", "pytest", "-q", "-s", "-p", "no:cacheprovider", "tests/crewai"}
 	if run := os.Getenv("IDEMFLOW_PYTEST_K"); run != "" {
 		args = append(args, "-k", run)
 	}
 	cmd := exec.Command(py, args...)
-	cmd.Env = append(os.Environ(),
+	cmd.Env = append(append(os.Environ(), environ...),
 		"IDEMFLOW_PYTEST_SUITE=crewai",
-		"IDEMFLOW_URL="+s.URL,
-		"IDEMFLOW_TOKEN="+s.Tokens[testenv.TenantA],
-		"DATABASE_URL="+s.DatabaseURL,
 		"PYTHONUNBUFFERED=1",
 		// No network: CrewAI's telemetry and tracing stay off.
 		"CREWAI_DISABLE_TELEMETRY=true", "CREWAI_TRACING_ENABLED=false", "OTEL_SDK_DISABLED=true",

@@ -22,6 +22,10 @@ another call (a second effect), and a method that runs twice in one flow
 (a loop) must pass ``scope`` (say, the loop's count from the state), or
 its second run's calls replay the first's.
 
+mcp_tools makes the same tools of idemflow's MCP server (idemflow mcp),
+keyed the same way: CrewAI's own MCP tools (``Agent(mcps=[...])``) send
+no ``_meta``, so there the idempotency_key the model writes decides.
+
 Needs the ``crewai`` extra, in an environment of its own
 (``requirements-crewai.lock``: crewai takes openai <3, which the OpenAI
 Agents SDK does not).
@@ -29,11 +33,14 @@ Agents SDK does not).
 
 from __future__ import annotations
 
+import asyncio
+import concurrent.futures
+import contextvars
 import json
 import math
 from collections import Counter
-from collections.abc import Callable
-from typing import Any
+from collections.abc import Callable, Coroutine
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from crewai.flow.flow import Flow
 from crewai.flow.flow_context import current_flow_method_name
@@ -43,17 +50,21 @@ from pydantic import BaseModel, PrivateAttr
 from ._tooltext import RESUME, answer_text, arguments, pending_text, refusal_text
 from .client import Client, Intent
 from .errors import DeadlineError, NoDurableIdentityError, ProblemError
-from .keys import canonical, derive_key
+from .keys import call_arguments, derive_key
 
-__all__ = ["KEY_SCHEME", "IdemflowTool", "args_digest", "call_key"]
+if TYPE_CHECKING:
+    from crewai.mcp import MCPServerConfig
+
+__all__ = ["KEY_SCHEME", "IdemflowTool", "args_digest", "call_key", "mcp_tools"]
 
 #: The scheme of a CrewAI call's key.
 KEY_SCHEME = "cr1"
 
 
 def args_digest(args: dict[str, Any]) -> str:
-    """The digest of a call's arguments, in their RFC 8785 form."""
-    return derive_key("args", canonical(args))
+    """The digest of a call's arguments, in their RFC 8785 form, less the
+    idempotency_key an MCP tool takes from the model (call_arguments)."""
+    return derive_key("args", call_arguments(args))
 
 
 def call_key(flow_id: str, method: str, scope: str, tool: str, digest: str, occurrence: int) -> str:
@@ -62,7 +73,40 @@ def call_key(flow_id: str, method: str, scope: str, tool: str, digest: str, occu
     return derive_key(KEY_SCHEME, flow_id, method, tool, digest, str(occurrence), *([scope] if scope else []))
 
 
-class IdemflowTool(BaseTool):
+class _KeyedTool(BaseTool):
+    """A CrewAI tool whose calls are keyed by the intended call within the
+    flow method's run (cr1), counted once answered; _send makes the call."""
+
+    args_schema: type[BaseModel]
+    _deadline: float = PrivateAttr(default=math.inf)
+    _flow_id: str = PrivateAttr()
+    _method: str = PrivateAttr()
+    _scope: str = PrivateAttr(default="")
+    _seen: Counter[str] = PrivateAttr(default_factory=Counter)
+
+    def _run(self, **kwargs: Any) -> str:
+        try:
+            args = arguments(self.args_schema, kwargs)
+        except ValueError as e:  # pydantic's ValidationError
+            return json.dumps({"error": "InvalidArguments", "detail": str(e)}, ensure_ascii=False)
+        digest = args_digest(args)
+        occurrence = self._seen[digest] + 1
+        key = call_key(self._flow_id, self._method, self._scope, self.name, digest, occurrence)
+        try:
+            answer = self._send(args, key)
+        except DeadlineError:
+            # Not counted: the same call asked again is this one, under its key.
+            return pending_text(self.name, key, RESUME["crewai"])
+        self._seen[digest] = occurrence
+        return answer
+
+    def _send(self, args: dict[str, Any], key: str) -> str:
+        """The text the agent reads of the call's final answer; DeadlineError
+        past the tool's deadline."""
+        raise NotImplementedError
+
+
+class IdemflowTool(_KeyedTool):
     """A CrewAI tool that runs one of idemflow's operations (a ticket, an
     order, a declared operation, an HTTP tool) once per intended call.
 
@@ -84,15 +128,9 @@ class IdemflowTool(BaseTool):
     asked again is the same key).
     """
 
-    args_schema: type[BaseModel]
     _client: Client = PrivateAttr()
     _path: str | Callable[[dict[str, Any]], str] = PrivateAttr()
     _body: Callable[[dict[str, Any]], Any] | None = PrivateAttr(default=None)
-    _deadline: float = PrivateAttr(default=math.inf)
-    _flow_id: str = PrivateAttr()
-    _method: str = PrivateAttr()
-    _scope: str = PrivateAttr(default="")
-    _seen: Counter[str] = PrivateAttr(default_factory=Counter)
 
     def __init__(
         self,
@@ -108,30 +146,117 @@ class IdemflowTool(BaseTool):
         scope: str = "",
     ) -> None:
         super().__init__(name=name, description=description, args_schema=args_schema)
-        flow_id = getattr(flow.state, "id", None)
-        if not flow_id:
-            raise NoDurableIdentityError(f"{name}: the flow's state has no ID (@persist gives it one), so no key can outlive a crash")
-        method = current_flow_method_name.get()
-        if method == "unknown":
-            raise NoDurableIdentityError(f"{name}: made outside a flow method; make the tool inside the method whose crew uses it")
+        self._flow_id, self._method = _identity(flow, name)
         self._client, self._path, self._body, self._deadline = client, path, body, deadline
-        self._flow_id, self._method, self._scope = str(flow_id), method, scope
+        self._scope = scope
 
-    def _run(self, **kwargs: Any) -> str:
-        try:
-            args = arguments(self.args_schema, kwargs)
-        except ValueError as e:  # pydantic's ValidationError
-            return json.dumps({"error": "InvalidArguments", "detail": str(e)}, ensure_ascii=False)
-        digest = args_digest(args)
-        occurrence = self._seen[digest] + 1
-        key = call_key(self._flow_id, self._method, self._scope, self.name, digest, occurrence)
+    def _send(self, args: dict[str, Any], key: str) -> str:
         path = self._path(args) if callable(self._path) else self._path
         try:
-            answer = answer_text(self._client.do(Intent(key, path, self._body(args) if self._body else args), deadline=self._deadline))
+            return answer_text(self._client.do(Intent(key, path, self._body(args) if self._body else args), deadline=self._deadline))
         except ProblemError as e:
-            answer = refusal_text(e, key)
-        except DeadlineError:
-            # Not counted: the same call asked again is this one, under its key.
-            return pending_text(self.name, key, RESUME["crewai"])
-        self._seen[digest] = occurrence
-        return answer
+            return refusal_text(e, key)
+
+
+def _identity(flow: Flow[Any], name: str) -> tuple[str, str]:
+    """The flow state's ID and the running method's name, which every call
+    of a tool made there is keyed by."""
+    flow_id = getattr(flow.state, "id", None)
+    if not flow_id:
+        raise NoDurableIdentityError(f"{name}: the flow's state has no ID (@persist gives it one), so no key can outlive a crash")
+    method = current_flow_method_name.get()
+    if method == "unknown":
+        raise NoDurableIdentityError(f"{name}: made outside a flow method; make the tool inside the method whose crew uses it")
+    return str(flow_id), method
+
+
+T = TypeVar("T")
+
+
+def _run_sync(coro: Callable[[], Coroutine[Any, Any, T]]) -> T:
+    """coro's result from sync code, as CrewAI's own MCP tools get it: in
+    a thread of its own when an event loop runs here."""
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        return asyncio.run(coro())
+    ctx = contextvars.copy_context()
+    with concurrent.futures.ThreadPoolExecutor(1) as pool:
+        return pool.submit(ctx.run, asyncio.run, coro()).result()
+
+
+def _mcp_client(server: MCPServerConfig) -> Any:
+    """A new CrewAI MCPClient on server, as CrewAI makes one for each call
+    of its own MCP tools (so that calls share no connection)."""
+    from crewai.mcp import MCPClient, MCPServerHTTP, MCPServerSSE, MCPServerStdio
+    from crewai.mcp.transports.http import HTTPTransport
+    from crewai.mcp.transports.sse import SSETransport
+    from crewai.mcp.transports.stdio import StdioTransport
+
+    transport: Any
+    if isinstance(server, MCPServerStdio):
+        transport = StdioTransport(command=server.command, args=server.args, env=server.env)
+    elif isinstance(server, MCPServerHTTP):
+        transport = HTTPTransport(url=server.url, headers=server.headers, streamable=server.streamable)
+    elif isinstance(server, MCPServerSSE):
+        transport = SSETransport(url=server.url, headers=server.headers)
+    else:
+        raise TypeError(f"an MCP server config of CrewAI's (MCPServerStdio, MCPServerHTTP, MCPServerSSE), not {type(server).__name__}")
+    return MCPClient(transport=transport, cache_tools_list=False)
+
+
+def mcp_tools(server: MCPServerConfig, *, flow: Flow[Any], names: list[str] | None = None, deadline: float = math.inf, scope: str = "") -> list[BaseTool]:
+    """The tools of idemflow's MCP server (idemflow mcp) on server (CrewAI's
+    MCPServerStdio, MCPServerHTTP or MCPServerSSE), as CrewAI tools keyed as
+    IdemflowTool keys its calls (cr1: the flow state's ID, the method, the
+    tool, the arguments less the idempotency_key the model writes, and
+    their occurrence): each call sends that key in _meta, asks for an MCP
+    task and waits for its result, however long it takes by default, as
+    IdemflowTool waits (deadline, scope: as IdemflowTool's). Make them
+    inside the flow method whose crew uses them, with flow=self.
+
+    This stands in for CrewAI's own MCP tools (Agent(mcps=[server])),
+    whose calls send the tool's name and arguments only. names: the tools
+    to take (default: all). The agent reads the tool's text:
+    {http_status, replayed, result}, or its words for a refusal."""
+    flow_id, method = _identity(flow, "idemflow's MCP tools")
+
+    async def listed() -> list[dict[str, Any]]:
+        client = _mcp_client(server)
+        await client.connect()
+        try:
+            return list(await client.list_tools())
+        finally:
+            await client.disconnect()
+
+    return [
+        _McpTool(server, t, flow_id=flow_id, method=method, scope=scope, deadline=deadline) for t in _run_sync(listed) if names is None or t["name"] in names
+    ]
+
+
+class _McpTool(_KeyedTool):
+    """One of idemflow's MCP tools, called under its intended call's key."""
+
+    _server: Any = PrivateAttr()
+
+    def __init__(self, server: MCPServerConfig, listed: dict[str, Any], *, flow_id: str, method: str, scope: str, deadline: float) -> None:
+        from crewai.utilities.pydantic_schema_utils import create_model_from_schema
+
+        name = listed["name"]
+        # The model is shown the schema as CrewAI's own MCP tools show it.
+        schema = create_model_from_schema(listed.get("inputSchema") or {"type": "object"}, model_name=f"{name}Schema", enrich_descriptions=True)
+        super().__init__(name=name, description=listed.get("description") or name, args_schema=schema)
+        self._server, self._flow_id, self._method, self._scope, self._deadline = server, flow_id, method, scope, deadline
+
+    def _send(self, args: dict[str, Any], key: str) -> str:
+        from .mcp import call_as_task, result_text
+
+        async def call() -> str:
+            client = _mcp_client(self._server)
+            await client.connect()
+            try:
+                return result_text(await call_as_task(client.session, self.name, args, key=key, resume=RESUME["crewai"], deadline=self._deadline))
+            finally:
+                await client.disconnect()
+
+        return _run_sync(call)

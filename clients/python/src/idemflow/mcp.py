@@ -4,13 +4,16 @@ _meta, so the idempotency_key the model wrote decides nothing, and a call
 whose answer has not come waits on the task idemflow names for it instead
 of handing the model NO ANSWER YET.
 
-The official Python SDK (the mcp package, 2.3.0) has no task client: it
-cannot ask for a task up front. So the call bounds its wait in _meta
-(io.idemflow/wait-ms); past it, idemflow answers NO ANSWER YET with the
-task that will hold the answer (io.modelcontextprotocol/related-task),
-which this reads with 2025-11-25's tasks/result until the caller's
-deadline. Past that, DeadlineError: the framework's wrapper stops its run,
-which the framework's own resume runs again under the same key.
+The official Python SDK's 1.x releases (mcp 1.30, which CrewAI and
+langchain-mcp-adapters require) have a task client for 2025-11-25's
+tasks (session.experimental): call_as_task asks for a task up front and
+waits for its result. mcp 2.3.0 has none: there the call bounds its wait
+in _meta (io.idemflow/wait-ms); past it, idemflow answers NO ANSWER YET
+with the task that will hold the answer
+(io.modelcontextprotocol/related-task), which call_until_answered reads
+with tasks/result until the caller's deadline. Past that, DeadlineError:
+the framework's wrapper stops its run, which the framework's own resume
+runs again under the same key.
 
 Each framework's wrapper (idemflow.openai_agents.durable_mcp_server, …)
 derives the key and calls call_until_answered; this module knows no
@@ -22,16 +25,23 @@ Needs the mcp package (the dev extra has it).
 from __future__ import annotations
 
 import asyncio
+import math
 from collections.abc import Awaitable, Callable
-from typing import Any
+from datetime import timedelta
+from typing import Any, cast
 
 import mcp.types as types
-from mcp import ClientSession, MCPError
+from mcp import ClientSession
+
+try:
+    from mcp import MCPError
+except ImportError:  # mcp 1.x
+    from mcp.shared.exceptions import McpError as MCPError  # type: ignore[no-redef,attr-defined,unused-ignore]
 
 from ._tooltext import pending_text
 from .errors import DeadlineError
 
-__all__ = ["META_KEY", "META_WAIT", "RELATED_TASK", "call_until_answered", "pending_task", "result_text"]
+__all__ = ["META_KEY", "META_WAIT", "RELATED_TASK", "call_as_task", "call_until_answered", "pending_task", "result_text"]
 
 #: The _meta member that carries the call's durable key: idemflow's MCP
 #: server uses it in place of the model-written idempotency_key.
@@ -47,9 +57,15 @@ class _TaskRequest(types.Request[dict[str, Any], str]):
     """A 2025-11-25 tasks/* request, which the SDK does not define."""
 
 
+def is_error(result: types.CallToolResult) -> bool:
+    """Whether the server flagged result as an error (isError), under
+    either major release of the mcp package."""
+    return bool(getattr(result, "is_error", None) or getattr(result, "isError", False))
+
+
 def pending_task(result: types.CallToolResult) -> str | None:
     """The task a pending answer (NO ANSWER YET) names, if it names one."""
-    if not result.is_error:
+    if not is_error(result):
         return None
     related = (result.meta or {}).get(RELATED_TASK)
     task = related.get("taskId") if isinstance(related, dict) else None
@@ -64,7 +80,7 @@ def result_text(result: types.CallToolResult) -> str:
 def _no_answer(result: types.CallToolResult) -> bool:
     """NO ANSWER YET without a task: the gateway was out of reach for the
     whole wait, and nothing is known to be recorded."""
-    return bool(result.is_error) and any(getattr(c, "text", "").startswith("NO ANSWER YET") for c in result.content)
+    return is_error(result) and any(getattr(c, "text", "").startswith("NO ANSWER YET") for c in result.content)
 
 
 async def call_until_answered(
@@ -114,9 +130,79 @@ async def _task_result(session: ClientSession, task: str, end: float, *, key: st
         return await session.send_request(
             _TaskRequest(method="tasks/result", params={"taskId": task}),
             types.CallToolResult,
-            request_read_timeout_seconds=left,
+            request_read_timeout_seconds=_timeout(left),
         )
     except MCPError as e:
         if asyncio.get_running_loop().time() >= end:
             raise DeadlineError(pending_text(tool, key, resume)) from e
         raise
+
+
+def _timeout(seconds: float) -> Any:
+    """A request's read timeout as the installed mcp takes it: seconds
+    (2.x), a timedelta (1.x); None for no bound."""
+    if math.isinf(seconds):
+        return None
+    return timedelta(seconds=seconds) if _MCP1 else seconds
+
+
+#: The mcp package is a 1.x release (its exceptions' old name).
+_MCP1 = MCPError.__name__ == "McpError"
+
+
+async def call_as_task(
+    session: ClientSession,
+    name: str,
+    arguments: dict[str, Any],
+    *,
+    key: str,
+    resume: str,
+    deadline: float = 300.0,
+) -> types.CallToolResult:
+    """The final result of one call of tool name under key, through the
+    SDK's own task client where it has one (mcp 1.x's
+    session.experimental, MCP 2025-11-25 tasks): the call asks for a task,
+    with key in its _meta, and waits for the task's result up to deadline
+    (seconds; math.inf: no bound). The result is exactly the call's
+    (replayed as the call would have said). A call idemflow never recorded
+    gets no task: one whose gateway was out of reach is sent again under
+    the same key; one refused (its arguments, a reused key) is the
+    refusal's words, as the tool's error. Past deadline, DeadlineError,
+    whose words say to resume, never to call anew. Where the SDK has no
+    task client (mcp 2.x), call_until_answered over session.call_tool."""
+    tasks: Any = getattr(session, "experimental", None)
+    if not hasattr(tasks, "call_tool_as_task"):
+        return await call_until_answered(
+            lambda m: session.call_tool(name, arguments, meta=cast(Any, m)), session, key=key, tool=name, resume=resume, deadline=deadline
+        )
+    loop = asyncio.get_running_loop()
+    end = loop.time() + deadline
+    pause = 0.2
+
+    def left() -> float:
+        remaining = end - loop.time()
+        if remaining <= 0:
+            raise DeadlineError(pending_text(name, key, resume))
+        return remaining
+
+    while True:
+        try:
+            created = await asyncio.wait_for(tasks.call_tool_as_task(name, arguments, meta={META_KEY: key}), _bound(left()))
+            break
+        except TimeoutError as e:
+            raise DeadlineError(pending_text(name, key, resume)) from e
+        except MCPError as e:
+            words = str(e).removeprefix("no task was created: ")
+            if not words.startswith("NO ANSWER YET"):
+                return types.CallToolResult(content=[types.TextContent(type="text", text=words)], isError=True)  # type: ignore[call-arg,unused-ignore]
+        # Nothing recorded (the gateway out of reach): the same call again.
+        await asyncio.sleep(min(pause, left()))
+        pause = min(pause * 2, 5.0)
+    try:
+        return await asyncio.wait_for(tasks.get_task_result(created.task.taskId, types.CallToolResult), _bound(left()))
+    except TimeoutError as e:
+        raise DeadlineError(pending_text(name, key, resume)) from e
+
+
+def _bound(seconds: float) -> float | None:
+    return None if math.isinf(seconds) else seconds

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import threading
 import uuid
 from pathlib import Path
@@ -24,7 +25,7 @@ from idemflow.crewai import IdemflowTool, args_digest, call_key
 from idemflow.errors import NoDurableIdentityError
 
 from .. import children
-from ..conftest import count, docs_text
+from ..conftest import count, docs_text, need
 from ..wire import Fault, Proxy
 from .crewai_agent import ScriptedModel, Ticket, support_flow
 
@@ -37,6 +38,9 @@ CASES: list[tuple[str, Fault, tuple[str, ...], int, bool]] = [
     ("method run again, request held", "before-received", (), 1, False),
     ("control: fresh keys", "answer-lost", ("--tools", "naive"), 2, False),
     ("limit: the model writes other arguments", "answer-lost", ("--drift",), 2, False),
+    # Through idemflow's MCP server, the model writing a key of its own each time.
+    ("MCP: method run again, answer lost", "answer-lost", ("--via", "mcp"), 1, True),
+    ("MCP control: CrewAI's own MCP tools, the model's key", "answer-lost", ("--via", "mcp", "--tools", "naive"), 2, False),
 ]
 
 
@@ -111,19 +115,33 @@ def test_crewai_key(c: dict[str, Any]) -> None:
     assert call_key(c["flow_id"], c["method"], c.get("scope", ""), c["tool"], digest, c["occurrence"]) == c["key"]
 
 
-def test_the_docs_snippet_runs(url: str, db: psycopg.Connection, tmp_path: Path) -> None:
-    """docs/agents/crewai.md's program, as written, with the scripted model
-    in place of gpt-4.1 (the only change), run as a process: SIGKILLed
-    while its call waits (the answer dropped after the ticket was made)
-    and run again, it makes no second ticket."""
-    section = docs_text().split("# CrewAI (Python 3.11+)\n", 1)[1]
+def kill_and_rerun_docs_program(heading: str, model: str, url: str, db: psycopg.Connection, tmp_path: Path) -> None:
+    """The program under heading in the docs, as written, with model (a
+    scripted model's expression) in place of gpt-4.1 (the only change),
+    run as a process: SIGKILLed while its call waits (the answer dropped
+    after the ticket was made) and run again, it makes no second ticket."""
+    section = docs_text().split(heading, 1)[1]
     snippet = section.split("```python\n", 1)[1].split("```", 1)[0]
     assert 'llm="gpt-4.1"' in snippet and '"ticket-42"' in snippet
     state = f"ticket-docs-{uuid.uuid4().hex[:6]}"
-    model = 'llm=__import__("tests.crewai.crewai_agent", fromlist=["ScriptedModel"]).ScriptedModel(model="scripted", customer="c-1")'
-    code = snippet.replace('llm="gpt-4.1"', model).replace('"ticket-42"', repr(state))
+    scripted = f'llm=__import__("tests.crewai.crewai_agent", fromlist=["ScriptedModel"]).{model}'
+    code = snippet.replace('llm="gpt-4.1"', scripted).replace('"ticket-42"', repr(state))
     before = count(db, "ticket", "c-1")
     again = children.kill_snippet_mid_call_and_rerun(code, tmp_path, url, lambda: count(db, "ticket", "c-1"))
-    print(f"the docs' snippet, killed and run again: {again.stdout[-300:]!r}")
+    print(f"the docs' program under {heading!r}, killed and run again: {again.stdout[-300:]!r}")
     assert again.returncode == 0, again.stdout + again.stderr
-    assert count(db, "ticket", "c-1") == before + 1, "run again after the kill, the snippet made a second ticket"
+    assert count(db, "ticket", "c-1") == before + 1, "run again after the kill, the program made a second ticket"
+
+
+def test_the_docs_snippet_runs(url: str, db: psycopg.Connection, tmp_path: Path) -> None:
+    """docs/agents/crewai.md's program (kill_and_rerun_docs_program)."""
+    kill_and_rerun_docs_program("# CrewAI (Python 3.11+)\n", 'ScriptedModel(model="scripted", customer="c-1")', url, db, tmp_path)
+
+
+def test_the_docs_mcp_tools_run(url: str, db: psycopg.Connection, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """docs/agents/mcp.md's CrewAI program (kill_and_rerun_docs_program),
+    idemflow on PATH, the scripted model writing an idempotency_key of its
+    own each time."""
+    monkeypatch.setenv("PATH", f"{Path(need('IDEMFLOW_BIN')).parent}:{os.environ.get('PATH', '')}")
+    model = 'ScriptedModel(model="scripted", customer="c-1", model_key=True)'
+    kill_and_rerun_docs_program("**CrewAI** (`idemflow.crewai.mcp_tools`).", model, url, db, tmp_path)
