@@ -158,7 +158,14 @@ func (tk task) wire(mode taskMode) map[string]any {
 	if mode == taskExt {
 		m["ttlMs"], m["pollIntervalMs"] = tk.TTL.Milliseconds(), tk.PollInterval.Milliseconds()
 		if tk.Status == "completed" && tk.Result != nil {
-			m["result"] = tk.Result
+			// The result the call would have returned under 2026-07-28,
+			// whose every result names its type.
+			if r, err := asMap(tk.Result, nil); err == nil {
+				r["resultType"] = "complete"
+				m["result"] = r
+			} else {
+				m["result"] = tk.Result
+			}
 		}
 	} else {
 		m["ttl"], m["pollInterval"] = tk.TTL.Milliseconds(), tk.PollInterval.Milliseconds()

@@ -133,6 +133,11 @@ func TestMCPTasksAnswerFromAnyProcessAndOnlyToTheirTenant(t *testing.T) {
 	if got["status"] != "completed" || got["resultType"] != "complete" || isErr || res.HTTPStatus != 201 || res.Replayed {
 		t.Fatalf("the task's end: %+v", got)
 	}
+	// The result inline is the call's own, as 2026-07-28 writes a result:
+	// with its resultType (the ext-tasks client refuses it without).
+	if inline, _ := got["result"].(map[string]any); inline["resultType"] != "complete" {
+		t.Fatalf("the task's result has no resultType: %+v", got["result"])
+	}
 	if c := done(tk2["taskId"].(string)); c["status"] != "cancelled" {
 		t.Fatalf("the cancelled task: %+v", c)
 	}
