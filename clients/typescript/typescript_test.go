@@ -85,10 +85,15 @@ func TestTheTypeScriptClientAgainstTheStack(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	// idemflow mcp over stdio serves them too (IDEMFLOW_TOOLS).
+	toolsFile := filepath.Join(t.TempDir(), "tools.yaml")
+	if err := os.WriteFile(toolsFile, []byte("tools:"+file), 0o600); err != nil {
+		t.Fatal(err)
+	}
 	s := testenv.NewStack(t, testenv.Options{Tools: tools})
 	mcp := httptest.NewServer(mcpserver.HTTPHandler(mcpserver.Config{BaseURL: s.URL, CallTimeout: 30 * time.Second, Operations: s.Set.Operations()}, mcpserver.HTTPOptions{}))
 	t.Cleanup(mcp.Close)
-	nodeTest(t, bin, append(env(s, s.URL), "IDEMFLOW_MCP_URL="+mcp.URL+"/"), "dist/test/client.test.js", "dist/test/ai.test.js", "dist/test/openai-agents.test.js")
+	nodeTest(t, bin, append(env(s, s.URL), "IDEMFLOW_MCP_URL="+mcp.URL+"/", "IDEMFLOW_TOOLS="+toolsFile), "dist/test/client.test.js", "dist/test/ai.test.js", "dist/test/openai-agents.test.js")
 }
 
 // nodeTest runs node --test on files, one at a time, with environ, and
