@@ -426,10 +426,20 @@ func HTTPHandler(cfg Config, opts HTTPOptions) http.Handler {
 		opts.VerifyTTL = 10 * time.Second
 	}
 	tn := &tenants{cfg: cfg, servers: map[string]*tenantServer{}}
-	h := liftTaskHTTP(mcp.NewStreamableHTTPHandler(func(r *http.Request) *mcp.Server {
+	server := func(r *http.Request) *mcp.Server {
 		return tn.get(auth.TokenInfoFromContext(r.Context()).UserID).server
-	}, &mcp.StreamableHTTPOptions{SessionTimeout: opts.IdleTimeout}))
+	}
+	h := liftTaskHTTP(mcp.NewStreamableHTTPHandler(server, &mcp.StreamableHTTPOptions{SessionTimeout: opts.IdleTimeout}))
+	// MCP 2026-07-28 has no sessions (SEP-2567): each request names its
+	// revision, and the SDK's stateful handler refuses it ("Unsupported
+	// protocol version"), so such a request goes to a stateless one. It
+	// opens no session to count.
+	modern := liftTaskHTTP(mcp.NewStreamableHTTPHandler(server, &mcp.StreamableHTTPOptions{Stateless: true}))
 	limited := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Header.Get("Mcp-Protocol-Version") >= modernRevision {
+			modern.ServeHTTP(w, r)
+			return
+		}
 		if r.Method != http.MethodPost || r.Header.Get("Mcp-Session-Id") != "" {
 			h.ServeHTTP(w, r)
 			return

@@ -256,6 +256,10 @@ func forRevision(req mcp.Request) func(mcp.Result, error) (mcp.Result, error) {
 	}
 }
 
+// modernRevision is MCP 2026-07-28, the first sessionless revision, whose
+// requests name it in their _meta (and over HTTP in a header).
+const modernRevision = "2026-07-28"
+
 // newRevision reports whether req follows MCP 2026-07-28 or later.
 func newRevision(req mcp.Request) bool {
 	p := req.GetParams()
@@ -263,7 +267,7 @@ func newRevision(req mcp.Request) bool {
 		return false // a request without params
 	}
 	v, _ := p.GetMeta()[mcp.MetaKeyProtocolVersion].(string)
-	return v >= "2026-07-28"
+	return v >= modernRevision
 }
 
 // callAsTask runs a tools/call; one that asked for a task and has no

@@ -11,7 +11,7 @@ import { dirname, join } from "node:path";
 import { test } from "node:test";
 import { Client as MCPClient } from "@modelcontextprotocol/sdk/client/index.js";
 import { StreamableHTTPClientTransport } from "@modelcontextprotocol/sdk/client/streamableHttp.js";
-import { Client as MCPClient2 } from "@modelcontextprotocol/client";
+import { Client as MCPClient2, StreamableHTTPClientTransport as StreamableHTTPClientTransport2 } from "@modelcontextprotocol/client";
 import { StdioClientTransport as StdioClientTransport2 } from "@modelcontextprotocol/client/stdio";
 import { createTaskSessionFromClient, resultFromTaskOutcome } from "@modelcontextprotocol/ext-tasks/client";
 import {
@@ -272,65 +272,92 @@ test("the official SDK's task client (2025-11-25 tasks) gets a task, polls it an
 });
 
 // The Tasks extension (MCP 2026-07-28), driven by the official SDK's
-// second generation: @modelcontextprotocol/client pinned to 2026-07-28
-// over stdio, and @modelcontextprotocol/ext-tasks, whose V2 requester the
-// SDK's own codecs cannot carry yet, so the package asks the host for a
-// raw request path on the same transport (rawDispatch) and the framing of
+// second generation: @modelcontextprotocol/client pinned to 2026-07-28,
+// over stdio and over streamable HTTP, and @modelcontextprotocol/ext-tasks,
+// whose V2 requester the SDK's own codecs cannot carry yet, so the package
+// asks the host for a raw request path (rawDispatch) and the framing of
 // each request (v2RequestFraming): its README's setup.
-test("the official SDK 2's Tasks extension client (ext-tasks, 2026-07-28) gets a task and settles it with the call's own result", async () => {
-  const clientInfo = { name: "ts-ext-tasks", version: "1" };
-  const client = new MCPClient2(clientInfo, { versionNegotiation: { mode: { pin: "2026-07-28" } } });
-  const transport = new StdioClientTransport2({
-    command: process.env.IDEMFLOW_BIN!,
-    args: ["mcp"],
-    env: { IDEMFLOW_URL: url, IDEMFLOW_TOKEN: token, IDEMFLOW_TOOLS: process.env.IDEMFLOW_TOOLS!, PATH: process.env.PATH ?? "" },
-  });
-  await client.connect(transport);
-  assert.equal(client.getProtocolEra(), "modern");
-  // The host's raw request path: the responses to its own IDs are its.
-  const waiting = new Map<string, (r: any) => void>();
-  let next = 0;
-  const sdk = transport.onmessage;
-  transport.onmessage = (msg: any) => {
-    const done = typeof msg?.id === "string" ? waiting.get(msg.id) : undefined;
-    if (!done) return sdk?.(msg);
-    waiting.delete(msg.id);
-    done(msg.error ? { kind: "error", error: msg.error } : { kind: "result", result: msg.result });
-  };
-  const rawDispatch = (request: any) =>
-    new Promise<any>((resolve, reject) => {
-      const id = `raw-${++next}`;
-      waiting.set(id, resolve);
-      transport.send({ jsonrpc: "2.0", id, ...request }).catch(reject);
+for (const over of ["stdio", "streamable HTTP"] as const) {
+  test(`the official SDK 2's Tasks extension client (ext-tasks, 2026-07-28) over ${over} gets a task and settles it with the call's own result`, async () => {
+    const clientInfo = { name: "ts-ext-tasks", version: "1" };
+    const client = new MCPClient2(clientInfo, { versionNegotiation: { mode: { pin: "2026-07-28" } } });
+    let rawDispatch: (request: any) => Promise<any>;
+    if (over === "stdio") {
+      const transport = new StdioClientTransport2({
+        command: process.env.IDEMFLOW_BIN!,
+        args: ["mcp"],
+        env: { IDEMFLOW_URL: url, IDEMFLOW_TOKEN: token, IDEMFLOW_TOOLS: process.env.IDEMFLOW_TOOLS!, PATH: process.env.PATH ?? "" },
+      });
+      await client.connect(transport);
+      // The host's raw request path: the responses to its own IDs are its.
+      const waiting = new Map<string, (r: any) => void>();
+      let next = 0;
+      const sdk = transport.onmessage;
+      transport.onmessage = (msg: any) => {
+        const done = typeof msg?.id === "string" ? waiting.get(msg.id) : undefined;
+        if (!done) return sdk?.(msg);
+        waiting.delete(msg.id);
+        done(msg.error ? { kind: "error", error: msg.error } : { kind: "result", result: msg.result });
+      };
+      rawDispatch = (request: any) =>
+        new Promise<any>((resolve, reject) => {
+          const id = `raw-${++next}`;
+          waiting.set(id, resolve);
+          transport.send({ jsonrpc: "2.0", id, ...request }).catch(reject);
+        });
+    } else {
+      const endpoint = new URL(process.env.IDEMFLOW_MCP_URL!);
+      await client.connect(new StreamableHTTPClientTransport2(endpoint, { requestInit: { headers: { Authorization: `Bearer ${token}` } } }));
+      // The host's raw request path: one POST a request, as 2026-07-28
+      // frames it over HTTP; the answer as JSON or as an event stream.
+      let next = 0;
+      rawDispatch = async (request: any) => {
+        const resp = await fetch(endpoint, {
+          method: "POST",
+          headers: {
+            Authorization: `Bearer ${token}`, "Content-Type": "application/json", Accept: "application/json, text/event-stream",
+            "Mcp-Protocol-Version": "2026-07-28", "Mcp-Method": request.method,
+            ...(request.method === "tools/call" ? { "Mcp-Name": request.params.name } : {}),
+          },
+          body: JSON.stringify({ jsonrpc: "2.0", id: `raw-${++next}`, ...request }),
+        });
+        const text = await resp.text();
+        const msg = JSON.parse(resp.headers.get("content-type")?.startsWith("text/event-stream")
+          ? text.split("\n").filter((l) => l.startsWith("data:")).map((l) => l.slice(5)).find((d) => d.includes('"id"'))!
+          : text);
+        return msg.error ? { kind: "error", error: msg.error } : { kind: "result", result: msg.result };
+      };
+    }
+    assert.equal(client.getProtocolEra(), "modern");
+    const session = createTaskSessionFromClient(client, {
+      endpointId: `idemflow-test-${over}`,
+      rawDispatch,
+      v2RequestFraming: { protocolVersion: "2026-07-28", clientInfo, clientCapabilities: {} },
     });
-  const session = createTaskSessionFromClient(client, {
-    endpointId: "idemflow-test",
-    rawDispatch,
-    v2RequestFraming: { protocolVersion: "2026-07-28", clientInfo, clientCapabilities: {} },
+    try {
+      const args = { idempotency_key: `ext-${randomUUID()}`, payment_id: `p-ext-${randomUUID().slice(0, 8)}`, amount_cents: 100 };
+      const start = Date.now();
+      const execution = await session.callTool("slow_refund", args);
+      assert.equal(execution.kind, "task", "a 4 s call past the task wait is a task");
+      const { outcome } = await execution.settle();
+      const took = Date.now() - start;
+      assert.equal(outcome.status, "completed", `${(outcome as any).error?.message}: ${JSON.stringify(outcome)}`);
+      const result: any = resultFromTaskOutcome(outcome);
+      assert.equal(result.structuredContent.replayed, false, JSON.stringify(result));
+      assert.ok(took > 3000, `settled after ${took} ms, before the service answered`);
+      // The same call again: its answer at once, a replay, no task.
+      const again = await session.callTool("slow_refund", args);
+      assert.equal(again.kind, "immediate");
+      const replay: any = resultFromTaskOutcome((await again.settle()).outcome);
+      assert.equal(replay.structuredContent.replayed, true);
+      assert.deepEqual(replay.structuredContent.result, result.structuredContent.result);
+      console.log(`ext-tasks on @modelcontextprotocol/client 2.4.0 over ${over}, era ${client.getProtocolEra()}: a 4 s call was a task, settled after ${took} ms (replayed false); the same call again: immediate, replayed true`);
+    } finally {
+      await session.close();
+      await client.close();
+    }
   });
-  try {
-    const args = { idempotency_key: `ext-${randomUUID()}`, payment_id: `p-ext-${randomUUID().slice(0, 8)}`, amount_cents: 100 };
-    const start = Date.now();
-    const execution = await session.callTool("slow_refund", args);
-    assert.equal(execution.kind, "task", "a 4 s call past the task wait is a task");
-    const { outcome } = await execution.settle();
-    const took = Date.now() - start;
-    assert.equal(outcome.status, "completed", `${(outcome as any).error?.message} (${(outcome as any).error?.cause?.message}): ${JSON.stringify(outcome)}`);
-    const result: any = resultFromTaskOutcome(outcome);
-    assert.equal(result.structuredContent.replayed, false, JSON.stringify(result));
-    assert.ok(took > 3000, `settled after ${took} ms, before the service answered`);
-    // The same call again: its answer at once, a replay, no task.
-    const again = await session.callTool("slow_refund", args);
-    assert.equal(again.kind, "immediate");
-    const replay: any = resultFromTaskOutcome((await again.settle()).outcome);
-    assert.equal(replay.structuredContent.replayed, true);
-    assert.deepEqual(replay.structuredContent.result, result.structuredContent.result);
-    console.log(`ext-tasks on @modelcontextprotocol/client 2.4.0, era ${client.getProtocolEra()}: a 4 s call was a task, settled after ${took} ms (replayed false); the same call again: immediate, replayed true`);
-  } finally {
-    await session.close();
-    await client.close();
-  }
-});
+}
 
 const refund = (cents: number) => ({ payment_id: "pay-ts", amount_cents: cents });
 
