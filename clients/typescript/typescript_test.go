@@ -93,7 +93,7 @@ func TestTheTypeScriptClientAgainstTheStack(t *testing.T) {
 	s := testenv.NewStack(t, testenv.Options{Tools: tools})
 	mcp := httptest.NewServer(mcpserver.HTTPHandler(mcpserver.Config{BaseURL: s.URL, CallTimeout: 30 * time.Second, Operations: s.Set.Operations()}, mcpserver.HTTPOptions{}))
 	t.Cleanup(mcp.Close)
-	nodeTest(t, bin, append(env(s, s.URL), "IDEMFLOW_MCP_URL="+mcp.URL+"/", "IDEMFLOW_TOOLS="+toolsFile), "dist/test/client.test.js", "dist/test/ai.test.js", "dist/test/openai-agents.test.js")
+	nodeTest(t, bin, append(env(s, s.URL), "IDEMFLOW_MCP_URL="+mcp.URL+"/", "IDEMFLOW_TOOLS="+toolsFile), "dist/test/client.test.js", "dist/test/ai.test.js", "dist/test/openai-agents.test.js", "dist/test/claude-agent.test.js")
 }
 
 // nodeTest runs node --test on files, one at a time, with environ, and
@@ -520,6 +520,19 @@ func killAndRerun(t *testing.T, a killedAgent) {
 			}
 		})
 	}
+}
+
+// A Claude Agent SDK agent (the SDK's CLI, a scripted model behind a local
+// stand-in for the Messages API) SIGKILLed mid call, after idemflow
+// executed it (the answer lost) or with the request held, and run again:
+// runDurably resumes its session and sends the same turn again, the model
+// writes the call again under a new tool_use ID, the same intended call
+// (cl1), one ticket, the answer a replay where the first had executed.
+// The control (the tool_use ID as the key) and an app that keeps no turn
+// ID (a new one each run) make two.
+func TestAClaudeAgentKilledMidCallResumesItsSessionWithoutADuplicate(t *testing.T) {
+	killAndRerun(t, killedAgent{script: "dist/agent/claude-agent.js", idFlag: "--conversation", prefix: "claude-",
+		state: "turn.json", resumed: "on its session"})
 }
 
 // A Mastra agent SIGKILLed mid tool call, after idemflow executed it (the

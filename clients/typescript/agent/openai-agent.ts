@@ -24,6 +24,7 @@
 import { randomUUID } from "node:crypto";
 import { closeSync, existsSync, fsyncSync, openSync, readFileSync, renameSync, rmSync, writeFileSync } from "node:fs";
 import { parseArgs } from "node:util";
+import { agentFlags } from "./flags.js";
 import { Client as MCPClient } from "@modelcontextprotocol/sdk/client/index.js";
 import { StdioClientTransport } from "@modelcontextprotocol/sdk/client/stdio.js";
 import { Agent, Runner, tool, Usage, type Model, type ModelRequest, type ModelResponse } from "@openai/agents";
@@ -33,10 +34,7 @@ import { idemflowFunctionTool, idemflowMcpFunctionTools, runDurably } from "../s
 
 const { values } = parseArgs({
   options: {
-    conversation: { type: "string" },
-    state: { type: "string" },
-    tools: { type: "string", default: "idemflow" },
-    unsafe: { type: "boolean", default: false },
+    ...agentFlags,
     lost: { type: "boolean", default: false },
     "key-scheme": { type: "string", default: "oa2" },
     via: { type: "string", default: "function" },

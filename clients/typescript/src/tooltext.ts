@@ -27,6 +27,7 @@ export const resume = {
   langgraph: "resume the run to wait for its answer",
   openaiAgents: "resume the run from its saved RunState to wait for its answer",
   ai: "resume the chat from its saved messages to wait for its answer",
+  claude: "send the same turn on its session (runDurably, the same turnId) to wait for its answer",
 } as const;
 
 /** Why a call whose answer did not come within the wait stops the run, and how it goes on. */

@@ -1,0 +1,273 @@
+// The Claude Agent SDK integration: idemflow's operations as the SDK's
+// tools (in an in-process MCP server, createSdkMcpServer), each call keyed
+// by the intended call, so that a turn killed mid call and sent again on
+// its resumed session replays the first answer instead of taking effect
+// twice.
+//
+// What the SDK keeps, read in @anthropic-ai/claude-agent-sdk 0.3.337 and
+// measured against its CLI: each tool call has a tool_use ID (the MCP
+// call's _meta "claudecode/toolUseId", and the PreToolUse hook's
+// tool_use_id), and the session's transcript is written as the run goes,
+// but not before the tool runs: at the call, the assistant message that
+// asked for it is not on disk yet. A run killed mid call and resumed
+// (options.resume) holds at most that message and a tool_result saying the
+// call was interrupted, and the model, asked again, writes the call again
+// under a new tool_use ID. So the key is neither the tool_use ID nor
+// anything read from the transcript. It is the intended call (cl1): the
+// session, the turn (the ID of the user message the run answers, which
+// the app keeps and sends again with the message), the tool, the
+// arguments (RFC 8785, less a model-written idempotency_key) and their
+// occurrence among the turn's calls of that tool with those arguments.
+// runDurably records each call in the app's state file from the
+// PreToolUse hook, synced before the call runs, and its answer from
+// PostToolUse. A call takes the key of the turn's earliest recorded call
+// of that tool with those arguments whose answer the model has not read (a
+// call a crash interrupted, or one whose answer never reached the session's
+// transcript); otherwise it is the n-th such call of this run of the turn,
+// keyed as the turn's first occurrence no call of this run took. So a call
+// written again after a crash gets its own answer, the turn sent again
+// replays its calls, and two intended calls in one run are two.
+
+import { AsyncLocalStorage } from "node:async_hooks";
+import { readFile } from "node:fs/promises";
+import { getSessionInfo, getSessionMessages, query, tool, type HookCallbackMatcher, type HookEvent, type Options, type SDKMessage } from "@anthropic-ai/claude-agent-sdk";
+import { callArguments, Client, DeadlineError, deriveKey, NoDurableIdentityError, ProblemError, writeDurably } from "./index.js";
+import { answerText, pendingText, refusalText, resume } from "./tooltext.js";
+
+export { NoDurableIdentityError };
+
+/** The scheme of a call's key: the intended call within the session's turn. */
+export const keyScheme = "cl1";
+
+/** The _meta member in which the SDK's CLI names the tool_use a call answers. */
+const toolUseMeta = "claudecode/toolUseId";
+
+/** One tool call of a turn, as runDurably records it. */
+interface CallRecord {
+  id: string;
+  tool: string;
+  args: string;
+  key: string;
+  answered: boolean;
+  /** Not written again yet in this run, and its answer not read by the model: a call written again may be this one. */
+  open?: boolean;
+}
+
+/** What runDurably keeps in its state file: the session, the turn and the turn's calls. */
+interface TurnState {
+  sessionId: string;
+  turnId: string;
+  calls: CallRecord[];
+}
+
+/** The key of a call from its parts (clients/testdata/keys.json's claude_agent vectors). */
+export function callKey(sessionId: string, turnId: string, tool: string, args: unknown, occurrence: number): string {
+  return deriveKey(keyScheme, sessionId, deriveKey("turn", turnId), tool, deriveKey("args", callArguments(args)), String(occurrence));
+}
+
+/** A run's record of its turn's calls, shared by its hooks and its tools. */
+class Turn {
+  readonly running = new Set<string>();
+  /** The keys this run's calls took. */
+  readonly taken = new Set<string>();
+
+  /** read: the tool_use IDs whose answers the session's transcript holds, as the model will read them. */
+  constructor(
+    readonly file: string,
+    readonly state: TurnState,
+    read: Set<string>,
+  ) {
+    for (const c of state.calls) c.open = !(c.answered && read.has(c.id));
+  }
+
+  /** Records the call id of tool with args, its key decided, durably. */
+  async start(id: string, tool: string, args: unknown): Promise<void> {
+    if (this.state.calls.some((c) => c.id === id)) return;
+    const digest = callArguments(args);
+    const same = this.state.calls.filter((c) => c.tool === tool && c.args === digest);
+    const again = same.find((c) => c.open);
+    let key: string;
+    if (again) {
+      again.open = false;
+      key = again.key;
+    } else {
+      let occurrence = 1;
+      while (this.taken.has(callKey(this.state.sessionId, this.state.turnId, tool, args, occurrence))) occurrence++;
+      key = callKey(this.state.sessionId, this.state.turnId, tool, args, occurrence);
+    }
+    this.taken.add(key);
+    this.state.calls.push({ id, tool, args: digest, key, answered: false, open: false });
+    this.running.add(id);
+    await this.save();
+  }
+
+  /** Records that the call id was answered (a final answer or refusal the model read). */
+  async answered(id: string): Promise<void> {
+    const c = this.state.calls.find((c) => c.id === id);
+    this.running.delete(id);
+    if (!c) return;
+    c.answered = true;
+    await this.save();
+  }
+
+  /** Records that the call id ended without an answer: the same call written again is it. */
+  ended(id: string): void {
+    this.running.delete(id);
+    const c = this.state.calls.find((c) => c.id === id);
+    if (c && !c.answered) this.state.calls.filter((o) => o.key === c.key).forEach((o) => (o.open = o === c));
+  }
+
+  keyOf(id: string): string | undefined {
+    return this.state.calls.find((c) => c.id === id)?.key;
+  }
+
+  save(): Promise<void> {
+    return writeDurably(this.file, JSON.stringify(this.state));
+  }
+}
+
+/** The turn a run of runDurably is in, for its tools (the SDK calls them from the run's own loop). */
+const current = new AsyncLocalStorage<Turn>();
+
+export interface IdemflowToolFields<S extends Record<string, any>> {
+  name: string;
+  description: string;
+  /** The arguments' schema: a zod raw shape, as the SDK's tool() takes it. */
+  inputSchema: S;
+  /** The operation's path: /v1/tickets, /v1/tools/refund_create, or one built from the arguments. */
+  path: string | ((args: any) => string);
+  /** The body sent (default: the arguments). */
+  body?: (args: any) => unknown;
+  /**
+   * How long one call waits for its final answer (default 300 s). Past
+   * it the model reads that the call is pending under its key and must
+   * not be made again; the call is not counted, so the same call asked
+   * again, now or in the turn sent again, is this one, under its key.
+   */
+  waitMs?: number;
+}
+
+/**
+ * idemflowTool is a tool of the Claude Agent SDK (for createSdkMcpServer)
+ * that runs one of idemflow's operations (a ticket, an order, a declared
+ * operation, an HTTP tool) exactly once per intended call, however often
+ * a resumed session writes it again. Its calls run under runDurably, which
+ * keys them; a call outside it gets NoDurableIdentityError.
+ */
+export function idemflowTool<S extends Record<string, any>>(client: Client, f: IdemflowToolFields<S>) {
+  return tool(f.name, f.description, f.inputSchema, async (args: any, extra: unknown) => {
+    const turn = current.getStore();
+    const id = (extra as { _meta?: Record<string, unknown> } | undefined)?._meta?.[toolUseMeta];
+    if (!turn) throw new NoDurableIdentityError(`${f.name}: called outside runDurably, which records each call before it runs`);
+    const key = typeof id === "string" ? turn.keyOf(id) : undefined;
+    if (!key) throw new NoDurableIdentityError(`${f.name}: no call ${String(id)} was recorded before it ran (is the tool in an SDK MCP server of the run's options?)`);
+    const path = typeof f.path === "function" ? f.path(args) : f.path;
+    try {
+      const r = await client.do({ key, method: "POST", path, body: f.body ? f.body(args) : args }, { deadlineMs: f.waitMs });
+      return { content: [{ type: "text" as const, text: answerText(r) }] };
+    } catch (e) {
+      if (e instanceof ProblemError) return { content: [{ type: "text" as const, text: refusalText(e, key) }], isError: true };
+      if (!(e instanceof DeadlineError)) throw e;
+      turn.ended(id as string);
+      return { content: [{ type: "text" as const, text: pendingText(f.name, key, resume.claude) }], isError: true };
+    }
+  });
+}
+
+export interface DurableTurn {
+  /**
+   * The session: its ID, chosen by the app (a UUID) for its first run and
+   * the same on every run after; runDurably starts the session under it
+   * (options.sessionId) or resumes it (options.resume).
+   */
+  sessionId: string;
+  /** The turn: the ID the app gave the user message this run answers, the same when the turn is sent again. */
+  turnId: string;
+  /** The file where the turn's calls are recorded (JSON, written durably). */
+  state: string;
+}
+
+/**
+ * runDurably runs one turn of a Claude agent, query's messages in turn:
+ * prompt on the session of t, started or resumed, each tool call recorded
+ * in t.state before it runs and once answered, so that idemflowTool keys
+ * it by the intended call. Send a turn killed mid call again with the same
+ * turnId: its calls written again are the same intents.
+ */
+export async function* runDurably(params: { prompt: string; options?: Options }, t: DurableTurn): AsyncGenerator<SDKMessage, void> {
+  if (!t.sessionId || !t.turnId) {
+    throw new NoDurableIdentityError("runDurably needs the session's ID and the turn's (the user message's) ID: nothing else names a call written again after a crash");
+  }
+  let state: TurnState = { sessionId: t.sessionId, turnId: t.turnId, calls: [] };
+  try {
+    const saved = JSON.parse(await readFile(t.state, "utf8")) as TurnState;
+    if (saved.sessionId !== t.sessionId) throw new Error(`${t.state} records session ${saved.sessionId}, not ${t.sessionId}`);
+    if (saved.turnId === t.turnId) state = saved;
+  } catch (e) {
+    if ((e as NodeJS.ErrnoException).code !== "ENOENT") throw e;
+  }
+  const options: Options = { ...params.options };
+  const known = await getSessionInfo(t.sessionId, { dir: options.cwd });
+  const turn = new Turn(t.state, state, known ? await answersRead(t.sessionId, options.cwd) : new Set());
+  await turn.save();
+  if (known) options.resume = t.sessionId;
+  else options.sessionId = t.sessionId;
+  options.hooks = withHooks(options.hooks, turn);
+  yield* current.run(turn, () => query({ prompt: params.prompt, options }));
+}
+
+/** The tool_use IDs whose tool_result the session's transcript holds. */
+async function answersRead(sessionId: string, dir: string | undefined): Promise<Set<string>> {
+  const read = new Set<string>();
+  for (const m of await getSessionMessages(sessionId, { dir })) {
+    const content = (m.message as { content?: unknown } | undefined)?.content;
+    if (!Array.isArray(content)) continue;
+    for (const part of content) if (part?.type === "tool_result" && typeof part.tool_use_id === "string") read.add(part.tool_use_id);
+  }
+  return read;
+}
+
+/** A tool's own name: an MCP tool's (mcp__<server>__<tool>) without its server's prefix, as idemflowTool names it. */
+function toolName(name: string): string {
+  return name.startsWith("mcp__") && name.indexOf("__", 5) > 0 ? name.slice(name.indexOf("__", 5) + 2) : name;
+}
+
+/** The run's hooks with the turn's: each call recorded before it runs, and its answer after. */
+function withHooks(hooks: Options["hooks"], turn: Turn): Partial<Record<HookEvent, HookCallbackMatcher[]>> {
+  const own = { ...hooks };
+  own.PreToolUse = [
+    ...(own.PreToolUse ?? []),
+    {
+      hooks: [
+        async (input: any) => {
+          if (input.tool_use_id) await turn.start(input.tool_use_id, toolName(String(input.tool_name)), input.tool_input ?? {});
+          return {};
+        },
+      ],
+    },
+  ];
+  own.PostToolUse = [
+    ...(own.PostToolUse ?? []),
+    {
+      hooks: [
+        async (input: any) => {
+          if (input.tool_use_id && !turn.running.has(input.tool_use_id)) return {};
+          if (input.tool_use_id) await turn.answered(input.tool_use_id);
+          return {};
+        },
+      ],
+    },
+  ];
+  own.PostToolUseFailure = [
+    ...(own.PostToolUseFailure ?? []),
+    {
+      hooks: [
+        async (input: any) => {
+          if (input.tool_use_id) turn.ended(input.tool_use_id);
+          return {};
+        },
+      ],
+    },
+  ];
+  return own;
+}
