@@ -51,7 +51,7 @@ import {
   type ToolExecutionOptions,
   type ToolSet,
 } from "ai";
-import { callArguments, canonical, Client, DeadlineError, deriveKey, NoDurableIdentityError, occurrenceAt, ProblemError, type Result } from "./index.js";
+import { callArguments, canonical, Client, DeadlineError, deriveKey, NoDurableIdentityError, operationIntent, type OperationFields, occurrenceAt, ProblemError, type Result } from "./index.js";
 import { callUntilAnswered, mcpTools, resultText } from "./mcp.js";
 export { mcpMetaKey } from "./mcp.js";
 import { answerText, pendingText, refusalText, resume } from "./tooltext.js";
@@ -155,15 +155,11 @@ export function durableKey(chatId: string, messages: ModelMessage[], toolCallId:
   return deriveKey(legacyKeyScheme, chatId, approval, toolCallId, toolName);
 }
 
-export interface IdemflowToolFields<I> {
+export interface IdemflowToolFields<I> extends OperationFields<I> {
   name: string;
   description: string;
   /** The arguments' schema (zod or the SDK's jsonSchema()), as tool() takes it. */
   inputSchema: any;
-  /** The operation's path: /v1/tickets, /v1/tools/refund_create, or one built from the arguments. */
-  path: string | ((input: I) => string);
-  /** The body sent (default: the arguments). */
-  body?: (input: I) => unknown;
   /** The chat's ID (useChat's id): the same on every request of the chat. */
   chatId: string;
   /**
@@ -362,10 +358,9 @@ export function stopOnPending<T extends ToolSet>(next?: PrepareStepFunction<T>):
 export function idemflowTool<I = any>(client: Client, f: IdemflowToolFields<I>): Tool<I, string> {
   const execute = async (input: I, options: ToolExecutionOptions): Promise<string> => {
     const key = durableKey(f.chatId, options.messages, options.toolCallId, f.name, { callIdsUnique: f.callIdsUnique, turnId: f.turnId, keyScheme: f.keyScheme });
-    const path = typeof f.path === "function" ? f.path(input) : f.path;
     let r: Result;
     try {
-      r = await client.do({ key, method: "POST", path, body: f.body ? f.body(input) : input }, { deadlineMs: f.waitMs, signal: options.abortSignal });
+      r = await client.do(operationIntent(key, f, input), { deadlineMs: f.waitMs, signal: options.abortSignal });
     } catch (e) {
       if (e instanceof ProblemError) return refusalText(e, key);
       if (e instanceof DeadlineError) throw new PendingAnswerError(f.name, key);

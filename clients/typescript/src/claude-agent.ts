@@ -31,7 +31,7 @@
 import { AsyncLocalStorage } from "node:async_hooks";
 import { readFile } from "node:fs/promises";
 import { getSessionInfo, getSessionMessages, query, tool, type HookCallbackMatcher, type HookEvent, type Options, type SDKMessage } from "@anthropic-ai/claude-agent-sdk";
-import { callArguments, Client, DeadlineError, deriveKey, NoDurableIdentityError, ProblemError, writeDurably } from "./index.js";
+import { callArguments, Client, DeadlineError, deriveKey, NoDurableIdentityError, operationIntent, type OperationFields, ProblemError, writeDurably } from "./index.js";
 import { answerText, pendingText, refusalText, resume } from "./tooltext.js";
 
 export { NoDurableIdentityError };
@@ -129,15 +129,11 @@ class Turn {
 /** The turn a run of runDurably is in, for its tools (the SDK calls them from the run's own loop). */
 const current = new AsyncLocalStorage<Turn>();
 
-export interface IdemflowToolFields<S extends Record<string, any>> {
+export interface IdemflowToolFields<S extends Record<string, any>> extends OperationFields {
   name: string;
   description: string;
   /** The arguments' schema: a zod raw shape, as the SDK's tool() takes it. */
   inputSchema: S;
-  /** The operation's path: /v1/tickets, /v1/tools/refund_create, or one built from the arguments. */
-  path: string | ((args: any) => string);
-  /** The body sent (default: the arguments). */
-  body?: (args: any) => unknown;
   /**
    * How long one call waits for its final answer (default 300 s). Past
    * it the model reads that the call is pending under its key and must
@@ -161,9 +157,8 @@ export function idemflowTool<S extends Record<string, any>>(client: Client, f: I
     if (!turn) throw new NoDurableIdentityError(`${f.name}: called outside runDurably, which records each call before it runs`);
     const key = typeof id === "string" ? turn.keyOf(id) : undefined;
     if (!key) throw new NoDurableIdentityError(`${f.name}: no call ${String(id)} was recorded before it ran (is the tool in an SDK MCP server of the run's options?)`);
-    const path = typeof f.path === "function" ? f.path(args) : f.path;
     try {
-      const r = await client.do({ key, method: "POST", path, body: f.body ? f.body(args) : args }, { deadlineMs: f.waitMs });
+      const r = await client.do(operationIntent(key, f, args), { deadlineMs: f.waitMs });
       return { content: [{ type: "text" as const, text: answerText(r) }] };
     } catch (e) {
       if (e instanceof ProblemError) return { content: [{ type: "text" as const, text: refusalText(e, key) }], isError: true };

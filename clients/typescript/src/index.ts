@@ -213,6 +213,19 @@ export interface Intent {
   body?: unknown;
 }
 
+/** Where a framework's tool sends each call: one of idemflow's operations, and the body it takes. */
+export interface OperationFields<I = any> {
+  /** The operation's path: /v1/tickets, /v1/tools/refund_create, or one built from the arguments. */
+  path: string | ((input: I) => string);
+  /** The body sent (default: the arguments). */
+  body?: (input: I) => unknown;
+}
+
+/** The intent of one tool call under key: a POST to f's operation, of its body for input. */
+export function operationIntent<I>(key: string, f: OperationFields<I>, input: I): Intent {
+  return { key, method: "POST", path: typeof f.path === "function" ? f.path(input) : f.path, body: f.body ? f.body(input) : input };
+}
+
 /** A final successful answer. */
 export interface Result {
   status: number;

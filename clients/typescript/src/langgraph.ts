@@ -23,7 +23,7 @@ import { type BaseMessage, isAIMessage, isHumanMessage } from "@langchain/core/m
 import { tool } from "@langchain/core/tools";
 import type { ToolRunnableConfig } from "@langchain/core/tools";
 import { interrupt } from "@langchain/langgraph";
-import { callArguments, Client, DeadlineError, deriveKey, NoDurableIdentityError, occurrenceAt, ProblemError, type Result } from "./index.js";
+import { callArguments, Client, DeadlineError, deriveKey, NoDurableIdentityError, operationIntent, type OperationFields, occurrenceAt, ProblemError, type Result } from "./index.js";
 import type { Client as MCPClient } from "@modelcontextprotocol/sdk/client/index.js";
 import { callUntilAnswered, mcpTools, resultText } from "./mcp.js";
 import { answerText, pendingText, refusalText, resume } from "./tooltext.js";
@@ -164,15 +164,11 @@ export function durableKey(config: (ToolRunnableConfig & { state?: unknown }) | 
   return deriveKey(keyScheme, String(threadId), path, c.turn, toolName, c.args, String(c.occurrence));
 }
 
-export interface IdemflowToolFields<S> {
+export interface IdemflowToolFields<S> extends OperationFields {
   name: string;
   description: string;
   /** The arguments' schema (zod or JSON Schema), as tool() takes it. */
   schema: S;
-  /** The operation's path: /v1/tickets, /v1/tools/refund_create, or one built from the arguments. */
-  path: string | ((args: any) => string);
-  /** The body sent (default: the arguments). */
-  body?: (args: any) => unknown;
   /**
    * How long one call waits for its final answer (default 300 s) before it
    * pauses the run (see PendingAnswer). An answer still pending is not a
@@ -209,11 +205,10 @@ export function idemflowTool<S>(client: Client, f: IdemflowToolFields<S>) {
   return tool(
     async (args: any, config: ToolRunnableConfig) => {
       const key = durableKey(config, f.name, f.keyScheme);
-      const path = typeof f.path === "function" ? f.path(args) : f.path;
       let r: Result;
       for (;;) {
         try {
-          r = await client.do({ key, method: "POST", path, body: f.body ? f.body(args) : args }, { deadlineMs: f.waitMs, signal: config?.signal });
+          r = await client.do(operationIntent(key, f, args), { deadlineMs: f.waitMs, signal: config?.signal });
           break;
         } catch (e) {
           if (e instanceof ProblemError) {

@@ -39,7 +39,7 @@
 import { AsyncLocalStorage } from "node:async_hooks";
 import { readFile, rm } from "node:fs/promises";
 import type { Client as MCPClient } from "@modelcontextprotocol/sdk/client/index.js";
-import { callArguments, Client, deriveKey, NoDurableIdentityError, occurrenceAt, ProblemError, writeDurably, type Result } from "./index.js";
+import { callArguments, Client, deriveKey, NoDurableIdentityError, operationIntent, type OperationFields, occurrenceAt, ProblemError, writeDurably, type Result } from "./index.js";
 import { callUntilAnswered, mcpTools, resultText } from "./mcp.js";
 import { answerText, refusalText } from "./tooltext.js";
 
@@ -95,16 +95,12 @@ export interface ToolExecutionContext {
 
 export type { ToolAnswer } from "./tooltext.js";
 
-export interface IdemflowToolFields<I> {
+export interface IdemflowToolFields<I> extends OperationFields<I> {
   /** The tool's id, which the model calls it by; part of the key. */
   id: string;
   description: string;
   /** The input's schema (a zod schema, as Mastra takes it). */
   inputSchema: unknown;
-  /** The operation's path, or a function of the input. */
-  path: string | ((input: I) => string);
-  /** The request's body from the input (default: the input). */
-  body?: (input: I) => unknown;
 }
 
 /**
@@ -128,10 +124,9 @@ export function idemflowTool<I = any>(client: Client, f: IdemflowToolFields<I>) 
     requireApproval: true,
     execute: async (input: I, context?: ToolExecutionContext): Promise<string> => {
       const key = callKey(f.id, context);
-      const path = typeof f.path === "function" ? f.path(input) : f.path;
       let r: Result;
       try {
-        r = await client.do({ key, method: "POST", path, body: f.body ? f.body(input) : input }, { deadlineMs: Infinity, signal: context?.abortSignal });
+        r = await client.do(operationIntent(key, f, input), { deadlineMs: Infinity, signal: context?.abortSignal });
       } catch (e) {
         // With no deadline, only an abort ends the wait otherwise: the run
         // is ending, and the call is approved again under the same key.

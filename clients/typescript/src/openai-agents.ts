@@ -35,7 +35,7 @@
 import type { Client as MCPClient } from "@modelcontextprotocol/sdk/client/index.js";
 import { AsyncLocalStorage } from "node:async_hooks";
 import { RunState, tool, type Agent, type RunContext, type RunResult, type Runner, type RunToolApprovalItem } from "@openai/agents";
-import { callArguments, canonical, Client, DeadlineError, deriveKey, NoDurableIdentityError, occurrenceAt, ProblemError, type Result } from "./index.js";
+import { callArguments, canonical, Client, DeadlineError, deriveKey, NoDurableIdentityError, operationIntent, type OperationFields, occurrenceAt, ProblemError, type Result } from "./index.js";
 import { callUntilAnswered, mcpTools, resultText } from "./mcp.js";
 import { answerText, pendingText, refusalText, resume } from "./tooltext.js";
 
@@ -155,15 +155,11 @@ export function durableKey(conversation: string, toolCall: { id?: string; callId
   return deriveKey(callKeyScheme, conversation, itemId, callId, toolName);
 }
 
-export interface IdemflowFunctionToolFields<I> {
+export interface IdemflowFunctionToolFields<I> extends OperationFields<I> {
   name: string;
   description: string;
   /** The arguments' schema (zod), as tool() takes it. */
   parameters: any;
-  /** The operation's path: /v1/tickets, /v1/tools/refund_create, or one built from the arguments. */
-  path: string | ((input: I) => string);
-  /** The body sent (default: the arguments). */
-  body?: (input: I) => unknown;
   /** The conversation's ID: the same on every run and resume of it. */
   conversation: string;
   /**
@@ -202,10 +198,9 @@ export function idemflowFunctionTool<I = any>(client: Client, f: IdemflowFunctio
     errorFunction: null,
     execute: async (input: any, _context?: RunContext<unknown>, details?: { toolCall?: { id?: string; callId?: string }; signal?: AbortSignal }) => {
       const key = callKey(f.conversation, details?.toolCall, f.name, f.callIdsUnique, f.keyScheme);
-      const path = typeof f.path === "function" ? f.path(input) : f.path;
       let r: Result;
       try {
-        r = await client.do({ key, method: "POST", path, body: f.body ? f.body(input) : input }, { deadlineMs: f.waitMs, signal: details?.signal });
+        r = await client.do(operationIntent(key, f, input), { deadlineMs: f.waitMs, signal: details?.signal });
       } catch (e) {
         // A final refusal is the model's to read, not a crash of the run.
         if (e instanceof ProblemError) return refusalText(e, key);
