@@ -26,7 +26,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Annotated, Any, cast
+from typing import TYPE_CHECKING, Annotated, Any
 
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage
 from langchain_core.runnables import RunnableConfig
@@ -319,7 +319,7 @@ async def mcp_tools(session: ClientSession, *, names: list[str] | None = None, d
 
 
 def _mcp_tool(session: ClientSession, name: str, description: str, schema: dict[str, Any], deadline: float, messages_key: str) -> BaseTool:
-    from .mcp import call_until_answered, result_text
+    from .mcp import call_as_task, result_text
 
     # The model is shown the MCP tool's own schema (a dict, which LangChain
     # hands on unvalidated: the server validates); ToolNode sees runtime in
@@ -329,10 +329,7 @@ def _mcp_tool(session: ClientSession, name: str, description: str, schema: dict[
         key = durable_key(runtime.config, runtime.tool_call_id, name, runtime.state, messages_key=messages_key)
         while True:
             try:
-                result = await call_until_answered(
-                    lambda m: session.call_tool(name, kwargs, meta=cast(Any, m)), session, key=key, tool=name, resume=RESUME["langgraph"], deadline=deadline
-                )
-                return result_text(result)
+                return result_text(await call_as_task(session, name, kwargs, key=key, resume=RESUME["langgraph"], deadline=deadline))
             except DeadlineError:
                 interrupt(pending_answer(name, key))  # a resume returns here, and waits on the task again
 

@@ -49,7 +49,7 @@ import warnings
 from collections.abc import Callable
 from contextvars import ContextVar
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, cast
+from typing import TYPE_CHECKING, Any
 
 from llama_index.core.agent.workflow import AgentOutput, ToolCall, ToolCallResult
 from llama_index.core.agent.workflow import FunctionAgent as _FunctionAgent
@@ -261,7 +261,7 @@ async def mcp_tools(session: "ClientSession", *, names: list[str] | None = None)
 
 
 def _mcp_tool(session: "ClientSession", name: str, description: str, schema: dict[str, Any]) -> FunctionTool:
-    from .mcp import call_until_answered, result_text
+    from .mcp import call_as_task, result_text
 
     class Arguments(BaseModel):
         """The MCP tool's input schema, as the model is shown it."""
@@ -278,10 +278,7 @@ def _mcp_tool(session: "ClientSession", name: str, description: str, schema: dic
         await _stop_before_acting(ctx, key, name, tool_id, kwargs)
         # No deadline, as idemflow_tool's: LlamaIndex hands the model
         # whatever a tool returns or raises, so the call waits for its answer.
-        result = await call_until_answered(
-            lambda m: session.call_tool(name, kwargs, meta=cast(Any, m)), session, key=key, tool=name, resume="", deadline=float("inf")
-        )
-        return result_text(result)
+        return result_text(await call_as_task(session, name, kwargs, key=key, resume="", deadline=float("inf")))
 
     return FunctionTool.from_defaults(async_fn=call, name=name, description=description, fn_schema=Arguments)
 

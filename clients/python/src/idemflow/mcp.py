@@ -15,9 +15,10 @@ with tasks/result until the caller's deadline. Past that, DeadlineError:
 the framework's wrapper stops its run, which the framework's own resume
 runs again under the same key.
 
-Each framework's wrapper (idemflow.openai_agents.durable_mcp_server, …)
-derives the key and calls call_until_answered; this module knows no
-framework.
+Each framework's wrapper derives the key and calls call_until_answered
+through the framework's own call path (idemflow.openai_agents, adk,
+pydantic_ai), or call_as_task on an mcp ClientSession it holds
+(idemflow.langgraph, llamaindex, crewai); this module knows no framework.
 
 Needs the mcp package (the dev extra has it).
 """
