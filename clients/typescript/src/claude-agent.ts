@@ -49,8 +49,6 @@ interface CallRecord {
   args: string;
   key: string;
   answered: boolean;
-  /** Not written again yet in this run, and its answer not read by the model: a call written again may be this one. */
-  open?: boolean;
 }
 
 /** What runDurably keeps in its state file: the session, the turn and the turn's calls. */
@@ -70,6 +68,8 @@ class Turn {
   readonly running = new Set<string>();
   /** The keys this run's calls took. */
   readonly taken = new Set<string>();
+  /** The calls a call written again may be: not written again yet in this run, their answers not read by the model. */
+  readonly open = new Set<string>();
 
   /** read: the tool_use IDs whose answers the session's transcript holds, as the model will read them. */
   constructor(
@@ -77,7 +77,7 @@ class Turn {
     readonly state: TurnState,
     read: Set<string>,
   ) {
-    for (const c of state.calls) c.open = !(c.answered && read.has(c.id));
+    for (const c of state.calls) if (!(c.answered && read.has(c.id))) this.open.add(c.id);
   }
 
   /** Records the call id of tool with args, its key decided, durably. */
@@ -85,10 +85,10 @@ class Turn {
     if (this.state.calls.some((c) => c.id === id)) return;
     const digest = callArguments(args);
     const same = this.state.calls.filter((c) => c.tool === tool && c.args === digest);
-    const again = same.find((c) => c.open);
+    const again = same.find((c) => this.open.has(c.id));
     let key: string;
     if (again) {
-      again.open = false;
+      this.open.delete(again.id);
       key = again.key;
     } else {
       let occurrence = 1;
@@ -96,7 +96,7 @@ class Turn {
       key = callKey(this.state.sessionId, this.state.turnId, tool, args, occurrence);
     }
     this.taken.add(key);
-    this.state.calls.push({ id, tool, args: digest, key, answered: false, open: false });
+    this.state.calls.push({ id, tool, args: digest, key, answered: false });
     this.running.add(id);
     await this.save();
   }
@@ -113,8 +113,7 @@ class Turn {
   /** Records that the call id ended without an answer: the same call written again is it. */
   ended(id: string): void {
     this.running.delete(id);
-    const c = this.state.calls.find((c) => c.id === id);
-    if (c && !c.answered) this.state.calls.filter((o) => o.key === c.key).forEach((o) => (o.open = o === c));
+    if (this.state.calls.some((c) => c.id === id && !c.answered)) this.open.add(id);
   }
 
   keyOf(id: string): string | undefined {
