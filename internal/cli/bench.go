@@ -38,6 +38,7 @@ func runBench(ctx context.Context, env *Env, args []string) error {
 	clients := fs.String("clients", "1,64", "concurrent clients, comma-separated")
 	pgLatency := fs.Duration("pg-latency", 0, "add this round-trip time to every link to PostgreSQL, idemflow's and the references' alike: the run then measures a serve replica of its own, started in this process behind the delayed links (e.g. 2ms)")
 	temporalLatency := fs.Duration("temporal-latency", 0, "add this round-trip time to every link to Temporal, as --pg-latency does")
+	account := fs.Bool("account", true, "account for each slice's cost: the CPU of this machine and its processes, PostgreSQL's transactions, WAL and waits, per request (Linux)")
 	soak := fs.Duration("soak", 0, "instead of the cases, hold a steady mix of new tickets and replays this long (e.g. 30m), print each process's memory, goroutines, connections and records every --interval, and judge their growth (exit 3 when anything grew)")
 	interval := fs.Duration("interval", time.Minute, "with --soak: how often to sample")
 	soakClients := fs.Int("soak-clients", 8, "with --soak: concurrent clients")
@@ -53,7 +54,7 @@ func runBench(ctx context.Context, env *Env, args []string) error {
 		return runSoak(ctx, env, bench.SoakConfig{URL: g.url, Token: g.token, DatabaseURL: cmp.Or(*dbURL, devEnv["DATABASE_URL"]),
 			Duration: *soak, Interval: *interval, Clients: *soakClients, ReplayEvery: 4, Out: env.Stdout}, *metrics)
 	}
-	cfg := bench.Config{URL: g.url, Token: g.token, Duration: *duration, Rounds: *rounds, Progress: progressOn(env.Stderr),
+	cfg := bench.Config{URL: g.url, Token: g.token, Duration: *duration, Rounds: *rounds, Progress: progressOn(env.Stderr), Account: *account,
 		DatabaseURL: cmp.Or(*dbURL, devEnv["DATABASE_URL"])}
 	if *rounds < 1 {
 		return fmt.Errorf("%w: --rounds wants a whole number above 0, got %d", errUsage, *rounds)

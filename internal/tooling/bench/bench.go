@@ -60,6 +60,9 @@ type Config struct {
 	// process (Links).
 	SQL  *roundtrip.SQL
 	RPCs *roundtrip.RPCs
+	// Account, when set, accounts for every slice's cost on this machine
+	// and in PostgreSQL (see accountant), reported per request.
+	Account bool
 	// RefRPCs, when set, counts the RPCs of Temporal, the client the
 	// workflow reference runs on, so that its rows report them too. The
 	// PostgreSQL reference's round trips are always counted.
@@ -90,6 +93,9 @@ type Row struct {
 	// RPCs per request, where Counted.
 	SQL, RPCs float64
 	Counted   bool
+	// Account is what its requests cost the machine and PostgreSQL, where
+	// the run accounted for it.
+	Account *Account
 }
 
 // Report is a whole run.
@@ -126,7 +132,7 @@ func clientID(clients, c int) int { return clients<<20 | c }
 // whichever one a single slice each happened to be measuring: three runs
 // of one build gave a new ticket at 64 clients 0.78x, 0.94x and 0.99x
 // the bare workflow that way. The first row's ratio is to the second's.
-func compare(ctx context.Context, bc string, targets []target, clients, rounds int, d time.Duration, tick func()) []Row {
+func compare(ctx context.Context, bc string, targets []target, clients, rounds int, d time.Duration, acct *accountant, tick func()) []Row {
 	rounds = max(rounds, 1)
 	slice := d / time.Duration(rounds)
 	warm := min(time.Second, slice)
@@ -157,7 +163,9 @@ func compare(ctx context.Context, bc string, targets []target, clients, rounds i
 		}
 		for _, i := range order {
 			sql0, rpcs0 := targets[i].roundTrips()
+			end := acct.measure(ctx)
 			s := run(i, slice)
+			s.usage = end()
 			sql1, rpcs1 := targets[i].roundTrips()
 			s.sql, s.rpcs = sql1-sql0, rpcs1-rpcs0
 			samples[i] = append(samples[i], s)
@@ -174,6 +182,13 @@ func compare(ctx context.Context, bc string, targets []target, clients, rounds i
 			}
 			row.Counted = true
 			row.SQL, row.RPCs = float64(sql)/float64(row.Requests), float64(rpcs)/float64(row.Requests)
+		}
+		if acct != nil {
+			var u usage
+			for _, s := range samples[i] {
+				u = u.add(s.usage)
+			}
+			row.Account = account(u, row.Requests, acct.gatewayPID > 0)
 		}
 		rows[i] = row
 	}
@@ -228,6 +243,13 @@ func Run(ctx context.Context, cfg Config) (Report, error) {
 	pgRef, err := newPGReference(ctx, pool)
 	if err != nil {
 		return Report{}, err
+	}
+	var acct *accountant
+	if cfg.Account {
+		if acct, err = newAccountant(ctx, pool, cfg.GatewayPID); err != nil {
+			return Report{}, err
+		}
+		defer acct.close(context.WithoutCancel(ctx))
 	}
 	wfRef, err := newWorkflowReference(cfg.Temporal)
 	if err != nil {
@@ -327,7 +349,7 @@ func Run(ctx context.Context, cfg Config) (Report, error) {
 					return rep, fmt.Errorf("bench: prepare %s: %w", bc.name, err)
 				}
 			}
-			rep.Rows = append(rep.Rows, compare(ctx, bc.name, append([]target{bc.idemflow}, bc.references...), clients, rounds, cfg.Duration, tick)...)
+			rep.Rows = append(rep.Rows, compare(ctx, bc.name, append([]target{bc.idemflow}, bc.references...), clients, rounds, cfg.Duration, acct, tick)...)
 			if ctx.Err() != nil {
 				return rep, ctx.Err()
 			}
@@ -364,6 +386,7 @@ type sample struct {
 	lat                        []time.Duration
 	window, elapsed            time.Duration
 	sql, rpcs                  int
+	usage                      usage
 }
 
 // merge sums slices into one case's numbers.
@@ -521,6 +544,7 @@ func (r Report) Print(w io.Writer) {
 		fmt.Fprintf(w, ", idemflow process %s", mib(r.GatewayPeakRSS))
 	}
 	fmt.Fprintln(w)
+	r.printAccounts(w)
 }
 
 func ms(d time.Duration) string { return fmt.Sprintf("%.2fms", float64(d)/float64(time.Millisecond)) }

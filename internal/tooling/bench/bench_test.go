@@ -3,6 +3,7 @@ package bench_test
 import (
 	"bytes"
 	"context"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -24,7 +25,7 @@ func TestBenchMeasuresEveryCaseBesideItsReferences(t *testing.T) {
 	rep, err := bench.Run(context.Background(), bench.Config{
 		URL: s.URL, Token: s.Tokens[testenv.TenantA], TenantID: testenv.TenantA, DatabaseURL: s.DatabaseURL,
 		Temporal: s.Temporal, Duration: 500 * time.Millisecond, Clients: []int{1, 4}, Rounds: 2,
-		SQL: sql, RPCs: rpcs, RefRPCs: rpcs,
+		SQL: sql, RPCs: rpcs, RefRPCs: rpcs, Account: true,
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -32,6 +33,7 @@ func TestBenchMeasuresEveryCaseBesideItsReferences(t *testing.T) {
 	var out bytes.Buffer
 	rep.Print(&out)
 	t.Log("\n" + out.String())
+	dbName := s.Pool.Config().ConnConfig.Database
 	want := map[string]int{}
 	for _, row := range rep.Rows {
 		want[row.Case+"/"+row.Target]++
@@ -67,6 +69,30 @@ func TestBenchMeasuresEveryCaseBesideItsReferences(t *testing.T) {
 			sqlIn, rpcsIn = [2]float64{0, 0.5}, [2]float64{0, 0}
 		default:
 			sqlIn, rpcsIn = [2]float64{0, 10}, [2]float64{0, 10}
+		}
+		// What a request cost: CPU, and PostgreSQL's writing
+		// transactions (a new ticket's claim and step at least; a replay
+		// none of its own, only what Temporal's server writes meanwhile),
+		// and, where the server loads pg_stat_statements, the idemflow
+		// database's statements.
+		a := row.Account
+		if a == nil || a.CPU <= 0 || a.Busy <= 0 {
+			t.Errorf("%s %s x%d: account %+v", row.Case, row.Target, row.Clients, a)
+		} else if key := row.Case + "/" + row.Target; key == "ticket, new key/idemflow" || key == "ticket, replay/idemflow" {
+			xacts := [2]float64{2, 20}
+			if key == "ticket, replay/idemflow" {
+				xacts = [2]float64{0, 1}
+			}
+			if a.Xacts < xacts[0] || a.Xacts > xacts[1] {
+				t.Errorf("%s x%d: %.2f writing transactions per request, want %v", key, row.Clients, a.Xacts, xacts)
+			}
+			if i := slices.IndexFunc(a.Databases, func(d bench.Database) bool { return d.Counted && d.Name == dbName }); i >= 0 {
+				if st := a.Databases[i].Statements; key == "ticket, new key/idemflow" && st < 4 {
+					t.Errorf("%s x%d: %.1f statements per request in %s, want the claim's and the step's", key, row.Clients, st, dbName)
+				}
+			} else {
+				t.Logf("%s x%d: no statements counted in %s (the server does not load pg_stat_statements): %+v", key, row.Clients, dbName, a.Databases)
+			}
 		}
 		if !row.Counted || row.SQL < sqlIn[0] || row.SQL > sqlIn[1] || row.RPCs < rpcsIn[0] || row.RPCs > rpcsIn[1] {
 			t.Errorf("%s %s x%d: counted %v, %.2f SQL and %.2f RPCs per request, want SQL in %v and RPCs in %v",

@@ -39,7 +39,7 @@ func TestCompareTakesTheTargetsInTurnAndNeverReusesAKey(t *testing.T) {
 		}}
 	}
 	ticks := 0
-	rows := compare(context.Background(), "case", []target{fake("A"), fake("B")}, 2, 4, 80*time.Millisecond, func() { ticks++ })
+	rows := compare(context.Background(), "case", []target{fake("A"), fake("B")}, 2, 4, 80*time.Millisecond, nil, func() { ticks++ })
 
 	// Warm-ups A, B; rounds A B, B A, A B, B A: consecutive calls to one
 	// target are one entry.
