@@ -24,6 +24,7 @@ import (
 	"github.com/idemflow/idemflow/internal/tooling/demo"
 	"github.com/idemflow/idemflow/internal/tooling/devserver"
 	"github.com/idemflow/idemflow/migrations"
+	"github.com/idemflow/idemflow/workflows"
 )
 
 // devCommands are the development and proving tools: the commands that
@@ -128,6 +129,8 @@ func runDev(ctx context.Context, env *Env, args []string) error {
 		Retention:    time.Duration(*nsRetention),
 		HistoryCache: tf.historyCache,
 		Stderr:       env.Stderr,
+		// Registered before the worker and the gateway start.
+		SearchAttributes: workflows.SearchAttributes(),
 		// dev binds these once Temporal is up.
 		Reserved: append(gw.ports(), *uiPort),
 	}
@@ -405,6 +408,8 @@ func runTemporal(ctx context.Context, env *Env, args []string) error {
 		HistoryCache: tf.historyCache,
 		Stderr:       env.Stderr,
 		Reserved:     []int{*uiPort}, // bound once Temporal is up
+		// Registered before idemflow's processes connect.
+		SearchAttributes: workflows.SearchAttributes(),
 	}
 	if err := chooseTemporalStore(env.Logger, &tcfg, "postgres", *dbURL); err != nil {
 		return err

@@ -139,26 +139,33 @@ func Apply(ctx context.Context, c client.Client, namespace string, cfg Config) (
 // EnsureSearchAttributes registers the reconcile run's search attributes
 // that the namespace lacks.
 func EnsureSearchAttributes(ctx context.Context, c client.Client, namespace string) error {
+	_, err := AddMissingSearchAttributes(ctx, c, namespace, workflows.SearchAttributes())
+	return err
+}
+
+// AddMissingSearchAttributes registers those of want that the namespace
+// lacks, and says how many it added.
+func AddMissingSearchAttributes(ctx context.Context, c client.Client, namespace string, want map[string]enumspb.IndexedValueType) (int, error) {
 	have, err := c.OperatorService().ListSearchAttributes(ctx, &operatorservice.ListSearchAttributesRequest{Namespace: namespace})
 	if err != nil {
-		return fmt.Errorf("list search attributes: %w", err)
+		return 0, fmt.Errorf("list search attributes: %w", err)
 	}
 	missing := map[string]enumspb.IndexedValueType{}
-	for name, typ := range workflows.SearchAttributes() {
+	for name, typ := range want {
 		if _, ok := have.GetCustomAttributes()[name]; !ok {
 			missing[name] = typ
 		}
 	}
 	if len(missing) == 0 {
-		return nil
+		return 0, nil
 	}
 	_, err = c.OperatorService().AddSearchAttributes(ctx, &operatorservice.AddSearchAttributesRequest{
 		Namespace: namespace, SearchAttributes: missing,
 	})
 	if err != nil {
-		return fmt.Errorf("add search attributes: %w", err)
+		return 0, fmt.Errorf("add search attributes: %w", err)
 	}
-	return nil
+	return len(missing), nil
 }
 
 // Handle returns the schedule's handle, for describe, trigger, pause and

@@ -18,8 +18,10 @@ import (
 
 	"github.com/idemflow/idemflow/internal/pgurl"
 	"github.com/jackc/pgx/v5"
+	enumspb "go.temporal.io/api/enums/v1"
 	"go.temporal.io/api/workflowservice/v1"
 	"go.temporal.io/sdk/client"
+	"go.temporal.io/sdk/temporal"
 	"go.temporal.io/sdk/worker"
 	"go.temporal.io/sdk/workflow"
 )
@@ -489,4 +491,43 @@ func runChild(t *testing.T, env, dir string) (stdout, stderr string, err error) 
 	cmd.Stdout, cmd.Stderr = &out, &errs
 	err = cmd.Run()
 	return out.String(), errs.String(), err
+}
+
+// The server reads search attributes from its store on every read only
+// while ones it was given could be missing from a service's copy: for a
+// minute after the start that added them, never after a start that found
+// them. Forced for good, every workflow start read them from PostgreSQL
+// (about five statements each). A workflow started with them at once is
+// accepted either way.
+func TestSearchAttributeReadsAreForcedOnlyWhileJustAdded(t *testing.T) {
+	ctx := context.Background()
+	db := "idemflow_test_temporal_" + strconv.FormatInt(time.Now().UnixNano(), 36)
+	t.Cleanup(func() { dropDatabases(t, db, db+"_visibility") })
+	attrs := map[string]enumspb.IndexedValueType{"IdemflowTestKey": enumspb.INDEXED_VALUE_TYPE_KEYWORD}
+	cfg := TemporalConfig{DataDir: t.TempDir(), Postgres: testAdminURL(), PostgresDatabase: db, SearchAttributes: attrs}
+	for i, want := range []bool{true, false} {
+		srv, err := StartTemporal(ctx, cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := srv.ForcesSearchAttributeReads(); got != want {
+			t.Errorf("start %d: reads forced %v, want %v", i+1, got, want)
+		}
+		c, err := DialTemporal(ctx, srv.HostPort, "default", 30*time.Second)
+		if err != nil {
+			t.Fatal(err)
+		}
+		key := temporal.NewSearchAttributeKeyKeyword("IdemflowTestKey")
+		run, err := c.ExecuteWorkflow(ctx, client.StartWorkflowOptions{ID: fmt.Sprintf("sa-%d", i), TaskQueue: "nobody",
+			TypedSearchAttributes: temporal.NewSearchAttributes(key.ValueSet("k"))}, "Nothing")
+		if err != nil {
+			t.Errorf("start %d: a workflow with the search attribute: %v", i+1, err)
+		} else {
+			_ = c.TerminateWorkflow(ctx, run.GetID(), run.GetRunID(), "test")
+		}
+		c.Close()
+		if err := srv.Stop(); err != nil {
+			t.Fatal(err)
+		}
+	}
 }
