@@ -74,6 +74,11 @@ type usage struct {
 	// all; self, gateway and postgres are processes' CPU time: this one,
 	// idemflow's, and PostgreSQL's (every process named postgres).
 	busy, total, self, gateway, postgres time.Duration
+	// idle (with iowait) and at are what a snapshot reads of the machine:
+	// its busy and total time are worked out from them (see minus).
+	idle  time.Duration
+	at    time.Time
+	cores int
 	// xacts are PostgreSQL's transactions that wrote (each one takes a
 	// transaction ID), in every database of the server; walBytes the WAL
 	// it wrote.
@@ -138,7 +143,8 @@ func (a *accountant) measure(ctx context.Context) func() usage {
 // snapshot reads the counters now.
 func (a *accountant) snapshot(ctx context.Context) usage {
 	var u usage
-	u.busy, u.total = machineCPU()
+	u.idle, u.cores = machineIdle()
+	u.at = time.Now()
 	u.self = processCPU(os.Getpid())
 	if a.gatewayPID > 0 {
 		u.gateway = processCPU(a.gatewayPID)
@@ -211,7 +217,12 @@ func (a *accountant) sampleWaits(ctx context.Context, into map[string]int) error
 }
 
 func (u usage) minus(b usage) usage {
-	d := usage{busy: u.busy - b.busy, total: u.total - b.total, self: u.self - b.self, gateway: u.gateway - b.gateway,
+	// The kernel counts idle time exactly (as tickless CPUs sleep), and
+	// busy time in ticks, which a lightly loaded machine's short bursts
+	// slip between: what was not idle, of the cores' wall-clock time, was
+	// busy.
+	total := u.at.Sub(b.at) * time.Duration(u.cores)
+	d := usage{busy: total - (u.idle - b.idle), total: total, cores: u.cores, self: u.self - b.self, gateway: u.gateway - b.gateway,
 		postgres: u.postgres - b.postgres, xacts: u.xacts - b.xacts, walBytes: u.walBytes - b.walBytes,
 		backends: map[string]time.Duration{}}
 	for name, t := range u.backends {
@@ -230,7 +241,7 @@ func (u usage) minus(b usage) usage {
 
 // add sums two slices' usage.
 func (u usage) add(o usage) usage {
-	s := usage{busy: u.busy + o.busy, total: u.total + o.total, self: u.self + o.self, gateway: u.gateway + o.gateway,
+	s := usage{busy: u.busy + o.busy, total: u.total + o.total, cores: max(u.cores, o.cores), self: u.self + o.self, gateway: u.gateway + o.gateway,
 		postgres: u.postgres + o.postgres, xacts: u.xacts + o.xacts, walBytes: u.walBytes + o.walBytes,
 		samples: u.samples + o.samples, waits: map[string]int{}}
 	for _, m := range []map[string]int{u.waits, o.waits} {
@@ -258,28 +269,27 @@ func (u usage) add(o usage) usage {
 	return s
 }
 
-// machineCPU reads /proc/stat's first line: every core's busy and total
-// time.
-func machineCPU() (busy, total time.Duration) {
+// machineIdle reads /proc/stat: every core's idle time (iowait
+// included), and how many cores it lists.
+func machineIdle() (idle time.Duration, cores int) {
 	b, err := os.ReadFile("/proc/stat")
 	if err != nil {
 		return 0, 0
 	}
-	line, _, _ := strings.Cut(string(b), "\n")
-	fields := strings.Fields(line)
-	if len(fields) < 8 || fields[0] != "cpu" {
-		return 0, 0
-	}
-	// user nice system idle iowait irq softirq steal …; guest time is in
-	// user already.
-	for i, f := range fields[1:min(len(fields), 9)] {
-		n, _ := strconv.ParseInt(f, 10, 64)
-		total += time.Duration(n) * clockTick
-		if i != 3 && i != 4 {
-			busy += time.Duration(n) * clockTick
+	for _, line := range strings.Split(string(b), "\n") {
+		fields := strings.Fields(line)
+		switch {
+		case len(fields) > 5 && fields[0] == "cpu":
+			// user nice system idle iowait …
+			for _, f := range fields[4:6] {
+				n, _ := strconv.ParseInt(f, 10, 64)
+				idle += time.Duration(n) * clockTick
+			}
+		case len(fields) > 0 && strings.HasPrefix(fields[0], "cpu"):
+			cores++
 		}
 	}
-	return busy, total
+	return idle, cores
 }
 
 // processCPU is a process's user and system time, 0 when it cannot be
@@ -404,7 +414,7 @@ func account(u usage, requests int, gatewayHere bool) *Account {
 		return nil
 	}
 	per := func(d time.Duration) time.Duration { return d / time.Duration(requests) }
-	cores := max(1, runtimeCores())
+	cores := max(1, u.cores)
 	acc := &Account{
 		CPU: per(u.busy), Busy: float64(u.busy) / float64(u.total) * float64(cores), Cores: cores,
 		Self: per(u.self), Gateway: per(u.gateway), Postgres: per(u.postgres),
@@ -446,21 +456,6 @@ func account(u usage, requests int, gatewayHere bool) *Account {
 		})
 	}
 	return acc
-}
-
-// runtimeCores counts the machine's cores as /proc/stat lists them.
-func runtimeCores() int {
-	b, err := os.ReadFile("/proc/stat")
-	if err != nil {
-		return 0
-	}
-	n := 0
-	for _, line := range strings.Split(string(b), "\n") {
-		if strings.HasPrefix(line, "cpu") && len(line) > 3 && line[3] >= '0' && line[3] <= '9' {
-			n++
-		}
-	}
-	return n
 }
 
 // printAccounts writes the rows' accounts, and, where the CPU was the

@@ -31,7 +31,7 @@ func TestTitleDatabase(t *testing.T) {
 func TestAccountsAddUpPerRequest(t *testing.T) {
 	ms := time.Millisecond
 	slice := func(busy, gateway time.Duration, db time.Duration) usage {
-		return usage{busy: busy, total: busy + busy/49, gateway: gateway, postgres: db + ms,
+		return usage{busy: busy, total: busy + busy/49, cores: 2, gateway: gateway, postgres: db + ms,
 			backends: map[string]time.Duration{"idemflow": db, "": ms},
 			dbs:      map[string]dbUsage{"idemflow": {calls: 90, commits: 20, exec: 4 * ms, walBytes: 4096}},
 			waits:    map[string]int{"IO:WALSync": 10, "CPU": 5}, samples: 10, xacts: 30}
