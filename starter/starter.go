@@ -79,6 +79,9 @@ type Starter struct {
 	// Tracer, when set, spans the claim, the start and the wait of each
 	// intent (nil: no spans).
 	Tracer trace.Tracer
+	// Stages, when set, is told how long each of those took ("claim",
+	// "start", "wait"): where a request's time goes.
+	Stages func(stage string, took time.Duration)
 	// ClaimTimeout bounds the claim, and each statement after it on the
 	// intent's path (DefaultClaimTimeout when zero), so that an agent gets
 	// an answer when PostgreSQL stops committing.
@@ -480,16 +483,36 @@ func waitRun(ctx context.Context, run client.WorkflowRun, settled <-chan struct{
 	}
 }
 
-// span starts one of the intent's spans ("claim", "start", "wait").
+// span starts one of the intent's spans ("claim", "start", "wait"),
+// timed for Stages when it is set.
 func (s *Starter) span(ctx context.Context, name string, in idem.Intent) (context.Context, trace.Span) {
+	var span trace.Span
 	if s.Tracer == nil {
 		// A span that records nothing (not the caller's, which must
 		// not be ended here).
-		return ctx, trace.SpanFromContext(context.Background())
+		span = trace.SpanFromContext(context.Background())
+	} else {
+		ctx, span = s.Tracer.Start(ctx, "idemflow."+name, trace.WithAttributes(
+			attribute.String("idemflow.tenant", in.TenantID), attribute.String("idemflow.biz_type", in.BizType),
+			attribute.String("idemflow.workflow_id", in.WorkflowID)))
 	}
-	return s.Tracer.Start(ctx, "idemflow."+name, trace.WithAttributes(
-		attribute.String("idemflow.tenant", in.TenantID), attribute.String("idemflow.biz_type", in.BizType),
-		attribute.String("idemflow.workflow_id", in.WorkflowID)))
+	if s.Stages != nil {
+		span = timedSpan{Span: span, stage: name, start: time.Now(), observe: s.Stages}
+	}
+	return ctx, span
+}
+
+// timedSpan tells how long its stage took when it ends.
+type timedSpan struct {
+	trace.Span
+	stage   string
+	start   time.Time
+	observe func(string, time.Duration)
+}
+
+func (t timedSpan) End(opts ...trace.SpanEndOption) {
+	t.observe(t.stage, time.Since(t.start))
+	t.Span.End(opts...)
 }
 
 func (s *Starter) logger() *slog.Logger {

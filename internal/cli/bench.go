@@ -42,7 +42,7 @@ func runBench(ctx context.Context, env *Env, args []string) error {
 	soak := fs.Duration("soak", 0, "instead of the cases, hold a steady mix of new tickets and replays this long (e.g. 30m), print each process's memory, goroutines, connections and records every --interval, and judge their growth (exit 3 when anything grew)")
 	interval := fs.Duration("interval", time.Minute, "with --soak: how often to sample")
 	soakClients := fs.Int("soak-clients", 8, "with --soak: concurrent clients")
-	metrics := fs.String("metrics", "", "with --soak: /metrics URLs of the idemflow processes to watch, comma-separated (default: the gateway's own)")
+	metrics := fs.String("metrics", "", "/metrics URLs of the idemflow processes to watch with --soak, comma-separated; without it, the first is where --account reads idemflow's stages (default: the gateway's own)")
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
@@ -99,6 +99,12 @@ func runBench(ctx context.Context, env *Env, args []string) error {
 		defer net.close()
 		cfg.URL, cfg.DatabaseURL, cfg.Temporal, cfg.GatewayPID, cfg.Links = net.url, net.databaseURL, net.temporal, 0, net.links
 		cfg.SQL, cfg.RPCs = c.sql, c.rpcs
+	}
+	// idemflow's stages are read from its /metrics: the gateway's own, or
+	// the first of --metrics.
+	cfg.MetricsURL = strings.TrimRight(cfg.URL, "/") + "/metrics"
+	if *metrics != "" {
+		cfg.MetricsURL, _, _ = strings.Cut(*metrics, ",")
 	}
 	rep, err := bench.Run(ctx, cfg)
 	if err != nil {

@@ -18,6 +18,7 @@ type Metrics struct {
 	intents  *prometheus.CounterVec
 	waiting  prometheus.Gauge
 	requests *prometheus.HistogramVec
+	stages   *prometheus.HistogramVec
 }
 
 // Labels: what a submission came to, the metric's "outcome" label. (Not an
@@ -61,9 +62,22 @@ func NewMetricsOn(reg *prometheus.Registry) *Metrics {
 			Help:    "HTTP requests by route, method and status code.",
 			Buckets: prometheus.ExponentialBuckets(0.0005, 2, 16),
 		}, []string{"route", "method", "code"}),
+		stages: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name:    "idemflow_intent_stage_seconds",
+			Help:    "How long an intent's claim, start and wait took (starter.Starter.Stages).",
+			Buckets: prometheus.ExponentialBuckets(0.0005, 2, 16),
+		}, []string{"stage"}),
 	}
-	reg.MustRegister(m.intents, m.waiting, m.requests)
+	reg.MustRegister(m.intents, m.waiting, m.requests, m.stages)
 	return m
+}
+
+// Stage observes how long one of an intent's stages took; it is the
+// starter's Stages.
+func (m *Metrics) Stage(stage string, took time.Duration) {
+	if m != nil {
+		m.stages.WithLabelValues(stage).Observe(took.Seconds())
+	}
 }
 
 func (m *Metrics) observe(route, method string, code int, took time.Duration) {

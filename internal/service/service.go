@@ -87,6 +87,7 @@ func (s *Service) Gateway() *gateway.Gateway {
 	g.Starter.SearchAttributes = s.Searchable
 	if s.Metrics != nil {
 		g.Metrics = gateway.NewMetricsOn(s.Metrics.Registry)
+		g.Starter.Stages = g.Metrics.Stage
 	}
 	g.Tracing = s.Tracing
 	g.Starter.Tracer = s.Tracing.Tracer()

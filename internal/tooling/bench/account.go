@@ -41,6 +41,9 @@ type accountant struct {
 	// statements says pg_stat_statements can be read: each database's
 	// statements, commits, time and WAL are then accounted for too.
 	statements bool
+	// metricsURL, when set, is idemflow's /metrics: the time its
+	// requests spent in each stage (idemflow_intent_stage_seconds).
+	metricsURL string
 }
 
 // newAccountant accounts through a connection of its own to the database
@@ -92,7 +95,16 @@ type usage struct {
 	// backends are the CPU time of PostgreSQL's processes by the database
 	// they serve ("" for its own: the WAL writer, the checkpointer, …).
 	backends map[string]time.Duration
+	// stages are idemflow's idemflow_intent_stage_seconds, by stage: the
+	// seconds and the count.
+	stages map[string]stageUsage
 }
+
+// stageUsage is one stage's seconds and count.
+type stageUsage struct{ seconds, count float64 }
+
+// stageNames are the starter's stages, in a request's order.
+var stageNames = []string{"claim", "start", "wait"}
 
 // dbUsage is what one database's statements did.
 type dbUsage struct {
@@ -160,6 +172,15 @@ func (a *accountant) snapshot(ctx context.Context) usage {
 		(pg_current_wal_lsn() - '0/0')::bigint`).Scan(&u.xacts, &u.walBytes)
 	if a.statements {
 		u.dbs = a.statementsByDatabase(ctx)
+	}
+	if a.metricsURL != "" {
+		if v, _, err := readMetrics(ctx, a.metricsURL); err == nil {
+			u.stages = map[string]stageUsage{}
+			for _, name := range stageNames {
+				series := `idemflow_intent_stage_seconds_%s{stage="` + name + `"}`
+				u.stages[name] = stageUsage{seconds: v[fmt.Sprintf(series, "sum")], count: v[fmt.Sprintf(series, "count")]}
+			}
+		}
 	}
 	return u
 }
@@ -229,6 +250,12 @@ func (u usage) minus(b usage) usage {
 		// A process that started during the slice counts from 0.
 		d.backends[name] += t - b.backends[name]
 	}
+	if u.stages != nil && b.stages != nil {
+		d.stages = map[string]stageUsage{}
+		for name, x := range u.stages {
+			d.stages[name] = stageUsage{seconds: x.seconds - b.stages[name].seconds, count: x.count - b.stages[name].count}
+		}
+	}
 	if u.dbs != nil && b.dbs != nil {
 		d.dbs = map[string]dbUsage{}
 		for name, x := range u.dbs {
@@ -255,6 +282,15 @@ func (u usage) add(o usage) usage {
 				s.backends = map[string]time.Duration{}
 			}
 			s.backends[name] += t
+		}
+	}
+	for _, m := range []map[string]stageUsage{u.stages, o.stages} {
+		for name, x := range m {
+			if s.stages == nil {
+				s.stages = map[string]stageUsage{}
+			}
+			y := s.stages[name]
+			s.stages[name] = stageUsage{seconds: x.seconds + y.seconds, count: x.count + y.count}
 		}
 	}
 	for _, m := range []map[string]dbUsage{u.dbs, o.dbs} {
@@ -386,6 +422,17 @@ type Account struct {
 	// Databases are pg_stat_statements' per database, per request, the
 	// busiest first, where it was read.
 	Databases []Database
+	// Stages are the time idemflow's requests spent in each of the
+	// starter's stages, in order, where its /metrics was read.
+	Stages []Stage
+}
+
+// Stage is the time requests spent in one stage: Mean over those that
+// went through it (Count per request).
+type Stage struct {
+	Name  string
+	Mean  time.Duration
+	Count float64
 }
 
 // Database is what one database's connections did per request.
@@ -422,6 +469,12 @@ func account(u usage, requests int, gatewayHere bool) *Account {
 		GatewayHere: gatewayHere,
 	}
 	acc.PostgresOwn = per(u.backends[""])
+	for _, name := range stageNames {
+		if st, ok := u.stages[name]; ok && st.count > 0 {
+			acc.Stages = append(acc.Stages, Stage{Name: name, Mean: time.Duration(st.seconds / st.count * float64(time.Second)),
+				Count: st.count / float64(requests)})
+		}
+	}
 	r := float64(requests)
 	names := map[string]bool{}
 	for name := range u.backends {
@@ -514,5 +567,19 @@ func (r Report) printAccounts(w io.Writer) {
 			dbs = append(dbs, db)
 		}
 		fmt.Fprintf(w, "%-26s %7d  %-24s %s\n", row.Case, row.Clients, row.Target, strings.Join(dbs, "; "))
+	}
+	if !slices.ContainsFunc(r.Rows, func(row Row) bool { return row.Account != nil && len(row.Account.Stages) > 0 }) {
+		return
+	}
+	fmt.Fprintf(w, "\nidemflow's requests by stage (its /metrics): the mean time in each, and how many of a request's went through it\n")
+	for _, row := range r.Rows {
+		if row.Account == nil || len(row.Account.Stages) == 0 || row.Target != "idemflow" {
+			continue
+		}
+		var stages []string
+		for _, st := range row.Account.Stages {
+			stages = append(stages, fmt.Sprintf("%s %s (x%.2f)", st.Name, ms(st.Mean), st.Count))
+		}
+		fmt.Fprintf(w, "%-26s %7d  %-24s %s\n", row.Case, row.Clients, row.Target, strings.Join(stages, ", "))
 	}
 }

@@ -61,8 +61,11 @@ type Config struct {
 	SQL  *roundtrip.SQL
 	RPCs *roundtrip.RPCs
 	// Account, when set, accounts for every slice's cost on this machine
-	// and in PostgreSQL (see accountant), reported per request.
-	Account bool
+	// and in PostgreSQL (see accountant), reported per request, and, with
+	// MetricsURL (idemflow's /metrics), the time its requests spent in
+	// each stage.
+	Account    bool
+	MetricsURL string
 	// RefRPCs, when set, counts the RPCs of Temporal, the client the
 	// workflow reference runs on, so that its rows report them too. The
 	// PostgreSQL reference's round trips are always counted.
@@ -249,6 +252,7 @@ func Run(ctx context.Context, cfg Config) (Report, error) {
 		if acct, err = newAccountant(ctx, pool, cfg.GatewayPID); err != nil {
 			return Report{}, err
 		}
+		acct.metricsURL = cfg.MetricsURL
 		defer acct.close(context.WithoutCancel(ctx))
 	}
 	wfRef, err := newWorkflowReference(cfg.Temporal)

@@ -281,28 +281,10 @@ func (r SoakReport) print(w io.Writer) {
 // scrape reads a process's memory and goroutines from its /metrics.
 func scrape(ctx context.Context, url string) ProcessSample {
 	p := ProcessSample{URL: url}
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+	v, status, err := readMetrics(ctx, url)
 	if err != nil {
 		p.Err = err
 		return p
-	}
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		p.Err = err
-		return p
-	}
-	defer resp.Body.Close()
-	v := map[string]float64{}
-	sc := bufio.NewScanner(resp.Body)
-	sc.Buffer(make([]byte, 1<<16), 1<<20)
-	for sc.Scan() {
-		name, value, ok := strings.Cut(sc.Text(), " ")
-		if !ok || strings.HasPrefix(name, "#") {
-			continue
-		}
-		if f, err := strconv.ParseFloat(strings.TrimSpace(value), 64); err == nil {
-			v[name] = f
-		}
 	}
 	gogc := v["go_gc_gogc_percent"]
 	if gogc <= 0 {
@@ -311,7 +293,40 @@ func scrape(ctx context.Context, url string) ProcessSample {
 	p.RSS, p.HeapInuse, p.Goroutines = v["process_resident_memory_bytes"], v["go_memstats_heap_inuse_bytes"], v["go_goroutines"]
 	p.HeapLive = v["go_memstats_next_gc_bytes"] / (1 + gogc/100)
 	if p.RSS == 0 && p.Goroutines == 0 {
-		p.Err = fmt.Errorf("%s: no process metrics (HTTP %d)", url, resp.StatusCode)
+		p.Err = fmt.Errorf("%s: no process metrics (HTTP %d)", url, status)
 	}
 	return p
+}
+
+// readMetrics reads a Prometheus text page: each series (its name with
+// its labels, as written) and its value.
+func readMetrics(ctx context.Context, url string) (map[string]float64, int, error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+	if err != nil {
+		return nil, 0, err
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return nil, 0, err
+	}
+	defer resp.Body.Close()
+	v := map[string]float64{}
+	sc := bufio.NewScanner(resp.Body)
+	sc.Buffer(make([]byte, 1<<16), 1<<20)
+	for sc.Scan() {
+		line := sc.Text()
+		if strings.HasPrefix(line, "#") {
+			continue
+		}
+		// The value follows the series' last space (a label's value
+		// may hold spaces).
+		i := strings.LastIndexByte(line, ' ')
+		if i < 0 {
+			continue
+		}
+		if f, err := strconv.ParseFloat(strings.TrimSpace(line[i+1:]), 64); err == nil {
+			v[line[:i]] = f
+		}
+	}
+	return v, resp.StatusCode, sc.Err()
 }
