@@ -243,66 +243,62 @@ func (u usage) minus(b usage) usage {
 	// slip between: what was not idle, of the cores' wall-clock time, was
 	// busy.
 	total := u.at.Sub(b.at) * time.Duration(u.cores)
-	d := usage{busy: total - (u.idle - b.idle), total: total, cores: u.cores, self: u.self - b.self, gateway: u.gateway - b.gateway,
+	return usage{busy: total - (u.idle - b.idle), total: total, cores: u.cores, self: u.self - b.self, gateway: u.gateway - b.gateway,
 		postgres: u.postgres - b.postgres, xacts: u.xacts - b.xacts, walBytes: u.walBytes - b.walBytes,
-		backends: map[string]time.Duration{}}
-	for name, t := range u.backends {
 		// A process that started during the slice counts from 0.
-		d.backends[name] += t - b.backends[name]
+		backends: diffed(u.backends, b.backends, func(x, y time.Duration) time.Duration { return x - y }),
+		stages:   diffed(u.stages, b.stages, func(x, y stageUsage) stageUsage { return x.plus(y, -1) }),
+		dbs:      diffed(u.dbs, b.dbs, func(x, y dbUsage) dbUsage { return x.plus(y, -1) }),
 	}
-	if u.stages != nil && b.stages != nil {
-		d.stages = map[string]stageUsage{}
-		for name, x := range u.stages {
-			d.stages[name] = stageUsage{seconds: x.seconds - b.stages[name].seconds, count: x.count - b.stages[name].count}
-		}
-	}
-	if u.dbs != nil && b.dbs != nil {
-		d.dbs = map[string]dbUsage{}
-		for name, x := range u.dbs {
-			y := b.dbs[name]
-			d.dbs[name] = dbUsage{calls: x.calls - y.calls, commits: x.commits - y.commits, walBytes: x.walBytes - y.walBytes, exec: x.exec - y.exec}
-		}
-	}
-	return d
 }
 
 // add sums two slices' usage.
 func (u usage) add(o usage) usage {
-	s := usage{busy: u.busy + o.busy, total: u.total + o.total, cores: max(u.cores, o.cores), self: u.self + o.self, gateway: u.gateway + o.gateway,
-		postgres: u.postgres + o.postgres, xacts: u.xacts + o.xacts, walBytes: u.walBytes + o.walBytes,
-		samples: u.samples + o.samples, waits: map[string]int{}}
-	for _, m := range []map[string]int{u.waits, o.waits} {
-		for k, n := range m {
-			s.waits[k] += n
-		}
+	return usage{busy: u.busy + o.busy, total: u.total + o.total, cores: max(u.cores, o.cores), self: u.self + o.self, gateway: u.gateway + o.gateway,
+		postgres: u.postgres + o.postgres, xacts: u.xacts + o.xacts, walBytes: u.walBytes + o.walBytes, samples: u.samples + o.samples,
+		waits:    merged(u.waits, o.waits, func(x, y int) int { return x + y }),
+		backends: merged(u.backends, o.backends, func(x, y time.Duration) time.Duration { return x + y }),
+		stages:   merged(u.stages, o.stages, func(x, y stageUsage) stageUsage { return x.plus(y, 1) }),
+		dbs:      merged(u.dbs, o.dbs, func(x, y dbUsage) dbUsage { return x.plus(y, 1) }),
 	}
-	for _, m := range []map[string]time.Duration{u.backends, o.backends} {
-		for name, t := range m {
-			if s.backends == nil {
-				s.backends = map[string]time.Duration{}
-			}
-			s.backends[name] += t
-		}
+}
+
+func (x stageUsage) plus(y stageUsage, k float64) stageUsage {
+	return stageUsage{seconds: x.seconds + k*y.seconds, count: x.count + k*y.count}
+}
+
+func (x dbUsage) plus(y dbUsage, k int64) dbUsage {
+	return dbUsage{calls: x.calls + k*y.calls, commits: x.commits + k*y.commits, walBytes: x.walBytes + k*y.walBytes,
+		exec: x.exec + time.Duration(k)*y.exec}
+}
+
+// merged is a and b key by key, each key's values combined by f (a
+// missing one as zero); nil when both are.
+func merged[V any](a, b map[string]V, f func(x, y V) V) map[string]V {
+	if a == nil && b == nil {
+		return nil
 	}
-	for _, m := range []map[string]stageUsage{u.stages, o.stages} {
-		for name, x := range m {
-			if s.stages == nil {
-				s.stages = map[string]stageUsage{}
-			}
-			y := s.stages[name]
-			s.stages[name] = stageUsage{seconds: x.seconds + y.seconds, count: x.count + y.count}
-		}
+	out := make(map[string]V, max(len(a), len(b)))
+	for k, x := range a {
+		out[k] = x
 	}
-	for _, m := range []map[string]dbUsage{u.dbs, o.dbs} {
-		for name, x := range m {
-			if s.dbs == nil {
-				s.dbs = map[string]dbUsage{}
-			}
-			y := s.dbs[name]
-			s.dbs[name] = dbUsage{calls: x.calls + y.calls, commits: x.commits + y.commits, walBytes: x.walBytes + y.walBytes, exec: x.exec + y.exec}
-		}
+	for k, y := range b {
+		out[k] = f(out[k], y)
 	}
-	return s
+	return out
+}
+
+// diffed is sub(a's, b's) for each key of a (b's missing as zero); nil
+// when either was not read.
+func diffed[V any](a, b map[string]V, sub func(x, y V) V) map[string]V {
+	if a == nil || b == nil {
+		return nil
+	}
+	out := make(map[string]V, len(a))
+	for k, x := range a {
+		out[k] = sub(x, b[k])
+	}
+	return out
 }
 
 // machineIdle reads /proc/stat: every core's idle time (iowait
