@@ -59,7 +59,7 @@ type TemporalConfig struct {
 	Retention time.Duration
 	// SearchAttributes to register in Namespace. Until they are, and
 	// for a minute after this start added any, the server reads search
-	// attributes from its store on every read (see searchAttributeReads);
+	// attributes from its store on every read (see dynamicClient);
 	// with none, it always does.
 	SearchAttributes map[string]enumspb.IndexedValueType
 	// Postgres, when set, is a URL of the PostgreSQL server that keeps
