@@ -172,6 +172,7 @@ func openDeps(ctx context.Context, logger *slog.Logger, set *registry.Set, tools
 		logger.Warn("the database URL names several hosts and lets a connection stay on any of them: one may reach a standby, where every write fails; add target_session_attrs=read-write (docs/production.md)")
 	}
 	reg := metrics.New()
+	reg.WatchPool(pool)
 	reportReplication(ctx, logger, pool, reg)
 	reg.WatchCommits(logger, replication.CommitsBlocked(pool))
 	base := client.Options{MetricsHandler: reg.SDK, Interceptors: interceptors}

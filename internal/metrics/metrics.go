@@ -11,6 +11,8 @@ import (
 	"net/http"
 	"time"
 
+	"github.com/IBM/pgxpoolprometheus"
+	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
@@ -43,6 +45,14 @@ func New() *Registry {
 	r := &Registry{Registry: reg, SDK: sdktally.NewMetricsHandler(sdktally.NewPrometheusNamingScope(scope)), closer: closer.Close}
 	r.Worker = newWorker(reg)
 	return r
+}
+
+// WatchPool exports the process's PostgreSQL pool's statistics
+// (pgxpool_*: acquires and their time, waits on an empty pool,
+// connections by state), so that an operator, and bench's accounting, see
+// whether requests wait for a connection.
+func (r *Registry) WatchPool(pool *pgxpool.Pool) {
+	r.MustRegister(pgxpoolprometheus.NewCollector(pool, map[string]string{"pool": "idemflow"}))
 }
 
 // Handler serves the registry in the Prometheus text format.

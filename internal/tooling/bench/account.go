@@ -96,9 +96,15 @@ type usage struct {
 	// they serve ("" for its own: the WAL writer, the checkpointer, …).
 	backends map[string]time.Duration
 	// stages are idemflow's idemflow_intent_stage_seconds, by stage: the
-	// seconds and the count.
+	// seconds and the count; pool its pool's pgxpool_* counters, by name.
 	stages map[string]stageUsage
+	pool   map[string]float64
 }
+
+// poolCounters are the pool's statistics bench reads (pgxpool_*, exported
+// by metrics.Registry.WatchPool): acquires and their time, and those that
+// waited for an empty pool and how long.
+var poolCounters = []string{"acquire_count", "acquire_duration_ns", "empty_acquire", "empty_acquire_wait_time_ns"}
 
 // stageUsage is one stage's seconds and count.
 type stageUsage struct{ seconds, count float64 }
@@ -180,6 +186,10 @@ func (a *accountant) snapshot(ctx context.Context) usage {
 				series := `idemflow_intent_stage_seconds_%s{stage="` + name + `"}`
 				u.stages[name] = stageUsage{seconds: v[fmt.Sprintf(series, "sum")], count: v[fmt.Sprintf(series, "count")]}
 			}
+			u.pool = map[string]float64{}
+			for _, name := range poolCounters {
+				u.pool[name] = v[`pgxpool_`+name+`{pool="idemflow"}`]
+			}
 		}
 	}
 	return u
@@ -249,6 +259,7 @@ func (u usage) minus(b usage) usage {
 		backends: diffed(u.backends, b.backends, func(x, y time.Duration) time.Duration { return x - y }),
 		stages:   diffed(u.stages, b.stages, func(x, y stageUsage) stageUsage { return x.plus(y, -1) }),
 		dbs:      diffed(u.dbs, b.dbs, func(x, y dbUsage) dbUsage { return x.plus(y, -1) }),
+		pool:     diffed(u.pool, b.pool, func(x, y float64) float64 { return x - y }),
 	}
 }
 
@@ -260,6 +271,7 @@ func (u usage) add(o usage) usage {
 		backends: merged(u.backends, o.backends, func(x, y time.Duration) time.Duration { return x + y }),
 		stages:   merged(u.stages, o.stages, func(x, y stageUsage) stageUsage { return x.plus(y, 1) }),
 		dbs:      merged(u.dbs, o.dbs, func(x, y dbUsage) dbUsage { return x.plus(y, 1) }),
+		pool:     merged(u.pool, o.pool, func(x, y float64) float64 { return x + y }),
 	}
 }
 
@@ -421,6 +433,15 @@ type Account struct {
 	// Stages are the time idemflow's requests spent in each of the
 	// starter's stages, in order, where its /metrics was read.
 	Stages []Stage
+	// Pool is what its PostgreSQL pool did per request, where read.
+	Pool *Pool
+}
+
+// Pool is a pool's acquires per request, the time they took, and those
+// that found the pool empty and waited, with the time they waited.
+type Pool struct {
+	Acquires, Waited float64
+	Acquire, Wait    time.Duration
 }
 
 // Stage is the time requests spent in one stage: Mean over those that
@@ -465,6 +486,11 @@ func account(u usage, requests int, gatewayHere bool) *Account {
 		GatewayHere: gatewayHere,
 	}
 	acc.PostgresOwn = per(u.backends[""])
+	if p := u.pool; p != nil && p["acquire_count"] > 0 {
+		r := float64(requests)
+		acc.Pool = &Pool{Acquires: p["acquire_count"] / r, Waited: p["empty_acquire"] / r,
+			Acquire: time.Duration(p["acquire_duration_ns"] / r), Wait: time.Duration(p["empty_acquire_wait_time_ns"] / r)}
+	}
 	for _, name := range stageNames {
 		if st, ok := u.stages[name]; ok && st.count > 0 {
 			acc.Stages = append(acc.Stages, Stage{Name: name, Mean: time.Duration(st.seconds / st.count * float64(time.Second)),
@@ -567,7 +593,7 @@ func (r Report) printAccounts(w io.Writer) {
 	if !slices.ContainsFunc(r.Rows, func(row Row) bool { return row.Account != nil && len(row.Account.Stages) > 0 }) {
 		return
 	}
-	fmt.Fprintf(w, "\nidemflow's requests by stage (its /metrics): the mean time in each, and how many of a request's went through it\n")
+	fmt.Fprintf(w, "\nidemflow's requests by stage (its /metrics): the mean time in each, and how many of a request's went through it; its PostgreSQL pool per request\n")
 	for _, row := range r.Rows {
 		if row.Account == nil || len(row.Account.Stages) == 0 || row.Target != "idemflow" {
 			continue
@@ -575,6 +601,9 @@ func (r Report) printAccounts(w io.Writer) {
 		var stages []string
 		for _, st := range row.Account.Stages {
 			stages = append(stages, fmt.Sprintf("%s %s (x%.2f)", st.Name, ms(st.Mean), st.Count))
+		}
+		if p := row.Account.Pool; p != nil {
+			stages = append(stages, fmt.Sprintf("pool: %.2f acquires taking %s, %.2f waited for a connection, %s", p.Acquires, ms(p.Acquire), p.Waited, ms(p.Wait)))
 		}
 		fmt.Fprintf(w, "%-26s %7d  %-24s %s\n", row.Case, row.Clients, row.Target, strings.Join(stages, ", "))
 	}

@@ -34,7 +34,9 @@ func TestAccountsAddUpPerRequest(t *testing.T) {
 		return usage{busy: busy, total: busy + busy/49, cores: 2, gateway: gateway, postgres: db + ms,
 			backends: map[string]time.Duration{"idemflow": db, "": ms},
 			dbs:      map[string]dbUsage{"idemflow": {calls: 90, commits: 20, exec: 4 * ms, walBytes: 4096}},
-			waits:    map[string]int{"IO:WALSync": 10, "CPU": 5}, samples: 10, xacts: 30}
+			waits:    map[string]int{"IO:WALSync": 10, "CPU": 5}, samples: 10, xacts: 30,
+			stages: map[string]stageUsage{"claim": {seconds: 0.02, count: 10}},
+			pool:   map[string]float64{"acquire_count": 30, "acquire_duration_ns": 3e6, "empty_acquire": 1, "empty_acquire_wait_time_ns": 2e6}}
 	}
 	var ours, theirs usage
 	for range 2 {
@@ -49,6 +51,9 @@ func TestAccountsAddUpPerRequest(t *testing.T) {
 		a.Databases[0].Statements != 9 || a.Databases[0].Commits != 2 || a.PostgresOwn != 100*time.Microsecond {
 		t.Fatalf("databases %+v, own %s", a.Databases, a.PostgresOwn)
 	}
+	if p := a.Pool; p == nil || p.Acquires != 3 || p.Acquire != 300*time.Microsecond || p.Waited != 0.1 || p.Wait != 200*time.Microsecond {
+		t.Fatalf("pool per request %+v, want 3 acquires taking 0.3ms, 0.1 waited for 0.2ms", p)
+	}
 	if len(a.Waits) != 2 || a.Waits[0].What != "IO:WALSync" || a.Waits[0].N != 1 || a.Active != 1.5 {
 		t.Fatalf("waits %+v, active %.1f", a.Waits, a.Active)
 	}
@@ -58,7 +63,10 @@ func TestAccountsAddUpPerRequest(t *testing.T) {
 	}}
 	var out bytes.Buffer
 	rep.printAccounts(&out)
-	if want := "bare's CPU per request over idemflow's predicts 0.82x; measured 0.80x"; !strings.Contains(out.String(), want) {
-		t.Errorf("the accounting does not say %q:\n%s", want, out.String())
+	for _, want := range []string{"bare's CPU per request over idemflow's predicts 0.82x; measured 0.80x",
+		"claim 2.00ms (x1.00), pool: 3.00 acquires taking 0.30ms, 0.10 waited for a connection, 0.20ms"} {
+		if !strings.Contains(out.String(), want) {
+			t.Errorf("the accounting does not say %q:\n%s", want, out.String())
+		}
 	}
 }
