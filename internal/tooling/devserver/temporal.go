@@ -359,7 +359,7 @@ const searchAttributeCacheTTL = 61 * time.Second
 // dynamicClient is the embedded server's dynamic configuration: the static
 // settings, and whether every read of the search attributes goes to the
 // store. That setting is Temporal's for its tests: on for good, it made
-// every workflow read them from PostgreSQL several times (5 to 7
+// every workflow read them from PostgreSQL several times (4.7 to 7.3
 // statements an intent, 1.3 to 1.7 ms of the machine's CPU of 10.4 to
 // 12.6 with 64 clients, in idemflow bench), and is on only while search
 // attributes added at run time could still be missing from a service's
