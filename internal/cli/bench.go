@@ -38,7 +38,7 @@ func runBench(ctx context.Context, env *Env, args []string) error {
 	clients := fs.String("clients", "1,64", "concurrent clients, comma-separated")
 	pgLatency := fs.Duration("pg-latency", 0, "add this round-trip time to every link to PostgreSQL, idemflow's and the references' alike: the run then measures a serve replica of its own, started in this process behind the delayed links (e.g. 2ms)")
 	temporalLatency := fs.Duration("temporal-latency", 0, "add this round-trip time to every link to Temporal, as --pg-latency does")
-	account := fs.Bool("account", true, "account for each slice's cost: the CPU of this machine and its processes, PostgreSQL's transactions, WAL and waits, per request (Linux)")
+	account := fs.Bool("account", true, "account for each slice's cost, per request: the CPU of this machine and its processes, PostgreSQL's transactions, WAL and waits, each database's statements (creating the pg_stat_statements view in --database-url's database where the server preloads the extension), and idemflow's stages and pool waits from its /metrics (Linux)")
 	soak := fs.Duration("soak", 0, "instead of the cases, hold a steady mix of new tickets and replays this long (e.g. 30m), print each process's memory, goroutines, connections and records every --interval, and judge their growth (exit 3 when anything grew)")
 	interval := fs.Duration("interval", time.Minute, "with --soak: how often to sample")
 	soakClients := fs.Int("soak-clients", 8, "with --soak: concurrent clients")
