@@ -208,19 +208,15 @@ func (a *accountant) statementsByDatabase(ctx context.Context) map[string]dbUsag
 	if err != nil {
 		return nil
 	}
-	defer rows.Close()
 	dbs := map[string]dbUsage{}
-	for rows.Next() {
-		var name string
-		var d dbUsage
-		var execMs float64
-		if rows.Scan(&name, &d.calls, &d.commits, &d.walBytes, &execMs) != nil {
-			return nil
-		}
+	var name string
+	var d dbUsage
+	var execMs float64
+	if _, err := pgx.ForEachRow(rows, []any{&name, &d.calls, &d.commits, &d.walBytes, &execMs}, func() error {
 		d.exec = time.Duration(execMs * float64(time.Millisecond))
 		dbs[name] = d
-	}
-	if rows.Err() != nil {
+		return nil
+	}); err != nil {
 		return nil
 	}
 	return dbs
@@ -235,16 +231,13 @@ func (a *accountant) sampleWaits(ctx context.Context, into map[string]int) error
 	if err != nil {
 		return err
 	}
-	defer rows.Close()
-	for rows.Next() {
-		var what string
-		var n int
-		if err := rows.Scan(&what, &n); err != nil {
-			return err
-		}
+	var what string
+	var n int
+	_, err = pgx.ForEachRow(rows, []any{&what, &n}, func() error {
 		into[what] += n
-	}
-	return rows.Err()
+		return nil
+	})
+	return err
 }
 
 func (u usage) minus(b usage) usage {
