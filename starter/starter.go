@@ -79,8 +79,8 @@ type Starter struct {
 	// Tracer, when set, spans the claim, the start and the wait of each
 	// intent (nil: no spans).
 	Tracer trace.Tracer
-	// Stages, when set, is told how long each of those took ("claim",
-	// "start", "wait"): where a request's time goes.
+	// Stages, when set, is told how long each of those took (StageClaim,
+	// StageStart, StageWait): where a request's time goes.
 	Stages func(stage string, took time.Duration)
 	// ClaimTimeout bounds the claim, and each statement after it on the
 	// intent's path (DefaultClaimTimeout when zero), so that an agent gets
@@ -185,7 +185,7 @@ type Reply struct {
 // record: if that one died between the insert and the start, the retry
 // starts it, and the intent is not lost.
 func (s *Starter) Submit(ctx context.Context, in Intent) (Reply, error) {
-	claimCtx, span := s.span(ctx, "claim", in.Intent)
+	claimCtx, span := s.span(ctx, StageClaim, in.Intent)
 	if rec, ok := s.Answers.get(in.TenantID, in.Key); ok {
 		span.SetAttributes(attribute.Bool("idemflow.answer_cache", true))
 		span.End()
@@ -391,7 +391,7 @@ func (s *Starter) startAndWait(ctx context.Context, in Intent, wait time.Duratio
 		// normally.
 		EnableEagerStart: true,
 	}
-	startCtx, span := s.span(ctx, "start", in.Intent)
+	startCtx, span := s.span(ctx, StageStart, in.Intent)
 	run, err := s.Temporal.ExecuteWorkflow(startCtx, opts, in.Workflow, in.Input(in.Intent, in.hintRead))
 	if err != nil && unknownSearchAttribute(err) {
 		// Registered a moment ago, the server's cache may not know them
@@ -412,7 +412,7 @@ func (s *Starter) startAndWait(ctx context.Context, in Intent, wait time.Duratio
 	}
 	waitCtx, cancel := context.WithTimeout(ctx, wait)
 	defer cancel()
-	waitCtx, span = s.span(waitCtx, "wait", in.Intent)
+	waitCtx, span = s.span(waitCtx, StageWait, in.Intent)
 	err = waitRun(waitCtx, run, settled.Done())
 	span.SetAttributes(attribute.Bool("idemflow.woken_here", errors.Is(err, errSettledHere)))
 	span.End()
@@ -483,7 +483,15 @@ func waitRun(ctx context.Context, run client.WorkflowRun, settled <-chan struct{
 	}
 }
 
-// span starts one of the intent's spans ("claim", "start", "wait"),
+// The stages of an intent's submission, each spanned and timed: the claim
+// of its record, the start of its run, and the wait for its answer.
+const (
+	StageClaim = "claim"
+	StageStart = "start"
+	StageWait  = "wait"
+)
+
+// span starts one of the intent's spans (a stage),
 // timed for Stages when it is set.
 func (s *Starter) span(ctx context.Context, name string, in idem.Intent) (context.Context, trace.Span) {
 	var span trace.Span

@@ -13,6 +13,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/idemflow/idemflow/starter"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 )
@@ -106,11 +107,11 @@ type usage struct {
 // waited for an empty pool and how long.
 var poolCounters = []string{"acquire_count", "acquire_duration_ns", "empty_acquire", "empty_acquire_wait_time_ns"}
 
+// stageNames are the starter's stages, in a submission's order.
+var stageNames = []string{starter.StageClaim, starter.StageStart, starter.StageWait}
+
 // stageUsage is one stage's seconds and count.
 type stageUsage struct{ seconds, count float64 }
-
-// stageNames are the starter's stages, in a request's order.
-var stageNames = []string{"claim", "start", "wait"}
 
 // dbUsage is what one database's statements did.
 type dbUsage struct {
