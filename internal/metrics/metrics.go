@@ -52,8 +52,11 @@ func New() *Registry {
 // connections by state), so that an operator, and bench's accounting, see
 // whether requests wait for a connection.
 func (r *Registry) WatchPool(pool *pgxpool.Pool) {
-	r.MustRegister(pgxpoolprometheus.NewCollector(pool, map[string]string{"pool": "idemflow"}))
+	r.MustRegister(pgxpoolprometheus.NewCollector(pool, map[string]string{"pool": PoolName}))
 }
+
+// PoolName is the pool label of the pgxpool_* series WatchPool exports.
+const PoolName = "idemflow"
 
 // Handler serves the registry in the Prometheus text format.
 func (r *Registry) Handler() http.Handler {

@@ -13,6 +13,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/idemflow/idemflow/internal/metrics"
 	"github.com/idemflow/idemflow/starter"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -189,7 +190,7 @@ func (a *accountant) snapshot(ctx context.Context) usage {
 			}
 			u.pool = map[string]float64{}
 			for _, name := range poolCounters {
-				u.pool[name] = v[`pgxpool_`+name+`{pool="idemflow"}`]
+				u.pool[name] = v[`pgxpool_`+name+`{pool="`+metrics.PoolName+`"}`]
 			}
 		}
 	}
