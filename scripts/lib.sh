@@ -79,12 +79,14 @@ ensure_python3() {
 # CrewAI cannot share that environment (crewai 1.x takes openai <3, the
 # OpenAI Agents SDK >=3): its tests run in clients/python/.venv-crewai,
 # from requirements-crewai.lock, the same way (Python 3.11 or later).
+# Nor can Strands Agents (its mcp <2.2, the OpenAI Agents SDK's >=2.3):
+# clients/python/.venv-strands, from requirements-strands.lock.
 build_python() {
   python3 -c 'import sys; sys.exit(sys.version_info < (3, 11))' || die "the Python client's tests need Python 3.11 or later, found $(python3 --version)"
   echo "installing the Python client's locked packages (pip --require-hashes)..." >&2
   (
     cd clients/python
-    for env in .venv:requirements.lock .venv-crewai:requirements-crewai.lock; do
+    for env in .venv:requirements.lock .venv-crewai:requirements-crewai.lock .venv-strands:requirements-strands.lock; do
       dir=${env%%:*} lock=${env#*:}
       [ -x "$dir/bin/python" ] || python3 -m venv "$dir"
       "$dir/bin/pip" install -q --disable-pip-version-check --require-hashes --no-deps -r "$lock"

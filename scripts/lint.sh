@@ -45,12 +45,15 @@ go run go.temporal.io/sdk/contrib/tools/workflowcheck@v0.6.0 ./...
 (cd examples/refund_request && go vet ./... && go run honnef.co/go/tools/cmd/staticcheck@v0.8.2 ./...)
 [ -x clients/python/.venv/bin/mypy ] || die "clients/python/.venv is missing: run scripts/test.sh, or (. scripts/lib.sh; build_python)"
 [ -x clients/python/.venv-crewai/bin/mypy ] || die "clients/python/.venv-crewai is missing: run scripts/test.sh, or (. scripts/lib.sh; build_python)"
+[ -x clients/python/.venv-strands/bin/mypy ] || die "clients/python/.venv-strands is missing: run scripts/test.sh, or (. scripts/lib.sh; build_python)"
 (
   cd clients/python
   .venv/bin/ruff check src tests ../../examples/python ../../internal/tooling/schemathesis
   .venv/bin/ruff format --check src tests ../../examples/python ../../internal/tooling/schemathesis
-  # The CrewAI module is checked in its own environment (requirements-crewai.lock).
-  .venv/bin/mypy src --exclude 'src/idemflow/crewai\.py$'
+  # The CrewAI and Strands modules are checked in their own environments
+  # (requirements-crewai.lock, requirements-strands.lock).
+  .venv/bin/mypy src --exclude 'src/idemflow/(crewai|strands)\.py$'
   .venv-crewai/bin/mypy src/idemflow/crewai.py
+  .venv-strands/bin/mypy src/idemflow/strands.py
 )
 echo "lint: clean" >&2

@@ -131,22 +131,36 @@ func TestThePythonPackageAgainstTheStack(t *testing.T) {
 // key vectors. The main suite leaves tests/crewai to this test
 // (tests/conftest.py), which fails where the environment is missing.
 func TestCrewAIAgainstTheStack(t *testing.T) {
-	py := venv(t, ".venv-crewai", "requirements-crewai.lock")
+	ownSuite(t, "crewai",
+		// No network: CrewAI's telemetry and tracing stay off.
+		"CREWAI_DISABLE_TELEMETRY=true", "CREWAI_TRACING_ENABLED=false", "OTEL_SDK_DISABLED=true")
+}
+
+// Strands Agents' tests (tests/strands) in their own environment, against
+// the stack: an agent on a FileSessionManager SIGKILLed mid call and sent
+// its message again, its controls, two calls in a turn, a pending answer
+// written again, the docs' program, and the shared key vectors. The main
+// suite leaves tests/strands to this test (tests/conftest.py), which fails
+// where the environment is missing.
+func TestStrandsAgainstTheStack(t *testing.T) {
+	// No network: Strands' telemetry stays off.
+	ownSuite(t, "strands", "OTEL_SDK_DISABLED=true")
+}
+
+// ownSuite runs tests/<name> in .venv-<name> (from requirements-<name>.lock)
+// against the stack, with env added to the environment.
+func ownSuite(t *testing.T, name string, env ...string) {
+	py := venv(t, ".venv-"+name, "requirements-"+name+".lock")
 	_, environ := mcpStack(t)
-	args := []string{"-m", "pytest", "-q", "-s", "-p", "no:cacheprovider", "tests/crewai"}
+	args := []string{"-m", "pytest", "-q", "-s", "-p", "no:cacheprovider", "tests/" + name}
 	if run := os.Getenv("IDEMFLOW_PYTEST_K"); run != "" {
 		args = append(args, "-k", run)
 	}
 	cmd := exec.Command(py, args...)
-	cmd.Env = append(append(os.Environ(), environ...),
-		"IDEMFLOW_PYTEST_SUITE=crewai",
-		"PYTHONUNBUFFERED=1",
-		// No network: CrewAI's telemetry and tracing stay off.
-		"CREWAI_DISABLE_TELEMETRY=true", "CREWAI_TRACING_ENABLED=false", "OTEL_SDK_DISABLED=true",
-	)
+	cmd.Env = append(append(append(os.Environ(), environ...), "IDEMFLOW_PYTEST_SUITE="+name, "PYTHONUNBUFFERED=1"), env...)
 	out, err := cmd.CombinedOutput()
 	t.Log(string(out))
 	if err != nil {
-		t.Fatalf("pytest tests/crewai: %v", err)
+		t.Fatalf("pytest tests/%s: %v", name, err)
 	}
 }

@@ -15,12 +15,14 @@ import pytest
 
 import idemflow
 
-# tests/crewai/ runs in its own environment (.venv-crewai: CrewAI cannot
-# share this one), from its own test in python_test.go, which names it;
-# the main suite leaves it to that test, never silently: python_test.go's
-# TestCrewAIAgainstTheStack fails where it cannot run.
+# tests/crewai/ and tests/strands/ run in their own environments
+# (.venv-crewai, .venv-strands: neither framework can share this one),
+# each from its own test in python_test.go, which names it; the main suite
+# leaves them to those tests, never silently: python_test.go's
+# TestCrewAIAgainstTheStack and TestStrandsAgainstTheStack fail where they
+# cannot run.
 SUITE = os.environ.get("IDEMFLOW_PYTEST_SUITE", "main")
-collect_ignore_glob = ["crewai/*"] if SUITE != "crewai" else []
+collect_ignore_glob = [f"{s}/*" for s in ("crewai", "strands") if s != SUITE]
 
 
 def need(name: str) -> str:

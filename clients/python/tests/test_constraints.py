@@ -24,6 +24,7 @@ HEADER = """\
 FILES = [
     ("constraints.txt", "requirements.lock", "docs/agents/"),
     ("constraints-crewai.txt", "requirements-crewai.lock", "docs/agents/crewai.md"),
+    ("constraints-strands.txt", "requirements-strands.lock", "docs/agents/strands.md"),
 ]
 
 

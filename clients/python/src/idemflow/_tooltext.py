@@ -40,6 +40,7 @@ RESUME = {
     "dbos": "the DBOS step waits on under the same key",
     "adk": "resume the invocation with its invocation_id (run_durably) to wait for its answer",
     "crewai": "the same call with the same arguments waits on under the same key",
+    "strands": "the same call with the same arguments, in this turn or this message sent again, waits on under the same key",
 }
 
 

@@ -1,0 +1,211 @@
+"""Strands Agents (``strands-agents``): a tool that runs one of idemflow's
+operations once per intended call, under a key derived from what the
+agent's session holds of the call.
+
+What Strands keeps, read in strands-agents 1.62: a session manager built
+on a repository (``FileSessionManager``, ``S3SessionManager``, or a
+``RepositorySessionManager`` over a repository of the app's) writes every
+message as it is added (``MessageAddedEvent``), so the model's message
+that asks for a call is in the session before the call runs. Each call
+has a ``toolUseId``, written by the model. A process killed mid call
+leaves that message with no result; the app makes the agent again on the
+same session and sends the user's message again, and Strands first adds
+a result saying "Tool was interrupted." to the call left open
+(``Agent._convert_prompt_to_messages``). The model reads that, and writes
+the call again, under a new ``toolUseId``, in a new message.
+
+So the key (st1) names the intended call, not those IDs: the session and
+the agent, the turn, the tool, the call's arguments (RFC 8785, less a
+model-written ``idempotency_key``) and their occurrence among the turn's
+calls of that tool with those arguments. The turn is the user's message,
+and its place: how many of the session's earlier messages from the user
+were answered to the end (a message of the model's that asks for no
+call). A turn killed mid call never ended, so the message sent again is
+the same turn, and the call written again has the same key and gets its
+answer, a replay; the same words after the first were answered are
+another turn. The session's whole history is read from its repository,
+so a conversation manager that drops old messages from the agent's
+window changes no key.
+
+A call counts as an occurrence once its final answer is in the turn: a
+call whose answer was pending (past a finite deadline) and that the model
+writes again is the same call, under the same key. Two calls of one tool
+with the same arguments in one message of the model's are two calls.
+
+Needs the ``strands`` extra (``strands-agents``, Python 3.11+).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import AsyncGenerator, Callable, Sequence
+from typing import Any
+
+from pydantic import BaseModel, ValidationError
+from strands.session.repository_session_manager import RepositorySessionManager
+from strands.types._events import ToolResultEvent
+from strands.types.content import Message
+from strands.types.tools import AgentTool, ToolResult, ToolSpec, ToolUse
+
+from ._tooltext import RESUME, answer_text, arguments, pending_text, refusal_text, send
+from .client import AsyncClient, Client, Intent
+from .errors import DeadlineError, NoDurableIdentityError, ProblemError
+from .keys import call_arguments, canonical, derive_key
+
+__all__ = ["KEY_SCHEME", "IdemflowTool", "call_key", "durable_key", "intended_call_key", "session_history"]
+
+#: The scheme of a Strands tool call's key: the intended call.
+KEY_SCHEME = "st1"
+
+
+def call_key(session_id: str, agent_id: str, answered: int, prompt: Any, tool: str, args: Any, occurrence: int) -> str:
+    """The st1 key of a call from its parts (clients/testdata/keys.json's
+    strands vectors): the session, the agent, the turn (how many earlier
+    messages of the user's were answered, and the message's content
+    blocks), the tool, the arguments and their occurrence."""
+    turn = derive_key("turn", str(answered), canonical(prompt))
+    return derive_key(KEY_SCHEME, session_id, agent_id, turn, tool, derive_key("args", call_arguments(args)), str(occurrence))
+
+
+def _is_prompt(m: Message) -> bool:
+    """A message of the user's own: one with content other than tool results."""
+    return m["role"] == "user" and any("toolResult" not in c for c in m["content"])
+
+
+def _asks(m: Message) -> list[ToolUse]:
+    return [c["toolUse"] for c in m["content"] if "toolUse" in c] if m["role"] == "assistant" else []
+
+
+def _results(messages: Sequence[Message]) -> dict[str, ToolResult]:
+    return {c["toolResult"]["toolUseId"]: c["toolResult"] for m in messages if m["role"] == "user" for c in m["content"] if "toolResult" in c}
+
+
+def _final(result: ToolResult | None) -> bool:
+    """Whether result is a final answer the model read: not missing, not
+    Strands' "Tool was interrupted.", not a pending answer of idemflow's."""
+    if result is None:
+        return False
+    text = " ".join(c.get("text", "") for c in result["content"])
+    return not (result["status"] == "error" and (text == "Tool was interrupted." or "the call is pending under key" in text))
+
+
+def intended_call_key(session_id: str, agent_id: str, history: Sequence[Message], tool_use_id: str) -> str | None:
+    """The st1 key of call tool_use_id from the session's whole history
+    (see the module's comment); None when no message of the current turn
+    asks for it."""
+    starts = [i for i, m in enumerate(history) if _is_prompt(m)]
+    if not starts:
+        return None
+    start = starts[-1]
+    turn = history[start:]
+    at = next(((i, j) for i in range(len(turn) - 1, -1, -1) for j, u in enumerate(_asks(turn[i])) if u["toolUseId"] == tool_use_id), None)
+    if at is None:
+        return None
+    i, j = at
+    use = _asks(turn[i])[j]
+    args = call_arguments(use["input"])
+    results = _results(turn)
+    same = [(k, u) for k, m in enumerate(turn[:i]) for u in _asks(m) if u["name"] == use["name"] and call_arguments(u["input"]) == args]
+    n = 1 + sum(1 for _, u in same if _final(results.get(u["toolUseId"])))
+    n += sum(1 for u in _asks(turn[i])[:j] if u["name"] == use["name"] and call_arguments(u["input"]) == args)
+    answered = 0
+    for a, b in zip(starts, [*starts[1:], len(history)], strict=True):
+        if a < start and any(m["role"] == "assistant" and not _asks(m) for m in history[a + 1 : b]):
+            answered += 1
+    return call_key(session_id, agent_id, answered, history[start]["content"], use["name"], use["input"], n)
+
+
+def session_history(agent: Any) -> tuple[str, list[Message]]:
+    """The ID of agent's session and every message its repository holds,
+    the ones a conversation manager dropped from the agent's window too.
+    Raises NoDurableIdentityError for an agent without a session manager
+    on a repository: nothing it keeps outlives its process."""
+    manager = getattr(agent, "_session_manager", None)
+    if not isinstance(manager, RepositorySessionManager):
+        raise NoDurableIdentityError(
+            "the agent has no session manager on a repository (FileSessionManager, S3SessionManager, RepositorySessionManager), "
+            "so nothing durable names its calls"
+        )
+    stored = manager.session_repository.list_messages(manager.session_id, agent.agent_id)
+    return manager.session_id, [s.to_message() for s in stored]
+
+
+def durable_key(agent: Any, tool_use: ToolUse) -> str:
+    """The st1 key of the call tool_use that agent runs, from its session's
+    history. Raises NoDurableIdentityError for an agent without a session
+    manager on a repository, or a call no message of the session's current
+    turn asks for."""
+    session_id, history = session_history(agent)
+    key = intended_call_key(session_id, agent.agent_id, history, tool_use["toolUseId"])
+    if key is None:
+        raise NoDurableIdentityError(f"no message of session {session_id}'s current turn asks for call {tool_use['toolUseId']}")
+    return key
+
+
+class IdemflowTool(AgentTool):
+    """A Strands tool that runs one of idemflow's operations (a ticket, an
+    order, a declared operation, an HTTP tool) once per intended call.
+
+    path is the operation's, or a function of the arguments; body makes the
+    request's body from them (default: the arguments, as input_model reads
+    them). The model reads {http_status, replayed, result}, or for a final
+    refusal {http_status, error, problem, body, key}.
+
+    By default a call waits for its final answer however long it takes,
+    retrying under its key. A finite deadline (seconds) is for an app that
+    prefers an answer to the agent: past it, the model reads that the call
+    is pending under its key and must not be made again; written again, it
+    is the same call, under the same key.
+    """
+
+    def __init__(
+        self,
+        client: Client | AsyncClient,
+        *,
+        name: str,
+        description: str,
+        path: str | Callable[[dict[str, Any]], str],
+        input_model: type[BaseModel],
+        body: Callable[[dict[str, Any]], Any] | None = None,
+        deadline: float = math.inf,
+    ) -> None:
+        super().__init__()
+        self._client, self._name, self._description, self._path = client, name, description, path
+        self._model, self._body, self._deadline = input_model, body, deadline
+
+    @property
+    def tool_name(self) -> str:
+        return self._name
+
+    @property
+    def tool_spec(self) -> ToolSpec:
+        return {"name": self._name, "description": self._description, "inputSchema": {"json": self._model.model_json_schema()}}
+
+    @property
+    def tool_type(self) -> str:
+        return "idemflow"
+
+    async def stream(self, tool_use: ToolUse, invocation_state: dict[str, Any], **kwargs: Any) -> AsyncGenerator[Any, None]:
+        yield ToolResultEvent(await self._call(tool_use, invocation_state.get("agent")))
+
+    async def _call(self, tool_use: ToolUse, agent: Any) -> ToolResult:
+        def result(status: str, text: str) -> ToolResult:
+            return {"toolUseId": tool_use["toolUseId"], "status": status, "content": [{"text": text}]}  # type: ignore[typeddict-item]
+
+        try:
+            args = arguments(self._model, dict(tool_use["input"]))
+        except ValidationError as e:
+            return result("error", f"invalid arguments, nothing was sent: {e}")
+        try:
+            key = durable_key(agent, tool_use)
+        except NoDurableIdentityError as e:
+            # Strands hands what a tool raises to the model as an error;
+            # this one says why, and that nothing was sent.
+            return result("error", f"NoDurableIdentityError: {self._name}: {e}; nothing was sent")
+        path = self._path(args) if callable(self._path) else self._path
+        try:
+            return result("success", answer_text(await send(self._client, Intent(key, path, self._body(args) if self._body else args), self._deadline)))
+        except ProblemError as e:
+            return result("error", refusal_text(e, key))
+        except DeadlineError:
+            return result("error", pending_text(self._name, key, RESUME["strands"]))

@@ -1,0 +1,106 @@
+"""A local stand-in for Anthropic's Messages API (ANTHROPIC_BASE_URL, or a
+provider's base_url): a scripted model, streamed as the API streams, for
+the agents whose model is reached over HTTP (Strands Agents' Anthropic
+provider; the Claude Agent SDK's CLI). No network.
+
+It asks for create_ticket, one call at a time (a new tool_use ID each
+time it writes a call), until it has read as many answers (tool results
+with http_status) since the turn's prompt as it has titles, then says it
+is done; with together, it asks for all of them in one message; with
+ids, it writes those tool_use IDs, in turn, instead of new ones. After a
+crash or a pending answer, what it reads is no answer (the call was
+interrupted, or is pending), and it writes the call again, as models do,
+up to three times in a row.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+import uuid
+from collections.abc import Sequence
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+
+
+class ScriptedModel:
+    """The stand-in, serving on 127.0.0.1 from a thread of this process."""
+
+    def __init__(self, customer: str, titles: Sequence[str] = ("Printer on fire",), together: bool = False, ids: Sequence[str] = ()) -> None:
+        self.customer, self.titles, self.together, self.ids = customer, list(titles), together, list(ids)
+        #: The tool_use IDs the model wrote, in order.
+        self.calls: list[str] = []
+        model = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def log_message(self, format: str, *args: Any) -> None:
+                pass
+
+            def do_POST(self) -> None:
+                body = self.rfile.read(int(self.headers.get("content-length") or 0))
+                if not self.path.startswith("/v1/messages") or "count_tokens" in self.path:
+                    self._send("application/json", b'{"input_tokens":10}' if "count_tokens" in self.path else b"{}")
+                    return
+                self._send("text/event-stream", model.reply(json.loads(body or b"{}")).encode())
+
+            def _send(self, kind: str, data: bytes) -> None:
+                self.send_response(200)
+                self.send_header("content-type", kind)
+                self.send_header("content-length", str(len(data)))
+                self.end_headers()
+                self.wfile.write(data)
+
+        self._server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.url = f"http://127.0.0.1:{self._server.server_address[1]}"
+        threading.Thread(target=self._server.serve_forever, daemon=True).start()
+
+    def close(self) -> None:
+        self._server.shutdown()
+        self._server.server_close()
+
+    def reply(self, request: dict[str, Any]) -> str:
+        """The streamed answer to one request of the Messages API."""
+        tool = next((t["name"] for t in request.get("tools") or [] if t["name"].endswith("create_ticket")), None)
+        answered, results = answers_since_prompt(request.get("messages") or [])
+        out: list[str] = []
+
+        def ev(kind: str, **data: Any) -> None:
+            out.append(f"event: {kind}\ndata: {json.dumps({'type': kind, **data})}\n\n")
+
+        message = {"id": "msg_" + uuid.uuid4().hex, "type": "message", "role": "assistant", "model": request.get("model", "scripted"), "content": []}
+        ev("message_start", message={**message, "stop_reason": None, "stop_sequence": None, "usage": {"input_tokens": 10, "output_tokens": 1}})
+        # Three results that are no answer in a row, and it gives up.
+        if tool and answered < len(self.titles) and results - answered < 3:
+            titles = self.titles[answered:] if self.together else [self.titles[answered]]
+            for i, title in enumerate(titles):
+                call = self.ids[len(self.calls) % len(self.ids)] if self.ids else "toolu_" + uuid.uuid4().hex[:24]
+                self.calls.append(call)
+                ev("content_block_start", index=i, content_block={"type": "tool_use", "id": call, "name": tool, "input": {}})
+                args = json.dumps({"customer_id": self.customer, "title": title})
+                ev("content_block_delta", index=i, delta={"type": "input_json_delta", "partial_json": args})
+                ev("content_block_stop", index=i)
+            ev("message_delta", delta={"stop_reason": "tool_use", "stop_sequence": None}, usage={"output_tokens": 20})
+        else:
+            ev("content_block_start", index=0, content_block={"type": "text", "text": ""})
+            ev("content_block_delta", index=0, delta={"type": "text_delta", "text": "The ticket is open."})
+            ev("content_block_stop", index=0)
+            ev("message_delta", delta={"stop_reason": "end_turn", "stop_sequence": None}, usage={"output_tokens": 5})
+        ev("message_stop")
+        return "".join(out)
+
+
+def answers_since_prompt(messages: Sequence[dict[str, Any]]) -> tuple[int, int]:
+    """The answers (tool results with http_status), and all the tool
+    results, the model read since the turn's last prompt (the last message
+    of the user's with text)."""
+    n = results = 0
+    for m in reversed(messages):
+        if m.get("role") != "user":
+            continue
+        parts = m["content"] if isinstance(m["content"], list) else [{"type": "text", "text": m["content"]}]
+        tool_results = [p for p in parts if p.get("type") == "tool_result"]
+        results += len(tool_results)
+        n += sum(1 for p in tool_results if "http_status" in json.dumps(p.get("content")))
+        if any(p.get("type") == "text" for p in parts):
+            break
+    return n, results

@@ -1,0 +1,168 @@
+"""Strands Agents (idemflow.strands), in its own environment: a real Agent
+with a FileSessionManager on Strands' Anthropic provider (the scripted
+model behind tests/model_api.py), SIGKILLed mid call (the answer dropped
+after idemflow executed, or the request held before it arrived) and sent
+its message again on the restored session, ends with one ticket; the
+controls (a fresh key per call, the toolUseId as the key) make two. Also:
+two calls in a turn are two tickets, in one message or two; a later turn
+that brings the same toolUseId back is another call; a pending answer
+written again is the same key; an agent without a session manager gets no
+key; the shared key vectors; the docs' program, killed and run again."""
+
+from __future__ import annotations
+
+import json
+import threading
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import psycopg
+import pytest
+from strands import Agent
+from strands.models.anthropic import AnthropicModel
+
+import idemflow
+from idemflow.strands import IdemflowTool, call_key
+
+from .. import children
+from ..conftest import count, docs_text
+from ..model_api import ScriptedModel
+from ..wire import Fault, Proxy
+from .strands_agent import PROMPT, Ticket, agent, answers
+
+KEYS = json.loads((Path(__file__).resolve().parents[3] / "testdata" / "keys.json").read_text())
+
+
+@pytest.fixture
+def model_api(monkeypatch: pytest.MonkeyPatch) -> Iterator[list[ScriptedModel]]:
+    """Starts scripted models on demand, the last one started the one
+    ANTHROPIC_BASE_URL names (for this process and the agents it starts)."""
+    started: list[ScriptedModel] = []
+    monkeypatch.setenv("ANTHROPIC_API_KEY", "sk-ant-test")
+    yield started
+    for m in started:
+        m.close()
+
+
+def serve(started: list[ScriptedModel], monkeypatch: pytest.MonkeyPatch, customer: str, **kw: Any) -> ScriptedModel:
+    m = ScriptedModel(customer, **kw)
+    started.append(m)
+    monkeypatch.setenv("ANTHROPIC_BASE_URL", m.url)
+    return m
+
+
+CASES: list[tuple[str, Fault, tuple[str, ...], int, bool]] = [
+    # name, fault, extra arguments, tickets after the kill and the rerun, the rerun's answer replayed
+    ("message sent again, answer lost", "answer-lost", (), 1, True),
+    ("message sent again, request held", "before-received", (), 1, False),
+    ("control: fresh keys", "answer-lost", ("--tools", "naive"), 2, False),
+    ("control: the toolUseId as the key", "answer-lost", ("--tools", "tool-use-id"), 2, False),
+]
+
+
+@pytest.mark.parametrize("name,fault,extra,tickets,replayed", CASES, ids=[c[0] for c in CASES])
+def test_a_killed_strands_agent_sends_its_message_again_without_a_duplicate(
+    name: str,
+    fault: Fault,
+    extra: tuple[str, ...],
+    tickets: int,
+    replayed: bool,
+    url: str,
+    db: psycopg.Connection,
+    tmp_path: Path,
+    model_api: list[ScriptedModel],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    thread = f"py-strands-{name.split(':')[0].split(',')[-1].strip().replace(' ', '-')}-{uuid.uuid4().hex[:6]}"
+    model = serve(model_api, monkeypatch, thread)
+    args = ["--sessions", str(tmp_path / "sessions"), *extra]
+    children.kill_case("tests.strands.strands_agent", name, thread, args, url, db, tickets=tickets, replayed=replayed, fault=fault)
+    # The model wrote the call again after the restart, under a new ID.
+    assert len(set(model.calls)) == 2, model.calls
+
+
+def turn(client: idemflow.Client, session: str, sessions: Path, deadline: float = float("inf")) -> Agent:
+    tool = IdemflowTool(client, name="create_ticket", description="Create a support ticket.", path="/v1/tickets", input_model=Ticket, deadline=deadline)
+    a = agent(session, str(sessions), [tool])
+    a(PROMPT)
+    return a
+
+
+def test_two_calls_in_a_turn_are_two_tickets_and_a_later_turn_is_another(
+    url: str, token: str, db: psycopg.Connection, tmp_path: Path, model_api: list[ScriptedModel], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Two calls with the same arguments in one turn (one after the other,
+    or both in one message of the model's) are two intended calls: two
+    tickets each. A later turn in the same words, whose model writes the
+    same toolUseIds again, is another turn: two more."""
+    with idemflow.Client(url, token) as c:
+        for together in (False, True):
+            who = f"py-strands-two-{together}-{uuid.uuid4().hex[:6]}"
+            serve(model_api, monkeypatch, who, titles=["Printer on fire"] * 2, together=together, ids=["toolu_same_1", "toolu_same_2"])
+            turn(c, who, tmp_path / "sessions")
+            first = count(db, "ticket", who)
+            turn(c, who, tmp_path / "sessions")
+            how = "one message" if together else "two messages"
+            print(f"two identical calls in a turn ({how}), then a later turn: {first}, then {count(db, 'ticket', who)} tickets")
+            assert (first, count(db, "ticket", who)) == (2, 4)
+
+
+def test_a_pending_answer_written_again_is_the_same_call(
+    url: str, token: str, db: psycopg.Connection, tmp_path: Path, model_api: list[ScriptedModel], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A partition of 2.5 s and a 1 s deadline: the model reads that the
+    call is pending, writes it again (as models do), and it waits again
+    under the same key: one ticket, one key for every attempt."""
+    proxy = Proxy(url, "answer-lost", path="/never")
+    try:
+        who = f"py-strands-pending-{uuid.uuid4().hex[:8]}"
+        model = serve(model_api, monkeypatch, who)
+        proxy.partitioned = True
+        heal = threading.Timer(2.5, lambda: setattr(proxy, "partitioned", False))
+        heal.start()
+        with idemflow.Client(proxy.url, token, attempt_timeout=0.5, initial_backoff=0.02, max_backoff=0.2) as c:
+            a = turn(c, who, tmp_path / "sessions", deadline=1.0)
+        heal.cancel()
+    finally:
+        proxy.close()
+    keys = {k for k in proxy.keys if k}
+    print(f"a partition of 2.5 s, a 1 s deadline: the model wrote the call {len(model.calls)} times; keys {keys}; {count(db, 'ticket', who)} tickets")
+    assert len(model.calls) >= 2 and len(keys) == 1 and count(db, "ticket", who) == 1
+    assert json.loads(answers(a)[-1])["http_status"] == 201
+
+
+def test_an_agent_without_a_session_manager_gets_no_key(
+    url: str, token: str, db: psycopg.Connection, model_api: list[ScriptedModel], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Nothing an agent without a session manager keeps outlives its
+    process: the model reads NoDurableIdentityError, and nothing is sent."""
+    who = f"py-strands-nosession-{uuid.uuid4().hex[:6]}"
+    serve(model_api, monkeypatch, who, titles=["Printer on fire"])
+    with idemflow.Client(url, token) as c:
+        tool = IdemflowTool(c, name="create_ticket", description="d", path="/v1/tickets", input_model=Ticket)
+        a = Agent(model=AnthropicModel(model_id="claude-sonnet-4-5", max_tokens=1024), tools=[tool], callback_handler=None)
+        a(PROMPT)
+    results = [c["toolResult"] for m in a.messages for c in m["content"] if "toolResult" in c]
+    assert results and "NoDurableIdentityError" in results[0]["content"][0]["text"], results
+    assert count(db, "ticket", who) == 0
+
+
+@pytest.mark.parametrize("c", KEYS["strands"], ids=lambda c: c["name"])
+def test_strands_key(c: dict[str, Any]) -> None:
+    assert call_key(c["session_id"], c["agent_id"], c["answered"], c["prompt"], c["tool"], c["args"], c["occurrence"]) == c["key"]
+
+
+def test_the_docs_snippet_runs(url: str, db: psycopg.Connection, tmp_path: Path, model_api: list[ScriptedModel], monkeypatch: pytest.MonkeyPatch) -> None:
+    """docs/agents/strands.md's program, as written, run as a process on
+    the scripted model: SIGKILLed while its call waits (the answer dropped
+    after the ticket was made) and run again, it makes no second ticket."""
+    section = docs_text().split("# Strands Agents (Python 3.11+)\n", 1)[1]
+    code = section.split("```python\n", 1)[1].split("```", 1)[0]
+    serve(model_api, monkeypatch, "c-1")
+    before = count(db, "ticket", "c-1")
+    again = children.kill_snippet_mid_call_and_rerun(code, tmp_path, url, lambda: count(db, "ticket", "c-1"))
+    print(f"the docs' program, killed and run again: {again.stdout[-300:]!r}")
+    assert again.returncode == 0, again.stdout + again.stderr
+    assert count(db, "ticket", "c-1") == before + 1, "run again after the kill, the program made a second ticket"
