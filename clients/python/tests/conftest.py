@@ -7,13 +7,16 @@ from __future__ import annotations
 
 import os
 import re
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import psycopg
 import pytest
 
 import idemflow
+
+from .model_api import ScriptedModel
 
 # tests/crewai/ and tests/strands/ run in their own environments
 # (.venv-crewai, .venv-strands: neither framework can share this one),
@@ -77,3 +80,22 @@ def docs_text() -> str:
     linked = [docs / "agents" / name for name in re.findall(r"\]\(agents/([a-z0-9-]+\.md)\)", (docs / "agents.md").read_text())]
     ordered = [p for p in dict.fromkeys(linked) if p in pages] + [p for p in pages if p not in linked]
     return "\n\n".join(f.read_text() for f in [root / "README.md", *sorted(docs.glob("*.md")), *ordered])
+
+
+@pytest.fixture
+def model_api(monkeypatch: pytest.MonkeyPatch) -> Iterator[Callable[..., ScriptedModel]]:
+    """Starts scripted models behind a stand-in for the Messages API
+    (tests/model_api.py): serve(customer, ...) starts one and points
+    ANTHROPIC_BASE_URL at it, for this process and the agents it starts."""
+    started: list[ScriptedModel] = []
+    monkeypatch.setenv("ANTHROPIC_API_KEY", "sk-ant-test")
+
+    def serve(customer: str, **kw: Any) -> ScriptedModel:
+        m = ScriptedModel(customer, **kw)
+        started.append(m)
+        monkeypatch.setenv("ANTHROPIC_BASE_URL", m.url)
+        return m
+
+    yield serve
+    for m in started:
+        m.close()

@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import http.server
 import threading
-from typing import Any, Literal
+from collections.abc import Callable
+from typing import Any, Literal, TypeVar
 
 import httpx
 
@@ -91,3 +92,23 @@ class Proxy:
     def close(self) -> None:
         self.server.shutdown()
         self.server.server_close()
+
+
+T = TypeVar("T")
+
+
+def through_partition(url: str, seconds: float, run: Callable[[str], T]) -> tuple[T, set[str]]:
+    """run(proxy URL)'s result, with the proxy to url partitioned for its
+    first seconds (every request to it fails), and the keys its POSTs sent."""
+    proxy = Proxy(url, "answer-lost", path="/never")
+    try:
+        proxy.partitioned = True
+        heal = threading.Timer(seconds, lambda: setattr(proxy, "partitioned", False))
+        heal.start()
+        try:
+            out = run(proxy.url)
+        finally:
+            heal.cancel()
+    finally:
+        proxy.close()
+    return out, {k for k in proxy.keys if k}

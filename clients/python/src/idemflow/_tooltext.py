@@ -8,13 +8,13 @@ from __future__ import annotations
 
 import asyncio
 import json
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import BaseModel
 
 from .answers import Result
 from .client import AsyncClient, Client, Intent
-from .errors import ProblemError
+from .errors import DeadlineError, ProblemError
 
 
 def answer_text(r: Result) -> str:
@@ -40,6 +40,7 @@ RESUME = {
     "dbos": "the DBOS step waits on under the same key",
     "adk": "resume the invocation with its invocation_id (run_durably) to wait for its answer",
     "crewai": "the same call with the same arguments waits on under the same key",
+    "claude": "send the same turn on its session (run_durably, the same turn_id) to wait for its answer",
     "strands": "the same call with the same arguments, in this turn or this message sent again, waits on under the same key",
 }
 
@@ -69,3 +70,15 @@ async def send(client: Client | AsyncClient, intent: Intent, deadline: float) ->
     if isinstance(client, AsyncClient):
         return await client.do(intent, deadline=deadline)
     return await asyncio.to_thread(client.do, intent, deadline=deadline)
+
+
+async def outcome(client: Client | AsyncClient, intent: Intent, deadline: float, name: str, resume: str) -> tuple[Literal["answer", "refusal", "pending"], str]:
+    """What the model reads of intent, sent under its key (send): its final
+    answer, a final refusal, or, past deadline, that it is pending (resume:
+    how the framework goes on); and which of the three it is."""
+    try:
+        return "answer", answer_text(await send(client, intent, deadline))
+    except ProblemError as e:
+        return "refusal", refusal_text(e, intent.key)
+    except DeadlineError:
+        return "pending", pending_text(name, intent.key, resume)

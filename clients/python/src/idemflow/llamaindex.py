@@ -61,6 +61,7 @@ from pydantic import BaseModel, ConfigDict
 from workflows import Context, step
 from workflows.events import Event, StopEvent
 
+from ._files import write_durably
 from ._tooltext import answer_text, arguments, refusal_text, send
 from .client import AsyncClient, Client, Intent
 from .errors import NoDurableIdentityError, ProblemError
@@ -363,7 +364,7 @@ async def run_durably(agent: FunctionAgent, state: str | os.PathLike[str], user_
             # beside the context.
             warnings.filterwarnings("ignore", message=".*unserializable key: memory")
             doc = {"running": running, "ctx": handler.ctx.to_dict(), "memory": [m.model_dump(mode="json") for m in await memory.aget_all()]}
-        _write_durably(path, json.dumps(doc))
+        write_durably(path, json.dumps(doc))
 
     async for ev in handler.stream_events():
         if isinstance(ev, CallPending):
@@ -372,25 +373,6 @@ async def run_durably(agent: FunctionAgent, state: str | os.PathLike[str], user_
     result: AgentOutput = await handler
     await save(running=False)
     return result
-
-
-def _write_durably(path: Path, text: str) -> None:
-    """Replaces path with text so that a crash, of the process or the
-    machine, leaves the old file or the new one, and the new one is on disk
-    when this returns (as the TypeScript client's writeDurably): the keys
-    of the calls about to act rest on it."""
-    tmp = path.with_name(f"{path.name}.{os.getpid()}.tmp")
-    with open(tmp, "w") as f:
-        f.write(text)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
-    # The rename is durable once the folder's entry is.
-    folder = os.open(path.parent, os.O_RDONLY)
-    try:
-        os.fsync(folder)
-    finally:
-        os.close(folder)
 
 
 def _release(ctx: dict[str, Any]) -> tuple[dict[str, Any], frozenset[str]]:

@@ -47,9 +47,9 @@ from strands.types._events import ToolResultEvent
 from strands.types.content import Message
 from strands.types.tools import AgentTool, ToolResult, ToolSpec, ToolUse
 
-from ._tooltext import RESUME, answer_text, arguments, pending_text, refusal_text, send
+from ._tooltext import RESUME, arguments, outcome
 from .client import AsyncClient, Client, Intent
-from .errors import DeadlineError, NoDurableIdentityError, ProblemError
+from .errors import NoDurableIdentityError
 from .keys import call_arguments, canonical, derive_key
 
 __all__ = ["KEY_SCHEME", "IdemflowTool", "call_key", "durable_key", "intended_call_key", "session_history"]
@@ -203,9 +203,5 @@ class IdemflowTool(AgentTool):
             # this one says why, and that nothing was sent.
             return result("error", f"NoDurableIdentityError: {self._name}: {e}; nothing was sent")
         path = self._path(args) if callable(self._path) else self._path
-        try:
-            return result("success", answer_text(await send(self._client, Intent(key, path, self._body(args) if self._body else args), self._deadline)))
-        except ProblemError as e:
-            return result("error", refusal_text(e, key))
-        except DeadlineError:
-            return result("error", pending_text(self._name, key, RESUME["strands"]))
+        kind, text = await outcome(self._client, Intent(key, path, self._body(args) if self._body else args), self._deadline, self._name, RESUME["strands"])
+        return result("success" if kind == "answer" else "error", text)

@@ -12,9 +12,8 @@ key; the shared key vectors; the docs' program, killed and run again."""
 from __future__ import annotations
 
 import json
-import threading
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -29,28 +28,10 @@ from idemflow.strands import IdemflowTool, call_key
 from .. import children
 from ..conftest import count, docs_text
 from ..model_api import ScriptedModel
-from ..wire import Fault, Proxy
+from ..wire import Fault, through_partition
 from .strands_agent import PROMPT, Ticket, agent, answers
 
 KEYS = json.loads((Path(__file__).resolve().parents[3] / "testdata" / "keys.json").read_text())
-
-
-@pytest.fixture
-def model_api(monkeypatch: pytest.MonkeyPatch) -> Iterator[list[ScriptedModel]]:
-    """Starts scripted models on demand, the last one started the one
-    ANTHROPIC_BASE_URL names (for this process and the agents it starts)."""
-    started: list[ScriptedModel] = []
-    monkeypatch.setenv("ANTHROPIC_API_KEY", "sk-ant-test")
-    yield started
-    for m in started:
-        m.close()
-
-
-def serve(started: list[ScriptedModel], monkeypatch: pytest.MonkeyPatch, customer: str, **kw: Any) -> ScriptedModel:
-    m = ScriptedModel(customer, **kw)
-    started.append(m)
-    monkeypatch.setenv("ANTHROPIC_BASE_URL", m.url)
-    return m
 
 
 CASES: list[tuple[str, Fault, tuple[str, ...], int, bool]] = [
@@ -72,11 +53,10 @@ def test_a_killed_strands_agent_sends_its_message_again_without_a_duplicate(
     url: str,
     db: psycopg.Connection,
     tmp_path: Path,
-    model_api: list[ScriptedModel],
-    monkeypatch: pytest.MonkeyPatch,
+    model_api: Callable[..., ScriptedModel],
 ) -> None:
     thread = f"py-strands-{name.split(':')[0].split(',')[-1].strip().replace(' ', '-')}-{uuid.uuid4().hex[:6]}"
-    model = serve(model_api, monkeypatch, thread)
+    model = model_api(thread)
     args = ["--sessions", str(tmp_path / "sessions"), *extra]
     children.kill_case("tests.strands.strands_agent", name, thread, args, url, db, tickets=tickets, replayed=replayed, fault=fault)
     # The model wrote the call again after the restart, under a new ID.
@@ -91,7 +71,7 @@ def turn(client: idemflow.Client, session: str, sessions: Path, deadline: float 
 
 
 def test_two_calls_in_a_turn_are_two_tickets_and_a_later_turn_is_another(
-    url: str, token: str, db: psycopg.Connection, tmp_path: Path, model_api: list[ScriptedModel], monkeypatch: pytest.MonkeyPatch
+    url: str, token: str, db: psycopg.Connection, tmp_path: Path, model_api: Callable[..., ScriptedModel]
 ) -> None:
     """Two calls with the same arguments in one turn (one after the other,
     or both in one message of the model's) are two intended calls: two
@@ -100,7 +80,7 @@ def test_two_calls_in_a_turn_are_two_tickets_and_a_later_turn_is_another(
     with idemflow.Client(url, token) as c:
         for together in (False, True):
             who = f"py-strands-two-{together}-{uuid.uuid4().hex[:6]}"
-            serve(model_api, monkeypatch, who, titles=["Printer on fire"] * 2, together=together, ids=["toolu_same_1", "toolu_same_2"])
+            model_api(who, titles=["Printer on fire"] * 2, together=together, ids=["toolu_same_1", "toolu_same_2"])
             turn(c, who, tmp_path / "sessions")
             first = count(db, "ticket", who)
             turn(c, who, tmp_path / "sessions")
@@ -110,36 +90,29 @@ def test_two_calls_in_a_turn_are_two_tickets_and_a_later_turn_is_another(
 
 
 def test_a_pending_answer_written_again_is_the_same_call(
-    url: str, token: str, db: psycopg.Connection, tmp_path: Path, model_api: list[ScriptedModel], monkeypatch: pytest.MonkeyPatch
+    url: str, token: str, db: psycopg.Connection, tmp_path: Path, model_api: Callable[..., ScriptedModel]
 ) -> None:
     """A partition of 2.5 s and a 1 s deadline: the model reads that the
     call is pending, writes it again (as models do), and it waits again
     under the same key: one ticket, one key for every attempt."""
-    proxy = Proxy(url, "answer-lost", path="/never")
-    try:
-        who = f"py-strands-pending-{uuid.uuid4().hex[:8]}"
-        model = serve(model_api, monkeypatch, who)
-        proxy.partitioned = True
-        heal = threading.Timer(2.5, lambda: setattr(proxy, "partitioned", False))
-        heal.start()
-        with idemflow.Client(proxy.url, token, attempt_timeout=0.5, initial_backoff=0.02, max_backoff=0.2) as c:
-            a = turn(c, who, tmp_path / "sessions", deadline=1.0)
-        heal.cancel()
-    finally:
-        proxy.close()
-    keys = {k for k in proxy.keys if k}
+    who = f"py-strands-pending-{uuid.uuid4().hex[:8]}"
+    model = model_api(who)
+
+    def run(u: str) -> Agent:
+        with idemflow.Client(u, token, attempt_timeout=0.5, initial_backoff=0.02, max_backoff=0.2) as c:
+            return turn(c, who, tmp_path / "sessions", deadline=1.0)
+
+    a, keys = through_partition(url, 2.5, run)
     print(f"a partition of 2.5 s, a 1 s deadline: the model wrote the call {len(model.calls)} times; keys {keys}; {count(db, 'ticket', who)} tickets")
     assert len(model.calls) >= 2 and len(keys) == 1 and count(db, "ticket", who) == 1
     assert json.loads(answers(a)[-1])["http_status"] == 201
 
 
-def test_an_agent_without_a_session_manager_gets_no_key(
-    url: str, token: str, db: psycopg.Connection, model_api: list[ScriptedModel], monkeypatch: pytest.MonkeyPatch
-) -> None:
+def test_an_agent_without_a_session_manager_gets_no_key(url: str, token: str, db: psycopg.Connection, model_api: Callable[..., ScriptedModel]) -> None:
     """Nothing an agent without a session manager keeps outlives its
     process: the model reads NoDurableIdentityError, and nothing is sent."""
     who = f"py-strands-nosession-{uuid.uuid4().hex[:6]}"
-    serve(model_api, monkeypatch, who, titles=["Printer on fire"])
+    model_api(who, titles=["Printer on fire"])
     with idemflow.Client(url, token) as c:
         tool = IdemflowTool(c, name="create_ticket", description="d", path="/v1/tickets", input_model=Ticket)
         a = Agent(model=AnthropicModel(model_id="claude-sonnet-4-5", max_tokens=1024), tools=[tool], callback_handler=None)
@@ -154,13 +127,13 @@ def test_strands_key(c: dict[str, Any]) -> None:
     assert call_key(c["session_id"], c["agent_id"], c["answered"], c["prompt"], c["tool"], c["args"], c["occurrence"]) == c["key"]
 
 
-def test_the_docs_snippet_runs(url: str, db: psycopg.Connection, tmp_path: Path, model_api: list[ScriptedModel], monkeypatch: pytest.MonkeyPatch) -> None:
+def test_the_docs_snippet_runs(url: str, db: psycopg.Connection, tmp_path: Path, model_api: Callable[..., ScriptedModel]) -> None:
     """docs/agents/strands.md's program, as written, run as a process on
     the scripted model: SIGKILLed while its call waits (the answer dropped
     after the ticket was made) and run again, it makes no second ticket."""
     section = docs_text().split("# Strands Agents (Python 3.11+)\n", 1)[1]
     code = section.split("```python\n", 1)[1].split("```", 1)[0]
-    serve(model_api, monkeypatch, "c-1")
+    model_api("c-1")
     before = count(db, "ticket", "c-1")
     again = children.kill_snippet_mid_call_and_rerun(code, tmp_path, url, lambda: count(db, "ticket", "c-1"))
     print(f"the docs' program, killed and run again: {again.stdout[-300:]!r}")
