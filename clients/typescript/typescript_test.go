@@ -663,3 +663,83 @@ func TestAnOpenAIAgentsJSAgentKilledMidCallResumesFromItsRunState(t *testing.T) 
 			{"MCP control, the model's key, RunState lost", answerLost, []string{"--via", "mcp", "--lost", "--tools", "naive"}, 2, `"replayed":false`},
 		}})
 }
+
+// Temporal's AI SDK integration (@temporalio/ai-sdk, temporal-ai/): an
+// agent workflow (docs/agents/temporal.md's, written to
+// temporal-ai/workflows.mjs) whose model calls are AiSdkPlugin's activities (a scripted
+// model behind the Messages API stand-in) and whose create_ticket tool runs
+// an activity keyed by activityKey under the KeyInterceptor. Its worker
+// SIGKILLed mid call, after idemflow made the ticket and before its answer
+// came back, and another worker started: Temporal runs the activity again,
+// under the same key, one ticket, the answer a replay; the control, a
+// fresh key per attempt, makes two. A model that asks for the same ticket
+// twice, one call after the other, makes two. A reset of the ended run to
+// before the model ran runs the model and the call again: the same key,
+// one ticket, a replay; with fresh keys, two.
+func TestATemporalAISDKWorkerKilledMidCallMakesOneTicket(t *testing.T) {
+	bin := nodeTemporalAI(t)
+	// The workflow is docs/agents/temporal.md's, as written.
+	b, err := os.ReadFile("../../docs/agents/temporal.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, section, _ := strings.Cut(string(b), "**Temporal's AI SDK integration**")
+	_, block, _ := strings.Cut(section, "```js\n")
+	block, _, _ = strings.Cut(block, "```")
+	if !strings.Contains(block, "export async function supportAgent") {
+		t.Fatalf("docs/agents/temporal.md has no js block with supportAgent under Temporal's AI SDK integration")
+	}
+	if err := os.WriteFile("temporal-ai/workflows.mjs", []byte(block), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	s := testenv.NewStack(t, testenv.Options{})
+	temporal := temporalEnv(s)
+	for _, c := range []struct {
+		name, tools, calls string
+		kill, reset        bool
+		tickets            int
+		replayed           string
+	}{
+		{"activityKey", "idemflow", "1", true, false, 1, `"replayed":true`},
+		{"control, fresh keys", "naive", "1", true, false, 2, `"replayed":false`},
+		{"two calls of the same ticket", "idemflow", "2", false, false, 2, `"replayed":false`},
+		{"a reset to before the model ran", "idemflow", "1", false, true, 1, `"replayed":true`},
+		{"control, a reset with fresh keys", "naive", "1", false, true, 2, `"replayed":false`},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			id := fmt.Sprintf("ts-temporal-ai-%s-%s-%d", c.tools, c.calls, time.Now().UnixNano()%1e6)
+			queue := "queue-" + id
+			if _, err := s.Temporal.ExecuteWorkflow(context.Background(), client.StartWorkflowOptions{ID: id, TaskQueue: queue}, "supportAgent", "Open a ticket: my printer is on fire."); err != nil {
+				t.Fatal(err)
+			}
+			args := []string{"temporal-ai/worker.mjs", "--task-queue", queue, "--until", id, "--tools", c.tools, "--calls", c.calls}
+			if c.reset {
+				args = append(args, "--reset")
+			}
+			if c.kill {
+				p := newProxy(t, s.URL, answerLost)
+				killScriptMidCall(t, bin, append(env(s, p.URL), temporal...), p, args...)
+			}
+			out := runScript(t, bin, append(env(s, s.URL), temporal...), args...)
+			n := testenv.Count(t, s.Pool, "ticket", "customer_id = $1", id)
+			t.Logf("%s: %d tickets; the worker printed %s", c.name, n, out)
+			if n != c.tickets {
+				t.Fatalf("%d tickets, want %d", n, c.tickets)
+			}
+			if !strings.Contains(out, "tool create_ticket {") || !strings.Contains(out, c.replayed) {
+				t.Fatalf("the call did not answer %s", c.replayed)
+			}
+		})
+	}
+}
+
+// nodeTemporalAI is the Node that Temporal's AI SDK integration runs on
+// (22.12 or later: mastra/node22's), with temporal-ai/'s packages installed.
+func nodeTemporalAI(t *testing.T) string {
+	t.Helper()
+	bin := node22(t)
+	if _, err := os.Stat("temporal-ai/node_modules/@temporalio/ai-sdk"); err != nil {
+		t.Fatal("temporal-ai's packages are not installed: run 'npm ci' in clients/typescript/temporal-ai on mastra/node22's Node, after the client's build (scripts/test.sh does)")
+	}
+	return bin
+}

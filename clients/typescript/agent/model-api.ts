@@ -5,6 +5,7 @@
 // since the turn's prompt, one call at a time, then says it is done. After
 // a crash or a pending answer, what it reads is no answer (the call was
 // interrupted, or is pending), and it writes the call again, as models do.
+// A request that does not ask for a stream gets the whole message as JSON.
 
 import { randomUUID } from "node:crypto";
 import { createServer, type Server } from "node:http";
@@ -18,6 +19,11 @@ export interface ScriptedModel {
 
 export function startModel(customer: string, title = "Printer on fire", want = 1): Promise<ScriptedModel> {
   const calls: string[] = [];
+  const newCall = () => {
+    const id = "toolu_" + randomUUID().replaceAll("-", "").slice(0, 24);
+    calls.push(id);
+    return id;
+  };
   const server: Server = createServer((req, res) => {
     let body = "";
     req.on("data", (c) => (body += c));
@@ -30,12 +36,18 @@ export function startModel(customer: string, title = "Printer on fire", want = 1
       const r = JSON.parse(body || "{}");
       const tool = (r.tools ?? []).map((t: { name: string }) => t.name).find((n: string) => n.endsWith("create_ticket"));
       const answered = answersSincePrompt(r.messages ?? []) >= want;
+      if (r.stream !== true) {
+        // Not streamed (a provider's generate call): the whole message as JSON.
+        const content = tool && !answered ? [{ type: "tool_use", id: newCall(), name: tool, input: { customer_id: customer, title } }] : [{ type: "text", text: "The ticket is open." }];
+        res.writeHead(200, { "content-type": "application/json" });
+        res.end(JSON.stringify({ id: "msg_" + randomUUID().replaceAll("-", ""), type: "message", role: "assistant", model: r.model, content, stop_reason: content[0].type === "tool_use" ? "tool_use" : "end_turn", stop_sequence: null, usage: { input_tokens: 10, output_tokens: 20 } }));
+        return;
+      }
       const ev = (type: string, data: object) => res.write(`event: ${type}\ndata: ${JSON.stringify({ type, ...data })}\n\n`);
       res.writeHead(200, { "content-type": "text/event-stream" });
       ev("message_start", { message: { id: "msg_" + randomUUID().replaceAll("-", ""), type: "message", role: "assistant", model: r.model, content: [], stop_reason: null, stop_sequence: null, usage: { input_tokens: 10, output_tokens: 1 } } });
       if (tool && !answered) {
-        const id = "toolu_" + randomUUID().replaceAll("-", "").slice(0, 24);
-        calls.push(id);
+        const id = newCall();
         ev("content_block_start", { index: 0, content_block: { type: "tool_use", id, name: tool, input: {} } });
         ev("content_block_delta", { index: 0, delta: { type: "input_json_delta", partial_json: JSON.stringify({ customer_id: customer, title }) } });
         ev("content_block_stop", { index: 0 });
