@@ -7,7 +7,9 @@ It asks for create_ticket, one call at a time (a new tool_use ID each
 time it writes a call), until it has read as many answers (tool results
 with http_status) since the turn's prompt as it has titles, then says it
 is done; with together, it asks for all of them in one message; with
-ids, it writes those tool_use IDs, in turn, instead of new ones. After a
+ids, it writes those tool_use IDs, in turn, instead of new ones; with
+model_key, each call carries an idempotency_key of the model's, new each
+time it writes the call (an MCP tool's). After a
 crash or a pending answer, what it reads is no answer (the call was
 interrupted, or is pending), and it writes the call again, as models do,
 up to three times in a row.
@@ -26,8 +28,11 @@ from typing import Any
 class ScriptedModel:
     """The stand-in, serving on 127.0.0.1 from a thread of this process."""
 
-    def __init__(self, customer: str, titles: Sequence[str] = ("Printer on fire",), together: bool = False, ids: Sequence[str] = ()) -> None:
+    def __init__(
+        self, customer: str, titles: Sequence[str] = ("Printer on fire",), together: bool = False, ids: Sequence[str] = (), model_key: bool = False
+    ) -> None:
         self.customer, self.titles, self.together, self.ids = customer, list(titles), together, list(ids)
+        self.model_key = model_key
         #: The tool_use IDs the model wrote, in order.
         self.calls: list[str] = []
         model = self
@@ -76,7 +81,10 @@ class ScriptedModel:
                 call = self.ids[len(self.calls) % len(self.ids)] if self.ids else "toolu_" + uuid.uuid4().hex[:24]
                 self.calls.append(call)
                 ev("content_block_start", index=i, content_block={"type": "tool_use", "id": call, "name": tool, "input": {}})
-                args = json.dumps({"customer_id": self.customer, "title": title})
+                call_args = {"customer_id": self.customer, "title": title}
+                if self.model_key:
+                    call_args = {"idempotency_key": str(uuid.uuid4()), **call_args}
+                args = json.dumps(call_args)
                 ev("content_block_delta", index=i, delta={"type": "input_json_delta", "partial_json": args})
                 ev("content_block_stop", index=i)
             ev("message_delta", delta={"stop_reason": "tool_use", "stop_sequence": None}, usage={"output_tokens": 20})

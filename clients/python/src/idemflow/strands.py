@@ -37,22 +37,25 @@ Needs the ``strands`` extra (``strands-agents``, Python 3.11+).
 
 from __future__ import annotations
 
+import asyncio
 import math
 from collections.abc import AsyncGenerator, Callable, Sequence
 from typing import Any
 
 from pydantic import BaseModel, ValidationError
 from strands.session.repository_session_manager import RepositorySessionManager
+from strands.tools.mcp import MCPAgentTool, MCPClient
 from strands.types._events import ToolResultEvent
 from strands.types.content import Message
 from strands.types.tools import AgentTool, ToolResult, ToolSpec, ToolUse
 
-from ._tooltext import RESUME, arguments, outcome
+from ._tooltext import RESUME, arguments, outcome, pending_text
 from .client import AsyncClient, Client, Intent
 from .errors import NoDurableIdentityError
 from .keys import call_arguments, canonical, derive_key
+from .mcp import META_KEY, META_WAIT
 
-__all__ = ["KEY_SCHEME", "IdemflowTool", "call_key", "durable_key", "intended_call_key", "session_history"]
+__all__ = ["KEY_SCHEME", "IdemflowTool", "call_key", "durable_key", "durable_mcp_tools", "intended_call_key", "session_history"]
 
 #: The scheme of a Strands tool call's key: the intended call.
 KEY_SCHEME = "st1"
@@ -205,3 +208,54 @@ class IdemflowTool(AgentTool):
         path = self._path(args) if callable(self._path) else self._path
         kind, text = await outcome(self._client, Intent(key, path, self._body(args) if self._body else args), self._deadline, self._name, RESUME["strands"])
         return result("success" if kind == "answer" else "error", text)
+
+
+def durable_mcp_tools(mcp_client: MCPClient, *, names: Sequence[str] | None = None, deadline: float = math.inf, wait: float = 2.0) -> list[AgentTool]:
+    """The tools of idemflow's MCP server (idemflow mcp) that mcp_client
+    (Strands' MCPClient, started: inside its with) lists, as tools keyed
+    as IdemflowTool keys its calls (st1, the model-written idempotency_key
+    no part of it): each call sends that key in _meta, so the model's key
+    decides nothing. This stands in for Strands' own MCP tools
+    (Agent(tools=[mcp_client])), whose calls send the model's arguments
+    only.
+
+    A call idemflow holds longer than wait (seconds) is answered NO ANSWER
+    YET; the tool calls again under the same key, which attaches to the
+    same intent, until the final answer or deadline (seconds; by default
+    none). Past deadline, the model reads that the call is pending under
+    its key and must not be made again. names: the tools to take (default:
+    all)."""
+    return [
+        _DurableMcpTool(t.mcp_tool, mcp_client, deadline=deadline, wait=wait) for t in mcp_client.list_tools_sync() if names is None or t.tool_name in names
+    ]
+
+
+class _DurableMcpTool(MCPAgentTool):
+    """One of idemflow's MCP tools, called under its intended call's key."""
+
+    def __init__(self, tool: Any, mcp_client: MCPClient, *, deadline: float, wait: float) -> None:
+        super().__init__(tool, mcp_client)
+        self._deadline, self._wait = deadline, wait
+
+    async def stream(self, tool_use: ToolUse, invocation_state: dict[str, Any], **kwargs: Any) -> AsyncGenerator[Any, None]:
+        yield ToolResultEvent(await self._call(tool_use, invocation_state.get("agent")))
+
+    async def _call(self, tool_use: ToolUse, agent: Any) -> ToolResult:
+        def result(text: str) -> ToolResult:
+            return {"toolUseId": tool_use["toolUseId"], "status": "error", "content": [{"text": text}]}
+
+        try:
+            key = durable_key(agent, tool_use)
+        except NoDurableIdentityError as e:
+            return result(f"NoDurableIdentityError: {self.tool_name}: {e}; nothing was sent")
+        loop = asyncio.get_running_loop()
+        end, pause = loop.time() + self._deadline, 0.2
+        while (left := end - loop.time()) > 0:
+            meta = {META_KEY: key, META_WAIT: max(1, int(min(self._wait, left) * 1000))}
+            answer = await self.mcp_client.call_tool_async(tool_use["toolUseId"], self.mcp_tool.name, dict(tool_use["input"]), meta=meta)
+            if not (answer["status"] == "error" and any(c.get("text", "").startswith("NO ANSWER YET") for c in answer["content"])):
+                return answer
+            # Not answered yet: the same call again, under the same key.
+            await asyncio.sleep(min(pause, max(0.0, end - loop.time())))
+            pause = min(pause * 2, 5.0)
+        return result(pending_text(self.tool_name, key, RESUME["strands"]))

@@ -5,12 +5,17 @@ a ticket through idemflow. Run again with the same --thread and
 --sessions, the agent is restored from its session and the user's message
 is sent again, as an app resumes a turn that never ended.
 
-    python -m tests.strands.strands_agent --thread T --sessions DIR [--tools idemflow|naive|tool-use-id]
+    python -m tests.strands.strands_agent --thread T --sessions DIR [--tools idemflow|naive|tool-use-id] [--via mcp]
 
-with IDEMFLOW_URL, IDEMFLOW_TOKEN and ANTHROPIC_BASE_URL set. --tools
-naive is the control (a fresh key on every call); --tools tool-use-id
-keys each call by its toolUseId, which the model writes anew when it
-writes the call again.
+with IDEMFLOW_URL, IDEMFLOW_TOKEN and ANTHROPIC_BASE_URL set (and
+IDEMFLOW_BIN for --via mcp). --tools naive is the control (a fresh key on
+every call); --tools tool-use-id keys each call by its toolUseId, which
+the model writes anew when it writes the call again. --via mcp reaches
+create_ticket through idemflow's MCP server (idemflow mcp over stdio),
+the model writing an idempotency_key of its own, new each time it writes
+the call: --tools idemflow makes the tool idemflow.strands'
+durable_mcp_tools, --tools naive Strands' own MCP tools, where the
+model's key decides.
 """
 
 from __future__ import annotations
@@ -21,14 +26,16 @@ import os
 import uuid
 from typing import Any
 
+from mcp import StdioServerParameters, stdio_client
 from pydantic import BaseModel
 from strands import Agent, tool
 from strands.models.anthropic import AnthropicModel
 from strands.session.file_session_manager import FileSessionManager
+from strands.tools.mcp import MCPClient
 from strands.types.tools import ToolContext
 
 import idemflow
-from idemflow.strands import IdemflowTool
+from idemflow.strands import IdemflowTool, durable_mcp_tools
 
 PROMPT = "Open a ticket: the printer is on fire."
 
@@ -71,7 +78,19 @@ def main() -> None:
     ap.add_argument("--thread", required=True)
     ap.add_argument("--sessions", required=True)
     ap.add_argument("--tools", default="idemflow", choices=["idemflow", "naive", "tool-use-id"])
+    ap.add_argument("--via", default="http", choices=["http", "mcp"])
     a = ap.parse_args()
+    if a.via == "mcp":
+        env = {"IDEMFLOW_URL": os.environ["IDEMFLOW_URL"], "IDEMFLOW_TOKEN": os.environ["IDEMFLOW_TOKEN"], "PATH": os.environ.get("PATH", "")}
+        # Strands 1.62 types the transport by mcp 1.x's streams; mcp 2.1's stdio_client is what it runs.
+        transport: Any = lambda: stdio_client(StdioServerParameters(command=os.environ["IDEMFLOW_BIN"], args=["mcp"], env=env))  # noqa: E731
+        with MCPClient(transport) as mcp:
+            listed = mcp.list_tools_sync()
+            tools: list[Any] = (
+                durable_mcp_tools(mcp, names=["create_ticket"]) if a.tools == "idemflow" else [t for t in listed if t.tool_name == "create_ticket"]
+            )
+            run(a.thread, a.sessions, tools)
+        return
     # The client's attempts time out fast, so that a dropped answer is
     # retried at once (the kill comes first).
     with idemflow.Client(os.environ["IDEMFLOW_URL"], os.environ["IDEMFLOW_TOKEN"], attempt_timeout=3, initial_backoff=0.05, max_backoff=0.5) as c:
@@ -79,12 +98,16 @@ def main() -> None:
             tools = [IdemflowTool(c, name="create_ticket", description="Create a support ticket.", path="/v1/tickets", input_model=Ticket)]
         else:
             tools = [naive_tool(c, a.tools)]
-        ag = agent(a.thread, a.sessions, tools)
-        print(f"running {a.thread}", flush=True)
-        result = ag(PROMPT)
-        for answer in answers(ag):
-            print(f"tool create_ticket {answer}", flush=True)
-        print(f"DONE {str(result).strip()}", flush=True)
+        run(a.thread, a.sessions, tools)
+
+
+def run(thread: str, sessions: str, tools: list[Any]) -> None:
+    ag = agent(thread, sessions, tools)
+    print(f"running {thread}", flush=True)
+    result = ag(PROMPT)
+    for answer in answers(ag):
+        print(f"tool create_ticket {answer}", flush=True)
+    print(f"DONE {str(result).strip()}", flush=True)
 
 
 if __name__ == "__main__":

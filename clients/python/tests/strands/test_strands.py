@@ -3,7 +3,9 @@ with a FileSessionManager on Strands' Anthropic provider (the scripted
 model behind tests/model_api.py), SIGKILLed mid call (the answer dropped
 after idemflow executed, or the request held before it arrived) and sent
 its message again on the restored session, ends with one ticket; the
-controls (a fresh key per call, the toolUseId as the key) make two. Also:
+controls (a fresh key per call, the toolUseId as the key) make two; the
+same through idemflow's MCP server (durable_mcp_tools: one; Strands' own
+MCP tools, the model's key deciding: two). Also:
 two calls in a turn are two tickets, in one message or two; a later turn
 that brings the same toolUseId back is another call; a pending answer
 written again is the same key; an agent without a session manager gets no
@@ -12,6 +14,7 @@ key; the shared key vectors; the docs' program, killed and run again."""
 from __future__ import annotations
 
 import json
+import os
 import uuid
 from collections.abc import Callable
 from pathlib import Path
@@ -26,7 +29,7 @@ import idemflow
 from idemflow.strands import IdemflowTool, call_key
 
 from .. import children
-from ..conftest import count, docs_text
+from ..conftest import count, docs_text, need
 from ..model_api import ScriptedModel
 from ..wire import Fault, through_partition
 from .strands_agent import PROMPT, Ticket, agent, answers
@@ -40,6 +43,9 @@ CASES: list[tuple[str, Fault, tuple[str, ...], int, bool]] = [
     ("message sent again, request held", "before-received", (), 1, False),
     ("control: fresh keys", "answer-lost", ("--tools", "naive"), 2, False),
     ("control: the toolUseId as the key", "answer-lost", ("--tools", "tool-use-id"), 2, False),
+    # Through idemflow's MCP server, the model writing a key of its own each time.
+    ("MCP: message sent again, answer lost", "answer-lost", ("--via", "mcp"), 1, True),
+    ("MCP control: Strands' own MCP tools, the model's key", "answer-lost", ("--via", "mcp", "--tools", "naive"), 2, False),
 ]
 
 
@@ -56,7 +62,7 @@ def test_a_killed_strands_agent_sends_its_message_again_without_a_duplicate(
     model_api: Callable[..., ScriptedModel],
 ) -> None:
     thread = f"py-strands-{name.split(':')[0].split(',')[-1].strip().replace(' ', '-')}-{uuid.uuid4().hex[:6]}"
-    model = model_api(thread)
+    model = model_api(thread, model_key="mcp" in extra)
     args = ["--sessions", str(tmp_path / "sessions"), *extra]
     children.kill_case("tests.strands.strands_agent", name, thread, args, url, db, tickets=tickets, replayed=replayed, fault=fault)
     # The model wrote the call again after the restart, under a new ID.
@@ -127,15 +133,36 @@ def test_strands_key(c: dict[str, Any]) -> None:
     assert call_key(c["session_id"], c["agent_id"], c["answered"], c["prompt"], c["tool"], c["args"], c["occurrence"]) == c["key"]
 
 
-def test_the_docs_snippet_runs(url: str, db: psycopg.Connection, tmp_path: Path, model_api: Callable[..., ScriptedModel]) -> None:
-    """docs/agents/strands.md's program, as written, run as a process on
-    the scripted model: SIGKILLed while its call waits (the answer dropped
-    after the ticket was made) and run again, it makes no second ticket."""
-    section = docs_text().split("# Strands Agents (Python 3.11+)\n", 1)[1]
+def kill_and_rerun_docs_program(heading: str, url: str, db: psycopg.Connection, tmp_path: Path) -> None:
+    """The program under heading in the docs, as written but for its
+    session's ID (a new one), run as a process on the scripted model
+    (customer c-1): SIGKILLed while its call waits
+    (the answer dropped after the ticket was made) and run again, it makes
+    no second ticket."""
+    section = docs_text().split(heading, 1)[1]
     code = section.split("```python\n", 1)[1].split("```", 1)[0]
-    model_api("c-1")
+    # A session of its own: the same conversation in another test's run would be the same intended call.
+    assert '"ticket-42"' in code
+    code = code.replace('"ticket-42"', repr(f"ticket-docs-{uuid.uuid4().hex[:6]}"))
     before = count(db, "ticket", "c-1")
     again = children.kill_snippet_mid_call_and_rerun(code, tmp_path, url, lambda: count(db, "ticket", "c-1"))
-    print(f"the docs' program, killed and run again: {again.stdout[-300:]!r}")
+    print(f"the docs' program under {heading!r}, killed and run again: {again.stdout[-300:]!r}")
     assert again.returncode == 0, again.stdout + again.stderr
     assert count(db, "ticket", "c-1") == before + 1, "run again after the kill, the program made a second ticket"
+
+
+def test_the_docs_snippet_runs(url: str, db: psycopg.Connection, tmp_path: Path, model_api: Callable[..., ScriptedModel]) -> None:
+    """docs/agents/strands.md's program (kill_and_rerun_docs_program)."""
+    model_api("c-1")
+    kill_and_rerun_docs_program("# Strands Agents (Python 3.11+)\n", url, db, tmp_path)
+
+
+def test_the_docs_mcp_tools_run(
+    url: str, db: psycopg.Connection, tmp_path: Path, model_api: Callable[..., ScriptedModel], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """docs/agents/mcp.md's Strands program (kill_and_rerun_docs_program),
+    idemflow on PATH, the scripted model writing an idempotency_key of its
+    own each time."""
+    monkeypatch.setenv("PATH", f"{Path(need('IDEMFLOW_BIN')).parent}:{os.environ.get('PATH', '')}")
+    model_api("c-1", model_key=True)
+    kill_and_rerun_docs_program("**Strands Agents** (`idemflow.strands.durable_mcp_tools`).", url, db, tmp_path)
