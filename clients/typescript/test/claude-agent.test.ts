@@ -113,7 +113,7 @@ test("docs/agents/claude-agent-sdk.md's snippet runs as written, and the turn se
   // The only change: the scripted model's address in the environment the
   // SDK hands its CLI (ANTHROPIC_BASE_URL), and Claude's sessions in a
   // folder of the test's.
-  const file = await readmeSnippet("# Claude Agent SDK (`clients/typescript`)\n", "docs-claude-agent", []);
+  const file = await readmeSnippet("# Claude Agent SDK (`clients/typescript`, `clients/python`)\n", "docs-claude-agent", []);
   const who = "c-ts-claude-docs-" + randomUUID().slice(0, 8);
   const model = await startModel(who);
   const dir = await mkdtemp(join(tmpdir(), "idemflow-claude-docs-"));
