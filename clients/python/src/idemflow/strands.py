@@ -17,8 +17,8 @@ the call again, under a new ``toolUseId``, in a new message.
 So the key (st1) names the intended call, not those IDs: the session and
 the agent, the turn, the tool, the call's arguments (RFC 8785, less a
 model-written ``idempotency_key``) and their occurrence among the turn's
-calls of that tool with those arguments. The turn is the user's message,
-and its place: how many of the session's earlier messages from the user
+calls of that tool with those arguments. The turn is the user's message
+(its texts), and its place: how many of the session's earlier messages from the user
 were answered to the end (a message of the model's that asks for no
 call). A turn killed mid call never ended, so the message sent again is
 the same turn, and the call written again has the same key and gets its
@@ -61,12 +61,12 @@ __all__ = ["KEY_SCHEME", "IdemflowTool", "call_key", "durable_key", "durable_mcp
 KEY_SCHEME = "st1"
 
 
-def call_key(session_id: str, agent_id: str, answered: int, prompt: Any, tool: str, args: Any, occurrence: int) -> str:
+def call_key(session_id: str, agent_id: str, answered: int, prompt: Sequence[str], tool: str, args: Any, occurrence: int) -> str:
     """The st1 key of a call from its parts (clients/testdata/keys.json's
     strands vectors): the session, the agent, the turn (how many earlier
-    messages of the user's were answered, and the message's content
-    blocks), the tool, the arguments and their occurrence."""
-    turn = derive_key("turn", str(answered), canonical(prompt))
+    messages of the user's were answered, and the message's texts), the
+    tool, the arguments and their occurrence."""
+    turn = derive_key("turn", str(answered), canonical(list(prompt)))
     return derive_key(KEY_SCHEME, session_id, agent_id, turn, tool, derive_key("args", call_arguments(args)), str(occurrence))
 
 
@@ -108,14 +108,16 @@ def intended_call_key(session_id: str, agent_id: str, history: Sequence[Message]
     use = _asks(turn[i])[j]
     args = call_arguments(use["input"])
     results = _results(turn)
-    same = [(k, u) for k, m in enumerate(turn[:i]) for u in _asks(m) if u["name"] == use["name"] and call_arguments(u["input"]) == args]
-    n = 1 + sum(1 for _, u in same if _final(results.get(u["toolUseId"])))
+    same = [u for m in turn[:i] for u in _asks(m) if u["name"] == use["name"] and call_arguments(u["input"]) == args]
+    n = 1 + sum(1 for u in same if _final(results.get(u["toolUseId"])))
     n += sum(1 for u in _asks(turn[i])[:j] if u["name"] == use["name"] and call_arguments(u["input"]) == args)
     answered = 0
     for a, b in zip(starts, [*starts[1:], len(history)], strict=True):
         if a < start and any(m["role"] == "assistant" and not _asks(m) for m in history[a + 1 : b]):
             answered += 1
-    return call_key(session_id, agent_id, answered, history[start]["content"], use["name"], use["input"], n)
+    # The message's texts: an image's or a document's bytes have no JSON form.
+    texts = [c["text"] for c in history[start]["content"] if "text" in c]
+    return call_key(session_id, agent_id, answered, texts, use["name"], use["input"], n)
 
 
 def session_history(agent: Any) -> tuple[str, list[Message]]:

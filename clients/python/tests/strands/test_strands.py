@@ -26,7 +26,7 @@ from strands import Agent
 from strands.models.anthropic import AnthropicModel
 
 import idemflow
-from idemflow.strands import IdemflowTool, call_key
+from idemflow.strands import IdemflowTool, call_key, intended_call_key
 
 from .. import children
 from ..conftest import count, docs_text, need
@@ -126,6 +126,20 @@ def test_an_agent_without_a_session_manager_gets_no_key(url: str, token: str, db
     results = [c["toolResult"] for m in a.messages for c in m["content"] if "toolResult" in c]
     assert results and "NoDurableIdentityError" in results[0]["content"][0]["text"], results
     assert count(db, "ticket", who) == 0
+
+
+def test_a_message_with_an_image_is_keyed_by_its_texts() -> None:
+    """A user's message may hold an image's bytes, which have no JSON
+    form: the turn is named by the message's texts, so the call is keyed
+    (as the same message without the image is)."""
+    use = {"toolUseId": "toolu_1", "name": "create_ticket", "input": {"customer_id": "c-1", "title": "Printer on fire"}}
+    text = {"text": "Open a ticket: the printer is on fire."}
+    image = {"image": {"format": "png", "source": {"bytes": b"\x89PNG"}}}
+    keys = [
+        intended_call_key("s-1", "default", [{"role": "user", "content": content}, {"role": "assistant", "content": [{"toolUse": use}]}], "toolu_1")
+        for content in ([text, image], [text])
+    ]
+    assert keys[0] is not None and keys[0] == keys[1], keys
 
 
 @pytest.mark.parametrize("c", KEYS["strands"], ids=lambda c: c["name"])
