@@ -29,7 +29,7 @@ import asyncio
 import math
 from collections.abc import Awaitable, Callable
 from datetime import timedelta
-from typing import Any, cast
+from typing import Any, TypeVar, cast
 
 import mcp.types as types
 from mcp import ClientSession
@@ -42,7 +42,7 @@ except ImportError:  # mcp 1.x
 from ._tooltext import pending_text
 from .errors import DeadlineError
 
-__all__ = ["META_KEY", "META_WAIT", "RELATED_TASK", "call_as_task", "call_until_answered", "pending_task", "result_text"]
+__all__ = ["META_KEY", "META_WAIT", "RELATED_TASK", "call_as_task", "call_until_answered", "pending_task", "result_text", "until_answered"]
 
 #: The _meta member that carries the call's durable key: idemflow's MCP
 #: server uses it in place of the model-written idempotency_key.
@@ -104,6 +104,36 @@ async def call_until_answered(
 
     wait (seconds) is how long idemflow holds each call before it answers
     with the task: keep it below the framework's read timeout of a call."""
+
+    async def settle(result: types.CallToolResult, end: float) -> types.CallToolResult | None:
+        task = pending_task(result)
+        if task is not None:
+            return await _task_result(session, task, end, key=key, tool=tool, resume=resume)
+        return None if _no_answer(result) else result
+
+    return await until_answered(call, settle, key=key, tool=tool, resume=resume, deadline=deadline, wait=wait)
+
+
+R = TypeVar("R")
+
+
+async def until_answered(
+    call: Callable[[dict[str, Any]], Awaitable[R]],
+    settle: Callable[[R, float], Awaitable[R | None]],
+    *,
+    key: str,
+    tool: str,
+    resume: str,
+    deadline: float,
+    wait: float,
+) -> R:
+    """call(meta) under key, each call bounding idemflow's hold to wait
+    (seconds), until settle(result, end) makes a final result of one (None:
+    not answered yet, nothing to wait on, so the same call again, under
+    the same key, after a pause that grows to 5 s). end is the loop's time
+    at deadline (seconds). Past it, DeadlineError, whose words say to
+    resume, never to call anew. Any client's call: the mcp SDK's, or a
+    framework's own that gives no task to wait on."""
     loop = asyncio.get_running_loop()
     end = loop.time() + deadline
     pause = 0.2
@@ -111,12 +141,9 @@ async def call_until_answered(
         left = end - loop.time()
         if left <= 0:
             raise DeadlineError(pending_text(tool, key, resume))
-        result = await call({META_KEY: key, META_WAIT: max(1, int(min(wait, left) * 1000))})
-        task = pending_task(result)
-        if task is not None:
-            return await _task_result(session, task, end, key=key, tool=tool, resume=resume)
-        if not _no_answer(result):
-            return result
+        final = await settle(await call({META_KEY: key, META_WAIT: max(1, int(min(wait, left) * 1000))}), end)
+        if final is not None:
+            return final
         await asyncio.sleep(min(pause, max(0.0, end - loop.time())))
         pause = min(pause * 2, 5.0)
 

@@ -37,7 +37,6 @@ Needs the ``strands`` extra (``strands-agents``, Python 3.11+).
 
 from __future__ import annotations
 
-import asyncio
 import math
 from collections.abc import AsyncGenerator, Callable, Sequence
 from typing import Any
@@ -49,11 +48,11 @@ from strands.types._events import ToolResultEvent
 from strands.types.content import Message
 from strands.types.tools import AgentTool, ToolResult, ToolSpec, ToolUse
 
-from ._tooltext import RESUME, arguments, outcome, pending_text
+from ._tooltext import RESUME, arguments, outcome
 from .client import AsyncClient, Client, Intent
-from .errors import NoDurableIdentityError
+from .errors import DeadlineError, NoDurableIdentityError
 from .keys import call_arguments, canonical, derive_key
-from .mcp import META_KEY, META_WAIT
+from .mcp import until_answered
 
 __all__ = ["KEY_SCHEME", "IdemflowTool", "call_key", "durable_key", "durable_mcp_tools", "intended_call_key", "session_history"]
 
@@ -194,22 +193,28 @@ class IdemflowTool(AgentTool):
         yield ToolResultEvent(await self._call(tool_use, invocation_state.get("agent")))
 
     async def _call(self, tool_use: ToolUse, agent: Any) -> ToolResult:
-        def result(status: str, text: str) -> ToolResult:
-            return {"toolUseId": tool_use["toolUseId"], "status": status, "content": [{"text": text}]}  # type: ignore[typeddict-item]
-
         try:
             args = arguments(self._model, dict(tool_use["input"]))
         except ValidationError as e:
-            return result("error", f"invalid arguments, nothing was sent: {e}")
+            return _result(tool_use, "error", f"invalid arguments, nothing was sent: {e}")
         try:
             key = durable_key(agent, tool_use)
         except NoDurableIdentityError as e:
-            # Strands hands what a tool raises to the model as an error;
-            # this one says why, and that nothing was sent.
-            return result("error", f"NoDurableIdentityError: {self._name}: {e}; nothing was sent")
+            return _no_key(tool_use, self._name, e)
         path = self._path(args) if callable(self._path) else self._path
         kind, text = await outcome(self._client, Intent(key, path, self._body(args) if self._body else args), self._deadline, self._name, RESUME["strands"])
-        return result("success" if kind == "answer" else "error", text)
+        return _result(tool_use, "success" if kind == "answer" else "error", text)
+
+
+def _result(tool_use: ToolUse, status: str, text: str) -> ToolResult:
+    """The result of call tool_use that the model reads: text."""
+    return {"toolUseId": tool_use["toolUseId"], "status": status, "content": [{"text": text}]}  # type: ignore[typeddict-item]
+
+
+def _no_key(tool_use: ToolUse, name: str, e: NoDurableIdentityError) -> ToolResult:
+    """Why call tool_use was not sent. Strands hands what a tool raises to
+    the model as an error; this one says why, and that nothing was sent."""
+    return _result(tool_use, "error", f"NoDurableIdentityError: {name}: {e}; nothing was sent")
 
 
 def durable_mcp_tools(mcp_client: MCPClient, *, names: Sequence[str] | None = None, deadline: float = math.inf, wait: float = 2.0) -> list[AgentTool]:
@@ -243,21 +248,20 @@ class _DurableMcpTool(MCPAgentTool):
         yield ToolResultEvent(await self._call(tool_use, invocation_state.get("agent")))
 
     async def _call(self, tool_use: ToolUse, agent: Any) -> ToolResult:
-        def result(text: str) -> ToolResult:
-            return {"toolUseId": tool_use["toolUseId"], "status": "error", "content": [{"text": text}]}
-
         try:
             key = durable_key(agent, tool_use)
         except NoDurableIdentityError as e:
-            return result(f"NoDurableIdentityError: {self.tool_name}: {e}; nothing was sent")
-        loop = asyncio.get_running_loop()
-        end, pause = loop.time() + self._deadline, 0.2
-        while (left := end - loop.time()) > 0:
-            meta = {META_KEY: key, META_WAIT: max(1, int(min(self._wait, left) * 1000))}
-            answer = await self.mcp_client.call_tool_async(tool_use["toolUseId"], self.mcp_tool.name, dict(tool_use["input"]), meta=meta)
-            if not (answer["status"] == "error" and any(c.get("text", "").startswith("NO ANSWER YET") for c in answer["content"])):
-                return answer
-            # Not answered yet: the same call again, under the same key.
-            await asyncio.sleep(min(pause, max(0.0, end - loop.time())))
-            pause = min(pause * 2, 5.0)
-        return result(pending_text(self.tool_name, key, RESUME["strands"]))
+            return _no_key(tool_use, self.tool_name, e)
+
+        async def call(meta: dict[str, Any]) -> ToolResult:
+            return await self.mcp_client.call_tool_async(tool_use["toolUseId"], self.mcp_tool.name, dict(tool_use["input"]), meta=meta)
+
+        async def settle(answer: ToolResult, end: float) -> ToolResult | None:
+            # NO ANSWER YET: the same call again, under the same key.
+            pending = answer["status"] == "error" and any(c.get("text", "").startswith("NO ANSWER YET") for c in answer["content"])
+            return None if pending else answer
+
+        try:
+            return await until_answered(call, settle, key=key, tool=self.tool_name, resume=RESUME["strands"], deadline=self._deadline, wait=self._wait)
+        except DeadlineError as e:
+            return _result(tool_use, "error", str(e))
