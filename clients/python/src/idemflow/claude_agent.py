@@ -38,7 +38,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import json
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from contextvars import ContextVar
 from pathlib import Path
 from typing import Any
@@ -215,27 +215,29 @@ def _with_hooks(hooks: dict[Any, list[HookMatcher]] | None, turn: _Turn) -> dict
     """The run's hooks with the turn's: each call recorded before it runs,
     and its answer after."""
 
-    async def pre(data: Any, tool_use_id: str | None, context: Any) -> Any:
-        call_id = data.get("tool_use_id") or tool_use_id
-        if call_id:
-            await turn.start(call_id, _tool_name(str(data.get("tool_name"))), data.get("tool_input") or {})
-        return {}
+    def on_call(act: Callable[[str, Any], Awaitable[None]]) -> Any:
+        """A hook callback that hands act the call's tool_use ID and input."""
 
-    async def post(data: Any, tool_use_id: str | None, context: Any) -> Any:
-        call_id = data.get("tool_use_id") or tool_use_id
-        if call_id:
-            await turn.answered(call_id)
-        return {}
+        async def hook(data: Any, tool_use_id: str | None, context: Any) -> Any:
+            call_id = data.get("tool_use_id") or tool_use_id
+            if call_id:
+                await act(call_id, data)
+            return {}
 
-    async def failed(data: Any, tool_use_id: str | None, context: Any) -> Any:
-        call_id = data.get("tool_use_id") or tool_use_id
-        if call_id:
-            turn.ended(call_id)
-        return {}
+        return hook
+
+    async def pre(call_id: str, data: Any) -> None:
+        await turn.start(call_id, _tool_name(str(data.get("tool_name"))), data.get("tool_input") or {})
+
+    async def post(call_id: str, data: Any) -> None:
+        await turn.answered(call_id)
+
+    async def failed(call_id: str, data: Any) -> None:
+        turn.ended(call_id)
 
     own = dict(hooks or {})
-    for event, callback in (("PreToolUse", pre), ("PostToolUse", post), ("PostToolUseFailure", failed)):
-        own[event] = [*own.get(event, []), HookMatcher(hooks=[callback])]
+    for event, act in (("PreToolUse", pre), ("PostToolUse", post), ("PostToolUseFailure", failed)):
+        own[event] = [*own.get(event, []), HookMatcher(hooks=[on_call(act)])]
     return own
 
 
