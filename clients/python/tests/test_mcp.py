@@ -22,7 +22,7 @@ from mcp.client.streamable_http import streamable_http_client
 from idemflow.errors import DeadlineError
 from idemflow.mcp import call_until_answered
 
-from .conftest import docs_text, need
+from .conftest import docs_block, need
 
 META_KEY = "io.idemflow/idempotency-key"
 
@@ -100,8 +100,7 @@ def test_the_docs_meta_call_runs_in_a_session() -> None:
     """docs/agents.md's one call with a durable key in _meta, as written,
     inside a real session: the names it uses (session, thread_id,
     call_id) are the function's parameters, and its import runs too."""
-    section = docs_text().split("With the official Python SDK (the `mcp` package):")[1]
-    block = section.split("```python\n")[1].split("```")[0]
+    block = docs_block("With the official Python SDK (the `mcp` package):")
     scope: dict[str, Any] = {}
     exec("async def snippet(session, thread_id, call_id):\n" + textwrap.indent(block, "    "), scope)
     thread_id, call_id = f"docs-{uuid.uuid4()}", "call-1"

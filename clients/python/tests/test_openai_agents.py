@@ -30,7 +30,7 @@ from idemflow.openai_agents import durable_key, durable_mcp_server, idemflow_fun
 
 from . import children
 from .agents.openai_agent import ScriptedModel, Ticket
-from .conftest import count, docs_text, need
+from .conftest import count, docs_block, need
 from .wire import Proxy
 
 CASES = [
@@ -265,9 +265,7 @@ def test_the_readme_snippet_runs(url: str, token: str, db: psycopg.Connection, t
     """The README's snippet, as written, with the fake model in place of
     gpt-4.1 (the only change): it opens a ticket, and run again it resumes
     from the RunState it saved and makes no second."""
-    readme = docs_text()
-    section = readme.split("# The OpenAI Agents SDK on its own (Python)\n", 1)[1]
-    snippet = section.split("```python\n", 1)[1].split("```", 1)[0]
+    snippet = docs_block("# The OpenAI Agents SDK on its own (Python)\n")
     assert 'model="gpt-4.1"' in snippet
     who = "c-1"
     before = count(db, "ticket", who)
@@ -394,8 +392,7 @@ def test_the_docs_mcp_wrapper_runs(url: str, token: str, db: psycopg.Connection,
     it uses are the function's parameters, and idemflow is on PATH. The
     turn sent again (its RunState lost) writes the call under new IDs and
     a new model-written key: the same ticket, a replay."""
-    section = docs_text().split("**The OpenAI Agents SDK, Python** (`idemflow.openai_agents.durable_mcp_server`).")[1]
-    block = section.split("```python\n")[1].split("```")[0]
+    block = docs_block("**The OpenAI Agents SDK, Python** (`idemflow.openai_agents.durable_mcp_server`).")
     scope: dict[str, Any] = {}
     exec("async def snippet(model, message, conversation_id, load, save, url, token):\n" + textwrap.indent(block + "return result\n", "    "), scope)
     monkeypatch.setenv("PATH", f"{os.path.dirname(need('IDEMFLOW_BIN'))}{os.pathsep}{os.environ['PATH']}")

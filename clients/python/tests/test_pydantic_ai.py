@@ -28,7 +28,7 @@ from idemflow.pydantic_ai import durable_mcp_toolset, message_key, run_durably
 
 from . import children
 from .agents.pydantic_agent import ScriptedModel, agent, mcp_toolset, ticket_tool
-from .conftest import count, docs_text, need
+from .conftest import count, docs_block, need
 from .wire import Proxy
 
 
@@ -258,9 +258,7 @@ def test_the_readme_snippet_runs(url: str, token: str, db: psycopg.Connection, t
     """The README's snippet, as written, with the deterministic model in
     place of openai:gpt-4.1 (the only change): it opens a ticket, and run
     again it resumes from the history it saved and makes no second."""
-    readme = docs_text()
-    section = readme.split("# Pydantic AI (Python 3.11+)\n", 1)[1]
-    snippet = section.split("```python\n", 1)[1].split("```", 1)[0]
+    snippet = docs_block("# Pydantic AI (Python 3.11+)\n")
     assert 'Agent("openai:gpt-4.1",' in snippet
     who = "c-1"
     before = count(db, "ticket", who)
@@ -328,8 +326,7 @@ def test_the_docs_mcp_toolset_runs(url: str, token: str, db: psycopg.Connection,
     parameters), after the same turn made through the native idemflow_tool:
     the call through MCP, with a model-written key of its own, has the
     native tool's key, so it is that call's replay, one ticket."""
-    section = docs_text().split("**Pydantic AI** (`idemflow.pydantic_ai.durable_mcp_toolset`, the")[1]
-    block = section.split("```python\n")[1].split("```")[0]
+    block = docs_block("**Pydantic AI** (`idemflow.pydantic_ai.durable_mcp_toolset`, the")
     scope: dict[str, Any] = {}
     exec("async def snippet(model, load, save, url, token, conversation):\n" + textwrap.indent(block + "return result\n", "    "), scope)
     monkeypatch.setenv("PATH", f"{os.path.dirname(need('IDEMFLOW_BIN'))}{os.pathsep}{os.environ['PATH']}")

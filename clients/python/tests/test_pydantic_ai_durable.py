@@ -23,7 +23,7 @@ import pytest
 from temporalio.client import Client
 
 from . import children
-from .conftest import count, docs_text, need
+from .conftest import count, docs_block, need
 from .wire import Proxy
 
 
@@ -153,8 +153,7 @@ def test_the_temporal_durability_snippet_runs(db: psycopg.Connection, tmp_path: 
     need("IDEMFLOW_URL")
     from pydantic_ai.durable_exec.temporal import PydanticAIPlugin
 
-    section = docs_text().split("**`TemporalDurability`**", 1)[1]
-    snippet = section.split("```python\n", 1)[1].split("```", 1)[0]
+    snippet = docs_block("**`TemporalDurability`**")
     assert '"openai:gpt-4.1",' in snippet
     code = snippet.replace('"openai:gpt-4.1",', 'ScriptedModel(os.environ["IDEMFLOW_AGENT_CUSTOMER"]),', 1).replace(
         "with workflow.unsafe.imports_passed_through():\n",
@@ -182,8 +181,7 @@ def test_the_dbos_durability_snippet_runs(db: psycopg.Connection, dbos_database:
     openai:gpt-4.1 (the only change): one ticket (the second run finds the
     same workflow, done)."""
     need("IDEMFLOW_URL")
-    section = docs_text().split("**`DBOSDurability`**", 1)[1]
-    snippet = section.split("```python\n", 1)[1].split("```", 1)[0]
+    snippet = docs_block("**`DBOSDurability`**")
     assert 'Agent("openai:gpt-4.1",' in snippet
     code = snippet.replace('Agent("openai:gpt-4.1",', 'Agent(ScriptedModel(os.environ["IDEMFLOW_AGENT_CUSTOMER"]),', 1).replace(
         "import idemflow\n", "import idemflow\nfrom tests.agents.pydantic_agent import ScriptedModel\n", 1

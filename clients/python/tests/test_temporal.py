@@ -21,7 +21,7 @@ import pytest
 from temporalio.client import Client
 
 from . import children
-from .conftest import count, docs_text, need
+from .conftest import count, docs_block, need
 
 
 def worker(task_queue: str, keys: str, customer: str, pause: bool) -> tuple[subprocess.Popen[str], queue.Queue[str | None]]:
@@ -159,9 +159,7 @@ def test_the_readme_snippet_runs(db: psycopg.Connection, tmp_path: Path) -> None
     need("IDEMFLOW_URL")
     from .agents.temporal_agent import connect
 
-    readme = docs_text()
-    section = readme.split("# Temporal-native agents\n", 1)[1]
-    snippet = section.split("```python\n", 1)[1].split("```", 1)[0]
+    snippet = docs_block("# Temporal-native agents\n")
     plugin = "OpenAIAgentsPlugin(model_params="
     assert plugin in snippet
     code = snippet.replace(plugin, "OpenAIAgentsPlugin(model_provider=TestModelProvider(ScriptedModel()), model_params=")
