@@ -569,16 +569,8 @@ func TestTheMastraIntegrationAgainstTheStack(t *testing.T) {
 // again, it approves its saved call again and makes no second ticket.
 func TestTheMastraPagesProgramRunsAndRunAgainMakesNoSecondTicket(t *testing.T) {
 	bin := node22(t)
-	b, err := os.ReadFile("../../docs/agents/mastra.md")
-	if err != nil {
-		t.Fatal(err)
-	}
-	_, rest, ok := strings.Cut(string(b), "```js\n")
-	code, _, _ := strings.Cut(rest, "```")
 	const model = `model: "openai/gpt-4.1"`
-	if !ok || !strings.Contains(code, model) {
-		t.Fatalf("docs/agents/mastra.md has no js block with %s", model)
-	}
+	code := docsJSBlock(t, "mastra.md", "", model)
 	// Written beside mastra/'s packages, so that they resolve; it keeps
 	// its files in the folder it runs from.
 	code = strings.Replace(code, model, `model: (await import("./agent.mjs")).scriptedModel({ customer: "c-1" })`, 1)
@@ -679,16 +671,7 @@ func TestAnOpenAIAgentsJSAgentKilledMidCallResumesFromItsRunState(t *testing.T) 
 func TestATemporalAISDKWorkerKilledMidCallMakesOneTicket(t *testing.T) {
 	bin := nodeTemporalAI(t)
 	// The workflow is docs/agents/temporal.md's, as written.
-	b, err := os.ReadFile("../../docs/agents/temporal.md")
-	if err != nil {
-		t.Fatal(err)
-	}
-	_, section, _ := strings.Cut(string(b), "**Temporal's AI SDK integration**")
-	_, block, _ := strings.Cut(section, "```js\n")
-	block, _, _ = strings.Cut(block, "```")
-	if !strings.Contains(block, "export async function supportAgent") {
-		t.Fatalf("docs/agents/temporal.md has no js block with supportAgent under Temporal's AI SDK integration")
-	}
+	block := docsJSBlock(t, "temporal.md", "**Temporal's AI SDK integration**", "export async function supportAgent")
 	if err := os.WriteFile("temporal-ai/workflows.mjs", []byte(block), 0o644); err != nil {
 		t.Fatal(err)
 	}
@@ -731,6 +714,24 @@ func TestATemporalAISDKWorkerKilledMidCallMakesOneTicket(t *testing.T) {
 			}
 		})
 	}
+}
+
+// docsJSBlock is the first js block of docs/agents/<page> after the text
+// after (from the page's start where it is empty), which must hold holds:
+// a program its test runs as written.
+func docsJSBlock(t *testing.T, page, after, holds string) string {
+	t.Helper()
+	b, err := os.ReadFile(filepath.Join("..", "..", "docs", "agents", page))
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, section, found := strings.Cut(string(b), after)
+	_, rest, ok := strings.Cut(section, "```js\n")
+	block, _, _ := strings.Cut(rest, "```")
+	if !found || !ok || !strings.Contains(block, holds) {
+		t.Fatalf("docs/agents/%s has no js block with %s after %q", page, holds, after)
+	}
+	return block
 }
 
 // nodeTemporalAI is the Node that Temporal's AI SDK integration runs on
