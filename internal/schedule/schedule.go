@@ -12,6 +12,7 @@ import (
 	"github.com/idemflow/idemflow/workflows"
 	enumspb "go.temporal.io/api/enums/v1"
 	"go.temporal.io/api/operatorservice/v1"
+	"go.temporal.io/api/serviceerror"
 	"go.temporal.io/sdk/client"
 	"go.temporal.io/sdk/temporal"
 )
@@ -143,10 +144,22 @@ func EnsureSearchAttributes(ctx context.Context, c client.Client, namespace stri
 	return err
 }
 
+// NamespaceSettle bounds how long a namespace that exists may still be
+// unknown to a frontend: Temporal remembers a namespace it looked up and
+// did not find for a second (its registry's read-through cache), so one
+// registered just after a lookup (a process that polled for it while the
+// server started) is refused as not found meanwhile.
+const NamespaceSettle = 15 * time.Second
+
 // AddMissingSearchAttributes registers those of want that the namespace
-// lacks, and says how many it added.
+// lacks, and says how many it added. A namespace not found is asked again
+// for up to NamespaceSettle: it may exist and not be seen yet.
 func AddMissingSearchAttributes(ctx context.Context, c client.Client, namespace string, want map[string]enumspb.IndexedValueType) (int, error) {
-	have, err := c.OperatorService().ListSearchAttributes(ctx, &operatorservice.ListSearchAttributesRequest{Namespace: namespace})
+	var have *operatorservice.ListSearchAttributesResponse
+	err := whileNamespaceSettles(ctx, func() (err error) {
+		have, err = c.OperatorService().ListSearchAttributes(ctx, &operatorservice.ListSearchAttributesRequest{Namespace: namespace})
+		return err
+	})
 	if err != nil {
 		return 0, fmt.Errorf("list search attributes: %w", err)
 	}
@@ -159,13 +172,34 @@ func AddMissingSearchAttributes(ctx context.Context, c client.Client, namespace 
 	if len(missing) == 0 {
 		return 0, nil
 	}
-	_, err = c.OperatorService().AddSearchAttributes(ctx, &operatorservice.AddSearchAttributesRequest{
-		Namespace: namespace, SearchAttributes: missing,
+	err = whileNamespaceSettles(ctx, func() error {
+		_, err := c.OperatorService().AddSearchAttributes(ctx, &operatorservice.AddSearchAttributesRequest{
+			Namespace: namespace, SearchAttributes: missing,
+		})
+		return err
 	})
 	if err != nil {
 		return 0, fmt.Errorf("add search attributes: %w", err)
 	}
 	return len(missing), nil
+}
+
+// whileNamespaceSettles calls call again while it finds no namespace, for
+// up to NamespaceSettle, and returns its last error.
+func whileNamespaceSettles(ctx context.Context, call func() error) error {
+	deadline := time.Now().Add(NamespaceSettle)
+	for {
+		err := call()
+		var missing *serviceerror.NamespaceNotFound
+		if !errors.As(err, &missing) || time.Now().After(deadline) {
+			return err
+		}
+		select {
+		case <-ctx.Done():
+			return err
+		case <-time.After(200 * time.Millisecond):
+		}
+	}
 }
 
 // Handle returns the schedule's handle, for describe, trigger, pause and
