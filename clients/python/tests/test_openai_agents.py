@@ -105,6 +105,53 @@ def test_a_call_id_reused_in_a_later_turn_is_a_second_call(url: str, token: str,
     assert (replayed, n) == ([False, False], 2)
 
 
+ONE_STORE = [
+    # name, how each turn is sent (its input, its run_durably arguments), tickets, each turn's answers replayed
+    ("a later turn: the history and the same words", "history", 2, [[False], [False]]),
+    ("a later turn: its message alone, a new turn_id", "turn_id", 2, [[False], [False]]),
+    ("the same turn sent again (a regenerate)", "again", 1, [[False], [True]]),
+    ("the same turn_id sent again", "turn_id again", 1, [[False], [True]]),
+]
+
+
+@pytest.mark.parametrize("name,how,tickets,replayed", ONE_STORE, ids=[c[0] for c in ONE_STORE])
+def test_every_turn_on_one_saved_state_is_its_own_run(
+    name: str, how: str, tickets: int, replayed: list[list[bool]], url: str, token: str, db: psycopg.Connection
+) -> None:
+    """The docs' program keeps one RunState file per conversation and
+    never clears it. A later turn run on that file is a run of its own:
+    its model is asked, its call is made, and the ticket is a second one,
+    never turn 1's resumed state answering for it. The same turn sent
+    again on the file is a replay."""
+    who = f"py-oa-store-{uuid.uuid4().hex[:8]}"
+    first = {"role": "user", "content": "My printer is on fire."}
+
+    async def turns() -> list[list[bool]]:
+        load, save = in_memory()  # one store for the conversation, as the docs' file
+        out = []
+        async with idemflow.AsyncClient(url, token) as c:
+            agent = Agent(name="support", tools=[ticket_tool(c)], model=ScriptedModel(who))
+            config = RunConfig(group_id=who, tracing_disabled=True)
+            result = await run_durably(agent, [first], run_config=config, load=load, save=save, **({"turn_id": "msg-1"} if "turn_id" in how else {}))
+            out.append([json.loads(str(i.output))["replayed"] for i in result.new_items if i.type == "tool_call_output_item"])
+            if how == "history":
+                ask, extra = [*result.to_input_list(), first], {}
+            elif how == "turn_id":
+                ask, extra = [first], {"turn_id": "msg-2"}
+            elif how == "turn_id again":
+                ask, extra = [first], {"turn_id": "msg-1"}
+            else:
+                ask, extra = [first], {}
+            result = await run_durably(agent, ask, run_config=config, load=load, save=save, **extra)
+            out.append([json.loads(str(i.output))["replayed"] for i in result.new_items if i.type == "tool_call_output_item"])
+        return out
+
+    out = asyncio.run(turns())
+    n = count(db, "ticket", who)
+    print(f"{name}: {n} tickets; each turn's answers replayed {out}")
+    assert (n, out) == (tickets, replayed)
+
+
 class TwoCallsModel(ScriptedModel):
     """A ScriptedModel that asks for two identical tickets in one response."""
 

@@ -182,6 +182,41 @@ def test_a_call_id_reused_in_a_later_turn_is_a_second_call(url: str, token: str,
     assert (replayed, n) == ([False, False], 2)
 
 
+ONE_STORE = [
+    # name, the second turn's prompt and history, tickets, each turn's answers replayed
+    ("a later turn: the history and the same words", "history", 2, [[False], [False]]),
+    ("the same turn sent again (a regenerate)", "again", 1, [[False], [True]]),
+]
+
+
+@pytest.mark.parametrize("name,how,tickets,replayed", ONE_STORE, ids=[c[0] for c in ONE_STORE])
+def test_every_turn_on_one_saved_run_is_its_own_run(
+    name: str, how: str, tickets: int, replayed: list[list[bool]], url: str, token: str, db: psycopg.Connection
+) -> None:
+    """The docs' program keeps one file per conversation and never clears
+    it. A later turn run on that file is a run of its own: its model is
+    asked, its call made, a second ticket, never turn 1's saved run
+    answering for it. The same turn sent again on the file is a replay."""
+    who = f"py-pa-store-{uuid.uuid4().hex[:8]}"
+
+    async def turns() -> list[list[bool]]:
+        load, save = in_memory()  # one store for the conversation, as the docs' file
+        out = []
+        async with idemflow.AsyncClient(url, token) as c:
+            support = agent(ScriptedModel(who), ticket_tool(c))
+            result = await run_durably(support, "My printer is on fire.", load=load, save=save)
+            out.append([a["replayed"] for a in answers(result)])
+            history = result.all_messages() if how == "history" else []
+            result = await run_durably(support, "My printer is on fire.", message_history=history, load=load, save=save)
+            out.append([a["replayed"] for a in answers(result)])
+        return out
+
+    out = asyncio.run(turns())
+    n = count(db, "ticket", who)
+    print(f"{name}: {n} tickets; each turn's answers replayed {out}")
+    assert (n, out) == (tickets, replayed)
+
+
 def test_a_pending_answer_fails_the_run_and_never_reaches_the_model(url: str, token: str, db: psycopg.Connection) -> None:
     """A partition longer than the tool's wait: idemflow's tool fails the
     run with nothing handed to the model, and the run resumed from its

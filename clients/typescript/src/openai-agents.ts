@@ -288,6 +288,37 @@ export interface RunDurablyOptions {
   turnId?: string;
 }
 
+// The member runDurably adds to the RunState JSON it saves: the turn whose
+// run saved it. The SDK's schema keeps its own members and drops the rest.
+const runMember = "idemflow";
+
+/**
+ * What names the turn a runDurably call runs: the app's turnId, or else the
+ * whole input it was sent (RFC 8785). Stricter than the key's turn on
+ * purpose: a state is resumed only by the very turn that saved it, and a
+ * turn taken for a new one is still keyed as the same intended call.
+ */
+function runTurn(input: string | unknown[], turnId?: string): string {
+  return turnId ? deriveKey("run", turnId) : deriveKey("run", "", canonical(input));
+}
+
+function dump(state: RunState<any, any>, turn: string): string {
+  return JSON.stringify({ ...(state.toJSON() as object), [runMember]: { turn } });
+}
+
+/** Whether the state saved is the run of this turn. A state saved before runDurably marked its turn is compared by the input it holds. */
+function answers(saved: string, turn: string): boolean {
+  let j: any;
+  try {
+    j = JSON.parse(saved);
+  } catch {
+    return true; // not ours to judge: the SDK says what is wrong with it
+  }
+  const mark = j?.[runMember];
+  if (mark && typeof mark === "object") return mark.turn === turn;
+  return j?.originalInput !== undefined && runTurn(j.originalInput) === turn;
+}
+
 /**
  * Runs agent on input to its end, or resumes the run load() returns,
  * saving its RunState wherever the run is interrupted, and again once
@@ -295,24 +326,33 @@ export interface RunDurablyOptions {
  * runs this again: the saved state's calls run again under the keys they
  * had, and replay: each under the key of the intended call it is
  * (intendedCalls), planned from the saved state.
+ *
+ * A saved state is resumed only by the turn that saved it: the same input
+ * (or the same turnId). Any other turn (one more user message, even in the
+ * same words, or another turnId) is a new run from input, whatever load()
+ * returns, so one store per conversation serves every turn of it.
  */
 export async function runDurably(runner: Runner, agent: Agent<any, any>, input: string | any[], o: RunDurablyOptions): Promise<RunResult<any, any>> {
+  const turn = runTurn(input, o.turnId);
   const saved = await o.load();
   let result: RunResult<any, any>;
-  if (saved !== undefined) {
+  if (saved !== undefined && answers(saved, turn)) {
     const state = await RunState.fromString(agent, saved);
     result = await planned.run(plan(state, o.turnId), () => runner.run(agent, state));
   } else {
+    // Nothing saved, or a state saved by another turn's run: this turn is a
+    // run of its own. Resumed instead, the old run would answer it, and its
+    // calls would never be made.
     result = await runner.run(agent, input, { context: o.context });
   }
   while (result.interruptions.length > 0) {
     const state = result.state;
-    await o.save(state.toString()); // the calls, with their IDs, before a decision
+    await o.save(dump(state, turn)); // the calls, with their IDs, before a decision
     for (const item of result.interruptions) {
       if (!o.approve || (await o.approve(item))) state.approve(item);
       else state.reject(item);
     }
-    await o.save(state.toString()); // the decisions, before any call runs
+    await o.save(dump(state, turn)); // the decisions, before any call runs
     result = await planned.run(plan(state, o.turnId), () => runner.run(agent, state));
   }
   return result;

@@ -167,6 +167,35 @@ for (const [name, calls, scheme, turnId, want, replayed] of [
   });
 }
 
+// The docs' program keeps one RunState file per conversation and never
+// clears it. A later turn run on that file is a run of its own: its model
+// is asked, its call made, a second ticket, never turn 1's resumed state
+// answering for it. The same turn sent again on the file is a replay.
+for (const [name, how, want, replayed] of [
+  ["a later turn: the history and the same words", "history", 2, [[false], [false]]],
+  ["a later turn: its message alone, a new turnId", "turnId", 2, [[false], [false]]],
+  ["the same turn sent again (a regenerate)", "again", 1, [[false], [true]]],
+  ["the same turnId sent again", "turnId again", 1, [[false], [true]]],
+] as const) {
+  test(`every turn on one saved state is its own run: ${name}`, async () => {
+    const who = "c-ts-oa-store-" + randomUUID().slice(0, 8);
+    const c = new Client({ baseURL: url, token });
+    const createTicket = idemflowFunctionTool(c, { name: "create_ticket", description: "Create a ticket.", parameters: schema, path: "/v1/tickets", conversation: who });
+    const agent = new Agent({ name: "support", tools: [createTicket], model: new ScriptedModel(who) });
+    const store = inMemory(); // one store for the conversation, as the docs' file
+    const first = { role: "user" as const, content: "My printer is on fire." };
+    const got: boolean[][] = [];
+    let result = await runDurably(new Runner({ tracingDisabled: true }), agent, [first], { ...store, turnId: how.startsWith("turnId") ? "msg-1" : undefined });
+    got.push(answers(result).map((a) => a.replayed));
+    const [ask, turnId] = how === "history" ? [[...result.history, first], undefined] : how === "turnId" ? [[first], "msg-2"] : how === "turnId again" ? [[first], "msg-1"] : [[first], undefined];
+    result = await runDurably(new Runner({ tracingDisabled: true }), agent, ask, { ...store, turnId });
+    got.push(answers(result).map((a) => a.replayed));
+    const n = await tickets(who);
+    console.log(`${name}: ${n} tickets; each turn's answers replayed ${JSON.stringify(got)}`);
+    assert.deepEqual([n, got], [want, replayed]);
+  });
+}
+
 test("a call ID reused in a later turn of the conversation is a second call", async () => {
   const who = "c-ts-oa-reused-" + randomUUID().slice(0, 8);
   const c = new Client({ baseURL: url, token });

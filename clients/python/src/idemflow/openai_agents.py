@@ -131,6 +131,38 @@ def _plan(state: RunState[Any], group: str, turn_id: str | None) -> dict[str, st
     return intended_call_keys(group, j.get("original_input") or [], calls, j.get("previous_response_id"), turn_id)
 
 
+# The member run_durably adds to the RunState JSON it saves: the turn
+# whose run saved it. The SDK reads its own members and ignores the rest.
+_RUN_MEMBER = "idemflow"
+
+
+def _run_turn(run_input: str | Sequence[Any], turn_id: str | None) -> str:
+    """What names the turn a run_durably call runs: the app's turn_id, or
+    else the whole input it was sent (RFC 8785). Stricter than the key's
+    turn on purpose: a state is resumed only by the very turn that saved
+    it, and a turn taken for a new one is still keyed as the same intended
+    call."""
+    return derive_key("run", turn_id) if turn_id else derive_key("run", "", canonical(run_input))
+
+
+def _dump(state: RunState[Any], turn: str) -> str:
+    return json.dumps({**state.to_json(), _RUN_MEMBER: {"turn": turn}}, indent=2)
+
+
+def _answers(saved: str, turn: str) -> bool:
+    """Whether the state saved is the run of this turn. A state saved
+    before run_durably marked its turn is compared by the input it holds."""
+    try:
+        j = json.loads(saved)
+    except ValueError:
+        return True  # not ours to judge: the SDK says what is wrong with it
+    mark = j.get(_RUN_MEMBER) if isinstance(j, dict) else None
+    if isinstance(mark, dict):
+        return bool(mark.get("turn") == turn)
+    original = j.get("original_input") if isinstance(j, dict) else None
+    return original is not None and _run_turn(original, None) == turn
+
+
 @contextmanager
 def _planning(keys: Mapping[str, str]) -> Iterator[None]:
     token = _planned.set(keys)
@@ -333,6 +365,12 @@ async def run_durably(
     approve decides each interruption (a ToolApprovalItem): True approves,
     False rejects. save must be durable before it returns.
 
+    A saved state is resumed only by the turn that saved it: the same
+    input (or the same turn_id). Any other turn (one more user message,
+    even in the same words, or another turn_id) is a new run from input,
+    whatever load() returns, so one store per conversation serves every
+    turn of it.
+
     Each call the resumed run makes runs under the key of the intended
     call it is (intended_call_keys), planned from the saved state. turn_id
     is the app's ID of the user message the run answers, where it has one
@@ -342,22 +380,26 @@ async def run_durably(
     it, or two turns in the same words are one intent.
     """
     group = run_config.group_id or ""
+    turn = _run_turn(input, turn_id)
     saved = await load()
-    if saved is not None:
+    if saved is not None and _answers(saved, turn):
         state: RunState[Any] = await RunState.from_string(agent, saved)
         with _planning(_plan(state, group, turn_id)):
             result = await Runner.run(agent, state, run_config=run_config)
     else:
+        # Nothing saved, or a state saved by another turn's run: this turn
+        # is a run of its own. Resumed instead, the old run would answer
+        # it, and its calls would never be made.
         result = await Runner.run(agent, input, run_config=run_config, context=context)
     while result.interruptions:
         state = result.to_state()
-        await save(state.to_string())  # the calls, with their IDs, before a decision
+        await save(_dump(state, turn))  # the calls, with their IDs, before a decision
         for item in result.interruptions:
             if approve is None or await approve(item):
                 state.approve(item)
             else:
                 state.reject(item)
-        await save(state.to_string())  # the decisions, before any call runs
+        await save(_dump(state, turn))  # the decisions, before any call runs
         with _planning(_plan(state, group, turn_id)):
             result = await Runner.run(agent, state, run_config=run_config)
     return result

@@ -358,20 +358,54 @@ async def run_durably(
     this again: the saved calls run again under the keys they had, and
     replay. save must be durable before it returns; run passes on to
     Agent.run (deps, usage_limits and so on). The agent's output types
-    must include DeferredToolRequests."""
+    must include DeferredToolRequests.
+
+    A saved run is resumed only by the turn that saved it: the same
+    prompt at the same place (after as many messages of history). Any
+    other turn (a later prompt, even in the same words) is a new run,
+    whatever load() returns, so one store per conversation serves every
+    turn of it."""
+    turn = _run_turn(prompt, len(message_history or ()))
     saved = await load()
-    if saved is not None:
-        state = json.loads(saved)
+    state = json.loads(saved) if saved is not None else None
+    if state is not None and _answers(state, turn, prompt, len(message_history or ())):
         history = ModelMessagesTypeAdapter.validate_python(state["messages"])
         result = await _resume(agent, history, state, approve, save, run)
     else:
+        # Nothing saved, or another turn's run: this turn is a run of its
+        # own. Resumed instead, the old run would answer it, and its calls
+        # would never be made.
         result = await agent.run(prompt, message_history=message_history, **run)
     while isinstance(result.output, DeferredToolRequests):
         history = result.all_messages()
-        state = {"messages": ModelMessagesTypeAdapter.dump_python(history, mode="json"), "calls": [c.tool_call_id for c in result.output.approvals]}
+        state = {
+            "turn": turn,
+            "messages": ModelMessagesTypeAdapter.dump_python(history, mode="json"),
+            "calls": [c.tool_call_id for c in result.output.approvals],
+        }
         await save(json.dumps(state).encode())  # the calls, with their IDs, before a decision
         result = await _resume(agent, history, state, approve, save, run)
     return result
+
+
+def _run_turn(prompt: str | None, place: int) -> str:
+    """What names the turn a run_durably call runs: its prompt and how
+    many messages of history came before it."""
+    return derive_key("run", str(place), canonical(prompt))
+
+
+def _answers(state: dict[str, Any], turn: str, prompt: str | None, place: int) -> bool:
+    """Whether the run saved is this turn's. One saved before run_durably
+    marked its turn is this turn's where its history holds the prompt at
+    this place."""
+    if "turn" in state:
+        return bool(state["turn"] == turn)
+    messages = state.get("messages") or []
+    if place >= len(messages):
+        return False
+    at = messages[place]
+    parts = (at.get("parts") or []) if isinstance(at, dict) else []
+    return any(p.get("part_kind") == "user-prompt" and p.get("content") == prompt for p in parts if isinstance(p, dict))
 
 
 async def _resume(
