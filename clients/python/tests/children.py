@@ -75,10 +75,13 @@ def wait_for(lines: queue.Queue[str | None], prefix: str) -> str:
             return line
 
 
-def kill_mid_call_and_rerun(module: str, args: list[str], env: dict[str, str], hit: threading.Event) -> tuple[list[str], subprocess.Popen[str], list[str]]:
+def kill_mid_call_and_rerun(
+    module: str, args: list[str], env: dict[str, str], hit: threading.Event, rerun: tuple[str, ...] = ()
+) -> tuple[list[str], subprocess.Popen[str], list[str]]:
     """Runs python -m module, SIGKILLs it once hit is set (the proxy saw
-    its tool call), and runs it again as the app would, to its end: what
-    the killed run printed, and the rerun with what it printed."""
+    its tool call), and runs it again as the app would (with rerun's
+    arguments added), to its end: what the killed run printed, and the
+    rerun with what it printed."""
     import pytest
 
     p, lines = start(module, *args, env=env)
@@ -89,7 +92,7 @@ def kill_mid_call_and_rerun(module: str, args: list[str], env: dict[str, str], h
     p.wait(30)
     seen = lines_of(lines)
     assert not any(s.startswith("DONE") for s in seen), seen
-    p, lines = start(module, *args, env=env)
+    p, lines = start(module, *args, *rerun, env=env)
     p.wait(120)
     return seen, p, lines_of(lines)
 

@@ -246,6 +246,41 @@ def test_a_pending_answer_ends_the_invocation_and_never_reaches_the_model(url: s
     assert control_tickets == 2, "the control's retry under a new key made a second ticket"
 
 
+def test_a_later_turn_sent_before_the_last_was_resumed_is_a_turn_of_its_own(url: str, token: str, db: psycopg.Connection, tmp_path: Path) -> None:
+    """Turn 1's call is pending (a partition longer than its deadline) and
+    its invocation ends unfinished; the user sends turn 2 in other words
+    before turn 1 was resumed. run_durably finishes turn 1 (its call
+    replays) and then runs turn 2, whose call is a second ticket, never
+    dropped for turn 1. The same message sent again is turn 1 finished,
+    one ticket."""
+    proxy = Proxy(url, "answer-lost", path="/never")
+
+    async def scenario(later: str) -> tuple[int, list[bool]]:
+        async with idemflow.AsyncClient(proxy.url, token, attempt_timeout=0.3, initial_backoff=0.02, max_backoff=0.1) as c:
+            who = f"py-adk-later-{uuid.uuid4().hex[:8]}"
+            tool = IdemflowTool(c, name="create_ticket", description="Create a ticket.", path="/v1/tickets", args_schema=Ticket, deadline=1.2)
+            runner = Runner(app=app(who, tool), session_service=SqliteSessionService(str(tmp_path / f"{who}.db")))
+            proxy.partitioned = True
+            with pytest.raises(DeadlineError):
+                await turn(runner, who)
+            proxy.partitioned = False
+            replayed = []
+            async for event in run_durably(runner, user_id="u", session_id=who, new_message=message(later)):
+                replayed += [bool((r.response or {}).get("replayed")) for r in event.get_function_responses()]
+            return count(db, "ticket", who), replayed
+
+    try:
+        later = asyncio.run(scenario("My network is down too."))
+        again = asyncio.run(scenario("Open a ticket."))
+    finally:
+        proxy.close()
+    print(
+        f"a later turn sent before the last was resumed: {later[0]} tickets, answers replayed {later[1]}; the same message sent again: {again[0]}, {again[1]}"
+    )
+    assert later == (2, [True, False])
+    assert again == (1, [True])
+
+
 def test_a_call_nothing_durable_names_gets_no_key(url: str, token: str, db: psycopg.Connection, tmp_path: Path) -> None:
     """An app that is not resumable is refused by run_durably, and a call
     whose event is not in the session (a tool run outside ADK's flow) gets

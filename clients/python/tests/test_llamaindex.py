@@ -136,6 +136,26 @@ def test_every_call_of_a_restored_turn_runs_once_and_the_model_reads_each_answer
     assert len(sends) == calls and max(sends.values()) <= 2, sends
 
 
+@pytest.mark.parametrize("later", ["My network is down too.", "My printer is on fire."], ids=["a later turn", "the same message sent again"])
+def test_a_later_turn_sent_before_the_last_was_restored_is_a_turn_of_its_own(later: str, url: str, db: psycopg.Connection, tmp_path: Path) -> None:
+    """The agent is SIGKILLed mid call (its answer dropped, the effect
+    done) and the app sends turn 2's message before turn 1 was restored.
+    run_durably restores turn 1 and finishes it (its call replays), then
+    runs turn 2, whose call is a second ticket, never dropped for turn 1.
+    The same message sent again is turn 1 finished: one ticket."""
+    who = f"py-llamaindex-later-{uuid.uuid4().hex[:6]}"
+    proxy = Proxy(url, "answer-lost", hold=True)
+    try:
+        args = ["--thread", who, "--state", str(tmp_path / "run.json")]
+        _, p, out = children.kill_mid_call_and_rerun("tests.agents.llamaindex_agent", args, children.agent_env(proxy.url), proxy.hit, rerun=("--later", later))
+    finally:
+        proxy.close()
+    assert p.returncode == 0 and any(s.startswith("DONE") for s in out), out
+    n = count(db, "ticket", who)
+    print(f"{later!r} sent after the kill: {n} tickets; {out}")
+    assert n == (2 if later != "My printer is on fire." else 1)
+
+
 def turns(url: str, token: str, state: Path, who: str, n: int, **kw: Any) -> list[bool]:
     """n turns of one conversation, each to its end: whether each tool
     answer was a replay."""

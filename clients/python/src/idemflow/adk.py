@@ -436,6 +436,11 @@ async def run_durably(runner: Runner, *, user_id: str, session_id: str, new_mess
       that answers a paused call, such as a confirmation: ADK finds the
       invocation from the call it answers).
 
+    A new_message in other words than the unfinished invocation's (a
+    later turn sent before the last one was resumed) is a turn of its own:
+    the last one is finished first, as above, then new_message starts the
+    next invocation, never dropped for the last one.
+
     Yields the events, as Runner.run_async does (the answers handed to an
     invocation too). Raises NoDurableIdentityError for an app that is not
     resumable: ADK cannot run a stored call again there, and sending the
@@ -451,9 +456,9 @@ async def run_durably(runner: Runner, *, user_id: str, session_id: str, new_mess
     if session is None:
         session = await runner.session_service.create_session(app_name=runner.app_name, user_id=user_id, session_id=session_id)
     invocation = unfinished_invocation(session.events)
-    events: AsyncIterator[Event]
+    finish: AsyncIterator[Event] | None = None
     if any(p.function_response for p in new_message.parts or []):
-        events = runner.run_async(user_id=user_id, session_id=session_id, new_message=new_message)
+        invocation = None
     elif invocation is not None and session.events[-1].error_code:
         tools = await _answerers(runner.agent)
         parts = [
@@ -462,12 +467,27 @@ async def run_durably(runner: Runner, *, user_id: str, session_id: str, new_mess
             if call.name in tools
         ]
         if parts:
-            events = runner.run_async(user_id=user_id, session_id=session_id, new_message=types.Content(role="user", parts=parts), yield_user_message=True)
-        else:
-            events = runner.run_async(user_id=user_id, session_id=session_id, new_message=new_message)
+            finish = runner.run_async(user_id=user_id, session_id=session_id, new_message=types.Content(role="user", parts=parts), yield_user_message=True)
     elif invocation is not None:
-        events = runner.run_async(user_id=user_id, session_id=session_id, invocation_id=invocation)
-    else:
-        events = runner.run_async(user_id=user_id, session_id=session_id, new_message=new_message)
-    async for event in events:
+        finish = runner.run_async(user_id=user_id, session_id=session_id, invocation_id=invocation)
+    if finish is not None:
+        async for event in finish:
+            yield event
+        if invocation is not None and _texts(new_message) == _asked(session.events, invocation):
+            return  # the same turn, sent again: finished
+        # Another turn, sent while the last one had not ended: it is a
+        # turn of its own, after the last one, never dropped for it.
+    async for event in runner.run_async(user_id=user_id, session_id=session_id, new_message=new_message):
         yield event
+
+
+def _texts(content: types.Content | None) -> list[str]:
+    return [p.text for p in (content.parts if content is not None else None) or [] if p.text is not None]
+
+
+def _asked(events: list[Event], invocation: str) -> list[str]:
+    """The user's words that started invocation."""
+    for e in events:
+        if e.invocation_id == invocation and e.author == "user" and _texts(e.content):
+            return _texts(e.content)
+    return []

@@ -334,9 +334,15 @@ async def run_durably(agent: FunctionAgent, state: str | os.PathLike[str], user_
     are in that conversation (turn_of), so the same turn run again from
     the same state is the same calls. When the turn ends, state holds its
     context for the next turn.
+
+    A user_msg other than the unfinished turn's (a later turn sent before
+    the last one was restored) is a turn of its own: the last one is
+    restored and finished first, then user_msg starts the next, never
+    dropped for the last one.
     """
     path = Path(state)
     saved = json.loads(path.read_text()) if path.exists() else None
+    asked = saved.get("user_msg", user_msg) if saved and saved["running"] else user_msg
     released: frozenset[str] = frozenset()
     if saved and saved["running"]:
         saved["ctx"], released = _release(saved["ctx"])
@@ -363,7 +369,12 @@ async def run_durably(agent: FunctionAgent, state: str | os.PathLike[str], user_
             # The memory, which LlamaIndex warns it leaves out, is saved
             # beside the context.
             warnings.filterwarnings("ignore", message=".*unserializable key: memory")
-            doc = {"running": running, "ctx": handler.ctx.to_dict(), "memory": [m.model_dump(mode="json") for m in await memory.aget_all()]}
+            doc = {
+                "running": running,
+                "user_msg": asked,
+                "ctx": handler.ctx.to_dict(),
+                "memory": [m.model_dump(mode="json") for m in await memory.aget_all()],
+            }
         write_durably(path, json.dumps(doc))
 
     async for ev in handler.stream_events():
@@ -372,6 +383,8 @@ async def run_durably(agent: FunctionAgent, state: str | os.PathLike[str], user_
             handler.ctx.send_event(Proceed(key=ev.key))
     result: AgentOutput = await handler
     await save(running=False)
+    if user_msg is not None and user_msg != asked:
+        return await run_durably(agent, state, user_msg)
     return result
 
 

@@ -155,6 +155,7 @@ async def main() -> None:
     ap.add_argument("--calls", type=int, default=1, help="tickets the model asks for in one answer")
     ap.add_argument("--key-scheme", default="li2", choices=["li2", "li1"])
     ap.add_argument("--via", default="function", choices=["function", "mcp"])
+    ap.add_argument("--later", help="a later turn's message, sent in place of the resume (before the last turn was restored)")
     a = ap.parse_args()
     state = Path(a.state)
     # The client's attempts time out fast, so that a dropped answer is
@@ -165,7 +166,7 @@ async def main() -> None:
             state.unlink(missing_ok=True)
         resumed = state.exists() and json.loads(state.read_text())["running"]
         print(f"{'resuming' if resumed else 'starting'} {a.thread}", flush=True)
-        user_msg = None if resumed else "My printer is on fire."
+        user_msg = a.later if a.later else None if resumed else "My printer is on fire."
         if a.via == "mcp":
             env = {**get_default_environment(), "IDEMFLOW_URL": os.environ["IDEMFLOW_URL"], "IDEMFLOW_TOKEN": os.environ["IDEMFLOW_TOKEN"]}
             params = StdioServerParameters(command=os.environ["IDEMFLOW_BIN"], args=["mcp"], env=env)
