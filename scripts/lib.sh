@@ -160,6 +160,33 @@ build_schemathesis() {
   )
 }
 
+# build_kube_tools installs what the Helm chart's offline checks run
+# (internal/tooling/kube): Helm and kube-score, built from the Go module
+# proxy at the versions named here into bin/, and kubernetes-validate from
+# its lock. No cluster is needed.
+build_kube_tools() {
+  echo "installing Helm, kube-score and kubernetes-validate for the chart's checks..." >&2
+  mkdir -p bin
+  # A build from the module proxy does not know its own version (helm
+  # version says v4.3): a stamp beside each binary names what was built.
+  go_tool_install helm helm.sh/helm/v4/cmd/helm "$HELM_VERSION"
+  go_tool_install kube-score github.com/zegl/kube-score/cmd/kube-score "$KUBE_SCORE_VERSION"
+  (
+    cd internal/tooling/kube
+    [ -x .venv/bin/python ] || python3 -m venv .venv
+    .venv/bin/pip install -q --disable-pip-version-check --require-hashes --no-deps -r requirements.lock
+  )
+}
+HELM_VERSION=v4.3.2
+KUBE_SCORE_VERSION=v1.20.0
+
+# go_tool_install NAME PACKAGE VERSION: bin/NAME built from PACKAGE@VERSION,
+# unless bin/.NAME-version says it already is.
+go_tool_install() {
+  [ -x "bin/$1" ] && [ "$(cat "bin/.$1-version" 2>/dev/null)" = "$3" ] && return
+  GOBIN="$PWD/bin" go install "$2@$3" && echo "$3" > "bin/.$1-version"
+}
+
 # build_idemflow builds the binary into bin/. The Go build cache makes every
 # build after the first (which compiles the Temporal server, ~9 min on two
 # cores) take seconds: never clean it.

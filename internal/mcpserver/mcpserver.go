@@ -411,6 +411,10 @@ type HTTPOptions struct {
 	VerifyTTL time.Duration
 }
 
+// HealthPath answers 200 without a token while the MCP server over HTTP
+// takes requests. Every other path serves MCP.
+const HealthPath = "/healthz"
+
 // HTTPHandler serves the tools over MCP streamable HTTP. A bearer token is
 // verified with the gateway (GET /v1/tenant) before any session opens, and
 // each tool call passes it on to the gateway, which decides the tenant.
@@ -467,6 +471,15 @@ func HTTPHandler(cfg Config, opts HTTPOptions) http.Handler {
 	// here first so that the refusal is the same problem+json the gateway
 	// sends. The SDK's own check then finds it in the verifier's cache.
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		// Liveness for a process manager (Kubernetes' probes): the server
+		// takes requests. No token, and nothing of the gateway's: a
+		// gateway that cannot answer is a pending answer to a call, not a
+		// reason to restart this process.
+		if r.URL.Path == HealthPath && (r.Method == http.MethodGet || r.Method == http.MethodHead) {
+			w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+			_, _ = io.WriteString(w, "ok\n")
+			return
+		}
 		fields := strings.Fields(r.Header.Get("Authorization"))
 		if len(fields) != 2 || !strings.EqualFold(fields[0], "Bearer") {
 			deny(w, http.StatusUnauthorized, problem.TypeUnauthorized, "send Authorization: Bearer <token>, an idemflow API token")

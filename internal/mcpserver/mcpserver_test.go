@@ -331,3 +331,21 @@ func TestMCPNoAnswerYetSaysToCallAgainUnderTheSameKey(t *testing.T) {
 		t.Fatalf("%d tickets", n)
 	}
 }
+
+// A process manager's probe reads HealthPath without a token, even while
+// the gateway behind the server does not answer; every other path still
+// wants one.
+func TestMCPOverHTTPAnswersItsHealthPathWithoutAToken(t *testing.T) {
+	hs := httptest.NewServer(mcpserver.HTTPHandler(mcpserver.Config{BaseURL: "http://127.0.0.1:1"}, mcpserver.HTTPOptions{}))
+	t.Cleanup(hs.Close)
+	for path, want := range map[string]int{mcpserver.HealthPath: http.StatusOK, "/": http.StatusUnauthorized, "/healthz/x": http.StatusUnauthorized} {
+		resp, err := http.Get(hs.URL + path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		if resp.StatusCode != want {
+			t.Errorf("GET %s without a token: %d, want %d", path, resp.StatusCode, want)
+		}
+	}
+}
