@@ -33,7 +33,7 @@ func tools(t *testing.T) kube.Tools {
 func renderings(t *testing.T) map[string]kube.Values {
 	t.Helper()
 	out := map[string]kube.Values{
-		"defaults": {Set: map[string]string{"database.url": "postgres://idemflow@db:5432/idemflow", "temporal.address": "temporal:7233"}},
+		"defaults": {Set: map[string]any{"database.url": "postgres://idemflow@db:5432/idemflow", "temporal.address": "temporal:7233"}},
 	}
 	files, err := filepath.Glob(filepath.Join(chart, "values-*.yaml"))
 	if err != nil || len(files) < 2 {

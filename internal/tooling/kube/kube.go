@@ -13,7 +13,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"sort"
 	"strings"
 
 	"gopkg.in/yaml.v3"
@@ -42,39 +41,73 @@ func Find(root string) (Tools, error) {
 	return t, nil
 }
 
-// Values are the values of one rendering: files (-f) and single settings
-// (--set), in that order.
+// Values are the values of one rendering: files (-f), then single
+// settings by dotted path ("temporal.address"), typed as YAML types them
+// (a bool is a bool, a string stays a string whatever it holds).
 type Values struct {
 	Files []string
-	Set   map[string]string
+	Set   map[string]any
 }
 
-func (v Values) args() []string {
+// args are helm's arguments for v; the settings go in a file in dir, which
+// keeps every character of a value (--set would split one at a comma).
+func (v Values) args(dir string) ([]string, error) {
 	var out []string
 	for _, f := range v.Files {
 		out = append(out, "-f", f)
 	}
-	keys := make([]string, 0, len(v.Set))
-	for k := range v.Set {
-		keys = append(keys, k)
+	if len(v.Set) == 0 {
+		return out, nil
 	}
-	sort.Strings(keys)
-	for _, k := range keys {
-		out = append(out, "--set-string", k+"="+v.Set[k])
+	tree := map[string]any{}
+	for path, value := range v.Set {
+		node := tree
+		parts := strings.Split(path, ".")
+		for _, p := range parts[:len(parts)-1] {
+			next, ok := node[p].(map[string]any)
+			if !ok {
+				next = map[string]any{}
+				node[p] = next
+			}
+			node = next
+		}
+		node[parts[len(parts)-1]] = value
 	}
-	return out
+	b, err := yaml.Marshal(tree)
+	if err != nil {
+		return nil, err
+	}
+	f := filepath.Join(dir, "set.yaml")
+	if err := os.WriteFile(f, b, 0o600); err != nil {
+		return nil, err
+	}
+	return append(out, "-f", f), nil
+}
+
+// helm runs helm with args and then v's.
+func (t Tools) helm(ctx context.Context, v Values, args ...string) ([]byte, error) {
+	dir, err := os.MkdirTemp("", "idemflow-helm-")
+	if err != nil {
+		return nil, err
+	}
+	defer os.RemoveAll(dir)
+	more, err := v.args(dir)
+	if err != nil {
+		return nil, err
+	}
+	out, _, err := run(ctx, nil, t.Helm, append(args, more...)...)
+	return out, err
 }
 
 // Render is 'helm template' of the chart with v, as the release named
 // release would be installed.
 func (t Tools) Render(ctx context.Context, chart, release string, v Values) ([]byte, error) {
-	out, _, err := run(ctx, nil, t.Helm, append([]string{"template", release, chart}, v.args()...)...)
-	return out, err
+	return t.helm(ctx, v, "template", release, chart)
 }
 
 // Lint is 'helm lint --strict' of the chart with v.
 func (t Tools) Lint(ctx context.Context, chart string, v Values) error {
-	_, _, err := run(ctx, nil, t.Helm, append([]string{"lint", "--strict", chart}, v.args()...)...)
+	_, err := t.helm(ctx, v, "lint", "--strict", chart)
 	return err
 }
 
