@@ -146,3 +146,47 @@ func MigrateURL(ctx context.Context, databaseURL string, schemas ...Schema) (fro
 	from, to = own(applied)
 	return from, to, err
 }
+
+// Querier runs a query: a pool or a connection.
+type Querier interface {
+	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
+}
+
+// Pending counts the migrations, idemflow's and each schema's, that the
+// database at q has not applied. It only reads: a version table that does
+// not exist yet is a database nothing was applied to.
+func Pending(ctx context.Context, q Querier, schemas ...Schema) (int, error) {
+	n, err := pending(ctx, q, VersionTable, files)
+	if err != nil {
+		return 0, err
+	}
+	for _, s := range schemas {
+		m, err := pending(ctx, q, VersionTableOf(s.Name), s.Files)
+		if err != nil {
+			return 0, fmt.Errorf("operation %s: %w", s.Name, err)
+		}
+		n += m
+	}
+	return n, nil
+}
+
+func pending(ctx context.Context, q Querier, versionTable string, files fs.FS) (int, error) {
+	names, err := fs.Glob(files, "*.sql")
+	if err != nil {
+		return 0, fmt.Errorf("migrations: list: %w", err)
+	}
+	var exists bool
+	if err := q.QueryRow(ctx, `SELECT to_regclass($1) IS NOT NULL`, versionTable).Scan(&exists); err != nil {
+		return 0, fmt.Errorf("migrations: look for %s: %w", versionTable, err)
+	}
+	if !exists {
+		return len(names), nil
+	}
+	// tern numbers migrations from 1, one a file, and keeps the last
+	// applied in its version table's one row.
+	var version int32
+	if err := q.QueryRow(ctx, `SELECT COALESCE((SELECT version FROM `+pgx.Identifier{versionTable}.Sanitize()+` LIMIT 1), 0)`).Scan(&version); err != nil {
+		return 0, fmt.Errorf("migrations: read %s: %w", versionTable, err)
+	}
+	return max(len(names)-int(version), 0), nil
+}

@@ -23,6 +23,7 @@ import (
 	"github.com/idemflow/idemflow/internal/tenant"
 	"github.com/idemflow/idemflow/internal/tooling/roundtrip"
 	"github.com/idemflow/idemflow/internal/tracing"
+	"github.com/idemflow/idemflow/migrations"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"go.temporal.io/api/workflowservice/v1"
@@ -160,9 +161,9 @@ func openDeps(ctx context.Context, logger *slog.Logger, set *registry.Set, tools
 	if err != nil {
 		return nil, fmt.Errorf("open database: %w", err)
 	}
-	if err := pool.Ping(ctx); err != nil {
+	if err := waitDatabase(ctx, logger, pool, set.Schemas()); err != nil {
 		pool.Close()
-		return nil, fmt.Errorf("reach database: %w", err)
+		return nil, err
 	}
 	if err := audit.RequireConstraints(ctx, pool, set.Guards()); err != nil {
 		pool.Close()
@@ -249,17 +250,55 @@ func dialTemporal(ctx context.Context, logger *slog.Logger, hostPort, namespace 
 	if err := conn.apply(&opts); err != nil {
 		return nil, err
 	}
-	// A server starting alongside (compose, or dev) may need a moment.
-	deadline := time.Now().Add(30 * time.Second)
-	for {
+	// A server starting alongside (compose, Kubernetes, or dev) may not
+	// listen yet: a role waits for it as long as for its namespace.
+	deadline := time.Now().Add(temporalReadyWait)
+	for attempt := 1; ; attempt++ {
 		c, err := client.DialContext(ctx, opts)
 		if err == nil {
 			return c, nil
 		}
 		if time.Now().After(deadline) || ctx.Err() != nil {
-			return nil, fmt.Errorf("connect to Temporal at %s: %w", hostPort, err)
+			return nil, fmt.Errorf("connect to Temporal at %s (not ready within %v?): %w", hostPort, temporalReadyWait, err)
+		}
+		if attempt%10 == 1 {
+			logger.Warn("Temporal not reachable yet; retrying", "address", hostPort, "attempt", attempt, "error", err)
 		}
 		time.Sleep(500 * time.Millisecond)
+	}
+}
+
+// waitDatabase waits, up to temporalReadyWait, until PostgreSQL answers
+// and holds every migration this binary knows: a process manager may start
+// a role before the database, or before the migrations' job (a Helm
+// hook, compose's migrate) has run. A role never migrates by itself: two
+// releases' roles starting together must not race to change the schema.
+func waitDatabase(ctx context.Context, logger *slog.Logger, pool *pgxpool.Pool, schemas []migrations.Schema) error {
+	deadline := time.Now().Add(temporalReadyWait)
+	for attempt := 1; ; attempt++ {
+		err := pool.Ping(ctx)
+		pending := 0
+		if err == nil {
+			if pending, err = migrations.Pending(ctx, pool, schemas...); err == nil && pending == 0 {
+				return nil
+			}
+		}
+		if ctx.Err() != nil || time.Now().After(deadline) {
+			if err != nil {
+				return fmt.Errorf("reach database (not ready within %v?): %w", temporalReadyWait, err)
+			}
+			return fmt.Errorf("the database lacks %d migration(s) after %v: run 'idemflow migrate' (docs/operations.md)", pending, temporalReadyWait)
+		}
+		if err != nil {
+			logger.Warn("PostgreSQL not reachable yet; retrying", "attempt", attempt, "error", err)
+		} else {
+			logger.Warn("the database lacks migrations: waiting for 'idemflow migrate'", "pending", pending, "attempt", attempt)
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(time.Second):
+		}
 	}
 }
 

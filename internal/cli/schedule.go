@@ -79,7 +79,8 @@ func installSchedule(ctx context.Context, logger *slog.Logger, tc client.Client,
 	return nil
 }
 
-// temporalReadyWait bounds how long a starting process waits for Temporal.
+// temporalReadyWait bounds how long a starting process waits for Temporal,
+// and for PostgreSQL and its migrations.
 const temporalReadyWait = 2 * time.Minute
 
 // notReady reports the errors of a Temporal server that is starting.
