@@ -36,7 +36,13 @@ func readmeLines(t *testing.T) []string {
 	return lines
 }
 
-// shLines returns the command lines of one documentation file's sh blocks.
+// notRun is the line a reader sees before a block no test can run, and
+// why (internal/tooling/docs holds every block to having one or running).
+var notRun = regexp.MustCompile(`^_Not run: (.+)_$`)
+
+// shLines returns the command lines of one documentation file's sh blocks,
+// but for a block whose line before says it is not run, and why (a
+// Kubernetes cluster's commands): that is logged instead.
 func shLines(t *testing.T, name string) []string {
 	t.Helper()
 	f, err := os.Open(name)
@@ -45,11 +51,21 @@ func shLines(t *testing.T, name string) []string {
 	}
 	defer f.Close()
 	var lines, assigns []string
-	in, cur := false, ""
+	in, cur, prev := false, "", ""
 	sc := bufio.NewScanner(f)
 	for sc.Scan() {
 		l := sc.Text()
+		before := prev
+		if strings.TrimSpace(l) != "" {
+			prev = l
+		}
 		switch {
+		case strings.HasPrefix(l, "```sh") && notRun.MatchString(before):
+			t.Logf("not run here (%s: %s)", filepath.Base(name), notRun.FindStringSubmatch(before)[1])
+			in = false
+			for sc.Scan() && !strings.HasPrefix(sc.Text(), "```") {
+			}
+			continue
 		case strings.HasPrefix(l, "```sh"):
 			in, assigns = true, nil
 			continue
@@ -218,5 +234,18 @@ func TestEveryReadmeCommandLineRuns(t *testing.T) {
 	}
 	if ran < 10 {
 		t.Fatalf("only %d README lines found: the extraction is broken", ran)
+	}
+}
+
+// A sh block the reader is told is not run (and why) is not run; the
+// others are, whatever follows them.
+func TestShLinesLeaveOutOnlyABlockMarkedNotRun(t *testing.T) {
+	doc := filepath.Join(t.TempDir(), "doc.md")
+	text := "Run this:\n\n```sh\necho one\n```\n\n_Not run: no cluster here._\n```sh\nkubectl apply -f x.yaml\n```\n\nAnd:\n\n```sh\necho two\n```\n"
+	if err := os.WriteFile(doc, []byte(text), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if got := shLines(t, doc); strings.Join(got, "|") != "echo one|echo two" {
+		t.Fatalf("shLines: %q", got)
 	}
 }
