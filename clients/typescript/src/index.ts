@@ -280,6 +280,13 @@ export class Client {
    */
   async do(intent: Intent, opts: { deadlineMs?: number; signal?: AbortSignal } = {}): Promise<Result> {
     if (!intent.key) throw new Error("idemflow: an intent needs its key");
+    // A deadline given with the intent would be ignored, and the call
+    // retried for the default 300 s: refused where it is written.
+    for (const misplaced of ["deadlineMs", "signal"] as const) {
+      if (misplaced in (intent as object)) {
+        throw new TypeError(`idemflow: ${misplaced} is an option of do, not a field of the intent: client.do(intent, { ${misplaced} })`);
+      }
+    }
     const end = Date.now() + (opts.deadlineMs ?? 300_000);
     for (let n = 1; ; n++) {
       opts.signal?.throwIfAborted();

@@ -80,6 +80,17 @@ for (const deadlineMs of [1000, 3000]) {
   });
 }
 
+// The README's deadlineMs written as a field of the intent was ignored:
+// the call retried for the default 300 s. It is refused where it is
+// written, naming where it goes, and nothing is sent.
+test("a deadline written as a field of the intent is refused, naming do's option, and nothing is sent", async () => {
+  let attempts = 0;
+  const c = new Client({ baseURL: url, token, onAttempt: () => void attempts++ });
+  const intent: any = { key: randomUUID(), path: "/v1/tickets", body: ticket("misplaced deadline"), deadlineMs: 1000 };
+  await assert.rejects(c.do(intent), (e: Error) => e instanceof TypeError && e.message.includes("client.do(intent, { deadlineMs })"));
+  assert.equal(attempts, 0);
+});
+
 test("a replay returns the first answer, marked replayed", async () => {
   const key = randomUUID();
   const first = await client().do({ key, path: "/v1/tickets", body: ticket("once") });
