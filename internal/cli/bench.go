@@ -42,6 +42,7 @@ func runBench(ctx context.Context, env *Env, args []string) error {
 	soak := fs.Duration("soak", 0, "instead of the cases, hold a steady mix of new tickets and replays this long (e.g. 30m), print each process's memory, goroutines, connections and records every --interval, and judge their growth (exit 3 when anything grew)")
 	interval := fs.Duration("interval", time.Minute, "with --soak: how often to sample")
 	soakClients := fs.Int("soak-clients", 8, "with --soak: concurrent clients")
+	soakWarmup := fs.Int("soak-warmup", 0, "with --soak: new intents to make before the first sample, e.g. the history cache's bound, so that a bounded cache is full before growth is judged")
 	metrics := fs.String("metrics", "", "/metrics URLs of the idemflow processes to watch with --soak, comma-separated; without it, the first is where --account reads idemflow's stages (default: the gateway's own)")
 	if err := parseFlags(fs, args); err != nil {
 		return err
@@ -52,7 +53,7 @@ func runBench(ctx context.Context, env *Env, args []string) error {
 	}
 	if *soak > 0 {
 		return runSoak(ctx, env, bench.SoakConfig{URL: g.url, Token: g.token, DatabaseURL: cmp.Or(*dbURL, devEnv["DATABASE_URL"]),
-			Duration: *soak, Interval: *interval, Clients: *soakClients, ReplayEvery: 4, Out: env.Stdout}, *metrics)
+			Duration: *soak, Interval: *interval, Clients: *soakClients, ReplayEvery: 4, Warmup: *soakWarmup, Out: env.Stdout}, *metrics)
 	}
 	cfg := bench.Config{URL: g.url, Token: g.token, Duration: *duration, Rounds: *rounds, Progress: progressOn(env.Stderr), Account: *account,
 		DatabaseURL: cmp.Or(*dbURL, devEnv["DATABASE_URL"])}

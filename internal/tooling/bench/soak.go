@@ -10,6 +10,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/google/uuid"
@@ -29,6 +30,11 @@ type SoakConfig struct {
 	// Clients send new tickets in a closed loop; every ReplayEvery-th
 	// request of each is a replay of one of its earlier intents.
 	Clients, ReplayEvery int
+	// Warmup new intents are made before the soak's clock starts, so
+	// that caches bounded by a count of workflows (the embedded server's
+	// history cache) are full before any sample is judged, however slowly
+	// a loaded machine makes them.
+	Warmup int
 	// Metrics are the /metrics URLs of the idemflow processes to watch
 	// (a dev stack's gateway serves its one process's).
 	Metrics []string
@@ -100,6 +106,27 @@ func Soak(ctx context.Context, cfg SoakConfig) (SoakReport, error) {
 	var mu sync.Mutex
 	var lat []time.Duration
 	intents, replays, errs, total := 0, 0, 0, 0
+
+	if cfg.Warmup > 0 {
+		began := time.Now()
+		var made, failed atomic.Int64
+		var warm sync.WaitGroup
+		for c := range cfg.Clients {
+			warm.Go(func() {
+				for n := c; n < cfg.Warmup && ctx.Err() == nil; n += cfg.Clients {
+					status, err := post(ctx, cfg.URL+tickets.Create.Route, cfg.Token, fmt.Sprintf("soak-%s-warm-%d", run, n),
+						fmt.Sprintf(`{"customer_id":"soak-warm","title":"warm-up %d"}`, n))
+					if err != nil || status != http.StatusCreated {
+						failed.Add(1)
+					} else {
+						made.Add(1)
+					}
+				}
+			})
+		}
+		warm.Wait()
+		fmt.Fprintf(cfg.Out, "soak: warm-up: %d new intents (%d failed) in %s, before the first sample\n", made.Load(), failed.Load(), time.Since(began).Round(time.Second))
+	}
 
 	ctx, stop := context.WithTimeout(ctx, cfg.Duration)
 	defer stop()
