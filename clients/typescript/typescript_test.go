@@ -530,9 +530,17 @@ func killAndRerun(t *testing.T, a killedAgent) {
 // (cl1), one ticket, the answer a replay where the first had executed.
 // The control (the tool_use ID as the key) and an app that keeps no turn
 // ID (a new one each run) make two.
+//
+// Run again as a fork into a new session (a chat's "retry in a new
+// branch": sessionId B, forked from A): where the app names the turn it
+// re-runs (rerun), the call written again in B is A's turn's call, one
+// ticket; a fork the app starts as a new conversation makes two.
 func TestAClaudeAgentKilledMidCallResumesItsSessionWithoutADuplicate(t *testing.T) {
 	killAndRerun(t, killedAgent{script: "dist/agent/claude-agent.js", idFlag: "--conversation", prefix: "claude-",
-		state: "turn.json", resumed: "on its session"})
+		state: "turn.json", resumed: "on its session", more: []killCase{
+			{"a fork into a new session that re-runs the turn", answerLost, []string{"--fork", "rerun"}, 1, `"replayed":true`},
+			{"control, a fork into a new session as a new conversation", answerLost, []string{"--fork", "new"}, 2, `"replayed":false`},
+		}})
 }
 
 // A Mastra agent SIGKILLed mid tool call, after idemflow executed it (the

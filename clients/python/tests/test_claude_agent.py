@@ -44,6 +44,11 @@ CASES: list[tuple[str, Fault, tuple[str, ...], int, bool]] = [
     ("turn sent again, request held", "before-received", (), 1, False),
     ("control: fresh keys", "answer-lost", ("--tools", "naive"), 2, False),
     ("control: an app that keeps no turn ID", "answer-lost", ("--unsafe",), 2, False),
+    # Sent again as a fork into a new session (a chat's "retry in a new
+    # branch"): the same turn where the app says it re-runs it; a new
+    # conversation where it does not.
+    ("a fork into a new session that re-runs the turn", "answer-lost", ("--fork", "rerun"), 1, True),
+    ("control: a fork into a new session as a new conversation", "answer-lost", ("--fork", "new"), 2, False),
 ]
 
 

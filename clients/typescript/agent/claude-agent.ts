@@ -5,7 +5,7 @@
 // --conversation and --state, it sends the same turn again on its session,
 // resumed, as an app does after a crash.
 //
-//   node dist/agent/claude-agent.js --conversation C --state FILE [--tools idemflow|naive] [--unsafe]
+//   node dist/agent/claude-agent.js --conversation C --state FILE [--tools idemflow|naive] [--unsafe] [--fork rerun|new]
 //
 // with IDEMFLOW_URL and IDEMFLOW_TOKEN set. --tools naive is the control:
 // the key is the call's tool_use ID, which the model writes anew when it
@@ -19,13 +19,17 @@ import { agentFlags } from "./flags.js";
 import { createSdkMcpServer, getSessionInfo, tool } from "@anthropic-ai/claude-agent-sdk";
 import { z } from "zod";
 import { Client } from "../src/index.js";
-import { idemflowTool, runDurably } from "../src/claude-agent.js";
+import { idemflowTool, runDurably, type DurableTurn } from "../src/claude-agent.js";
 import { answerText } from "../src/tooltext.js";
 import { startModel } from "./model-api.js";
 
 const { values } = parseArgs({
   options: {
     ...agentFlags,
+    // Run again after a crash as a fork into a new session (a chat's "retry
+    // in a new branch"): rerun names the turn it re-runs, new does not (a
+    // new conversation, its own state file).
+    fork: { type: "string" },
   },
 });
 const conversation = values.conversation!;
@@ -64,8 +68,17 @@ const options = {
   },
 };
 const turnId = values.unsafe ? randomUUID() : "msg-1";
-console.log((await getSessionInfo(sessionId, { dir: dirname(state) })) ? `resuming ${conversation} on its session` : `starting ${conversation}`);
-for await (const m of runDurably({ prompt: "Open a ticket: my printer is on fire.", options }, { sessionId, turnId, state })) {
+const known = await getSessionInfo(sessionId, { dir: dirname(state) });
+let turn: DurableTurn = { sessionId, turnId, state };
+if (known && values.fork) {
+  const b = createHash("sha256").update(conversation + "-fork").digest("hex");
+  const forkId = `${b.slice(0, 8)}-${b.slice(8, 12)}-4${b.slice(13, 16)}-8${b.slice(17, 20)}-${b.slice(20, 32)}`;
+  turn = values.fork === "rerun" ? { sessionId: forkId, turnId, state, forkOf: sessionId, rerun: true } : { sessionId: forkId, turnId, state: state + ".fork", forkOf: sessionId };
+  console.log(`forking ${conversation} into a new session (${values.fork})`);
+} else {
+  console.log(known ? `resuming ${conversation} on its session` : `starting ${conversation}`);
+}
+for await (const m of runDurably({ prompt: "Open a ticket: my printer is on fire.", options }, turn)) {
   if (m.type === "user" && Array.isArray(m.message.content)) {
     for (const part of m.message.content as any[]) {
       if (part.type !== "tool_result") continue;

@@ -179,6 +179,20 @@ export interface DurableTurn {
   turnId: string;
   /** The file where the turn's calls are recorded (JSON, written durably). */
   state: string;
+  /**
+   * The session this run forks, where sessionId is new: the run starts
+   * sessionId as a fork of it (options.resume and forkSession), as a
+   * chat's "retry in a new branch" does. Ignored once sessionId exists.
+   */
+  forkOf?: string;
+  /**
+   * The fork re-runs turnId as it was asked in forkOf: its calls are keyed
+   * as that session's turn's (give the same state file), so the call the
+   * model writes again is the call whose answer it never read, and a call
+   * it had read replays. Without it a fork is a new conversation, whose
+   * calls are new intents.
+   */
+  rerun?: boolean;
 }
 
 /**
@@ -186,26 +200,42 @@ export interface DurableTurn {
  * prompt on the session of t, started or resumed, each tool call recorded
  * in t.state before it runs and once answered, so that idemflowTool keys
  * it by the intended call. Send a turn killed mid call again with the same
- * turnId: its calls written again are the same intents.
+ * turnId: its calls written again are the same intents. Sent again as a
+ * fork into a new session (forkOf), it is the same turn where the app says
+ * so (rerun), and a new conversation where it does not.
  */
 export async function* runDurably(params: { prompt: string; options?: Options }, t: DurableTurn): AsyncGenerator<SDKMessage, void> {
   if (!t.sessionId || !t.turnId) {
     throw new NoDurableIdentityError("runDurably needs the session's ID and the turn's (the user message's) ID: nothing else names a call written again after a crash");
   }
-  let state: TurnState = { sessionId: t.sessionId, turnId: t.turnId, calls: [] };
+  if (t.rerun && !t.forkOf) throw new NoDurableIdentityError("runDurably: rerun names a turn of the session it forks: give forkOf");
+  // The session the turn was asked in, which its calls' keys name: the
+  // forked one, where the fork re-runs its turn.
+  const asked = t.rerun ? t.forkOf! : t.sessionId;
+  let state: TurnState = { sessionId: asked, turnId: t.turnId, calls: [] };
   try {
     const saved = JSON.parse(await readFile(t.state, "utf8")) as TurnState;
-    if (saved.sessionId !== t.sessionId) throw new Error(`${t.state} records session ${saved.sessionId}, not ${t.sessionId}`);
+    if (saved.sessionId !== asked) throw new Error(`${t.state} records session ${saved.sessionId}, not ${asked}`);
     if (saved.turnId === t.turnId) state = saved;
   } catch (e) {
     if ((e as NodeJS.ErrnoException).code !== "ENOENT") throw e;
   }
   const options: Options = { ...params.options };
   const known = await getSessionInfo(t.sessionId, { dir: options.cwd });
-  const turn = new Turn(t.state, state, known ? await answersRead(t.sessionId, options.cwd) : new Set());
+  // A new fork starts from the forked session's transcript: what the
+  // model read there, it reads in the fork.
+  const from = known ? t.sessionId : t.forkOf;
+  const turn = new Turn(t.state, state, from && (known || (await getSessionInfo(from, { dir: options.cwd }))) ? await answersRead(from, options.cwd) : new Set());
   await turn.save();
-  if (known) options.resume = t.sessionId;
-  else options.sessionId = t.sessionId;
+  if (known) {
+    options.resume = t.sessionId;
+  } else if (t.forkOf) {
+    options.resume = t.forkOf;
+    options.forkSession = true;
+    options.sessionId = t.sessionId;
+  } else {
+    options.sessionId = t.sessionId;
+  }
   options.hooks = withHooks(options.hooks, turn);
   yield* current.run(turn, () => query({ prompt: params.prompt, options }));
 }

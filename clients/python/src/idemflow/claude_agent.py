@@ -241,31 +241,61 @@ def _with_hooks(hooks: dict[Any, list[HookMatcher]] | None, turn: _Turn) -> dict
     return own
 
 
-async def run_durably(prompt: str, options: ClaudeAgentOptions, *, session_id: str, turn_id: str, state: str | Path) -> AsyncIterator[Message]:
+async def run_durably(
+    prompt: str,
+    options: ClaudeAgentOptions,
+    *,
+    session_id: str,
+    turn_id: str,
+    state: str | Path,
+    fork_of: str | None = None,
+    rerun: bool = False,
+) -> AsyncIterator[Message]:
     """One turn of a Claude agent, query()'s messages in turn: prompt on the
     session session_id (a UUID the app chose for the conversation), started
     under it or resumed, each tool call recorded in the file state before it
     runs and once answered, so that idemflow_tool keys it by the intended
     call. turn_id is the ID the app gave the user message this run
     answers: send a turn killed mid call again with the same one, and its
-    calls written again are the same intents."""
+    calls written again are the same intents.
+
+    fork_of is the session this run forks where session_id is new (a chat's
+    "retry in a new branch": resume and fork_session). rerun says the fork
+    re-runs turn_id as it was asked in fork_of: its calls are keyed as that
+    session's turn's (give the same state file), so the call the model
+    writes again is the call whose answer it never read. Without rerun a
+    fork is a new conversation, whose calls are new intents."""
     if not session_id or not turn_id:
         raise NoDurableIdentityError(
             "run_durably needs the session's ID and the turn's (the user message's) ID: nothing else names a call written again after a crash"
         )
+    if rerun and not fork_of:
+        raise NoDurableIdentityError("run_durably: rerun names a turn of the session it forks: give fork_of")
+    # The session the turn was asked in, which its calls' keys name: the
+    # forked one, where the fork re-runs its turn.
+    asked = fork_of if rerun and fork_of else session_id
     path = Path(state)
-    saved: dict[str, Any] = {"session_id": session_id, "turn_id": turn_id, "calls": []}
+    saved: dict[str, Any] = {"session_id": asked, "turn_id": turn_id, "calls": []}
     if path.exists():
         on_disk = json.loads(path.read_text())
-        if on_disk["session_id"] != session_id:
-            raise ValueError(f"{path} records session {on_disk['session_id']}, not {session_id}")
+        if on_disk["session_id"] != asked:
+            raise ValueError(f"{path} records session {on_disk['session_id']}, not {asked}")
         if on_disk["turn_id"] == turn_id:
             saved = on_disk
     directory = str(options.cwd) if options.cwd is not None else None
     known = get_session_info(session_id, directory=directory) is not None
-    turn = _Turn(path, saved, _answers_read(session_id, directory) if known else set())
+    # A new fork starts from the forked session's transcript: what the
+    # model read there, it reads in the fork.
+    source = session_id if known else fork_of
+    read = _answers_read(source, directory) if source and (known or get_session_info(source, directory=directory) is not None) else set()
+    turn = _Turn(path, saved, read)
     await turn.save()
-    run = dataclasses.replace(options, resume=session_id) if known else dataclasses.replace(options, session_id=session_id)
+    if known:
+        run = dataclasses.replace(options, resume=session_id)
+    elif fork_of:
+        run = dataclasses.replace(options, resume=fork_of, fork_session=True, session_id=session_id)
+    else:
+        run = dataclasses.replace(options, session_id=session_id)
     run.hooks = _with_hooks(options.hooks, turn)
     token = _current.set(turn)
     try:

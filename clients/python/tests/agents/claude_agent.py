@@ -22,7 +22,7 @@ import uuid
 from pathlib import Path
 from typing import Any
 
-from claude_agent_sdk import ClaudeAgentOptions, ToolResultBlock, UserMessage, create_sdk_mcp_server, tool
+from claude_agent_sdk import ClaudeAgentOptions, ToolResultBlock, UserMessage, create_sdk_mcp_server, get_session_info, tool
 from pydantic import BaseModel
 
 import idemflow
@@ -72,10 +72,12 @@ def result_text(part: ToolResultBlock) -> str:
     return "".join(str(c.get("text", "")) for c in part.content or [])
 
 
-async def turn(opts: ClaudeAgentOptions, session_id: str, turn_id: str, state: Path, prompt: str = PROMPT) -> list[str]:
+async def turn(
+    opts: ClaudeAgentOptions, session_id: str, turn_id: str, state: Path, prompt: str = PROMPT, fork_of: str | None = None, rerun: bool = False
+) -> list[str]:
     """Runs one turn; the tool answers the agent read, as it printed them."""
     seen: list[str] = []
-    async for m in run_durably(prompt, opts, session_id=session_id, turn_id=turn_id, state=state):
+    async for m in run_durably(prompt, opts, session_id=session_id, turn_id=turn_id, state=state, fork_of=fork_of, rerun=rerun):
         if isinstance(m, UserMessage) and isinstance(m.content, list):
             for part in m.content:
                 if isinstance(part, ToolResultBlock) and "http_status" in (text := result_text(part)):
@@ -90,13 +92,25 @@ async def main() -> None:
     ap.add_argument("--state", required=True)
     ap.add_argument("--tools", default="idemflow", choices=["idemflow", "naive"])
     ap.add_argument("--unsafe", action="store_true")
+    # Run again after a crash as a fork into a new session (a chat's "retry
+    # in a new branch"): rerun names the turn it re-runs, new does not (a
+    # new conversation, its own state file).
+    ap.add_argument("--fork", choices=["rerun", "new"])
     a = ap.parse_args()
     state = Path(a.state)
     # The session's ID: a UUID the app chose once for the conversation.
     session_id = str(uuid.uuid5(uuid.NAMESPACE_URL, a.thread))
     async with idemflow.AsyncClient(os.environ["IDEMFLOW_URL"], os.environ["IDEMFLOW_TOKEN"], attempt_timeout=3, initial_backoff=0.05, max_backoff=0.5) as c:
-        print(f"running {a.thread}", flush=True)
-        await turn(options(c, state.parent, naive=a.tools == "naive"), session_id, str(uuid.uuid4()) if a.unsafe else "msg-1", state)
+        opts = options(c, state.parent, naive=a.tools == "naive")
+        turn_id = str(uuid.uuid4()) if a.unsafe else "msg-1"
+        if a.fork and get_session_info(session_id, directory=str(state.parent)) is not None:
+            fork = str(uuid.uuid5(uuid.NAMESPACE_URL, a.thread + "-fork"))
+            print(f"forking {a.thread} into a new session ({a.fork})", flush=True)
+            rerun = a.fork == "rerun"
+            await turn(opts, fork, turn_id, state if rerun else state.with_suffix(".fork.json"), fork_of=session_id, rerun=rerun)
+        else:
+            print(f"running {a.thread}", flush=True)
+            await turn(opts, session_id, turn_id, state)
     print("DONE", flush=True)
 
 
