@@ -15,7 +15,7 @@ from typing import Any
 
 import httpx2
 import pytest
-from mcp import ClientSession, StdioServerParameters
+from mcp import ClientSession, MCPError, StdioServerParameters
 from mcp.client.stdio import get_default_environment, stdio_client
 from mcp.client.streamable_http import streamable_http_client
 
@@ -169,3 +169,26 @@ def test_a_call_that_outlasts_its_wait_waits_on_its_task(transport: str) -> None
             )
 
     asyncio.run(main())
+
+
+def test_the_docs_http_session_runs(capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:
+    """docs/agents/mcp.md's Python session over streamable HTTP, as
+    written but for the URL (the test stack's idemflow mcp --http): it
+    connects with the bearer token and lists idemflow's tools; a wrong
+    token is refused before any session opens."""
+    block = docs_block("this; the session is what every Python wrapper below takes:")
+    assert '"http://127.0.0.1:8090/"' in block
+    code = block.replace('"http://127.0.0.1:8090/"', repr(need("IDEMFLOW_MCP_URL")))
+    scope: dict[str, Any] = {"__name__": "docs"}
+    exec(compile(code, "docs/agents/mcp.md", "exec"), scope)
+    asyncio.run(scope["main"]())
+    listed = capsys.readouterr().out
+    print(f"the docs' session listed {listed.strip()}")
+    assert "create_ticket" in listed and "create_order" in listed, listed
+    # The SDK reports the server's 401 as an MCP error; nothing is listed.
+    monkeypatch.setenv("IDEMFLOW_TOKEN", "idf_not_a_token_of_anyone")
+    capsys.readouterr()
+    with pytest.raises(Exception, match="unhandled errors in a TaskGroup") as refused:
+        asyncio.run(scope["main"]())
+    assert refused.group_contains(MCPError), repr(refused.value)
+    assert capsys.readouterr().out == ""

@@ -15,6 +15,8 @@ from __future__ import annotations
 
 import json
 import os
+import subprocess
+import sys
 import uuid
 from collections.abc import Callable
 from pathlib import Path
@@ -175,3 +177,24 @@ def test_the_docs_mcp_tools_run(
     monkeypatch.setenv("PATH", f"{Path(need('IDEMFLOW_BIN')).parent}:{os.environ.get('PATH', '')}")
     model_api("c-1", model_key=True)
     kill_and_rerun_docs_program("**Strands Agents** (`idemflow.strands.durable_mcp_tools`).", url, db, tmp_path)
+
+
+def test_the_docs_http_program_runs(db: psycopg.Connection, tmp_path: Path, model_api: Callable[..., ScriptedModel]) -> None:
+    """docs/agents/mcp.md's Strands program over streamable HTTP, as
+    written but for the URL (the test stack's idemflow mcp --http) and its
+    session's ID: with its bearer token it opens one ticket, under the
+    native tool's key (st1), not the one the model wrote."""
+    model_api("c-1", model_key=True)
+    code = docs_block("bearer token, which decides its tenant; the rest is the same:")
+    assert '"http://127.0.0.1:8090/"' in code and '"ticket-42"' in code
+    code = code.replace('"http://127.0.0.1:8090/"', repr(need("IDEMFLOW_MCP_URL"))).replace('"ticket-42"', repr(f"ticket-http-{uuid.uuid4().hex[:6]}"))
+    (tmp_path / "agent.py").write_text(code)
+    before = count(db, "ticket", "c-1")
+    p = subprocess.run([sys.executable, "agent.py"], cwd=tmp_path, env={**os.environ, "PYTHONPATH": children.HERE}, capture_output=True, text=True, timeout=120)
+    with db.cursor() as cur:
+        cur.execute("SELECT idem_key FROM ticket WHERE customer_id = 'c-1' ORDER BY created_at DESC LIMIT 1")
+        row = cur.fetchone()
+    print(f"the HTTP program: exit {p.returncode}, {count(db, 'ticket', 'c-1') - before} new tickets, key {row}; {p.stdout.strip()} {p.stderr.strip()[-300:]}")
+    assert p.returncode == 0, p.stderr
+    assert count(db, "ticket", "c-1") == before + 1
+    assert row is not None and str(row[0]).startswith("st1_"), row
