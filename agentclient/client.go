@@ -32,6 +32,11 @@ type Result struct {
 	// OperationID names the intent's record (the Operation-Id header),
 	// when the server sent one.
 	OperationID string `json:"operation_id,omitempty"`
+	// Differed, on a replay of an intent keyed by its intent fields
+	// (Intent.ByIntent), names what this request sent that differs from
+	// the first answer (Idempotency-Differed): the answer holds what was
+	// made.
+	Differed []string `json:"differed,omitempty"`
 }
 
 // Attempt describes one HTTP attempt, for progress callbacks.
@@ -343,7 +348,7 @@ func isRetryable(err error) bool {
 func (c *Client) attempt(ctx context.Context, in Intent, n int, handOut bool) (res Result, pending *Pending, wait time.Duration, err error) {
 	actx, cancel := context.WithTimeout(ctx, c.AttemptTimeout)
 	defer cancel()
-	resp, body, err := c.send(actx, c.prefer(ctx), in.Method, in.Path, in.Key, in.Body)
+	resp, body, err := c.send(actx, c.prefer(ctx), in.Method, in.Path, in.Key, in.ByIntent, in.Body)
 	if err != nil {
 		if ctx.Err() != nil {
 			return Result{}, nil, 0, ctx.Err()
@@ -397,6 +402,14 @@ const (
 // idemflow's about the request.
 const HeaderReplayed = "Idempotent-Replayed"
 
+// HeaderFingerprint: intent asks the gateway to compare a request on its
+// operation's intent fields alone (Intent.ByIntent); HeaderDiffered names,
+// on such a replay, what differed from the first answer.
+const (
+	HeaderFingerprint = "Idempotency-Fingerprint"
+	HeaderDiffered    = "Idempotency-Differed"
+)
+
 // judge reads one answer to an intent (clients/testdata/answers.json is
 // its table, shared with the other clients). An answer with
 // Idempotent-Replayed is the intent's own, whatever its status: any 2xx is
@@ -409,6 +422,11 @@ const HeaderReplayed = "Idempotent-Replayed"
 func judge(status int, h http.Header, body []byte) (Result, action, error) {
 	settled := h.Get(HeaderReplayed) != ""
 	res := Result{Status: status, Body: body, Replayed: h.Get(HeaderReplayed) == "true", OperationID: h.Get("Operation-Id")}
+	if d := h.Get(HeaderDiffered); d != "" {
+		for _, name := range strings.Split(d, ",") {
+			res.Differed = append(res.Differed, strings.TrimSpace(name))
+		}
+	}
 	switch {
 	case status == http.StatusAccepted && !settled:
 		return res, actionPoll, nil
@@ -455,7 +473,7 @@ func judgeOperation(body []byte) (Result, action, error) {
 func (c *Client) poll(ctx context.Context, location string) (Result, error) {
 	for n := 1; ; n++ {
 		actx, cancel := context.WithTimeout(ctx, c.AttemptTimeout)
-		resp, body, err := c.send(actx, c.prefer(ctx), http.MethodGet, location, "", nil)
+		resp, body, err := c.send(actx, c.prefer(ctx), http.MethodGet, location, "", false, nil)
 		cancel()
 		if err == nil && resp.StatusCode == http.StatusOK {
 			if res, action, err := judgeOperation(body); action != actionPoll {
@@ -512,7 +530,7 @@ func PreferWait(configured int, left time.Duration) int {
 	return max(0, int(left/time.Second)-1)
 }
 
-func (c *Client) send(ctx context.Context, prefer, method, path, key string, body []byte) (*http.Response, []byte, error) {
+func (c *Client) send(ctx context.Context, prefer, method, path, key string, byIntent bool, body []byte) (*http.Response, []byte, error) {
 	var rd io.Reader
 	if body != nil {
 		rd = bytes.NewReader(body)
@@ -527,6 +545,9 @@ func (c *Client) send(ctx context.Context, prefer, method, path, key string, bod
 	propagation.TraceContext{}.Inject(ctx, propagation.HeaderCarrier(req.Header))
 	if key != "" {
 		req.Header.Set("Idempotency-Key", key)
+	}
+	if byIntent {
+		req.Header.Set(HeaderFingerprint, "intent")
 	}
 	if body != nil {
 		req.Header.Set("Content-Type", "application/json")

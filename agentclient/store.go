@@ -27,6 +27,11 @@ type Intent struct {
 	Method string          `json:"method"`
 	Path   string          `json:"path"`
 	Body   json.RawMessage `json:"body,omitempty"`
+	// ByIntent: the key was derived from the operation's intent fields
+	// (a framework's call, package intent), so the gateway compares the
+	// request on them alone (Idempotency-Fingerprint: intent): a re-run
+	// whose model reworded free text gets the first answer.
+	ByIntent bool `json:"by_intent,omitempty"`
 	// Result is set once the intent has its final answer.
 	Result *Result `json:"result,omitempty"`
 	// Refused is set when the last answer refused the request before the

@@ -8,6 +8,7 @@ import (
 
 	"github.com/idemflow/idemflow/httptool"
 	"github.com/idemflow/idemflow/internal/tooling/docs"
+	"github.com/idemflow/idemflow/op"
 	"gopkg.in/yaml.v3"
 )
 
@@ -77,6 +78,36 @@ func TestTheIssuesExampleLoads(t *testing.T) {
 	}
 }
 
+// A tool's intent fields (intent: in its YAML) are what a caller keyed
+// by them is compared on: the payment and the amount, never a note.
+func TestAToolsIntentFieldsAreItsFingerprintForACallerKeyedByThem(t *testing.T) {
+	file := strings.Replace(good, "    call:\n", "    intent: [{name: payment_id, norm: id}, {name: amount_cents, norm: number}]\n    call:\n", 1)
+	file = strings.Replace(file, "        amount_cents: {type: integer, minimum: 1}\n", "        amount_cents: {type: integer, minimum: 1}\n        note: {type: string}\n", 1)
+	s, err := httptool.Parse([]byte(file), env(map[string]string{"BILLING_TOKEN": "s3cret"}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	tool, _ := s.Of("tool.refund_create")
+	fp := func(body string, by op.FingerprintBy) string {
+		t.Helper()
+		p, err := tool.Op.PrepareAs([]byte(body), nil, by)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return p.Fingerprint
+	}
+	first := fp(`{"payment_id":"p1","amount_cents":100,"note":"customer asked"}`, op.ByIntent)
+	if again := fp(`{"payment_id":" p1","amount_cents":1e2,"note":"the customer wants it back"}`, op.ByIntent); again != first {
+		t.Fatal("a reworded note is another intent")
+	}
+	if other := fp(`{"payment_id":"p1","amount_cents":200,"note":"customer asked"}`, op.ByIntent); other == first {
+		t.Fatal("another amount is the same intent")
+	}
+	if whole := fp(`{"payment_id":"p1","amount_cents":100,"note":"customer asked"}`, op.ByBody); whole == first {
+		t.Fatal("the whole-body fingerprint is the intent's")
+	}
+}
+
 // A file that cannot work is refused at start-up, with the tool and the
 // field named; a secret's value is never in the error.
 func TestABadToolsFileIsRefusedNamingTheToolAndField(t *testing.T) {
@@ -108,6 +139,8 @@ func TestABadToolsFileIsRefusedNamingTheToolAndField(t *testing.T) {
 		{"an unknown field", edit("    call:\n", "    cal:\n      x: 1\n    call:\n"), "field cal not found"},
 		{"one name twice", good + strings.TrimPrefix(good, "\ntools:\n"), "tool refund_create: name: declared twice"},
 		{"no tool", "tools: []\n", "declares no tool"},
+		{"an intent field the input lacks", edit("    call:\n", "    intent: [{name: order_id, norm: id}]\n    call:\n"), "tool refund_create: intent field order_id: the request has no such member"},
+		{"an intent rule that is none", edit("    call:\n", "    intent: [{name: amount_cents, norm: money}]\n    call:\n"), `tool refund_create: intent field amount_cents: norm "money" is none of`},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			_, err := httptool.Parse([]byte(c.file), vars)

@@ -62,8 +62,12 @@ type Spec struct {
 	Name        string         `yaml:"name"`
 	Description string         `yaml:"description"`
 	InputSchema map[string]any `yaml:"input_schema"`
-	Call        CallSpec       `yaml:"call"`
-	Lookup      *LookupSpec    `yaml:"lookup"`
+	// Intent names the input's members that make one call's intent, each
+	// with its rule (id, text, number, set, exact): a caller keyed by
+	// intent fields is compared on them alone (op.Spec.Intent).
+	Intent []op.IntentField `yaml:"intent"`
+	Call   CallSpec         `yaml:"call"`
+	Lookup *LookupSpec      `yaml:"lookup"`
 	// AtMostOnce accepts a tool with neither KeyHeader nor Lookup: an
 	// outcome left unknown is then final, never sent again.
 	AtMostOnce bool `yaml:"at_most_once"`
@@ -258,6 +262,7 @@ func newTool(spec Spec, getenv func(string) (string, bool), client *http.Client)
 		Name:        spec.Name,
 		Description: spec.Description,
 		Schema:      schema,
+		Intent:      spec.Intent,
 		Summary:     spec.Name + ": " + c.Method + " " + c.URL,
 		Route:       RoutePrefix + spec.Name,
 		BizType:     BizPrefix + spec.Name,

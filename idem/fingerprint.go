@@ -5,6 +5,7 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
+	"strings"
 
 	"github.com/gowebpki/jcs"
 )
@@ -31,3 +32,23 @@ func Fingerprint(bizType string, params any) (string, error) {
 	sum := sha256.Sum256(canon)
 	return hex.EncodeToString(sum[:]), nil
 }
+
+// intentPrefix marks a fingerprint over intent fields: it is how the
+// activity, which recomputes the fingerprint from the request, knows it
+// was taken that way (ByIntentFields).
+const intentPrefix = "intent:"
+
+// IntentFingerprint hashes the canonical text of a request's intent
+// fields (intent.Fields.Canonical), the fingerprint of a caller that keys
+// by them: seed 2's whitelisted, normalised fingerprint. It never equals
+// a Fingerprint, so a key used both ways is a conflict, never a replay.
+func IntentFingerprint(bizType, canonical string) (string, error) {
+	fp, err := Fingerprint(bizType, json.RawMessage(canonical))
+	if err != nil {
+		return "", err
+	}
+	return intentPrefix + fp, nil
+}
+
+// ByIntentFields reports whether fingerprint was taken over intent fields.
+func ByIntentFields(fingerprint string) bool { return strings.HasPrefix(fingerprint, intentPrefix) }

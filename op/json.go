@@ -6,6 +6,8 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
+	"slices"
 
 	"github.com/go-json-experiment/json/jsontext"
 )
@@ -29,6 +31,8 @@ type JSONSpec struct {
 	// Table holds the effect's rows, with UNIQUE (tenant_id, idem_key).
 	Table      string
 	Rejections map[string]string
+	// Intent is as in Spec: members of Schema's properties.
+	Intent []IntentField
 	// Route, Tool, BizType, Scope, Workflow and Activity are as in Spec.
 	Route, Tool, BizType, Scope, Workflow, Activity string
 }
@@ -54,6 +58,10 @@ func DefineJSON(s JSONSpec) (*Operation, error) {
 		names{s.Route, s.Tool, s.BizType, s.Scope, s.Workflow, s.Activity})
 	if len(pathParam.FindAllString(o.Route, -1)) > 0 {
 		return nil, errors.New("op: an operation from a file takes no path parameters")
+	}
+	props, _ := schema["properties"].(map[string]any)
+	if err := o.setIntent(s.Intent, slices.Collect(maps.Keys(props))); err != nil {
+		return nil, err
 	}
 	if _, ok := schema["description"]; !ok && s.Description != "" {
 		schema["description"] = s.Description

@@ -19,6 +19,7 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
+	"maps"
 	"reflect"
 	"regexp"
 	"slices"
@@ -26,6 +27,7 @@ import (
 
 	"github.com/google/jsonschema-go/jsonschema"
 	"github.com/idemflow/idemflow/idem"
+	"github.com/idemflow/idemflow/intent"
 	"github.com/idemflow/idemflow/internal/apperr"
 	"github.com/idemflow/idemflow/internal/ijson"
 	"github.com/jackc/pgx/v5"
@@ -38,6 +40,11 @@ import (
 // Schema is a JSON Schema (2020-12). A declaration's request schema is
 // derived from its request type; Spec.Rules adds the constraints.
 type Schema = jsonschema.Schema
+
+// IntentField is a member of the request that makes its intent, and how
+// it is normalised (intent.ID, intent.Text, intent.Number, intent.Set,
+// intent.Exact).
+type IntentField = intent.Field
 
 // Querier is what a pool, a connection and a transaction offer.
 type Querier = idem.Querier
@@ -143,6 +150,17 @@ type Spec[R, Row any] struct {
 	// normalized request): an operation whose fingerprints were stored in
 	// another shape keeps them.
 	Fingerprint func(r R) any
+	// Intent names the request's members that make one intent (seed 2's
+	// whitelisted, normalised fields: a ticket's customer, never its
+	// wording), each with its rule (package intent). A caller that says
+	// it keys by intent fields (the integrations and MCP wrappers, with
+	// Idempotency-Fingerprint: intent) is compared on these alone, so the
+	// same key with reworded free text is a replay and other values in
+	// them a conflict; any other caller is compared on the whole request.
+	// It is published with the tool (OpenAPI, MCP) for the clients, which
+	// derive a framework call's key from the same fields. None declared:
+	// the whole request makes the intent.
+	Intent []IntentField
 	// Check, if set, runs before the intent is recorded: an error wrapping
 	// ErrNotFound is a 404 with its text (another tenant's resource, or
 	// none), nothing recorded; any other error is a 503.
@@ -251,6 +269,8 @@ type Operation struct {
 	Example string
 	// PathParams are the Route's {name} segments, in order.
 	PathParams []string
+	// Intent is the declaration's intent fields (Spec.Intent), or none.
+	Intent intent.Fields
 
 	schema    map[string]any
 	validator *validator.Schema
@@ -401,6 +421,9 @@ func define[R, Row any](s Spec[R, Row]) (*Operation, error) {
 	}
 	if sch.Description == "" {
 		sch.Description = s.Description
+	}
+	if err := o.setIntent(s.Intent, slices.Collect(maps.Keys(sch.Properties))); err != nil {
+		return nil, err
 	}
 	raw, err := json.Marshal(sch)
 	if err != nil {
@@ -656,6 +679,26 @@ func (p Prepared) Request() (json.RawMessage, error) { return json.Marshal(p.req
 // request that can never succeed is an *apperr.InvalidError; so is a body
 // that names a path parameter.
 func (o *Operation) Prepare(body []byte, path map[string]string) (Prepared, error) {
+	return o.PrepareAs(body, path, ByBody)
+}
+
+// FingerprintBy is what a request is compared on under its key.
+type FingerprintBy int
+
+const (
+	// ByBody compares the whole request, normalized: a plain HTTP
+	// caller's contract (the seeds', Stripe's), where a changed body
+	// under a key is a conflict.
+	ByBody FingerprintBy = iota
+	// ByIntent compares the declared intent fields alone (Spec.Intent),
+	// for a caller that derives its key from them: free text reworded
+	// under the key is a replay. An operation that declares none is
+	// compared on its whole request.
+	ByIntent
+)
+
+// PrepareAs is Prepare, with the fingerprint taken as by says.
+func (o *Operation) PrepareAs(body []byte, path map[string]string, by FingerprintBy) (Prepared, error) {
 	if len(o.PathParams) > 0 {
 		var members map[string]json.RawMessage
 		// A field's fault in sound JSON (a U+0000, an inexact number) is
@@ -683,7 +726,7 @@ func (o *Operation) Prepare(body []byte, path map[string]string) (Prepared, erro
 	if err != nil {
 		return Prepared{}, err
 	}
-	fingerprint, err := idem.Fingerprint(o.BizType, o.covered(req))
+	fingerprint, err := o.fingerprint(req, by == ByIntent)
 	if err != nil {
 		return Prepared{}, err
 	}
@@ -734,9 +777,47 @@ func (o *Operation) Fingerprint(in Input) (string, error) {
 	return o.FingerprintOf(d)
 }
 
-// FingerprintOf is Fingerprint of a decoded input.
+// FingerprintOf is Fingerprint of a decoded input, taken the way its
+// intent's was (idem.ByIntentFields).
 func (o *Operation) FingerprintOf(d Decoded) (string, error) {
-	return idem.Fingerprint(o.BizType, o.covered(d.req))
+	return o.fingerprint(d.req, idem.ByIntentFields(d.in.Intent.Fingerprint))
+}
+
+// fingerprint is req's: over its intent fields when byIntent and the
+// operation declares them, else over what the declaration covers.
+func (o *Operation) fingerprint(req any, byIntent bool) (string, error) {
+	if !byIntent || len(o.Intent) == 0 {
+		return idem.Fingerprint(o.BizType, o.covered(req))
+	}
+	c, err := o.IntentOf(req)
+	if err != nil {
+		return "", err
+	}
+	return idem.IntentFingerprint(o.BizType, c)
+}
+
+// IntentOf is the canonical text of req's intent fields (intent.Fields'
+// Canonical): req is a request as Prepare or DecodeInput made it, or its
+// JSON.
+func (o *Operation) IntentOf(req any) (string, error) {
+	raw, ok := req.(json.RawMessage)
+	if !ok {
+		var err error
+		if raw, err = json.Marshal(req); err != nil {
+			return "", err
+		}
+	}
+	return o.Intent.Canonical(raw)
+}
+
+// setIntent checks and keeps a declaration's intent fields, members of
+// the request (its schema's properties).
+func (o *Operation) setIntent(fs []IntentField, members []string) error {
+	if err := intent.Fields(fs).Validate(members); err != nil {
+		return err
+	}
+	o.Intent = slices.Clone(fs)
+	return nil
 }
 
 // HasStep reports whether the operation's effect is a step in the

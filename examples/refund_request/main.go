@@ -20,6 +20,7 @@ import (
 
 	"github.com/google/uuid"
 	"github.com/idemflow/idemflow"
+	"github.com/idemflow/idemflow/intent"
 	"github.com/idemflow/idemflow/op"
 	"github.com/jackc/pgx/v5"
 )
@@ -71,6 +72,9 @@ var Operation = op.Define(op.Spec[Request, RefundRequest]{
 		s.Properties["amount_cents"].Maximum = op.Ptr(float64(maxRefundedCents))
 		s.Properties["reason"].MaxLength = op.Ptr(500)
 	},
+	// One refund request is this payment's, for this amount: the reason is
+	// a note a model words anew on a regenerate, so it makes no intent.
+	Intent:  []op.IntentField{{Name: "payment_id", Norm: intent.ID}, {Name: "amount_cents", Norm: intent.Number}},
 	Summary: func(r Request) string { return fmt.Sprintf("refund %d cents of %s", r.AmountCents, r.PaymentID) },
 	Step:    insert,
 	Lookup:  lookup,

@@ -210,10 +210,11 @@ func TestTheProgramRunsTheRolesAndSurvivesAWorkerKilledMidStep(t *testing.T) {
 }
 
 // The team's code imports idemflow's public packages alone: the
-// embedding API and the declarations (and the agent client, for a caller);
+// embedding API, the declarations and their intent rules (and the agent
+// client, for a caller);
 // its tests add the test kit.
 func TestTheTeamsCodeImportsOnlyPublicPackages(t *testing.T) {
-	public := []string{"github.com/idemflow/idemflow", "github.com/idemflow/idemflow/op", "github.com/idemflow/idemflow/agentclient",
+	public := []string{"github.com/idemflow/idemflow", "github.com/idemflow/idemflow/op", "github.com/idemflow/idemflow/intent", "github.com/idemflow/idemflow/agentclient",
 		"github.com/idemflow/idemflow/idemflowtest"}
 	for _, file := range []string{"main.go", "main_test.go"} {
 		f, err := parser.ParseFile(token.NewFileSet(), file, nil, parser.ImportsOnly)

@@ -92,6 +92,7 @@ func WithOperations(ops []*op.Operation) ([]byte, error) {
 				return nil, fmt.Errorf("apispec: operation %s: the document writes the body of %s itself; its schema is the declaration's", o.Name, o.Route)
 			}
 			item["requestBody"] = body
+			declareIntent(item, o)
 			continue
 		}
 		item, err := deepCopy(template)
@@ -107,6 +108,7 @@ func WithOperations(ops []*op.Operation) ([]byte, error) {
 			params = append(params, map[string]any{"name": p, "in": "path", "required": true, "schema": map[string]any{"type": "string"}})
 		}
 		item["parameters"] = params
+		declareIntent(item, o)
 		responses := item["responses"].(map[string]any)
 		delete(responses, "404")
 		created := responses["201"].(map[string]any)
@@ -128,6 +130,20 @@ func WithOperations(ops []*op.Operation) ([]byte, error) {
 		return nil, err
 	}
 	return json.Marshal(doc)
+}
+
+// declareIntent publishes an operation's intent fields (op.Spec.Intent)
+// on its POST, as x-idemflow-intent (the fields and their rules, none
+// when the whole request makes the intent), and takes the
+// Idempotency-Fingerprint header that asks for them.
+func declareIntent(item map[string]any, o *op.Operation) {
+	fields := []any{}
+	for _, f := range o.Intent {
+		fields = append(fields, map[string]any{"name": f.Name, "norm": string(f.Norm)})
+	}
+	item["x-idemflow-intent"] = map[string]any{"fields": fields}
+	params, _ := item["parameters"].([]any)
+	item["parameters"] = append(params, map[string]any{"$ref": "#/components/parameters/IdempotencyFingerprint"})
 }
 
 // NoNULPattern is the rule of every string idemflow stores: no U+0000,

@@ -42,6 +42,15 @@ import (
 const (
 	HeaderKey      = "Idempotency-Key"
 	HeaderReplayed = "Idempotent-Replayed"
+	// HeaderFingerprint: intent asks that the request be compared on its
+	// operation's intent fields alone (op.ByIntent); the answer says it
+	// back, with the fields in HeaderIntentFields.
+	HeaderFingerprint  = "Idempotency-Fingerprint"
+	FingerprintIntent  = "intent"
+	HeaderIntentFields = "Idempotency-Intent-Fields"
+	// HeaderDiffered, on an intent-keyed replay, names the request's
+	// other members whose values differ from the first answer's.
+	HeaderDiffered = "Idempotency-Differed"
 )
 
 // Gateway is the HTTP API agents call.
@@ -263,7 +272,9 @@ func (g *Gateway) readIntent(w http.ResponseWriter, r *http.Request, into any, a
 // serveIntent reads an intent request into req, then builds and submits
 // it; build's *apperr.InvalidError is a 400, an apperr.ErrNotFound a 404
 // and a starter.ErrUnavailable a 503.
-func (g *Gateway) serveIntent(w http.ResponseWriter, r *http.Request, bizType string, req any, allowEmpty bool, build func(key string) (starter.Intent, error)) {
+//
+// onReplay, if set, adds headers to a replay's answer (its body given).
+func (g *Gateway) serveIntent(w http.ResponseWriter, r *http.Request, bizType string, req any, allowEmpty bool, build func(key string) (starter.Intent, error), onReplay func(h http.Header, answer []byte)) {
 	ir, ok := g.readIntent(w, r, req, allowEmpty)
 	if !ok {
 		g.Metrics.count(bizType, LabelInvalid)
@@ -288,10 +299,10 @@ func (g *Gateway) serveIntent(w http.ResponseWriter, r *http.Request, bizType st
 		return
 	}
 	intent.Wait = ir.wait
-	g.submit(w, r, intent, ir.preferWait)
+	g.submit(w, r, intent, ir.preferWait, onReplay)
 }
 
-func (g *Gateway) submit(w http.ResponseWriter, r *http.Request, in starter.Intent, preferWait bool) {
+func (g *Gateway) submit(w http.ResponseWriter, r *http.Request, in starter.Intent, preferWait bool, onReplay func(http.Header, []byte)) {
 	noteRequest(r.Context(), func(i *requestInfo) { i.workflowID = in.WorkflowID })
 	if in.Wait > 0 {
 		select {
@@ -331,6 +342,9 @@ func (g *Gateway) submit(w http.ResponseWriter, r *http.Request, in starter.Inte
 		writeProblem(w, p)
 	case LabelExecuted, LabelReplayed:
 		w.Header().Set(apispec.HeaderOperationID, reply.OperationID.String())
+		if reply.Replayed && onReplay != nil {
+			onReplay(w.Header(), reply.Outcome.Body)
+		}
 		writeOutcome(w, reply.Outcome, reply.Replayed)
 	case LabelAccepted:
 		loc := "/v1/operations/" + reply.OperationID.String()

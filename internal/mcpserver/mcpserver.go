@@ -72,6 +72,9 @@ type Result struct {
 	Replayed   bool `json:"replayed" jsonschema:"true when this answer was stored by an earlier call with the same idempotency_key"`
 	// Result is the resource the gateway answered with.
 	Result map[string]any `json:"result" jsonschema:"the answer: the ticket, the order, a declared operation's result, or the operation"`
+	// Differed is the gateway's Idempotency-Differed on a replay of a
+	// call keyed by its intent fields.
+	Differed []string `json:"differed,omitempty" jsonschema:"on a replay of a call keyed by its intent fields: the arguments this call sent that differ from the first answer, which holds what was made"`
 }
 
 // OperationArgs are get_operation's arguments (every other tool's are a
@@ -93,7 +96,8 @@ func New(cfg Config) *mcp.Server {
 	t := tools{cfg: cfg}
 	addTasks(s, t)
 	for _, o := range cfg.Operations {
-		addTool(s, &mcp.Tool{Name: o.Tool, Description: o.Description + keyRule, InputSchema: operationSchema(o)}, t.operation(o))
+		addTool(s, &mcp.Tool{Name: o.Tool, Description: o.Description + keyRule, InputSchema: operationSchema(o),
+			Meta: mcp.Meta{MetaIntent: intentOf(o)}}, t.operation(o))
 	}
 	addTool(s, &mcp.Tool{Name: "get_operation", Description: "Report an operation's status (processing, succeeded, failed) and, when done, its result. Read-only.",
 		InputSchema: schemaOf[OperationArgs]()}, t.getOperation)
@@ -200,14 +204,14 @@ func (t tools) clientFor(extra *mcp.RequestExtra) *agentclient.Client {
 	return &agentclient.Client{BaseURL: t.cfg.BaseURL, Token: token, HTTP: t.cfg.HTTP}
 }
 
-func (t tools) call(ctx context.Context, req *mcp.CallToolRequest, key, path string, body any) (*mcp.CallToolResult, Result, error) {
+func (t tools) call(ctx context.Context, req *mcp.CallToolRequest, key, path string, body any, byIntent bool) (*mcp.CallToolResult, Result, error) {
 	raw, err := json.Marshal(body)
 	if err != nil {
 		return nil, Result{}, err
 	}
 	ctx, cancel := context.WithTimeout(withTraceOf(ctx, req), t.callWait(req))
 	defer cancel()
-	in := agentclient.Intent{Key: key, Method: http.MethodPost, Path: path, Body: raw}
+	in := agentclient.Intent{Key: key, Method: http.MethodPost, Path: path, Body: raw, ByIntent: byIntent}
 	if slot, ok := ctx.Value(slotKey{}).(*taskSlot); ok {
 		return t.submit(ctx, req, slot, in)
 	}
@@ -248,7 +252,7 @@ func (t tools) callWait(req *mcp.CallToolRequest) time.Duration {
 }
 
 func result(res agentclient.Result) (*mcp.CallToolResult, Result, error) {
-	out := Result{HTTPStatus: res.Status, Replayed: res.Replayed}
+	out := Result{HTTPStatus: res.Status, Replayed: res.Replayed, Differed: res.Differed}
 	if err := json.Unmarshal(res.Body, &out.Result); err != nil {
 		// An HTTP tool's downstream may answer with any body: the model
 		// gets it under "body", as JSON when it is JSON, else as text.
@@ -347,7 +351,8 @@ func (t tools) operation(o *op.Operation) mcp.ToolHandlerFor[map[string]json.Raw
 			}
 			key = parsed
 		}
-		return t.call(ctx, req, key, path, in)
+		byIntent, _ := req.Params.Meta[MetaFingerprint].(string)
+		return t.call(ctx, req, key, path, in, byIntent == "intent")
 	}
 }
 
@@ -369,6 +374,26 @@ func withTraceOf(ctx context.Context, req *mcp.CallToolRequest) context.Context 
 		return ctx
 	}
 	return propagation.TraceContext{}.Extract(ctx, carrier)
+}
+
+// MetaIntent is the tool's _meta member that publishes its operation's
+// intent fields ([{"name", "norm"}], op.Spec.Intent; none: the whole
+// request), from which a wrapper derives a call's key.
+const MetaIntent = "io.idemflow/intent"
+
+// MetaFingerprint is the call's _meta member with which a wrapper that
+// derived its key (MetaKey) from the intent fields says so ("intent"):
+// the gateway then compares the call on them alone, so reworded free
+// text is a replay (op.ByIntent).
+const MetaFingerprint = "io.idemflow/fingerprint"
+
+// intentOf is MetaIntent's value for o.
+func intentOf(o *op.Operation) []any {
+	out := []any{}
+	for _, f := range o.Intent {
+		out = append(out, map[string]any{"name": f.Name, "norm": string(f.Norm)})
+	}
+	return out
 }
 
 // MetaKey is the _meta member in which an MCP client that has a durable

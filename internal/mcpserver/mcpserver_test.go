@@ -3,6 +3,7 @@ package mcpserver_test
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"net/http"
 	"net/http/httptest"
 	"reflect"
@@ -347,5 +348,58 @@ func TestMCPOverHTTPAnswersItsHealthPathWithoutAToken(t *testing.T) {
 		if resp.StatusCode != want {
 			t.Errorf("GET %s without a token: %d, want %d", path, resp.StatusCode, want)
 		}
+	}
+}
+
+// Every tool publishes its intent fields in its _meta (MetaIntent), and a
+// call whose wrapper keyed it by them says so (MetaFingerprint): the same
+// key with reworded free text is the first answer, a replay that names
+// what differed; another customer under it is refused; one ticket.
+func TestMCPToolsPublishTheirIntentAndACallKeyedByItReplaysARewording(t *testing.T) {
+	s := testenv.NewStack(t, testenv.Options{})
+	cs := inMemory(t, s)
+	tools, err := cs.ListTools(context.Background(), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	published := map[string]string{}
+	for _, tool := range tools.Tools {
+		b, _ := json.Marshal(tool.Meta[mcpserver.MetaIntent])
+		published[tool.Name] = string(b)
+	}
+	for name, want := range map[string]string{
+		"create_ticket": `[{"name":"customer_id","norm":"id"}]`,
+		"create_order":  `[{"name":"customer_id","norm":"id"},{"name":"items","norm":"set"},{"name":"coupon_code","norm":"id"}]`,
+		"pay_order":     `[{"name":"order_no","norm":"id"},{"name":"payment_ref","norm":"id"}]`,
+		"cancel_order":  `[{"name":"order_no","norm":"id"}]`,
+	} {
+		if published[name] != want {
+			t.Errorf("%s's intent: %s, want %s", name, published[name], want)
+		}
+	}
+	send := func(args map[string]any) (*mcp.CallToolResult, mcpserver.Result) {
+		t.Helper()
+		res, err := cs.CallTool(context.Background(), &mcp.CallToolParams{Name: "create_ticket", Arguments: args,
+			Meta: mcp.Meta{mcpserver.MetaKey: "lg5_reworded", mcpserver.MetaFingerprint: "intent"}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		var out mcpserver.Result
+		b, _ := json.Marshal(res.StructuredContent)
+		_ = json.Unmarshal(b, &out)
+		return res, out
+	}
+	_, first := send(map[string]any{"idempotency_key": "model-1", "customer_id": "c-9", "title": "Printer on fire"})
+	_, again := send(map[string]any{"idempotency_key": "model-2", "customer_id": "c-9", "title": "The printer is smoking"})
+	if first.HTTPStatus != 201 || first.Replayed || again.HTTPStatus != 201 || !again.Replayed ||
+		fmt.Sprint(again.Result) != fmt.Sprint(first.Result) || fmt.Sprint(again.Differed) != "[title]" {
+		t.Fatalf("first %+v, reworded %+v", first, again)
+	}
+	res, _ := send(map[string]any{"idempotency_key": "model-3", "customer_id": "c-10", "title": "Printer on fire"})
+	if !res.IsError || !strings.Contains(text(res), "CONFLICT: idempotency_key \"lg5_reworded\" was already used with different arguments") {
+		t.Fatalf("another customer: %s", text(res))
+	}
+	if n := testenv.Count(t, s.Pool, "ticket", ""); n != 1 {
+		t.Fatalf("%d tickets", n)
 	}
 }

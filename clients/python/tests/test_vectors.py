@@ -371,3 +371,16 @@ def test_no_text_after_a_refusal_or_a_pending_answer_invites_a_new_call() -> Non
     for name, resume in RESUME.items():
         text = pending_text("create_ticket", "lg3_k", resume)
         assert not invitation(text), f"{name}: {text!r} invites a new call at {invitation(text)!r}"
+
+
+@pytest.mark.parametrize("v", KEYS["intent"], ids=lambda v: v["name"])
+def test_intent_fields_are_normalised_as_every_client_does(v: dict[str, Any]) -> None:
+    from idemflow.keys import intent_canonical
+
+    got = intent_canonical(v["fields"], v["args"])
+    assert got == v["canonical"]
+    assert derive_key("intent", got) == v["key"]
+
+
+def test_the_intent_vectors_are_there() -> None:
+    assert len(KEYS["intent"]) >= 15

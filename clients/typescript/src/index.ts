@@ -134,7 +134,11 @@ export function judge(status: number, headers: { get(name: string): string | nul
   const replayedHeader = headers.get(headerReplayed);
   const settled = replayedHeader !== null && replayedHeader !== "";
   if (status === 202 && !settled) return { action: "poll" };
-  if (status < 300) return { action: "success", result: result(status, raw, replayedHeader === "true") };
+  if (status < 300) {
+    const r = result(status, raw, replayedHeader === "true");
+    const differed = (headers.get("Idempotency-Differed") ?? "").split(",").map((d) => d.trim()).filter((d) => d !== "");
+    return { action: "success", result: differed.length ? { ...r, differed } : r };
+  }
   const type = problemType(raw);
   if (settled && type === outcomeUnknown) return { action: "fail", error: problemError(status, raw, true) };
   if ((!settled && status === 409 && type === "/problems/request-in-progress") || status === 429 || status >= 500) {
@@ -211,6 +215,13 @@ export interface Intent {
   method?: string;
   path: string;
   body?: unknown;
+  /**
+   * The key was derived from the operation's intent fields (a framework's
+   * call, intentCanonical): the gateway compares the request on them alone
+   * (Idempotency-Fingerprint: intent), so a re-run whose model reworded
+   * free text gets the first answer, with Result.differed.
+   */
+  byIntent?: boolean;
 }
 
 /** Where a framework's tool sends each call: one of idemflow's operations, and the body it takes. */
@@ -235,6 +246,8 @@ export interface Result {
   raw: string;
   /** True when the answer was stored by an earlier call with the same key. */
   replayed: boolean;
+  /** On a replay of an intent keyed by its intent fields: what this request sent that differs from the first answer (Idempotency-Differed), which holds what was made. */
+  differed?: string[];
 }
 
 export interface ClientOptions {
@@ -343,6 +356,7 @@ export class Client {
     if (left <= 0) throw pastDeadline(intent);
     const headers: Record<string, string> = { Authorization: `Bearer ${this.#o.token}`, Prefer: `wait=${preferWait(this.#o.waitSeconds, left / 1000)}` };
     if (key !== undefined) headers["Idempotency-Key"] = key;
+    if (key !== undefined && intent.byIntent) headers["Idempotency-Fingerprint"] = "intent";
     let payload: string | undefined;
     if (body !== undefined) {
       headers["Content-Type"] = "application/json";
@@ -512,7 +526,128 @@ export function callArguments(input: unknown): string {
 
 export function occurrenceAt(calls: readonly { tool: string; args: string }[], at: number): { args: string; occurrence: number } {
   const { tool, args } = calls[at];
-  return { args: deriveKey("args", args), occurrence: calls.slice(0, at + 1).filter((c) => c.tool === tool && c.args === args).length };
+  return { args: callDigest(args), occurrence: calls.slice(0, at + 1).filter((c) => c.tool === tool && c.args === args).length };
+}
+
+/** A field of a request that makes its intent, and its rule (idemflow's intent package). */
+export interface IntentField {
+  name: string;
+  norm: "id" | "text" | "number" | "set" | "exact";
+}
+
+/** The rules of an intent field, shared with the Go and Python clients (clients/testdata/keys.json, "intent"). */
+export const intentNorms = ["id", "text", "number", "set", "exact"] as const;
+
+/** The intent fields of idemflow's built-in tools, as their declarations publish them (OpenAPI's x-idemflow-intent, the MCP tool's _meta "io.idemflow/intent"). */
+export const builtinIntent: Readonly<Record<string, readonly IntentField[]>> = {
+  create_ticket: [{ name: "customer_id", norm: "id" }],
+  create_order: [
+    { name: "customer_id", norm: "id" },
+    { name: "items", norm: "set" },
+    { name: "coupon_code", norm: "id" },
+  ],
+  pay_order: [
+    { name: "order_no", norm: "id" },
+    { name: "payment_ref", norm: "id" },
+  ],
+  cancel_order: [{ name: "order_no", norm: "id" }],
+  refund_order: [{ name: "order_no", norm: "id" }],
+  fulfill_order: [{ name: "order_no", norm: "id" }],
+};
+
+const builtinPaths: Record<string, string> = { "/v1/tickets": "create_ticket", "/v1/orders": "create_order" };
+
+/** The intent fields of a built-in tool, by its name or its path (an app may name its tool otherwise); none for any other tool. */
+export function intentFieldsOf(tool: string, path?: string): readonly IntentField[] {
+  return builtinIntent[tool] ?? builtinIntent[builtinPaths[path ?? ""] ?? ""] ?? [];
+}
+
+// Unicode's White_Space, written out: each language's own notion of a
+// space differs (U+FEFF, U+001C), and the three clients must agree.
+const whiteSpace = "\u0009\u000a\u000b\u000c\u000d\u0020\u0085\u00a0\u1680\u2000-\u200a\u2028\u2029\u202f\u205f\u3000";
+const spaceRun = new RegExp(`[${whiteSpace}]+`, "gu");
+const edgeSpace = new RegExp(`^[${whiteSpace}]+|[${whiteSpace}]+$`, "gu");
+const decimalString = /^([+-]?)([0-9]+)(?:\.([0-9]+))?(?:[eE]([+-]?[0-9]{1,3}))?$/;
+
+function plain(neg: boolean, digits: string, exp: number): string {
+  digits = digits.replace(/^0+/, "");
+  if (digits === "") return "0";
+  while (digits.endsWith("0")) {
+    digits = digits.slice(0, -1);
+    exp++;
+  }
+  const point = digits.length + exp;
+  let s: string;
+  if (exp >= 0) s = digits + "0".repeat(exp);
+  else if (point <= 0) s = "0." + "0".repeat(-point) + digits;
+  else s = digits.slice(0, point) + "." + digits.slice(point);
+  return neg ? "-" + s : s;
+}
+
+function exact(v: unknown): unknown {
+  if (typeof v === "string") return v.normalize("NFC");
+  if (Array.isArray(v)) return v.map(exact);
+  if (v !== null && typeof v === "object") return Object.fromEntries(Object.entries(v).map(([k, e]) => [k.normalize("NFC"), exact(e)]));
+  return v;
+}
+
+function utf8Compare(a: string, b: string): number {
+  const x = Buffer.from(a, "utf8");
+  const y = Buffer.from(b, "utf8");
+  return Buffer.compare(x, y);
+}
+
+/** v under the intent rule norm; a value the rule does not apply to is kept exact. */
+export function normalizeIntent(norm: IntentField["norm"], v: unknown): unknown {
+  if (!intentNorms.includes(norm)) throw new TypeError(`norm ${JSON.stringify(norm)} is none of ${intentNorms.join(", ")}`);
+  if (norm === "id" && typeof v === "string") return v.normalize("NFC").replace(edgeSpace, "");
+  if (norm === "text" && typeof v === "string") return v.normalize("NFC").replace(spaceRun, " ").replace(/^ | $/g, "").toLowerCase().normalize("NFC");
+  if (norm === "number" && typeof v === "number" && Number.isFinite(v)) {
+    // The shortest round-trip form, as Go and Python print it.
+    const [mant, e] = v.toExponential().split("e");
+    const neg = mant.startsWith("-");
+    const [whole, frac = ""] = mant.replace("-", "").split(".");
+    return plain(neg, whole + frac, Number(e) - frac.length);
+  }
+  if (norm === "number" && typeof v === "string") {
+    const m = decimalString.exec(v.replace(edgeSpace, ""));
+    if (m) return plain(m[1] === "-", m[2] + (m[3] ?? ""), Number(m[4] ?? 0) - (m[3] ?? "").length);
+    return v.normalize("NFC").replace(edgeSpace, "");
+  }
+  if (norm === "set" && Array.isArray(v)) {
+    return v
+      .map(exact)
+      .map((e) => ({ e, c: canonical(e) }))
+      .sort((a, b) => utf8Compare(a.c, b.c))
+      .map(({ e }) => e);
+  }
+  return exact(v);
+}
+
+/**
+ * The intent of a call's arguments: the RFC 8785 text of an object holding
+ * each intent field's normalised value (null where args lacks it) and
+ * nothing else.
+ */
+export function intentCanonical(fields: readonly IntentField[], args: Record<string, unknown>): string {
+  return canonical(Object.fromEntries(fields.map((f) => [f.name, normalizeIntent(f.norm, args[f.name] ?? null)])));
+}
+
+/**
+ * What names a call beyond its turn and tool, as occurrenceAt compares it:
+ * "intent:" and its intent where the tool declares intent fields, so a
+ * reworded call is the same call; else its whole arguments (callArguments).
+ */
+export function callIntent(fields: readonly IntentField[], args: unknown): string {
+  if (fields.length > 0 && args !== null && typeof args === "object" && !Array.isArray(args)) {
+    return "intent:" + intentCanonical(fields, args as Record<string, unknown>);
+  }
+  return callArguments(args);
+}
+
+/** The digest a key takes of callIntent's text: deriveKey("intent", its intent) or deriveKey("args", its arguments). */
+export function callDigest(call: string): string {
+  return call.startsWith("intent:") ? deriveKey("intent", call.slice("intent:".length)) : deriveKey("args", call);
 }
 
 /** An intent kept by a store: its key and request, and its final answer once it has one. */

@@ -846,3 +846,16 @@ test("docs/agents/mcp.md's LangGraph.js snippet runs as written, and the same tu
     await mod.checkpointer.end();
   }
 });
+
+test("intent fields are normalised as every client does (the shared vectors)", async () => {
+  const { intentCanonical } = await import("../src/index.js");
+  const v = JSON.parse(await readFile(new URL("../../../testdata/keys.json", import.meta.url), "utf8")) as {
+    intent: { name: string; fields: { name: string; norm: "id" | "text" | "number" | "set" | "exact" }[]; args: Record<string, unknown>; canonical: string; key: string }[];
+  };
+  assert.ok(v.intent.length >= 15);
+  for (const c of v.intent) {
+    const got = intentCanonical(c.fields, c.args);
+    assert.equal(got, c.canonical, c.name);
+    assert.equal(deriveKey("intent", got), c.key, c.name);
+  }
+});

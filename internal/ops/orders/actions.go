@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/idemflow/idemflow/idem"
+	"github.com/idemflow/idemflow/intent"
 	"github.com/idemflow/idemflow/internal/problem"
 	"github.com/idemflow/idemflow/op"
 	"github.com/jackc/pgx/v5"
@@ -42,7 +43,10 @@ var (
 		func(s *op.Schema) {
 			s.Properties["payment_ref"].MinLength, s.Properties["payment_ref"].MaxLength = op.Ptr(1), op.Ptr(128)
 			transitionRules(s)
-		})
+		},
+		// The payment is the order's, under the agent's reference for it;
+		// the reason is a note a model rewords.
+		op.IntentField{Name: "order_no", Norm: intent.ID}, op.IntentField{Name: "payment_ref", Norm: intent.ID})
 	Cancel  = change(ActionCancel, "Cancel a CREATED order and release its stock.")
 	Refund  = change(ActionRefund, "Refund a PAID order; the refund is made at most once.")
 	Fulfill = change(ActionFulfill, "Mark a PAID order fulfilled (shipped).")
@@ -51,7 +55,7 @@ var (
 func change(a Action, description string) *op.Operation {
 	return transition(a, description, func(r ChangeRequest) (string, TransitionRequest) {
 		return r.OrderNo, TransitionRequest{Reason: r.Reason}
-	}, transitionRules)
+	}, transitionRules, op.IntentField{Name: "order_no", Norm: intent.ID})
 }
 
 func transitionRules(s *op.Schema) {
@@ -61,7 +65,7 @@ func transitionRules(s *op.Schema) {
 
 // transition declares action a over the request R, which split reads as
 // the order and the body the fingerprint and the step have always taken.
-func transition[R any](a Action, description string, split func(R) (string, TransitionRequest), rules func(*op.Schema)) *op.Operation {
+func transition[R any](a Action, description string, split func(R) (string, TransitionRequest), rules func(*op.Schema), fields ...op.IntentField) *op.Operation {
 	return op.Define(op.Spec[R, event]{
 		Name:        string(a) + "_order",
 		Description: description,
@@ -71,6 +75,7 @@ func transition[R any](a Action, description string, split func(R) (string, Tran
 		Workflow:    "TransitionOrder",
 		Activity:    "TransitionOrder",
 		Rules:       rules,
+		Intent:      fields,
 		Summary: func(r R) string {
 			orderNo, _ := split(r)
 			return fmt.Sprintf("%s order %s", a, orderNo)

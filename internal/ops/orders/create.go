@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/idemflow/idemflow/idem"
+	"github.com/idemflow/idemflow/intent"
 	"github.com/idemflow/idemflow/internal/apperr"
 	"github.com/idemflow/idemflow/op"
 	"github.com/jackc/pgx/v5"
@@ -32,6 +33,10 @@ var Create = op.Define(op.Spec[CreateRequest, event]{
 	Activity:    "CreateOrder",
 	Rules:       createRules,
 	Normalize:   (*CreateRequest).Normalize,
+	// An order is the customer's, for these lines in any order; its
+	// coupon changes what it costs, so it is part of it too.
+	Intent: []op.IntentField{{Name: "customer_id", Norm: intent.ID}, {Name: "items", Norm: intent.Set},
+		{Name: "coupon_code", Norm: intent.ID}},
 	Summary: func(r CreateRequest) string {
 		return fmt.Sprintf("order for %s: %d item(s)", r.CustomerID, len(r.Items))
 	},

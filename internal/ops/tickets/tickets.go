@@ -12,6 +12,7 @@ import (
 
 	"github.com/google/uuid"
 	"github.com/idemflow/idemflow/idem"
+	"github.com/idemflow/idemflow/intent"
 	"github.com/idemflow/idemflow/internal/apperr"
 	"github.com/idemflow/idemflow/op"
 	"github.com/jackc/pgx/v5"
@@ -37,6 +38,10 @@ var Create = op.Define(op.Spec[Request, Ticket]{
 		s.Examples = []any{map[string]any{"customer_id": "c-1", "title": "Printer on fire", "priority": "high"}}
 	},
 	Normalize: (*Request).Normalize,
+	// One ticket is the customer's: its title, description and priority
+	// are what a model rewords on a regenerate. Two tickets for one
+	// customer in one turn stay two by the occurrence the clients count.
+	Intent: []op.IntentField{{Name: "customer_id", Norm: intent.ID}},
 	Summary: func(r Request) string {
 		return fmt.Sprintf("ticket for %s: %s", r.CustomerID, truncate(r.Title, 80))
 	},

@@ -31,14 +31,18 @@ class Result:
     raw: str
     #: True when the answer was stored by an earlier call with the same key.
     replayed: bool
+    #: On a replay of an intent keyed by its intent fields (Intent.by_intent):
+    #: what this request sent that differs from the first answer
+    #: (Idempotency-Differed), which holds what was made.
+    differed: tuple[str, ...] = ()
 
     @classmethod
-    def of(cls, status: int, raw: str, replayed: bool) -> Result:
+    def of(cls, status: int, raw: str, replayed: bool, differed: tuple[str, ...] = ()) -> Result:
         try:
             body: Any = json.loads(raw)
         except ValueError:
             body = raw  # an HTTP tool's downstream may answer with any body
-        return cls(status, body, raw, replayed)
+        return cls(status, body, raw, replayed, differed)
 
 
 @dataclass(frozen=True)
@@ -85,6 +89,10 @@ def retry_after(v: str | None) -> float:
     return s if s >= 0 and s != float("inf") else 0.0
 
 
+#: On a replay of an intent keyed by its intent fields: what differed.
+HEADER_DIFFERED = "Idempotency-Differed"
+
+
 def judge(status: int, headers: Mapping[str, str], raw: str) -> Judgement:
     """Reads one answer to an intent.
 
@@ -101,7 +109,8 @@ def judge(status: int, headers: Mapping[str, str], raw: str) -> Judgement:
     if status == 202 and not settled:
         return Poll()
     if status < 300:
-        return Success(Result.of(status, raw, replayed == "true"))
+        differed = tuple(d.strip() for d in (_header(headers, HEADER_DIFFERED) or "").split(",") if d.strip())
+        return Success(Result.of(status, raw, replayed == "true", differed))
     typ = parse_problem(raw).get("type")
     if settled and typ == OUTCOME_UNKNOWN:
         return Fail(problem_error(status, raw, True))

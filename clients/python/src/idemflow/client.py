@@ -36,6 +36,12 @@ class Intent:
     path: str
     body: Any = None
     method: str = "POST"
+    #: The key was derived from the operation's intent fields (a
+    #: framework's call, idemflow.keys.intent_canonical): the gateway
+    #: compares the request on them alone (Idempotency-Fingerprint:
+    #: intent), so a re-run whose model reworded free text gets the first
+    #: answer, with Result.differed.
+    by_intent: bool = False
 
 
 @dataclass(frozen=True)
@@ -49,6 +55,7 @@ class _Send:
     timeout: float
     #: Sent as Prefer: wait=N.
     wait: int
+    by_intent: bool = False
 
 
 @dataclass(frozen=True)
@@ -93,7 +100,7 @@ def _send(o: _Options, intent: Intent, method: str, path: str, key: str | None, 
     left = end - time.monotonic()
     if left <= 0:
         raise _past_deadline(intent)
-    return _Send(method, path, key, body, min(o.attempt_timeout, left), prefer_wait(o.wait_seconds, left))
+    return _Send(method, path, key, body, min(o.attempt_timeout, left), prefer_wait(o.wait_seconds, left), intent.by_intent and key is not None)
 
 
 def _pause(o: _Options, wait: float, n: int, end: float) -> float | None:
@@ -192,6 +199,8 @@ class _Base:
         headers = {"Authorization": f"Bearer {self._o.token}", "Prefer": f"wait={s.wait}"}
         if s.key is not None:
             headers["Idempotency-Key"] = s.key
+        if s.by_intent:
+            headers["Idempotency-Fingerprint"] = "intent"
         content = None
         if s.body is not None:
             headers["Content-Type"] = "application/json"

@@ -1,0 +1,97 @@
+package gateway_test
+
+import (
+	"bytes"
+	"net/http"
+	"testing"
+
+	"github.com/idemflow/idemflow/internal/tooling/testenv"
+)
+
+// byIntent sends body under key as a caller that derived the key from
+// the operation's intent fields (the integrations, the MCP wrappers).
+func byIntent(s *testenv.Stack, tenantID, path, key, body string) testenv.Response {
+	return s.Do(testenv.Request{Path: path, Token: s.Tokens[tenantID], Key: key, Body: body,
+		Header: map[string]string{"Idempotency-Fingerprint": "intent"}})
+}
+
+// Seed 2's fingerprint over whitelisted, normalised fields: under a key
+// derived from the intent fields, a model's rewording is a replay that
+// says what differed, another value in an intent field is a conflict,
+// while the record lives and after purge; a plain caller's key keeps the
+// whole-body comparison.
+func TestAKeyByIntentFieldsReplaysARewordingAndRefusesAnotherIntent(t *testing.T) {
+	s := testenv.NewStack(t, testenv.Options{})
+	forgetAnswers(s)
+	const first = `{"customer_id":"c-1","title":"Printer on fire","priority":"high"}`
+	made := byIntent(s, testenv.TenantA, "/v1/tickets", "in-1", first)
+	if made.Status != http.StatusCreated || made.Header.Get("Idempotent-Replayed") != "false" ||
+		made.Header.Get("Idempotency-Fingerprint") != "intent" || made.Header.Get("Idempotency-Intent-Fields") != "customer_id" {
+		t.Fatalf("first: %d %v %s", made.Status, made.Header, made.Body)
+	}
+	for _, purge := range []bool{false, true} {
+		if purge {
+			purgeRecords(t, s)
+		}
+		// The model wrote the call again in other words: the same ticket.
+		again := byIntent(s, testenv.TenantA, "/v1/tickets", "in-1",
+			`{"customer_id":" c-1 ","title":"The printer is smoking, please help","description":"Third floor.","priority":"high"}`)
+		if again.Status != http.StatusCreated || !bytes.Equal(again.Body, made.Body) || again.Header.Get("Idempotent-Replayed") != "true" ||
+			again.Header.Get("Idempotency-Differed") != "description, title" {
+			t.Fatalf("reworded (purged %v): %d %v %s", purge, again.Status, again.Header, again.Body)
+		}
+		// Another customer under the key is another intent: refused.
+		other := byIntent(s, testenv.TenantA, "/v1/tickets", "in-1", `{"customer_id":"c-2","title":"Printer on fire","priority":"high"}`)
+		if other.Status != http.StatusUnprocessableEntity {
+			t.Fatalf("another customer (purged %v): %d %s", purge, other.Status, other.Body)
+		}
+		assertProblem(t, other, "/problems/idempotency-key-reused")
+		// The same key without the header is compared on the whole body,
+		// which was never fingerprinted that way: a conflict, not a
+		// replay of the wrong kind.
+		plain := ticket(s, testenv.TenantA, "in-1", first)
+		if plain.Status != http.StatusUnprocessableEntity {
+			t.Fatalf("the key sent plain (purged %v): %d %s", purge, plain.Status, plain.Body)
+		}
+	}
+	// A plain caller's own key: a changed body is a conflict, as ever.
+	if r := ticket(s, testenv.TenantA, "plain-1", first); r.Status != http.StatusCreated {
+		t.Fatalf("plain: %d %s", r.Status, r.Body)
+	}
+	if r := ticket(s, testenv.TenantA, "plain-1", `{"customer_id":"c-1","title":"Printer is smoking","priority":"high"}`); r.Status != http.StatusUnprocessableEntity {
+		t.Fatalf("plain, reworded: %d %s", r.Status, r.Body)
+	}
+	if n := countTickets(t, s); n != 2 {
+		t.Fatalf("%d tickets, want 2 (in-1, plain-1)", n)
+	}
+}
+
+// An order's intent is its customer, its lines in any order and its
+// coupon; an action's is its order (and a payment's reference).
+func TestAnOrdersIntentIsItsLinesInAnyOrder(t *testing.T) {
+	s := testenv.NewStack(t, testenv.Options{})
+	const two = `{"customer_id":"c-1","items":[{"sku":"SKU-MOUSE","quantity":1},{"sku":"SKU-KEYBOARD","quantity":2}]}`
+	made := byIntent(s, testenv.TenantA, "/v1/orders", "o-in", two)
+	if made.Status != http.StatusCreated || made.Header.Get("Idempotency-Intent-Fields") != "customer_id, items, coupon_code" {
+		t.Fatalf("order: %d %v %s", made.Status, made.Header, made.Body)
+	}
+	swapped := byIntent(s, testenv.TenantA, "/v1/orders", "o-in", `{"customer_id":"c-1","items":[{"sku":"SKU-KEYBOARD","quantity":2},{"sku":"SKU-MOUSE","quantity":1}]}`)
+	if swapped.Status != http.StatusCreated || !bytes.Equal(swapped.Body, made.Body) || swapped.Header.Get("Idempotent-Replayed") != "true" {
+		t.Fatalf("lines in another order: %d %s", swapped.Status, swapped.Body)
+	}
+	more := byIntent(s, testenv.TenantA, "/v1/orders", "o-in", `{"customer_id":"c-1","items":[{"sku":"SKU-MOUSE","quantity":3},{"sku":"SKU-KEYBOARD","quantity":2}]}`)
+	if more.Status != http.StatusUnprocessableEntity {
+		t.Fatalf("another quantity: %d %s", more.Status, more.Body)
+	}
+	no := orderNo(t, made)
+	paid := s.Do(testenv.Request{Path: "/v1/orders/" + no + "/cancel", Token: s.Tokens[testenv.TenantA], Key: "c-in", Body: `{"reason":"ordered twice"}`,
+		Header: map[string]string{"Idempotency-Fingerprint": "intent"}})
+	again := s.Do(testenv.Request{Path: "/v1/orders/" + no + "/cancel", Token: s.Tokens[testenv.TenantA], Key: "c-in", Body: `{"reason":"a duplicate"}`,
+		Header: map[string]string{"Idempotency-Fingerprint": "intent"}})
+	if paid.Status != http.StatusOK || again.Status != http.StatusOK || !bytes.Equal(again.Body, paid.Body) || again.Header.Get("Idempotent-Replayed") != "true" {
+		t.Fatalf("cancel reworded: %d %s / %d %s", paid.Status, paid.Body, again.Status, again.Body)
+	}
+	if n := testenv.Count(t, s.Pool, "purchase_order", ""); n != 1 {
+		t.Fatalf("%d orders", n)
+	}
+}
