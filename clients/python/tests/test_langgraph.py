@@ -33,7 +33,7 @@ from langgraph.types import Command
 from pydantic import BaseModel
 
 import idemflow
-from idemflow.langgraph import LEGACY_KEY_SCHEME, durable_key, idemflow_tool, mcp_tools
+from idemflow.langgraph import ARGS_KEY_SCHEME, LEGACY_KEY_SCHEME, durable_key, idemflow_tool, mcp_tools
 
 from . import children
 from .conftest import count, docs_block, need
@@ -339,6 +339,8 @@ def test_a_tool_call_id_reused_in_a_later_turn_is_a_second_call(client: idemflow
 
 class Titled(BaseModel):
     title: str
+    #: Where the model names one: the test's customer and this suffix.
+    customer_id: str | None = None
 
 
 def chat_graph(tool: Any, calls: Callable[[str], list[dict[str, Any]]]) -> Any:
@@ -381,17 +383,30 @@ def before_the_model_step(graph: Any, config: dict[str, Any]) -> dict[str, Any]:
     raise AssertionError("no checkpoint before the model step")
 
 
+def reworded(n: str) -> list[dict[str, Any]]:
+    return [{"name": "create_ticket", "args": {"title": "Printer on fire" if n == "1" else "The printer is smoking, please help"}}]
+
+
 FORKS = [
     # name, the calls the model writes on its n-th run, the scheme, tickets after the fork, the fork's answers replayed
     ("the same call under new IDs", lambda n: [{"name": "create_ticket", "args": {"title": "Printer on fire"}}], None, 1, [True]),
     ("two identical calls, both written again", lambda n: [{"name": "create_ticket", "args": {"title": "Printer on fire"}}] * 2, None, 2, [True, True]),
+    ("a model that rewords the call: the same intent, a replay", reworded, None, 1, [True]),
     (
-        "a model that rewords the call (a new key, said so)",
-        lambda n: [{"name": "create_ticket", "args": {"title": f"Printer on fire ({n})"}}],
+        "two intents in one turn, both reworded",
+        lambda n: [{"name": "create_ticket", "args": {"title": f"Printer ({n})"}}, {"name": "create_ticket", "args": {"title": f"Network ({n})"}}],
+        None,
+        2,
+        [True, True],
+    ),
+    (
+        "another customer in the call is another intent",
+        lambda n: [{"name": "create_ticket", "args": {"title": "Printer on fire", "customer_id": "a" if n == "1" else "b"}}],
         None,
         2,
         [False],
     ),
+    ("control: lg4 keys the whole arguments", reworded, ARGS_KEY_SCHEME, 2, [False]),
     ("control: lg3 keys the call's IDs", lambda n: [{"name": "create_ticket", "args": {"title": "Printer on fire"}}], LEGACY_KEY_SCHEME, 2, [False]),
 ]
 
@@ -408,31 +423,55 @@ def test_a_fork_before_the_model_step_makes_the_same_call_once(
 ) -> None:
     """A chat UI's regenerate (a fork from the checkpoint before the model
     step, LangGraph's time travel) runs the model again, which writes the
-    same call under new tool-call and message IDs: the same intended call,
-    one ticket, the fork's answer a replay. Two identical calls in one
-    turn are two tickets, before and after the fork. A reworded call is
-    another intent. The control keys the call's IDs, as lg3 did."""
+    same call under new tool-call and message IDs, and, at a real model's
+    temperature, in other words: the same intended call (the ticket's
+    customer, its intent field), one ticket, the fork's answer a replay
+    that names what differed. Two calls for one customer in one turn are
+    two tickets, before and after the fork; another customer is another
+    intent. The controls key the call's whole arguments (lg4) and its IDs
+    (lg3)."""
     who = f"py-lg-fork-{uuid.uuid4().hex[:8]}"
     extra = {"key_scheme": scheme} if scheme else {}
-    # The model's arguments are the title; the body adds the test's customer.
+    # The model's arguments are the title (and a customer's suffix); the
+    # body makes the test's customer of them.
     tool = idemflow_tool(
-        client, name="create_ticket", description="Create a ticket.", path="/v1/tickets", args_schema=Titled, body=lambda a: {**a, "customer_id": who}, **extra
+        client,
+        name="create_ticket",
+        description="Create a ticket.",
+        path="/v1/tickets",
+        args_schema=Titled,
+        body=lambda a: {**a, "customer_id": f"{who}-{a['customer_id']}" if "customer_id" in a else who},
+        **extra,
     )
     graph = chat_graph(tool, calls)
     config: dict[str, Any] = {"configurable": {"thread_id": who}}
     first = graph.invoke({"messages": [HumanMessage("Open a ticket: the printer is on fire.")]}, config)
-    n_first = count(db, "ticket", who)
+    n_first = count_like(db, who)
     fork = graph.invoke(None, before_the_model_step(graph, config))
     first_ids = [m.tool_calls[0]["id"] for m in first["messages"] if isinstance(m, AIMessage) and m.tool_calls]
     fork_ids = [m.tool_calls[0]["id"] for m in fork["messages"] if isinstance(m, AIMessage) and m.tool_calls]
     assert first_ids != fork_ids, "the fork's model wrote its calls under new IDs"
     answers = [json.loads(str(m.content)) for m in fork["messages"] if isinstance(m, ToolMessage)]
     answers = answers[len(answers) - len(replayed) :]
-    n = count(db, "ticket", who)
-    print(f"{name}: {n_first} tickets after the first run, {n} after the fork; the fork's answers replayed {[a['replayed'] for a in answers]}")
+    n = count_like(db, who)
+    print(
+        f"{name}: {n_first} tickets after the first run, {n} after the fork; the fork's answers replayed {[a['replayed'] for a in answers]},"
+        f" differed {[a.get('differed') for a in answers]}"
+    )
     assert n_first == len(calls("1"))
     assert n == tickets
     assert [a["replayed"] for a in answers] == replayed
+    if calls("1") != calls("2") and all(replayed):
+        # Told truthfully: a replay of what was made, naming what differed.
+        assert all(a["differed"] == ["title"] and "already done" in a["note"] for a in answers), answers
+        made = [a["result"]["title"] for a in answers]
+        assert made == [c["args"]["title"] for c in calls("1")], made
+
+
+def count_like(db: psycopg.Connection, who: str) -> int:
+    row = db.execute("SELECT count(*) FROM ticket WHERE customer_id LIKE %s", (who + "%",)).fetchone()
+    assert row is not None
+    return int(row[0])
 
 
 def test_the_same_call_in_a_later_turn_is_another_intent(client: idemflow.Client, db: psycopg.Connection) -> None:

@@ -14,8 +14,8 @@ from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, ToolMe
 
 import idemflow
 from idemflow.answers import Fail, Judgement, Poll, Retry, Success
-from idemflow.keys import derive_key
-from idemflow.langgraph import KEY_SCHEME, durable_key
+from idemflow.keys import call_intent, derive_key
+from idemflow.langgraph import ARGS_KEY_SCHEME, KEY_SCHEME, durable_key
 
 TESTDATA = pathlib.Path(__file__).resolve().parents[2] / "testdata"
 ANSWERS = json.loads((TESTDATA / "answers.json").read_text())
@@ -119,12 +119,15 @@ def langgraph_message(m: dict[str, Any]) -> BaseMessage:
 def test_langgraph_key(c: dict[str, Any]) -> None:
     config = langgraph_config(c)
     state = {"messages": [langgraph_message(m) for m in c["messages"]]}
-    scheme = c.get("scheme", KEY_SCHEME)
+    # An entry without a scheme is lg4's; lg5's names the tool's intent fields.
+    scheme = c.get("scheme", ARGS_KEY_SCHEME)
+    fields = c.get("intent", ())
+    intent = (lambda a: call_intent(fields, a)) if scheme == KEY_SCHEME else None
     if "error" in c:
         with pytest.raises(idemflow.NoDurableIdentityError, match=c["error"]):
-            durable_key(config, c["tool_call_id"], c["tool"], state, key_scheme=scheme)
+            durable_key(config, c["tool_call_id"], c["tool"], state, key_scheme=scheme, intent=intent)
     else:
-        assert durable_key(config, c["tool_call_id"], c["tool"], state, key_scheme=scheme) == c["key"]
+        assert durable_key(config, c["tool_call_id"], c["tool"], state, key_scheme=scheme, intent=intent) == c["key"]
 
 
 @pytest.mark.parametrize("c", KEYS["temporal"], ids=lambda c: c["name"])

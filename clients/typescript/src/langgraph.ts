@@ -5,12 +5,15 @@
 // before its state was saved, which all call the tool again, replays the
 // first answer instead of taking effect twice.
 //
-// The key (lg4) is derived from the run's thread, the node path of its
+// The key (lg5) is derived from the run's thread, the node path of its
 // checkpoint namespace, the turn (the ID of the human message the call
-// answers), the tool, the call's arguments in their RFC 8785 form (less
-// the idempotency_key an MCP tool takes from the model) and their
-// occurrence among the turn's calls of that tool with those arguments: no
-// store of its own. Not from the AI message's or the tool
+// answers), the tool, the call's intent (the tool's intent fields, a
+// ticket's customer, normalised: intentCanonical; for a tool that declares
+// none, its arguments in their RFC 8785 form, less the idempotency_key an
+// MCP tool takes from the model) and its occurrence among the turn's calls
+// of that tool with that intent: no store of its own. A fork whose model
+// rewords the call's free text is the same call, a replay that says what
+// differed; another customer is another call. Not from the AI message's or the tool
 // call's IDs: a re-run of the model step (a fork, a resume of a step that
 // was not saved) writes the same call under new ones. The human message's
 // ID is in the checkpoint before the model runs, and a chat UI sends it
@@ -23,25 +26,43 @@ import { type BaseMessage, isAIMessage, isHumanMessage } from "@langchain/core/m
 import { tool } from "@langchain/core/tools";
 import type { ToolRunnableConfig } from "@langchain/core/tools";
 import { interrupt } from "@langchain/langgraph";
-import { callArguments, Client, DeadlineError, deriveKey, NoDurableIdentityError, operationIntent, type OperationFields, occurrenceAt, ProblemError, type Result } from "./index.js";
+import {
+  callArguments,
+  callIntent,
+  Client,
+  DeadlineError,
+  deriveKey,
+  intentFieldsOf,
+  type IntentField,
+  NoDurableIdentityError,
+  operationIntent,
+  type OperationFields,
+  occurrenceAt,
+  ProblemError,
+  type Result,
+} from "./index.js";
 import type { Client as MCPClient } from "@modelcontextprotocol/sdk/client/index.js";
-import { callUntilAnswered, mcpTools, resultText } from "./mcp.js";
+import { callUntilAnswered, mcpIntentFields, mcpTools, resultText } from "./mcp.js";
 import { answerText, pendingText, refusalText, resume } from "./tooltext.js";
 
 export { NoDurableIdentityError };
 
 /**
- * The scheme of a tool call's key: the intended call (lg1 included the
- * task IDs; lg2 lacked the AI message's ID, and a reused tool-call ID was
- * a replay; lg3 named the AI message and the tool-call ID, which a fork's
- * model step writes anew).
+ * The scheme of a tool call's key: the intended call by its intent fields
+ * (lg1 included the task IDs; lg2 lacked the AI message's ID, and a reused
+ * tool-call ID was a replay; lg3 named the AI message and the tool-call
+ * ID, which a fork's model step writes anew; lg4 named the call's whole
+ * arguments, which a model rewords).
  */
-export const keyScheme = "lg4";
+export const keyScheme = "lg5";
 
-/** The scheme before lg4, for the calls in flight across the upgrade (docs/agents/langgraph-js.md). */
+/** The scheme before lg5: the call's whole arguments, for the calls in flight across the upgrade (docs/agents/langgraph-js.md). */
+export const argsKeyScheme = "lg4";
+
+/** The scheme before lg4, for the calls in flight across that upgrade. */
 export const legacyKeyScheme = "lg3";
 
-export type KeyScheme = typeof keyScheme | typeof legacyKeyScheme;
+export type KeyScheme = typeof keyScheme | typeof argsKeyScheme | typeof legacyKeyScheme;
 
 /**
  * The checkpoint namespace without its task IDs: "inner:<id>|tools:<id>"
@@ -101,7 +122,7 @@ export interface IntendedCall {
  * has no ID: nothing else in the state tells a turn sent again from the
  * next one that says the same.
  */
-export function intendedCall(state: unknown, toolCallId: string | undefined, toolName: string): IntendedCall | undefined {
+export function intendedCall(state: unknown, toolCallId: string | undefined, toolName: string, intent?: (args: Record<string, unknown>) => string): IntendedCall | undefined {
   const messages = stateMessages(state);
   const at = callMessage(messages, toolCallId);
   if (at < 0) return undefined;
@@ -120,7 +141,11 @@ export function intendedCall(state: unknown, toolCallId: string | undefined, too
   const calls: { id: string; tool: string; args: string }[] = [];
   for (const m of messages.slice(start + 1, at + 1)) {
     if (!isAIMessage(m)) continue;
-    for (const c of m.tool_calls ?? []) calls.push({ id: c.id ?? "", tool: c.name, args: callArguments(c.args ?? {}) });
+    for (const c of m.tool_calls ?? []) {
+      // intent names this tool's calls (callIntent of the request each makes); others by their arguments.
+      const args = intent && c.name === toolName ? intent(c.args ?? {}) : callArguments(c.args ?? {});
+      calls.push({ id: c.id ?? "", tool: c.name, args });
+    }
   }
   let mine = -1;
   calls.forEach((c, i) => {
@@ -132,8 +157,10 @@ export function intendedCall(state: unknown, toolCallId: string | undefined, too
 /**
  * The key of one tool call, from the run's thread_id, the node path of its
  * checkpoint_ns and the messages of the state ToolNode hands the tool:
- * under lg4, the intended call (intendedCall) and the tool's name; under
- * lg3 (the legacy scheme), the ID of the AI message that asked for the
+ * under lg5, the intended call (intendedCall) by intent(args) (callIntent
+ * of the request the call makes: its intent fields where the tool
+ * declares them) and the tool's name; under lg4, the same by the call's
+ * whole arguments; under lg3, the ID of the AI message that asked for the
  * call, the call's ID and the tool's name (the vectors in
  * clients/testdata/keys.json). It throws NoDurableIdentityError when the
  * run has no thread (no checkpointer, or invoked without
@@ -142,7 +169,12 @@ export function intendedCall(state: unknown, toolCallId: string | undefined, too
  * without the turn would answer a later turn's call with this one's
  * replay; neither is made in silence.
  */
-export function durableKey(config: (ToolRunnableConfig & { state?: unknown }) | undefined, toolName: string, scheme: KeyScheme = keyScheme): string {
+export function durableKey(
+  config: (ToolRunnableConfig & { state?: unknown }) | undefined,
+  toolName: string,
+  scheme: KeyScheme = keyScheme,
+  intent?: (args: Record<string, unknown>) => string,
+): string {
   const threadId = config?.configurable?.thread_id;
   const callId = config?.toolCall?.id;
   if ((typeof threadId !== "string" && typeof threadId !== "number") || threadId === "") {
@@ -159,9 +191,9 @@ export function durableKey(config: (ToolRunnableConfig & { state?: unknown }) | 
     if (!messageId) throw missing();
     return deriveKey(legacyKeyScheme, String(threadId), path, messageId, callId, toolName);
   }
-  const c = intendedCall(config?.state, callId, toolName);
+  const c = intendedCall(config?.state, callId, toolName, scheme === keyScheme ? intent : undefined);
   if (!c) throw missing();
-  return deriveKey(keyScheme, String(threadId), path, c.turn, toolName, c.args, String(c.occurrence));
+  return deriveKey(scheme, String(threadId), path, c.turn, toolName, c.args, String(c.occurrence));
 }
 
 export interface IdemflowToolFields<S> extends OperationFields {
@@ -175,8 +207,17 @@ export interface IdemflowToolFields<S> extends OperationFields {
    * failure: the intent may have taken effect, and only its answer is late.
    */
   waitMs?: number;
-  /** lg4 (default), or lg3 for a run paused across the upgrade (docs/agents/langgraph-js.md). */
+  /** lg5 (default), or lg4 or lg3 for a run paused across an upgrade (docs/agents/langgraph-js.md). */
   keyScheme?: KeyScheme;
+  /**
+   * The operation's intent fields, as its declaration publishes them
+   * (OpenAPI's x-idemflow-intent); idemflow's own tools' are known by name
+   * or path (builtinIntent). The key names the request's intent fields,
+   * not its free text, and the request says so: a fork whose model
+   * rewords the title gets the first ticket, a replay naming what
+   * differed. A tool with none is keyed by its whole arguments.
+   */
+  intent?: readonly IntentField[];
 }
 
 /**
@@ -202,13 +243,18 @@ export type { ToolAnswer } from "./tooltext.js";
  * exactly once per tool call, however often a resumed run calls it.
  */
 export function idemflowTool<S>(client: Client, f: IdemflowToolFields<S>) {
+  const fields = f.intent ?? intentFieldsOf(f.name, typeof f.path === "string" ? f.path : undefined);
+  const scheme = f.keyScheme ?? keyScheme;
+  const byIntent = fields.length > 0 && scheme === keyScheme;
+  // The request a call makes, as its arguments make it.
+  const intentOf = (args: Record<string, unknown>) => callIntent(fields, f.body ? f.body(args) : args);
   return tool(
     async (args: any, config: ToolRunnableConfig) => {
-      const key = durableKey(config, f.name, f.keyScheme);
+      const key = durableKey(config, f.name, scheme, intentOf);
       let r: Result;
       for (;;) {
         try {
-          r = await client.do(operationIntent(key, f, args), { deadlineMs: f.waitMs, signal: config?.signal });
+          r = await client.do({ ...operationIntent(key, f, args), byIntent }, { deadlineMs: f.waitMs, signal: config?.signal });
           break;
         } catch (e) {
           if (e instanceof ProblemError) {
@@ -247,8 +293,9 @@ export interface IdemflowMcpToolsFields {
  * The tools of idemflow's MCP server (idemflow mcp, through the official
  * SDK's Client, connected by the app), as LangGraph.js tools keyed as
  * idemflowTool keys its calls: each call sends, in _meta, the key of its
- * intended call (lg4, whose arguments leave out the idempotency_key the
- * model writes), so a resume, a fork or a turn sent again is a replay, and
+ * intended call (lg5, by the intent fields the tool publishes in its
+ * _meta, or its arguments less the idempotency_key the model writes), so a
+ * resume, a fork, a reworded call or a turn sent again is a replay, and
  * waits on the call's task (MCP tasks); a call still pending after waitMs
  * pauses the run with a PendingAnswer (LangGraph's interrupt), never an
  * error handed to the model. The model reads the tool's text:
@@ -262,9 +309,10 @@ export async function idemflowMcpTools(mcp: MCPClient, f: IdemflowMcpToolsFields
   return (await mcpTools(mcp, f.names)).map((t) =>
     tool(
       async (args: Record<string, unknown>, config: ToolRunnableConfig) => {
-        const key = durableKey(config, t.name);
+        const fields = mcpIntentFields(t);
+        const key = durableKey(config, t.name, keyScheme, (a) => callIntent(fields, a));
         for (;;) {
-          const result = await callUntilAnswered(mcp, t.name, args, key, f.waitMs, config?.signal);
+          const result = await callUntilAnswered(mcp, t.name, args, key, f.waitMs, config?.signal, fields.length > 0);
           if (result !== undefined) return resultText(result);
           // Pauses the run; a resume returns here and waits on the task again.
           interrupt<PendingAnswer>({ idemflow: "pending", tool: t.name, key, message: pendingText(t.name, key, resume.langgraph) });

@@ -9,15 +9,30 @@
 // callUntilAnswered; this module knows no framework.
 
 import type { Client as MCPClient } from "@modelcontextprotocol/sdk/client/index.js";
+import type { IntentField } from "./index.js";
 
 /** The _meta member in which a call to idemflow's MCP server carries its durable key. */
 export const mcpMetaKey = "io.idemflow/idempotency-key";
+
+/** The call's _meta member that says its key was derived from the tool's intent fields: idemflow compares the call on them alone. */
+export const mcpMetaFingerprint = "io.idemflow/fingerprint";
+
+/** The tool's _meta member in which idemflow's MCP server publishes its intent fields. */
+export const mcpMetaIntent = "io.idemflow/intent";
 
 /** An MCP tool of the server's list, as a wrapper makes a framework's tool of it. */
 export interface McpTool {
   name: string;
   description?: string;
   inputSchema: Record<string, unknown>;
+  _meta?: Record<string, unknown>;
+}
+
+/** The intent fields a tool of idemflow's MCP server publishes in its _meta; none for a tool that publishes none. */
+export function mcpIntentFields(t: McpTool): IntentField[] {
+  const fields = t._meta?.[mcpMetaIntent];
+  if (!Array.isArray(fields)) return [];
+  return fields.filter((f) => f && typeof f.name === "string" && typeof f.norm === "string").map((f) => ({ name: f.name, norm: f.norm }));
 }
 
 /** The tools the server lists, those in names only where given. */
@@ -32,14 +47,22 @@ export async function mcpTools(mcp: MCPClient, names?: string[]): Promise<McpToo
  * wait ended first: the call is pending, and the framework's wrapper stops
  * its run (the same call later, under the same key, gets its answer).
  */
-export async function callUntilAnswered(mcp: MCPClient, tool: string, input: Record<string, unknown>, key: string, waitMs = 300_000, signal?: AbortSignal): Promise<any | undefined> {
+export async function callUntilAnswered(
+  mcp: MCPClient,
+  tool: string,
+  input: Record<string, unknown>,
+  key: string,
+  waitMs = 300_000,
+  signal?: AbortSignal,
+  byIntent = false,
+): Promise<any | undefined> {
   // waitMs Infinity: no bound but signal's (a framework whose model reads
   // whatever a tool returns waits for the answer).
   const wait = Number.isFinite(waitMs) ? AbortSignal.timeout(waitMs) : new AbortController().signal;
   const bound = signal ? AbortSignal.any([signal, wait]) : wait;
   let result: any;
   try {
-    for await (const m of mcp.experimental.tasks.callToolStream({ name: tool, arguments: input, _meta: { [mcpMetaKey]: key } }, undefined, { signal: bound })) {
+    for await (const m of mcp.experimental.tasks.callToolStream({ name: tool, arguments: input, _meta: byIntent ? { [mcpMetaKey]: key, [mcpMetaFingerprint]: "intent" } : { [mcpMetaKey]: key } }, undefined, { signal: bound })) {
       if (m.type === "result") result = m.result;
       if (m.type === "error") throw m.error;
     }

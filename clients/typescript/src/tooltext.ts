@@ -14,11 +14,22 @@ export interface ToolAnswer {
   /** True when this answer was stored by an earlier call of the same tool call. */
   replayed: boolean;
   result: unknown;
+  /** On a replay of a call keyed by its intent fields: the arguments that differed from what was made. */
+  differed?: string[];
+  note?: string;
 }
+
+/** What a replay whose other arguments differed tells the model (Python's DIFFERED_NOTE). */
+export const differedNote = "this intent was already done: the result is what was made then, not the arguments of this call";
 
 /** A final answer as the model reads it: {http_status, replayed, result}. */
 export function answerText(r: Result): string {
   const answer: ToolAnswer = { http_status: r.status, replayed: r.replayed, result: r.body };
+  if (r.differed?.length) {
+    // So that the model does not think its new wording was saved.
+    answer.differed = r.differed;
+    answer.note = differedNote;
+  }
   return JSON.stringify(answer);
 }
 

@@ -17,6 +17,8 @@ import { createTaskSessionFromClient, resultFromTaskOutcome } from "@modelcontex
 import {
   backoffCeiling, Client, DeadlineError, deriveKey, FileStore, IntentMismatchError, InvalidRequestError, judge, judgeOperation, type Judgement, KeyReusedError, preferWait,
   NotFoundError, OutcomeUnknownError, ProblemError, RejectedError, TooLargeError, UnauthorizedError,
+  callIntent,
+  type IntentField,
 } from "../src/index.js";
 import { pendingText, refusalText, resume } from "../src/tooltext.js";
 import { invitation, rule } from "./modeltext.js";
@@ -183,7 +185,7 @@ test("a durable key needs a durable identity, and is never made at random", () =
   assert.notEqual(durableKey(config, "create_ticket"), durableKey({ ...config, configurable: { thread_id: "t-2" } }, "create_ticket"));
   assert.throws(() => durableKey({ ...config, state: undefined }, "create_ticket"), NoDurableIdentityError);
   assert.notEqual(durableKey(config, "create_ticket"), durableKey(config, "create_order"));
-  assert.match(durableKey(config, "create_ticket"), /^lg4_[A-Za-z0-9_-]{42}$/);
+  assert.match(durableKey(config, "create_ticket"), /^lg5_[A-Za-z0-9_-]{42}$/);
   assert.throws(() => durableKey({ toolCall: config.toolCall }, "create_ticket"), NoDurableIdentityError);
   assert.throws(() => durableKey({ configurable: { thread_id: "t-1" } }, "create_ticket"), NoDurableIdentityError);
 });
@@ -466,11 +468,13 @@ test("the shared key vectors", async () => {
       ...(c.tool_call_id === null ? {} : { toolCall: { id: c.tool_call_id, name: c.tool, args: {} } }),
       state: { messages: c.messages.map(langGraphMessage) },
     };
-    const scheme = (c.scheme ?? "lg4") as "lg4" | "lg3";
+    // An entry without a scheme is lg4's; lg5's names the tool's intent fields.
+    const scheme = (c.scheme ?? "lg4") as "lg5" | "lg4" | "lg3";
+    const intent = scheme === "lg5" ? (a: Record<string, unknown>) => callIntent(c.intent ?? [], a) : undefined;
     if (c.error) {
-      assert.throws(() => durableKey(config, c.tool, scheme), (e: Error) => e instanceof NoDurableIdentityError && e.message.includes(c.error!), c.name);
+      assert.throws(() => durableKey(config, c.tool, scheme, intent), (e: Error) => e instanceof NoDurableIdentityError && e.message.includes(c.error!), c.name);
     } else {
-      assert.equal(durableKey(config, c.tool, scheme), c.key, c.name);
+      assert.equal(durableKey(config, c.tool, scheme, intent), c.key, c.name);
     }
   }
 });
@@ -478,6 +482,7 @@ test("the shared key vectors", async () => {
 interface LangGraphVector {
   name: string;
   scheme?: string;
+  intent?: IntentField[];
   thread_id: string | null;
   checkpoint_ns: string;
   messages: { type: string; id?: string; content?: string; tool_call_id?: string; tool_calls?: { id: string; name: string; args: Record<string, unknown> }[] }[];
@@ -703,13 +708,19 @@ test("a tool-call ID reused in a later turn is a second call, not the first one'
 
 // A chat UI's regenerate: a fork from the checkpoint before the model
 // step, whose model writes the same call under new tool-call and message
-// IDs. The same intended call: one ticket, the fork's answer a replay. Two
-// identical calls in one turn stay two; a reworded call is another
-// intent; lg3, the control, keyed the call's IDs.
+// IDs, and at a real model's temperature in other words. The same intended
+// call (the ticket's customer, its intent field): one ticket, the fork's
+// answer a replay that names what differed. Two calls for one customer in
+// one turn stay two; another customer is another intent; lg4, a control,
+// keyed the whole arguments, and lg3 the call's IDs.
+const reworded = (n: number) => [{ title: n === 1 ? "Printer on fire" : "The printer is smoking, please help" }];
 for (const [name, calls, scheme, tickets, replayed] of [
   ["the same call under new IDs", (_n: number) => [{ title: "Printer on fire" }], undefined, 1, [true]],
   ["two identical calls, both written again", (_n: number) => [{ title: "Printer on fire" }, { title: "Printer on fire" }], undefined, 2, [true, true]],
-  ["a model that rewords the call (a new key, said so)", (n: number) => [{ title: `Printer on fire (${n})` }], undefined, 2, [false]],
+  ["a model that rewords the call: the same intent, a replay", reworded, undefined, 1, [true]],
+  ["two intents in one turn, both reworded", (n: number) => [{ title: `Printer (${n})` }, { title: `Network (${n})` }], undefined, 2, [true, true]],
+  ["another customer in the call is another intent", (n: number) => [{ title: "Printer on fire", customer_id: n === 1 ? "a" : "b" }], undefined, 2, [false]],
+  ["control: lg4 keys the whole arguments", reworded, "lg4", 2, [false]],
   ["control: lg3 keys the call's IDs", (_n: number) => [{ title: "Printer on fire" }], "lg3", 2, [false]],
 ] as const) {
   test(`a fork before the model step makes the same call once: ${name}`, async () => {
@@ -717,9 +728,10 @@ for (const [name, calls, scheme, tickets, replayed] of [
     const ticketTool = idemflowTool(client(), {
       name: "create_ticket",
       description: "Create a ticket.",
-      schema: z.object({ title: z.string() }),
+      schema: z.object({ title: z.string(), customer_id: z.string().optional() }),
       path: "/v1/tickets",
-      body: (a: { title: string }) => ({ ...a, customer_id: who }),
+      // The model's arguments are the title (and a customer's suffix); the body makes the test's customer of them.
+      body: (a: { title: string; customer_id?: string }) => ({ ...a, customer_id: a.customer_id ? `${who}-${a.customer_id}` : who }),
       keyScheme: scheme,
     });
     let runs = 0;
@@ -746,10 +758,17 @@ for (const [name, calls, scheme, tickets, replayed] of [
     const callIds = (out: typeof first) => out.messages.flatMap((m) => (m.getType() === "ai" ? ((m as AIMessage).tool_calls ?? []).map((c) => c.id) : []));
     assert.notDeepEqual(callIds(fork), callIds(first), "the fork's model wrote its calls under new IDs");
     const answers = answersOf(fork);
-    console.log(`${name}: the fork's answers replayed ${answers.map((a) => a.replayed)}, tickets ${answers.map((a) => a.result?.ticket_id)}`);
+    console.log(
+      `${name}: the fork's answers replayed ${answers.map((a) => a.replayed)}, differed ${JSON.stringify(answers.map((a) => a.differed))}, tickets ${answers.map((a) => a.result?.ticket_id)}`,
+    );
     assert.deepEqual(answers.map((a) => a.replayed), replayed);
     const ids = new Set([...answersOf(first), ...answers].map((a) => a.result?.ticket_id));
     assert.equal(ids.size, tickets, `tickets across the first run and the fork: ${[...ids]}`);
+    if (JSON.stringify(calls(1)) !== JSON.stringify(calls(2)) && replayed.every((r) => r)) {
+      // Told truthfully: a replay of what was made, naming what differed.
+      for (const a of answers) assert.ok(a.differed?.join() === "title" && a.note?.includes("already done"), JSON.stringify(a));
+      assert.deepEqual(answers.map((a) => a.result.title), calls(1).map((c) => c.title));
+    }
   });
 }
 

@@ -18,8 +18,19 @@ from .errors import DeadlineError, ProblemError
 
 
 def answer_text(r: Result) -> str:
-    """A final answer: {http_status, replayed, result}."""
-    return json.dumps({"http_status": r.status, "replayed": r.replayed, "result": r.body}, ensure_ascii=False)
+    """A final answer: {http_status, replayed, result}; a replay of a call
+    keyed by its intent fields whose other arguments differed also names
+    them (differed), so that the model does not think its new wording was
+    saved: the result holds what was made."""
+    out: dict[str, Any] = {"http_status": r.status, "replayed": r.replayed, "result": r.body}
+    if r.differed:
+        out["differed"] = list(r.differed)
+        out["note"] = DIFFERED_NOTE
+    return json.dumps(out, ensure_ascii=False)
+
+
+#: What a replay whose other arguments differed tells the model.
+DIFFERED_NOTE = "this intent was already done: the result is what was made then, not the arguments of this call"
 
 
 def refusal_text(e: ProblemError, key: str) -> str:

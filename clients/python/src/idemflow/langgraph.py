@@ -5,11 +5,15 @@ step (what chat UIs call regenerate), or a turn sent again before its
 state was saved, which all call the tool again, replays the first answer
 instead of taking effect twice.
 
-The key (lg4) is derived from the run's thread, the node path of its
+The key (lg5) is derived from the run's thread, the node path of its
 checkpoint namespace, the turn (the ID of the human message the call
-answers), the tool, the call's arguments in their RFC 8785 form (less the
-idempotency_key an MCP tool takes from the model), and their occurrence
-among the turn's calls of that tool with those arguments. Not from the AI
+answers), the tool, the call's intent (the tool's intent fields, a
+ticket's customer, normalised: idemflow.keys.intent_canonical; for a tool
+that declares none, its arguments in their RFC 8785 form, less the
+idempotency_key an MCP tool takes from the model), and its occurrence
+among the turn's calls of that tool with that intent. A fork whose model
+rewords the call's free text is then the same call, a replay that says
+what differed; another customer is another call. Not from the AI
 message's or the tool call's IDs: a re-run of the model step
 (a fork, a resume of a step that was not saved) writes the same call under
 new ones. The human message's ID is in the checkpoint before the model
@@ -24,7 +28,7 @@ Needs the ``langgraph`` extra: ``pip install 'idemflow[langgraph]'``.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Annotated, Any
 
@@ -38,12 +42,13 @@ from pydantic import BaseModel, create_model
 from ._tooltext import RESUME, answer_text, arguments, pending_text, refusal_text
 from .client import AsyncClient, Client, Intent
 from .errors import DeadlineError, NoDurableIdentityError, ProblemError
-from .keys import call_arguments, derive_key, occurrence
+from .keys import call_arguments, call_intent, derive_key, intent_fields_of, occurrence
 
 if TYPE_CHECKING:
     from mcp import ClientSession
 
 __all__ = [
+    "ARGS_KEY_SCHEME",
     "KEY_SCHEME",
     "LEGACY_KEY_SCHEME",
     "IntendedCall",
@@ -55,15 +60,22 @@ __all__ = [
     "pending_answer",
 ]
 
-#: The scheme of a LangGraph tool call's key: the intended call (lg1
-#: included the task IDs; lg2 lacked the AI message's ID, and a reused
-#: tool-call ID was a replay; lg3 named the AI message and the tool-call
-#: ID, which a fork's model step writes anew).
-KEY_SCHEME = "lg4"
+#: The scheme of a LangGraph tool call's key: the intended call by its
+#: intent fields (lg1 included the task IDs; lg2 lacked the AI message's
+#: ID, and a reused tool-call ID was a replay; lg3 named the AI message
+#: and the tool-call ID, which a fork's model step writes anew; lg4 named
+#: the call's whole arguments, which a model rewords).
+KEY_SCHEME = "lg5"
 
-#: The scheme before lg4, for the calls in flight across the upgrade
-#: (docs/agents/langgraph.md says when to keep it).
+#: The scheme before lg4, for the calls in flight across that upgrade.
 LEGACY_KEY_SCHEME = "lg3"
+
+#: The scheme before lg5: the call's whole arguments, for the calls in
+#: flight across the upgrade (docs/agents/langgraph.md says when to keep
+#: it).
+ARGS_KEY_SCHEME = "lg4"
+
+_SCHEMES = (KEY_SCHEME, ARGS_KEY_SCHEME, LEGACY_KEY_SCHEME)
 
 
 def node_path(checkpoint_ns: str) -> str:
@@ -115,12 +127,20 @@ class IntendedCall:
     occurrence: int
 
 
-def intended_call(state: Any, tool_call_id: str | None, tool_name: str, messages_key: str = "messages") -> IntendedCall | None:
+def intended_call(
+    state: Any,
+    tool_call_id: str | None,
+    tool_name: str,
+    messages_key: str = "messages",
+    intent: Callable[[dict[str, Any]], str] | None = None,
+) -> IntendedCall | None:
     """The intended call that the tool call tool_call_id of tool_name is,
     from the graph state's messages: the last AI message carrying it, the
     last human message before that (the turn), and the calls of tool_name
     in the turn's AI messages, in their order. None when the messages do
-    not hold the call. Raises NoDurableIdentityError when the turn's human
+    not hold the call. intent(args) is what names a call of tool_name
+    beyond its turn (call_intent of its request; default: its whole
+    arguments). Raises NoDurableIdentityError when the turn's human
     message has no ID: nothing else in the state tells a turn sent again
     from the next one that says the same."""
     messages = _messages(state, messages_key)
@@ -136,13 +156,13 @@ def intended_call(state: Any, tool_call_id: str | None, tool_name: str, messages
                 f"{tool_name}: the human message that call {tool_call_id} answers has no ID (keep the graph's messages with add_messages,"
                 " which gives each one, or send each message with its own), so no key can tell a turn sent again from the next one"
             )
+
     # The tool is the name the model wrote (the tool's, when ToolNode runs it).
-    calls = [
-        (c.get("id") or "", c.get("name") or "", call_arguments(c.get("args") or {}))
-        for m in messages[start + 1 : at + 1]
-        if isinstance(m, AIMessage)
-        for c in m.tool_calls
-    ]
+    def named(c: Mapping[str, Any]) -> str:
+        args = c.get("args") or {}
+        return intent(args) if intent is not None and c.get("name") == tool_name else call_arguments(args)
+
+    calls = [(c.get("id") or "", c.get("name") or "", named(c)) for m in messages[start + 1 : at + 1] if isinstance(m, AIMessage) for c in m.tool_calls]
     found = occurrence(calls, tool_call_id)
     assert found is not None  # messages[at] holds the call
     return IntendedCall(turn, *found)
@@ -156,12 +176,16 @@ def durable_key(
     *,
     messages_key: str = "messages",
     key_scheme: str = KEY_SCHEME,
+    intent: Callable[[dict[str, Any]], str] | None = None,
 ) -> str:
     """The key of one tool call, from the run's thread_id, the node path of
-    its checkpoint namespace and the state's messages: under lg4, the
-    intended call (intended_call) and the tool's name; under lg3 (the
-    legacy scheme), the ID of the AI message that asked for the call
-    (call_message_id), the call's ID and the tool's name.
+    its checkpoint namespace and the state's messages: under lg5, the
+    intended call (intended_call) by intent(args) (call_intent of the
+    request the call makes: its intent fields where the tool declares
+    them) and the tool's name; under lg4, the same by the call's whole
+    arguments; under lg3 (the legacy scheme), the ID of the AI message
+    that asked for the call (call_message_id), the call's ID and the
+    tool's name.
 
     Raises NoDurableIdentityError when the run has no thread (no
     checkpointer, or invoked without configurable.thread_id), the call no
@@ -169,8 +193,8 @@ def durable_key(
     nothing across a resume, and a key without the turn would answer a
     later turn's call with this one's replay; neither is made in silence.
     """
-    if key_scheme not in (KEY_SCHEME, LEGACY_KEY_SCHEME):
-        raise ValueError(f"key_scheme {key_scheme!r}: {KEY_SCHEME} or {LEGACY_KEY_SCHEME}")
+    if key_scheme not in _SCHEMES:
+        raise ValueError(f"key_scheme {key_scheme!r}: one of {', '.join(_SCHEMES)}")
     configurable = (config or {}).get("configurable") or {}
     thread_id = configurable.get("thread_id")
     if thread_id is None or thread_id == "":
@@ -192,10 +216,10 @@ def durable_key(
         if not message_id:
             raise missing
         return derive_key(LEGACY_KEY_SCHEME, str(thread_id), path, message_id, tool_call_id, tool_name)
-    c = intended_call(state, tool_call_id, tool_name, messages_key)
+    c = intended_call(state, tool_call_id, tool_name, messages_key, intent if key_scheme == KEY_SCHEME else None)
     if c is None:
         raise missing
-    return derive_key(KEY_SCHEME, str(thread_id), path, c.turn, tool_name, c.args, str(c.occurrence))
+    return derive_key(key_scheme, str(thread_id), path, c.turn, tool_name, c.args, str(c.occurrence))
 
 
 def pending_answer(name: str, key: str) -> dict[str, str]:
@@ -224,6 +248,7 @@ def idemflow_tool(
     deadline: float = 300.0,
     messages_key: str = "messages",
     key_scheme: str = KEY_SCHEME,
+    intent: Sequence[Mapping[str, str]] | None = None,
 ) -> BaseTool:
     """A LangGraph tool that runs one of idemflow's operations (a ticket, an
     order, a declared operation, an HTTP tool) exactly once per tool call,
@@ -243,9 +268,21 @@ def idemflow_tool(
     out of the body, not sent as null.
 
     messages_key is the state's field that holds the messages, as the
-    ToolNode's: the key names the turn and the call in them. key_scheme
-    LEGACY_KEY_SCHEME ("lg3") keys a call as the release before lg4 did,
-    for a run paused across the upgrade (docs/agents/langgraph.md).
+    ToolNode's: the key names the turn and the call in them.
+
+    intent is the operation's intent fields ([{"name", "norm"}], as its
+    declaration publishes them: OpenAPI's x-idemflow-intent); idemflow's
+    own tools' are known by name or path (idemflow.keys.BUILTIN_INTENT).
+    The key names the request's intent fields, not its free text, and the
+    request says so (Idempotency-Fingerprint: intent): a fork or a turn
+    sent again whose model rewords the title gets the first ticket, a
+    replay whose answer names what differed. A tool with none is keyed by
+    its whole arguments.
+
+    key_scheme ARGS_KEY_SCHEME ("lg4") keys a call by its whole arguments,
+    as the release before lg5 did, and LEGACY_KEY_SCHEME ("lg3") as the
+    one before lg4, for a run paused across the upgrade
+    (docs/agents/langgraph.md).
     """
     # The call's ID and the graph's state reach the tool through
     # LangChain's injection: the model sees args_schema, the function also
@@ -259,13 +296,26 @@ def idemflow_tool(
         idemflow_state=(Annotated[Any, InjectedState], None),
     )
 
+    fields = tuple(intent) if intent is not None else intent_fields_of(name, path if isinstance(path, str) else None)
+    by_intent = bool(fields) and key_scheme == KEY_SCHEME
+
+    def request(args: dict[str, Any]) -> Any:
+        return body(args) if body else args
+
+    def intent_of(raw: dict[str, Any]) -> str:
+        # The request the call makes, as the model's arguments make it.
+        try:
+            return call_intent(fields, request(arguments(args_schema, dict(raw))))
+        except Exception:  # arguments the schema refuses: named by them alone
+            return call_arguments(raw)
+
     def prepare(kwargs: dict[str, Any], config: RunnableConfig) -> tuple[str, Intent]:
         call_id = kwargs.pop("tool_call_id", None)
         state = kwargs.pop("idemflow_state", None)
-        key = durable_key(config, call_id, name, state, messages_key=messages_key, key_scheme=key_scheme)
+        key = durable_key(config, call_id, name, state, messages_key=messages_key, key_scheme=key_scheme, intent=intent_of)
         args = arguments(args_schema, kwargs)
         p = path(args) if callable(path) else path
-        return key, Intent(key, p, body(args) if body else args)
+        return key, Intent(key, p, request(args), by_intent=by_intent)
 
     if isinstance(client, AsyncClient):
         aclient = client
@@ -301,8 +351,9 @@ async def mcp_tools(session: ClientSession, *, names: list[str] | None = None, d
     """The tools of idemflow's MCP server (idemflow mcp, through the mcp
     package's ClientSession, connected by the app), as LangGraph tools
     keyed as idemflow_tool keys its calls: each call sends, in _meta, the
-    key of its intended call (lg4, whose arguments leave out the
-    idempotency_key the model writes), so a resume, a fork or a turn sent
+    key of its intended call (lg5, by the intent fields the tool publishes
+    in its _meta, or its arguments less the idempotency_key the model
+    writes), so a resume, a fork, a reworded call or a turn sent
     again is a replay, and waits on the call's task (idemflow.mcp) up to
     deadline (seconds). Past it the tool pauses the run (pending_answer,
     LangGraph's interrupt), never an error the model reads; a resume waits
@@ -314,22 +365,35 @@ async def mcp_tools(session: ClientSession, *, names: list[str] | None = None, d
     the tools to take (default: all)."""
     listed = (await session.list_tools()).tools
     return [
-        _mcp_tool(session, t.name, t.description or t.name, dict(t.input_schema), deadline, messages_key) for t in listed if names is None or t.name in names
+        _mcp_tool(session, t.name, t.description or t.name, dict(t.input_schema), deadline, messages_key, _published_intent(t))
+        for t in listed
+        if names is None or t.name in names
     ]
 
 
-def _mcp_tool(session: ClientSession, name: str, description: str, schema: dict[str, Any], deadline: float, messages_key: str) -> BaseTool:
+def _published_intent(tool: Any) -> tuple[Mapping[str, str], ...]:
+    from .mcp import intent_fields
+
+    return intent_fields(tool)
+
+
+def _mcp_tool(
+    session: ClientSession, name: str, description: str, schema: dict[str, Any], deadline: float, messages_key: str, fields: Sequence[Mapping[str, str]] = ()
+) -> BaseTool:
     from .mcp import call_as_task, result_text
+
+    def intent_of(raw: dict[str, Any]) -> str:
+        return call_intent(fields, raw)
 
     # The model is shown the MCP tool's own schema (a dict, which LangChain
     # hands on unvalidated: the server validates); ToolNode sees runtime in
     # the function's signature and injects the call's ID, the state and the
     # config there.
     async def arun(runtime: ToolRuntime, **kwargs: Any) -> str:
-        key = durable_key(runtime.config, runtime.tool_call_id, name, runtime.state, messages_key=messages_key)
+        key = durable_key(runtime.config, runtime.tool_call_id, name, runtime.state, messages_key=messages_key, intent=intent_of)
         while True:
             try:
-                return result_text(await call_as_task(session, name, kwargs, key=key, resume=RESUME["langgraph"], deadline=deadline))
+                return result_text(await call_as_task(session, name, kwargs, key=key, resume=RESUME["langgraph"], deadline=deadline, by_intent=bool(fields)))
             except DeadlineError:
                 interrupt(pending_answer(name, key))  # a resume returns here, and waits on the task again
 

@@ -42,11 +42,31 @@ except ImportError:  # mcp 1.x
 from ._tooltext import pending_text
 from .errors import DeadlineError
 
-__all__ = ["META_KEY", "META_WAIT", "RELATED_TASK", "call_as_task", "call_until_answered", "pending_task", "result_text", "until_answered"]
+__all__ = [
+    "META_FINGERPRINT",
+    "META_INTENT",
+    "META_KEY",
+    "META_WAIT",
+    "RELATED_TASK",
+    "call_as_task",
+    "call_until_answered",
+    "intent_fields",
+    "pending_task",
+    "result_text",
+    "until_answered",
+]
 
 #: The _meta member that carries the call's durable key: idemflow's MCP
 #: server uses it in place of the model-written idempotency_key.
 META_KEY = "io.idemflow/idempotency-key"
+
+#: The call's _meta member that says its key was derived from the tool's
+#: intent fields (META_INTENT): idemflow then compares the call on them
+#: alone, so a reworded call is a replay of the first.
+META_FINGERPRINT = "io.idemflow/fingerprint"
+
+#: The tool's _meta member that publishes its intent fields.
+META_INTENT = "io.idemflow/intent"
 #: The _meta member that bounds how long idemflow holds the call before it
 #: answers NO ANSWER YET with the call's task (milliseconds).
 META_WAIT = "io.idemflow/wait-ms"
@@ -73,6 +93,18 @@ def pending_task(result: types.CallToolResult) -> str | None:
     return task if isinstance(task, str) and task else None
 
 
+def intent_fields(tool: types.Tool) -> tuple[dict[str, str], ...]:
+    """The intent fields a tool of idemflow's MCP server publishes in its
+    _meta (META_INTENT); () for a tool that publishes none."""
+    meta = getattr(tool, "meta", None) or {}
+    fields = meta.get(META_INTENT) or ()
+    return tuple({"name": str(f["name"]), "norm": str(f["norm"])} for f in fields if isinstance(f, dict) and "name" in f and "norm" in f)
+
+
+def _meta(key: str, by_intent: bool) -> dict[str, Any]:
+    return {META_KEY: key, META_FINGERPRINT: "intent"} if by_intent else {META_KEY: key}
+
+
 def result_text(result: types.CallToolResult) -> str:
     """The text a model reads of a tool's result: its text content."""
     return "".join(getattr(c, "text", "") for c in result.content)
@@ -93,6 +125,7 @@ async def call_until_answered(
     resume: str,
     deadline: float = 300.0,
     wait: float = 2.0,
+    by_intent: bool = False,
 ) -> types.CallToolResult:
     """The final result of one tool call: call(meta) sends it (the
     framework's own path, with meta, which holds key, merged into the
@@ -111,7 +144,7 @@ async def call_until_answered(
             return await _task_result(session, task, end, key=key, tool=tool, resume=resume)
         return None if _no_answer(result) else result
 
-    return await until_answered(call, settle, key=key, tool=tool, resume=resume, deadline=deadline, wait=wait)
+    return await until_answered(call, settle, key=key, tool=tool, resume=resume, deadline=deadline, wait=wait, by_intent=by_intent)
 
 
 R = TypeVar("R")
@@ -126,6 +159,7 @@ async def until_answered(
     resume: str,
     deadline: float,
     wait: float,
+    by_intent: bool = False,
 ) -> R:
     """call(meta) under key, each call bounding idemflow's hold to wait
     (seconds), until settle(result, end) makes a final result of one (None:
@@ -133,7 +167,8 @@ async def until_answered(
     the same key, after a pause that grows to 5 s). end is the loop's time
     at deadline (seconds). Past it, DeadlineError, whose words say to
     resume, never to call anew. Any client's call: the mcp SDK's, or a
-    framework's own that gives no task to wait on."""
+    framework's own that gives no task to wait on. by_intent: key was
+    derived from the tool's intent fields (META_FINGERPRINT)."""
     loop = asyncio.get_running_loop()
     end = loop.time() + deadline
     pause = 0.2
@@ -141,7 +176,7 @@ async def until_answered(
         left = end - loop.time()
         if left <= 0:
             raise DeadlineError(pending_text(tool, key, resume))
-        final = await settle(await call({META_KEY: key, META_WAIT: max(1, int(min(wait, left) * 1000))}), end)
+        final = await settle(await call({**_meta(key, by_intent), META_WAIT: max(1, int(min(wait, left) * 1000))}), end)
         if final is not None:
             return final
         await asyncio.sleep(min(pause, max(0.0, end - loop.time())))
@@ -186,6 +221,7 @@ async def call_as_task(
     key: str,
     resume: str,
     deadline: float = 300.0,
+    by_intent: bool = False,
 ) -> types.CallToolResult:
     """The final result of one call of tool name under key, through the
     SDK's own task client where it has one (mcp 1.x's
@@ -197,11 +233,13 @@ async def call_as_task(
     the same key; one refused (its arguments, a reused key) is the
     refusal's words, as the tool's error. Past deadline, DeadlineError,
     whose words say to resume, never to call anew. Where the SDK has no
-    task client (mcp 2.x), call_until_answered over session.call_tool."""
+    task client (mcp 2.x), call_until_answered over session.call_tool.
+    by_intent: key was derived from the tool's intent fields, which the
+    call says (META_FINGERPRINT), so a reworded call is a replay."""
     tasks: Any = getattr(session, "experimental", None)
     if not hasattr(tasks, "call_tool_as_task"):
         return await call_until_answered(
-            lambda m: session.call_tool(name, arguments, meta=cast(Any, m)), session, key=key, tool=name, resume=resume, deadline=deadline
+            lambda m: session.call_tool(name, arguments, meta=cast(Any, m)), session, key=key, tool=name, resume=resume, deadline=deadline, by_intent=by_intent
         )
     loop = asyncio.get_running_loop()
     end = loop.time() + deadline
@@ -215,7 +253,7 @@ async def call_as_task(
 
     while True:
         try:
-            created = await asyncio.wait_for(tasks.call_tool_as_task(name, arguments, meta={META_KEY: key}), _bound(left()))
+            created = await asyncio.wait_for(tasks.call_tool_as_task(name, arguments, meta=_meta(key, by_intent)), _bound(left()))
             break
         except TimeoutError as e:
             raise DeadlineError(pending_text(name, key, resume)) from e
