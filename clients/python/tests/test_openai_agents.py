@@ -177,12 +177,29 @@ class RewordingModel(ScriptedModel):
         return r
 
 
+class OtherCustomerModel(ScriptedModel):
+    """A ScriptedModel whose call, written again, names another customer."""
+
+    runs = 0
+
+    async def get_response(self, *args: Any, **kwargs: Any) -> Any:
+        r = await super().get_response(*args, **kwargs)
+        for o in r.output:
+            if getattr(o, "type", "") == "function_call":
+                OtherCustomerModel.runs += 1
+                a = json.loads(o.arguments)
+                o.arguments = json.dumps({**a, "customer_id": f"{a['customer_id']}-{OtherCustomerModel.runs}"})
+        return r
+
+
 RESENDS = [
     # name, model, key scheme, tickets after the turn sent again, its answers replayed
-    ("the same call under new IDs", ScriptedModel, "oa2", {}, 1, [True]),
-    ("two identical calls, both written again", TwoCallsModel, "oa2", {}, 2, [True, True]),
-    ("a model that rewords the call (a new key, said so)", RewordingModel, "oa2", {}, 2, [False]),
-    ("the app's turn_id", ScriptedModel, "oa2", {"turn_id": "msg-1"}, 1, [True]),
+    ("the same call under new IDs", ScriptedModel, "oa3", {}, 1, [True]),
+    ("two identical calls, both written again", TwoCallsModel, "oa3", {}, 2, [True, True]),
+    ("a model that rewords the call: the same intent, a replay", RewordingModel, "oa3", {}, 1, [True]),
+    ("another customer in the call is another intent", OtherCustomerModel, "oa3", {}, 2, [False]),
+    ("the app's turn_id", ScriptedModel, "oa3", {"turn_id": "msg-1"}, 1, [True]),
+    ("control: oa2 keys the whole arguments", RewordingModel, "oa2", {}, 2, [False]),
     ("control: oa1 keys the call's IDs", ScriptedModel, "oa1", {}, 2, [False]),
 ]
 
@@ -194,32 +211,46 @@ def test_a_turn_sent_again_makes_the_same_call_once(
     """A regenerate, or a turn whose saved RunState is gone (killed before
     it was saved, a store lost): the app sends the conversation again, cut
     before the model's answer. A new run, and the model writes the same
-    call under new IDs: the same intended call, one ticket, the answer a
-    replay. Two identical calls stay two; a reworded call is another
-    intent; oa1, the control, keyed the call's IDs."""
+    call under new IDs, and at a real model's temperature in other words:
+    the same intended call (the ticket's customer, its intent field), one
+    ticket, the answer a replay that names what differed. Two identical
+    calls stay two; another customer is another intent; the controls key
+    the whole arguments (oa2) and the call's IDs (oa1)."""
     who = f"py-oa-resend-{uuid.uuid4().hex[:8]}"
     ask = [{"role": "user", "content": "Hello."}, {"role": "assistant", "content": "Hello! How can I help?"}, {"role": "user", "content": "Open a ticket."}]
 
-    async def scenario() -> tuple[int, list[bool], list[str]]:
+    async def scenario() -> tuple[int, list[dict[str, Any]], list[str]]:
         async with idemflow.AsyncClient(url, token) as c:
             agent = Agent(name="support", tools=[ticket_tool(c, key_scheme=scheme)], model=model(who))
             config = RunConfig(group_id=who, tracing_disabled=True)
             ids: list[str] = []
-            outs: list[list[bool]] = []
+            outs: list[list[dict[str, Any]]] = []
             for _ in range(2):
                 load, save = in_memory()
                 result = await run_durably(agent, ask, run_config=config, load=load, save=save, **extra)
                 ids += [i.raw_item.call_id for i in result.new_items if i.type == "tool_call_item"]
-                outs.append([json.loads(str(i.output))["replayed"] for i in result.new_items if i.type == "tool_call_output_item"])
+                outs.append([json.loads(str(i.output)) for i in result.new_items if i.type == "tool_call_output_item"])
                 if len(outs) == 1:
-                    n_first = count(db, "ticket", who)
+                    n_first = count_like(db, who)
             return n_first, outs[1], ids
 
     n_first, again, ids = asyncio.run(scenario())
-    n = count(db, "ticket", who)
-    print(f"{name}: {n_first} tickets after the first run, {n} after the turn sent again; its answers replayed {again}; call IDs {ids}")
+    n = count_like(db, who)
+    print(
+        f"{name}: {n_first} tickets after the first run, {n} after the turn sent again; its answers replayed {[a['replayed'] for a in again]},"
+        f" differed {[a.get('differed') for a in again]}; call IDs {ids}"
+    )
     assert len(set(ids)) == len(ids), "the model wrote every call under new IDs"
-    assert (n, again) == (tickets, replayed)
+    assert (n, [a["replayed"] for a in again]) == (tickets, replayed)
+    if model is RewordingModel and all(replayed):
+        # Told truthfully: a replay of what was made, naming what differed.
+        assert [a.get("differed") for a in again] == [["title"]] and "already done" in again[0]["note"], again
+
+
+def count_like(db: psycopg.Connection, who: str) -> int:
+    row = db.execute("SELECT count(*) FROM ticket WHERE customer_id LIKE %s", (who + "%",)).fetchone()
+    assert row is not None
+    return int(row[0])
 
 
 def test_a_pending_answer_fails_the_run_and_never_reaches_the_model(url: str, token: str, db: psycopg.Connection) -> None:

@@ -202,7 +202,8 @@ def test_openai_agents_key(c: dict[str, Any]) -> None:
 def test_openai_agents_intended_call_key(c: dict[str, Any]) -> None:
     from idemflow.openai_agents import intended_call_keys
 
-    keys = intended_call_keys(c["group_id"], c["input"], c["calls"], c["previous_response_id"], c["turn_id"])
+    # An entry without a scheme is oa2's (the whole arguments).
+    keys = intended_call_keys(c["group_id"], c["input"], c["calls"], c["previous_response_id"], c["turn_id"], key_scheme=c.get("scheme", "oa2"))
     assert keys[c["call_id"]] == c["key"]
 
 

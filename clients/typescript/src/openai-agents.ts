@@ -35,22 +35,45 @@
 import type { Client as MCPClient } from "@modelcontextprotocol/sdk/client/index.js";
 import { AsyncLocalStorage } from "node:async_hooks";
 import { RunState, tool, type Agent, type RunContext, type RunResult, type Runner, type RunToolApprovalItem } from "@openai/agents";
-import { callArguments, canonical, Client, DeadlineError, deriveKey, NoDurableIdentityError, operationIntent, type OperationFields, occurrenceAt, ProblemError, type Result } from "./index.js";
-import { callUntilAnswered, mcpTools, resultText } from "./mcp.js";
+import {
+  callArguments,
+  callIntent,
+  canonical,
+  Client,
+  DeadlineError,
+  deriveKey,
+  intentFieldsOf,
+  type IntentField,
+  NoDurableIdentityError,
+  operationIntent,
+  type OperationFields,
+  occurrenceAt,
+  ProblemError,
+  type Result,
+} from "./index.js";
+import { callUntilAnswered, mcpIntentFields, mcpTools, resultText } from "./mcp.js";
 import { answerText, pendingText, refusalText, resume } from "./tooltext.js";
 
 export { NoDurableIdentityError };
 
-/** The scheme of an OpenAI Agents SDK tool call's key, in every client: the intended call, which runDurably plans from the saved RunState. */
-export const keyScheme = "oa2";
+/**
+ * The scheme of an OpenAI Agents SDK tool call's key, in every client: the
+ * intended call by its intent fields (a ticket's customer, never its
+ * wording), which runDurably plans from the saved RunState.
+ */
+export const keyScheme = "oa3";
+
+/** The intended call by its whole arguments, which a model rewords: the release before oa3, for a RunState saved across the upgrade. */
+export const argsKeyScheme = "oa2";
 
 /** The scheme of a call runDurably planned nothing for (and of every call before oa2): the call's item and call IDs. */
 export const callKeyScheme = "oa1";
 
-export type KeyScheme = typeof keyScheme | typeof callKeyScheme;
+export type KeyScheme = typeof keyScheme | typeof argsKeyScheme | typeof callKeyScheme;
 
-/** What names an intended call beyond its conversation: its turn, its tool, the digest of its arguments, and its occurrence (from 1). */
+/** What names an intended call beyond its conversation: its scheme, its turn, its tool, the digest of its intent or arguments, and its occurrence (from 1). */
 export interface IntendedCall {
+  scheme?: typeof keyScheme | typeof argsKeyScheme;
   turn: string;
   tool: string;
   args: string;
@@ -68,13 +91,23 @@ export interface RunCall {
  * The intended call of each function call of a run, by call ID: the turn
  * (turnId where the app gives one, else previousResponseId, the number of
  * user messages in input and the last one's content, in RFC 8785 form; a
- * string input is one user message), the tool, the digest of the call's
- * arguments (RFC 8785, less the model-written idempotency_key of
- * idemflow's MCP tools) and their occurrence (from 1) among calls, the
- * run's function calls in their order, of that tool with those arguments.
- * Its key is intendedCallKey(conversation, call).
+ * string input is one user message), the tool, the call's intent and its
+ * occurrence (from 1) among calls, the run's function calls in their
+ * order, of that tool with that intent. Under oa3 the intent is the call's
+ * intent fields (callIntent: intents[name], or idemflow's own tools' by
+ * name), so a call reworded is the same call; under oa2, or for a tool
+ * with none, its arguments (RFC 8785, less the model-written
+ * idempotency_key of idemflow's MCP tools). Its key is
+ * intendedCallKey(conversation, call).
  */
-export function intendedCalls(input: string | unknown[], calls: RunCall[], previousResponseId?: string, turnId?: string): Map<string, IntendedCall> {
+export function intendedCalls(
+  input: string | unknown[],
+  calls: RunCall[],
+  previousResponseId?: string,
+  turnId?: string,
+  scheme: typeof keyScheme | typeof argsKeyScheme = keyScheme,
+  intents: Readonly<Record<string, readonly IntentField[]>> = {},
+): Map<string, IntendedCall> {
   let turn: string;
   if (turnId) {
     turn = deriveKey("turn", turnId);
@@ -85,9 +118,20 @@ export function intendedCalls(input: string | unknown[], calls: RunCall[], previ
         : (input as { role?: string; type?: string; content?: unknown }[]).filter((i) => i && i.role === "user" && (i.type ?? "message") === "message").map((i) => i.content);
     turn = deriveKey("turn", previousResponseId ?? "", String(users.length), canonical(users.length ? users[users.length - 1] : null));
   }
-  const run = calls.map((c) => ({ id: c.callId, tool: c.name, args: rawCallArguments(c.arguments) }));
+  const named = (c: RunCall): string => {
+    const fields = scheme === keyScheme ? (intents[c.name] ?? intentFieldsOf(c.name)) : [];
+    if (fields.length > 0) {
+      try {
+        return callIntent(fields, JSON.parse(c.arguments || "{}"));
+      } catch {
+        // not JSON (the model's own mistake): named as written
+      }
+    }
+    return rawCallArguments(c.arguments);
+  };
+  const run = calls.map((c) => ({ id: c.callId, tool: c.name, args: named(c) }));
   const out = new Map<string, IntendedCall>();
-  run.forEach((c, at) => out.set(c.id, { turn, tool: c.tool, ...occurrenceAt(run, at) }));
+  run.forEach((c, at) => out.set(c.id, { scheme, turn, tool: c.tool, ...occurrenceAt(run, at) }));
   return out;
 }
 
@@ -107,23 +151,40 @@ function rawCallArguments(raw: string): string {
   return callArguments(v);
 }
 
-/** The key of an intended call of conversation (oa2). */
+/** The key of an intended call of conversation (oa3, or the scheme it was planned under). */
 export function intendedCallKey(conversation: string, c: IntendedCall): string {
-  return deriveKey(keyScheme, conversation, c.turn, c.tool, c.args, String(c.occurrence));
+  return deriveKey(c.scheme ?? keyScheme, conversation, c.turn, c.tool, c.args, String(c.occurrence));
 }
 
-// The intended calls runDurably planned for the run it is running, by call
-// ID: the tools it runs read them.
-const planned = new AsyncLocalStorage<Map<string, IntendedCall>>();
+// The intended calls runDurably planned for the run it is running, by
+// scheme and call ID: the tools it runs read them.
+const planned = new AsyncLocalStorage<Record<string, Map<string, IntendedCall>>>();
 
-/** The intended calls of the run a RunState holds, from its JSON; none where the server keeps the conversation by ID. */
-function plan(state: RunState<any, any>, turnId?: string): Map<string, IntendedCall> {
+/** The intended calls of the run a RunState holds, under each scheme, from its JSON; none where the server keeps the conversation by ID. */
+function plan(state: RunState<any, any>, turnId: string | undefined, intents: Record<string, readonly IntentField[]>): Record<string, Map<string, IntendedCall>> {
   const j = state.toJSON() as any;
-  if (j.conversationId && !turnId) return new Map();
+  if (j.conversationId && !turnId) return {};
   const calls: RunCall[] = (j.generatedItems ?? [])
     .filter((i: any) => i?.type === "tool_call_item" && i.rawItem?.type === "function_call")
     .map((i: any) => ({ callId: i.rawItem.callId, name: i.rawItem.name, arguments: i.rawItem.arguments }));
-  return intendedCalls(j.originalInput ?? [], calls, j.previousResponseId, turnId);
+  return {
+    [keyScheme]: intendedCalls(j.originalInput ?? [], calls, j.previousResponseId, turnId, keyScheme, intents),
+    [argsKeyScheme]: intendedCalls(j.originalInput ?? [], calls, j.previousResponseId, turnId, argsKeyScheme),
+  };
+}
+
+// The property idemflowFunctionTool sets on its tool: the operation's
+// intent fields, which runDurably's plan reads from the agent's tools.
+const intentOfTool = Symbol.for("idemflow.intent");
+
+/** The intent fields of the agent's tools, by name: those its idemflowFunctionTools declare, and those the app gives. */
+function intentsOf(agent: Agent<any, any>, given: Record<string, readonly IntentField[]> = {}): Record<string, readonly IntentField[]> {
+  const out: Record<string, readonly IntentField[]> = {};
+  for (const t of (agent as any).tools ?? []) {
+    const fields = t?.[intentOfTool];
+    if (Array.isArray(fields) && fields.length > 0) out[t.name] = fields;
+  }
+  return { ...out, ...given };
 }
 
 /** The item IDs the SDKs give a Chat Completions model's calls: no ID at all. */
@@ -173,8 +234,15 @@ export interface IdemflowFunctionToolFields<I> extends OperationFields<I> {
   callIdsUnique?: boolean;
   /** How long one call waits for its final answer (default 300 s) before the run fails with DeadlineError. */
   waitMs?: number;
-  /** oa2 (default), or oa1 for a RunState saved across the upgrade (docs/agents/openai-agents-js.md). */
+  /** oa3 (default), or oa2 or oa1 for a RunState saved across an upgrade (docs/agents/openai-agents-js.md). */
   keyScheme?: KeyScheme;
+  /**
+   * The operation's intent fields, as its declaration publishes them;
+   * idemflow's own tools' are known by name or path. runDurably keys a call
+   * by them (oa3), and the request says so: a turn sent again whose model
+   * rewords the title gets the first ticket, a replay naming what differed.
+   */
+  intent?: readonly IntentField[];
 }
 
 /**
@@ -188,7 +256,8 @@ export interface IdemflowFunctionToolFields<I> extends OperationFields<I> {
  * saved RunState, and the call gets its answer under the same key.
  */
 export function idemflowFunctionTool<I = any>(client: Client, f: IdemflowFunctionToolFields<I>) {
-  return tool({
+  const fields = f.intent ?? intentFieldsOf(f.name, typeof f.path === "string" ? f.path : undefined);
+  const made = tool({
     name: f.name,
     description: f.description,
     parameters: f.parameters,
@@ -198,9 +267,10 @@ export function idemflowFunctionTool<I = any>(client: Client, f: IdemflowFunctio
     errorFunction: null,
     execute: async (input: any, _context?: RunContext<unknown>, details?: { toolCall?: { id?: string; callId?: string }; signal?: AbortSignal }) => {
       const key = callKey(f.conversation, details?.toolCall, f.name, f.callIdsUnique, f.keyScheme);
+      const byIntent = fields.length > 0 && key.startsWith(keyScheme + "_");
       let r: Result;
       try {
-        r = await client.do(operationIntent(key, f, input), { deadlineMs: f.waitMs, signal: details?.signal });
+        r = await client.do({ ...operationIntent(key, f, input), byIntent }, { deadlineMs: f.waitMs, signal: details?.signal });
       } catch (e) {
         // A final refusal is the model's to read, not a crash of the run.
         if (e instanceof ProblemError) return refusalText(e, key);
@@ -212,6 +282,8 @@ export function idemflowFunctionTool<I = any>(client: Client, f: IdemflowFunctio
       return answerText(r);
     },
   } as any);
+  (made as any)[intentOfTool] = fields;
+  return made;
 }
 
 export interface IdemflowMcpFunctionToolsFields {
@@ -255,7 +327,8 @@ export async function idemflowMcpFunctionTools(mcp: MCPClient, f: IdemflowMcpFun
       errorFunction: null,
       execute: async (input: any, _context?: RunContext<unknown>, details?: { toolCall?: { id?: string; callId?: string }; signal?: AbortSignal }) => {
         const key = callKey(f.conversation, details?.toolCall, t.name, f.callIdsUnique, f.keyScheme);
-        const result = await callUntilAnswered(mcp, t.name, typeof input === "string" ? JSON.parse(input || "{}") : input, key, f.waitMs, details?.signal);
+        const byIntent = mcpIntentFields(t).length > 0 && key.startsWith(keyScheme + "_");
+        const result = await callUntilAnswered(mcp, t.name, typeof input === "string" ? JSON.parse(input || "{}") : input, key, f.waitMs, details?.signal, byIntent);
         if (result === undefined) throw new DeadlineError(pendingText(t.name, key, resume.openaiAgents));
         return resultText(result);
       },
@@ -263,10 +336,10 @@ export async function idemflowMcpFunctionTools(mcp: MCPClient, f: IdemflowMcpFun
   );
 }
 
-/** The key of one call: the intended call runDurably planned for it (oa2), or else its IDs' (oa1). */
-function callKey(conversation: string, toolCall: { id?: string; callId?: string } | undefined, name: string, callIdsUnique?: boolean, scheme?: KeyScheme): string {
+/** The key of one call: the intended call runDurably planned for it (oa3, or oa2 where asked), or else its IDs' (oa1). */
+function callKey(conversation: string, toolCall: { id?: string; callId?: string } | undefined, name: string, callIdsUnique?: boolean, scheme: KeyScheme = keyScheme): string {
   const callId = toolCall?.callId;
-  const intended = scheme === callKeyScheme || !callId ? undefined : planned.getStore()?.get(callId);
+  const intended = scheme === callKeyScheme || !callId ? undefined : planned.getStore()?.[scheme]?.get(callId);
   return intended && conversation ? intendedCallKey(conversation, intended) : durableKey(conversation, toolCall, name, callIdsUnique);
 }
 
@@ -286,6 +359,8 @@ export interface RunDurablyOptions {
    * or two turns in the same words are one intent.
    */
   turnId?: string;
+  /** The intent fields of the app's other tools, by tool name (a team's operation over MCP); idemflowFunctionTool's and idemflow's own are known. */
+  intents?: Record<string, readonly IntentField[]>;
 }
 
 // The member runDurably adds to the RunState JSON it saves: the turn whose
@@ -338,7 +413,7 @@ export async function runDurably(runner: Runner, agent: Agent<any, any>, input: 
   let result: RunResult<any, any>;
   if (saved !== undefined && answers(saved, turn)) {
     const state = await RunState.fromString(agent, saved);
-    result = await planned.run(plan(state, o.turnId), () => runner.run(agent, state));
+    result = await planned.run(plan(state, o.turnId, intentsOf(agent, o.intents)), () => runner.run(agent, state));
   } else {
     // Nothing saved, or a state saved by another turn's run: this turn is a
     // run of its own. Resumed instead, the old run would answer it, and its
@@ -353,7 +428,7 @@ export async function runDurably(runner: Runner, agent: Agent<any, any>, input: 
       else state.reject(item);
     }
     await o.save(dump(state, turn)); // the decisions, before any call runs
-    result = await planned.run(plan(state, o.turnId), () => runner.run(agent, state));
+    result = await planned.run(plan(state, o.turnId, intentsOf(agent, o.intents)), () => runner.run(agent, state));
   }
   return result;
 }

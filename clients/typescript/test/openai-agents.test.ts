@@ -104,25 +104,37 @@ test("the shared intended-call vectors (openai_agents_calls, the same as Python'
       calls: { call_id: string; name: string; arguments: string }[];
       call_id: string;
       key: string;
+      scheme?: "oa3" | "oa2";
     }[];
   };
   assert.ok(v.openai_agents_calls.length > 0);
   for (const c of v.openai_agents_calls) {
-    const calls = intendedCalls(c.input, c.calls.map((x) => ({ callId: x.call_id, name: x.name, arguments: x.arguments })), c.previous_response_id ?? undefined, c.turn_id ?? undefined);
+    // An entry without a scheme is oa2's (the whole arguments).
+    const calls = intendedCalls(
+      c.input,
+      c.calls.map((x) => ({ callId: x.call_id, name: x.name, arguments: x.arguments })),
+      c.previous_response_id ?? undefined,
+      c.turn_id ?? undefined,
+      c.scheme ?? "oa2",
+    );
     assert.equal(intendedCallKey(c.group_id, calls.get(c.call_id)!), c.key, c.name);
   }
 });
 
 // A regenerate, or a turn whose saved RunState is gone: the app sends the
 // conversation again, cut before the model's answer. The model writes the
-// same call under new IDs: the same intended call, one ticket, a replay.
-// Two identical calls stay two; a reworded call is another intent; oa1,
-// the control, keyed the call's IDs.
+// same call under new IDs, and at a real model's temperature in other
+// words: the same intended call (the ticket's customer), one ticket, a
+// replay that names what differed. Two identical calls stay two; another
+// customer (calls 3) is another intent; the controls key the whole
+// arguments (oa2) and the call's IDs (oa1). calls -1: reworded.
 for (const [name, calls, scheme, turnId, want, replayed] of [
   ["the same call under new IDs", 1, undefined, undefined, 1, [true]],
   ["two identical calls, both written again", 2, undefined, undefined, 2, [true, true]],
-  ["a model that rewords the call (a new key, said so)", -1, undefined, undefined, 2, [false]],
+  ["a model that rewords the call: the same intent, a replay", -1, undefined, undefined, 1, [true]],
+  ["another customer in the call is another intent", 3, undefined, undefined, 2, [false]],
   ["the app's turnId", 1, undefined, "msg-1", 1, [true]],
+  ["control: oa2 keys the whole arguments", -1, "oa2", undefined, 2, [false]],
   ["control: oa1 keys the call's IDs", 1, "oa1", undefined, 2, [false]],
 ] as const) {
   test(`a turn sent again makes the same call once: ${name}`, async () => {
@@ -138,9 +150,9 @@ for (const [name, calls, scheme, turnId, want, replayed] of [
         }
         runs++;
         const title = calls < 0 ? `Printer on fire (${runs})` : "Printer on fire";
-        const args = JSON.stringify({ customer_id: who, title });
+        const args = JSON.stringify({ customer_id: calls === 3 ? `${who}-${runs}` : who, title });
         const call = () => ({ type: "function_call" as const, id: `fc_${randomUUID()}`, callId: `call_${randomUUID()}`, name: "create_ticket", arguments: args, status: "completed" as const });
-        return { usage: new Usage(), output: Array.from({ length: Math.abs(calls) }, call) };
+        return { usage: new Usage(), output: Array.from({ length: calls === 3 ? 1 : Math.abs(calls) }, call) };
       },
       getStreamedResponse(): AsyncIterable<any> {
         throw new Error("not streamed");
@@ -159,11 +171,15 @@ for (const [name, calls, scheme, turnId, want, replayed] of [
       runsOf.push(answers(result));
       ids.push(...result.newItems.filter((x: any) => x.type === "tool_call_item").map((x: any) => x.rawItem.callId));
     }
-    const n = await tickets(who);
-    console.log(`${name}: ${n} tickets; the turn sent again: replayed ${runsOf[1].map((a) => a.replayed)}; call IDs ${ids}`);
+    const n = calls === 3 ? (await tickets(who)) + (await tickets(`${who}-1`)) + (await tickets(`${who}-2`)) : await tickets(who);
+    console.log(`${name}: ${n} tickets; the turn sent again: replayed ${runsOf[1].map((a) => a.replayed)}, differed ${JSON.stringify(runsOf[1].map((a) => a.differed))}; call IDs ${ids}`);
     assert.equal(new Set(ids).size, ids.length, "the model wrote every call under new IDs");
     assert.deepEqual(runsOf[1].map((a) => a.replayed), replayed);
     assert.equal(n, want);
+    if (calls < 0 && replayed.every((r) => r)) {
+      // Told truthfully: a replay of what was made, naming what differed.
+      assert.ok(runsOf[1].every((a) => a.differed?.join() === "title" && a.note?.includes("already done")), JSON.stringify(runsOf[1]));
+    }
   });
 }
 

@@ -56,21 +56,39 @@ from pydantic import BaseModel
 from ._tooltext import RESUME, answer_text, arguments, pending_text, refusal_text, send
 from .client import AsyncClient, Client, Intent
 from .errors import DeadlineError, NoDurableIdentityError, ProblemError
-from .keys import call_arguments, canonical, derive_key, occurrence
-from .mcp import META_KEY, call_until_answered
+from .keys import call_arguments, call_intent, canonical, derive_key, intent_fields_of, occurrence
+from .mcp import META_FINGERPRINT, META_KEY, call_until_answered
 
-__all__ = ["CALL_KEY_SCHEME", "KEY_SCHEME", "durable_key", "durable_mcp_server", "idemflow_function_tool", "intended_call_keys", "run_durably"]
+__all__ = [
+    "ARGS_KEY_SCHEME",
+    "CALL_KEY_SCHEME",
+    "KEY_SCHEME",
+    "durable_key",
+    "durable_mcp_server",
+    "idemflow_function_tool",
+    "intended_call_keys",
+    "run_durably",
+]
 
-#: The scheme of an OpenAI Agents SDK tool call's key: the intended call,
-#: which run_durably plans from the saved RunState.
-KEY_SCHEME = "oa2"
+#: The scheme of an OpenAI Agents SDK tool call's key: the intended call
+#: by its intent fields (a ticket's customer, never its wording), which
+#: run_durably plans from the saved RunState.
+KEY_SCHEME = "oa3"
+#: The intended call by its whole arguments, which a model rewords: the
+#: release before oa3, for a RunState saved across the upgrade.
+ARGS_KEY_SCHEME = "oa2"
 #: The scheme of a call run_durably planned no key for (and of every call
 #: before oa2): the call's item and call IDs.
 CALL_KEY_SCHEME = "oa1"
 
 # The keys run_durably planned for the calls of the run it is running, by
-# call ID: the tools it runs read them (the run's tasks copy this context).
-_planned: ContextVar[Mapping[str, str] | None] = ContextVar("idemflow_openai_agents_planned", default=None)
+# scheme and call ID: the tools it runs read them (the run's tasks copy
+# this context).
+_planned: ContextVar[Mapping[str, Mapping[str, str]] | None] = ContextVar("idemflow_openai_agents_planned", default=None)
+
+# The attribute idemflow_function_tool sets on its tool: the operation's
+# intent fields, which run_durably's plan reads from the agent's tools.
+_INTENT_ATTR = "idemflow_intent"
 
 
 def intended_call_keys(
@@ -79,15 +97,23 @@ def intended_call_keys(
     calls: Sequence[Mapping[str, Any]],
     previous_response_id: str | None = None,
     turn_id: str | None = None,
+    *,
+    key_scheme: str = KEY_SCHEME,
+    intents: Mapping[str, Sequence[Mapping[str, str]]] | None = None,
 ) -> dict[str, str]:
     """The key of each function call of a run, by call ID: from the group
     (the conversation), the turn (the app's turn_id where it gives one,
     else previous_response_id, the number of user messages in run_input
     and the last one's content, in RFC 8785 form; a string input is one
-    user message), the tool, the call's arguments (RFC 8785, less the
-    model-written idempotency_key of idemflow's MCP tools) and their
-    occurrence (from 1) among calls, the run's function calls ({call_id,
-    name, arguments}) in their order, of that tool with those arguments."""
+    user message), the tool, the call's intent and its occurrence (from 1)
+    among calls, the run's function calls ({call_id, name, arguments}) in
+    their order, of that tool with that intent. Under oa3 the intent is
+    the call's intent fields (call_intent: intents[name], or idemflow's
+    own tools' by name), so a call reworded is the same call; under oa2,
+    or for a tool with none, its arguments (RFC 8785, less the
+    model-written idempotency_key of idemflow's MCP tools)."""
+    if key_scheme not in (KEY_SCHEME, ARGS_KEY_SCHEME):
+        raise ValueError(f"key_scheme {key_scheme!r}: {KEY_SCHEME} or {ARGS_KEY_SCHEME}")
     if turn_id:
         turn = derive_key("turn", turn_id)
     else:
@@ -96,12 +122,22 @@ def intended_call_keys(
         else:
             users = [i.get("content") for i in run_input if isinstance(i, Mapping) and i.get("role") == "user" and i.get("type", "message") == "message"]
         turn = derive_key("turn", previous_response_id or "", str(len(users)), canonical(users[-1] if users else None))
-    run = [(c["call_id"], c["name"], _arguments(c.get("arguments"))) for c in calls]
+
+    def named(c: Mapping[str, Any]) -> str:
+        fields = ((intents or {}).get(c["name"]) or intent_fields_of(c["name"])) if key_scheme == KEY_SCHEME else ()
+        if fields:
+            try:
+                return call_intent(fields, json.loads(c.get("arguments") or "{}"))
+            except ValueError:
+                pass
+        return _arguments(c.get("arguments"))
+
+    run = [(c["call_id"], c["name"], named(c)) for c in calls]
     keys: dict[str, str] = {}
     for call_id, name, _ in run:
         found = occurrence(run, call_id)
         assert found is not None  # run holds call_id
-        keys[call_id] = derive_key(KEY_SCHEME, group, turn, name, found[0], str(found[1]))
+        keys[call_id] = derive_key(key_scheme, group, turn, name, found[0], str(found[1]))
     return keys
 
 
@@ -116,10 +152,10 @@ def _arguments(raw: str | None) -> str:
         return str(raw)
 
 
-def _plan(state: RunState[Any], group: str, turn_id: str | None) -> dict[str, str]:
+def _plan(state: RunState[Any], group: str, turn_id: str | None, intents: Mapping[str, Sequence[Mapping[str, str]]]) -> dict[str, dict[str, str]]:
     """The keys of the calls of the run state holds (intended_call_keys),
-    from its serialized form; none where the server keeps the conversation
-    by ID, whose input holds only the new message."""
+    under each scheme, from its serialized form; none where the server
+    keeps the conversation by ID, whose input holds only the new message."""
     j = state.to_json()
     if j.get("conversation_id") and not turn_id:
         return {}
@@ -128,7 +164,22 @@ def _plan(state: RunState[Any], group: str, turn_id: str | None) -> dict[str, st
         for i in j.get("generated_items", [])
         if i.get("type") == "tool_call_item" and isinstance(i.get("raw_item"), dict) and i["raw_item"].get("type") == "function_call"
     ]
-    return intended_call_keys(group, j.get("original_input") or [], calls, j.get("previous_response_id"), turn_id)
+    return {
+        scheme: intended_call_keys(group, j.get("original_input") or [], calls, j.get("previous_response_id"), turn_id, key_scheme=scheme, intents=intents)
+        for scheme in (KEY_SCHEME, ARGS_KEY_SCHEME)
+    }
+
+
+def _intents(agent: Agent[Any], given: Mapping[str, Sequence[Mapping[str, str]]] | None) -> dict[str, Sequence[Mapping[str, str]]]:
+    """The intent fields of the agent's tools, by name: those its
+    idemflow_function_tools declare, and those the app gives (a team's
+    tools over MCP)."""
+    out: dict[str, Sequence[Mapping[str, str]]] = {}
+    for t in getattr(agent, "tools", None) or []:
+        fields = getattr(t, _INTENT_ATTR, None)
+        if fields:
+            out[t.name] = fields
+    return {**out, **(given or {})}
 
 
 # The member run_durably adds to the RunState JSON it saves: the turn
@@ -164,7 +215,7 @@ def _answers(saved: str, turn: str) -> bool:
 
 
 @contextmanager
-def _planning(keys: Mapping[str, str]) -> Iterator[None]:
+def _planning(keys: Mapping[str, Mapping[str, str]]) -> Iterator[None]:
     token = _planned.set(keys)
     try:
         yield
@@ -173,9 +224,10 @@ def _planning(keys: Mapping[str, str]) -> Iterator[None]:
 
 
 def durable_key(ctx: ToolContext[Any], tool_name: str, *, call_ids_unique: bool = False, key_scheme: str = KEY_SCHEME) -> str:
-    """The key of one tool call: the one run_durably planned for it (oa2,
-    the intended call), or else (oa1) from the run's group_id, the model's
-    function-call item ID, the call's ID and the tool's name.
+    """The key of one tool call: the one run_durably planned for it (oa3,
+    the intended call by its intent fields; oa2 by its arguments), or else
+    (oa1) from the run's group_id, the model's function-call item ID, the
+    call's ID and the tool's name.
 
     Raises NoDurableIdentityError when the run has no group_id (every run
     and resume of one conversation must pass the same), or the call's item
@@ -191,9 +243,9 @@ def durable_key(ctx: ToolContext[Any], tool_name: str, *, call_ids_unique: bool 
         )
     if not ctx.tool_call_id:
         raise NoDurableIdentityError(f"{tool_name}: the call has no ID, so no key can survive a resume")
-    if key_scheme not in (KEY_SCHEME, CALL_KEY_SCHEME):
-        raise ValueError(f"key_scheme {key_scheme!r}: {KEY_SCHEME} or {CALL_KEY_SCHEME}")
-    planned = (_planned.get() or {}).get(ctx.tool_call_id) if key_scheme == KEY_SCHEME else None
+    if key_scheme not in (KEY_SCHEME, ARGS_KEY_SCHEME, CALL_KEY_SCHEME):
+        raise ValueError(f"key_scheme {key_scheme!r}: {KEY_SCHEME}, {ARGS_KEY_SCHEME} or {CALL_KEY_SCHEME}")
+    planned = ((_planned.get() or {}).get(key_scheme) or {}).get(ctx.tool_call_id)
     if planned is not None:
         return planned
     item_id = ctx.tool_call.id if ctx.tool_call is not None else None
@@ -221,6 +273,7 @@ def idemflow_function_tool(
     call_ids_unique: bool = False,
     strict_json_schema: bool = True,
     key_scheme: str = KEY_SCHEME,
+    intent: Sequence[Mapping[str, str]] | None = None,
 ) -> FunctionTool:
     """A function tool that runs one of idemflow's operations (a ticket, an
     order, a declared operation, an HTTP tool) exactly once per tool call,
@@ -238,8 +291,16 @@ def idemflow_function_tool(
     the app can lose whole: a crash then re-asks the model, and the new
     call it writes is a second effect.
 
-    key_scheme CALL_KEY_SCHEME ("oa1") keys every call by its IDs, as the
-    release before oa2 did, for a RunState saved across the upgrade.
+    intent is the operation's intent fields ([{"name", "norm"}], as its
+    declaration publishes them); idemflow's own tools' are known by name
+    or path. run_durably keys a call by them (oa3), over the call's
+    arguments, and the request says so (Idempotency-Fingerprint: intent):
+    a turn sent again whose model rewords the title gets the first
+    ticket, a replay whose answer names what differed.
+
+    key_scheme ARGS_KEY_SCHEME ("oa2") keys a call by its whole arguments
+    and CALL_KEY_SCHEME ("oa1") by its IDs, as the releases before oa3 and
+    oa2 did, for a RunState saved across the upgrade.
 
     deadline is how long one call waits for its final answer (seconds).
     When it ends, the tool raises DeadlineError, which fails the run
@@ -251,6 +312,7 @@ def idemflow_function_tool(
     schema = args_schema.model_json_schema()
     if strict_json_schema:
         schema = ensure_strict_json_schema(schema)
+    fields = tuple(intent) if intent is not None else intent_fields_of(name, path if isinstance(path, str) else None)
 
     async def invoke(ctx: ToolContext[Any], raw: str) -> str:
         key = durable_key(ctx, name, call_ids_unique=call_ids_unique, key_scheme=key_scheme)
@@ -261,13 +323,14 @@ def idemflow_function_tool(
             return json.dumps({"error": "InvalidArguments", "detail": str(e), "key": key}, ensure_ascii=False)
         p = path(args) if callable(path) else path
         try:
-            return answer_text(await send(client, Intent(key, p, body(args) if body else args), deadline))
+            by_intent = bool(fields) and key.startswith(KEY_SCHEME + "_")
+            return answer_text(await send(client, Intent(key, p, body(args) if body else args, by_intent=by_intent), deadline))
         except ProblemError as e:
             return refusal_text(e, key)
         except DeadlineError as e:
             raise DeadlineError(pending_text(name, key, RESUME["openai_agents"])) from e
 
-    return FunctionTool(
+    made = FunctionTool(
         name=name,
         description=description,
         params_json_schema=schema,
@@ -275,6 +338,8 @@ def idemflow_function_tool(
         strict_json_schema=strict_json_schema,
         needs_approval=needs_approval,
     )
+    setattr(made, _INTENT_ATTR, fields)
+    return made
 
 
 def durable_mcp_server(
@@ -303,7 +368,11 @@ def durable_mcp_server(
     def meta(ctx: MCPToolMetaContext) -> dict[str, Any]:
         if not isinstance(ctx.run_context, ToolContext):
             raise NoDurableIdentityError(f"{ctx.tool_name}: called outside a tool call, so no key can survive a resume")
-        return {META_KEY: durable_key(ctx.run_context, ctx.tool_name, call_ids_unique=call_ids_unique, key_scheme=key_scheme)}
+        key = durable_key(ctx.run_context, ctx.tool_name, call_ids_unique=call_ids_unique, key_scheme=key_scheme)
+        if key.startswith(KEY_SCHEME + "_") and intent_fields_of(ctx.tool_name):
+            # Keyed by the tool's intent fields: idemflow compares on them.
+            return {META_KEY: key, META_FINGERPRINT: "intent"}
+        return {META_KEY: key}
 
     plain = server.call_tool
 
@@ -355,6 +424,7 @@ async def run_durably(
     approve: Callable[[Any], Awaitable[bool]] | None = None,
     context: Any = None,
     turn_id: str | None = None,
+    intents: Mapping[str, Sequence[Mapping[str, str]]] | None = None,
 ) -> RunResult:
     """Runs agent to its end, or resumes the run load() returns, saving
     its RunState (save) wherever the run is interrupted, and again once
@@ -378,13 +448,18 @@ async def run_durably(
     the key then names instead of the input's user messages. An app that
     sends each turn alone (no history, session or previous response) needs
     it, or two turns in the same words are one intent.
+
+    A call is keyed by its intent fields: those its idemflow_function_tool
+    declares, idemflow's own tools' by name, and intents (tool name to
+    fields) for the app's other tools (a team's operation over MCP).
     """
+    known = _intents(agent, intents)
     group = run_config.group_id or ""
     turn = _run_turn(input, turn_id)
     saved = await load()
     if saved is not None and _answers(saved, turn):
         state: RunState[Any] = await RunState.from_string(agent, saved)
-        with _planning(_plan(state, group, turn_id)):
+        with _planning(_plan(state, group, turn_id, known)):
             result = await Runner.run(agent, state, run_config=run_config)
     else:
         # Nothing saved, or a state saved by another turn's run: this turn
@@ -400,6 +475,6 @@ async def run_durably(
             else:
                 state.reject(item)
         await save(_dump(state, turn))  # the decisions, before any call runs
-        with _planning(_plan(state, group, turn_id)):
+        with _planning(_plan(state, group, turn_id, known)):
             result = await Runner.run(agent, state, run_config=run_config)
     return result
