@@ -98,17 +98,30 @@ T = TypeVar("T")
 
 
 def through_partition(url: str, seconds: float, run: Callable[[str], T]) -> tuple[T, set[str]]:
-    """run(proxy URL)'s result, with the proxy to url partitioned for its
-    first seconds (every request to it fails), and the keys its POSTs sent."""
+    """run(proxy URL)'s result, with the proxy to url partitioned (every
+    request to it fails) for seconds from the first request it drops, and
+    the keys its POSTs sent. Counted from that request, not from the run's
+    start: an agent that takes long to start (a CLI, a loaded machine)
+    still meets a partition longer than its wait."""
     proxy = Proxy(url, "answer-lost", path="/never")
+    done = threading.Event()
+
+    def heal() -> None:
+        while not proxy.hit.wait(0.05):
+            if done.is_set():
+                return
+        done.wait(seconds)
+        proxy.partitioned = False
+
     try:
         proxy.partitioned = True
-        heal = threading.Timer(seconds, lambda: setattr(proxy, "partitioned", False))
-        heal.start()
+        healer = threading.Thread(target=heal, daemon=True)
+        healer.start()
         try:
             out = run(proxy.url)
         finally:
-            heal.cancel()
+            done.set()
+            healer.join()
     finally:
         proxy.close()
     return out, {k for k in proxy.keys if k}
