@@ -109,11 +109,25 @@ class TwoCallsModel(ScriptedModel):
         return r
 
 
+class OtherCustomerModel(RewordingModel):
+    """A ScriptedModel whose call, written again, names another customer."""
+
+    def respond(self, messages: list[Any], info: Any) -> ModelResponse:
+        r = super().respond(messages, info)
+        for p in r.parts:
+            if isinstance(p, ToolCallPart):
+                a = p.args_as_dict()
+                p.args = {**a, "title": "Printer on fire", "customer_id": f"{a['customer_id']}-{self.runs}"}
+        return r
+
+
 REGENERATES = [
     # name, model, key scheme, tickets after the regenerate, its answers replayed
-    ("the same call under a new ID", ScriptedModel, "pa2", 1, [True]),
-    ("two identical calls, both written again", TwoCallsModel, "pa2", 2, [True, True]),
-    ("a model that rewords the call (a new key, said so)", RewordingModel, "pa2", 2, [False]),
+    ("the same call under a new ID", ScriptedModel, "pa3", 1, [True]),
+    ("two identical calls, both written again", TwoCallsModel, "pa3", 2, [True, True]),
+    ("a model that rewords the call: the same intent, a replay", RewordingModel, "pa3", 1, [True]),
+    ("another customer in the call is another intent", OtherCustomerModel, "pa3", 2, [False]),
+    ("control: pa2 keys the whole arguments", RewordingModel, "pa2", 2, [False]),
     ("control: pa1 keys the call's ID and run", ScriptedModel, "pa1", 2, [False]),
 ]
 
@@ -124,10 +138,12 @@ def test_a_run_sent_again_with_the_history_cut_before_the_models_answer_makes_th
 ) -> None:
     """A regenerate: the app sends the conversation again cut before the
     model's answer (its history up to the user's request). A new run, and
-    the model writes the same call under a new ID: the same intended call,
-    one ticket, the answer a replay. Two identical calls in one response
-    stay two; a reworded call is another intent; pa1, the control, keyed
-    the call's ID and run."""
+    the model writes the same call under a new ID, at a real model's
+    temperature in other words: the same intended call (the ticket's
+    customer), one ticket, the answer a replay that names what differed.
+    Two identical calls in one response stay two; another customer is
+    another intent; the controls key the whole arguments (pa2) and the
+    call's ID and run (pa1)."""
     who = f"py-pa-regen-{uuid.uuid4().hex[:8]}"
 
     async def scenario() -> tuple[int, list[bool], list[str]]:
@@ -136,7 +152,7 @@ def test_a_run_sent_again_with_the_history_cut_before_the_models_answer_makes_th
             support = agent(m, ticket_tool(c, key_scheme=scheme))
             load, save = in_memory()
             first = await run_durably(support, "Open a ticket.", load=load, save=save)
-            n_first = count(db, "ticket", who)
+            n_first = count_like(db, who)
             m.outputs.clear()  # the model reads the cut history afresh
             load, save = in_memory()
             again = await run_durably(support, None, message_history=first.all_messages()[:1], load=load, save=save)
@@ -147,13 +163,25 @@ def test_a_run_sent_again_with_the_history_cut_before_the_models_answer_makes_th
                 for p in m.parts
                 if isinstance(p, ToolCallPart)
             ]
-            return n_first, [a["replayed"] for a in answers(again)], ids
+            return n_first, answers(again), ids
 
     n_first, again, ids = asyncio.run(scenario())
-    n = count(db, "ticket", who)
-    print(f"{name}: {n_first} tickets after the first run, {n} after the regenerate; its answers replayed {again}; call IDs {ids}")
+    n = count_like(db, who)
+    print(
+        f"{name}: {n_first} tickets after the first run, {n} after the regenerate; its answers replayed {[a['replayed'] for a in again]},"
+        f" differed {[a.get('differed') for a in again]}; call IDs {ids}"
+    )
     assert ids and len(set(ids)) == len(ids), "the model wrote every call under a new ID"
-    assert (n, again) == (tickets, replayed)
+    assert (n, [a["replayed"] for a in again]) == (tickets, replayed)
+    if model is RewordingModel and all(replayed):
+        # Told truthfully: a replay of what was made, naming what differed.
+        assert [a.get("differed") for a in again] == [["title"]] and "already done" in again[0]["note"], again
+
+
+def count_like(db: psycopg.Connection, who: str) -> int:
+    row = db.execute("SELECT count(*) FROM ticket WHERE customer_id LIKE %s", (who + "%",)).fetchone()
+    assert row is not None
+    return int(row[0])
 
 
 def test_a_call_id_reused_in_a_later_turn_is_a_second_call(url: str, token: str, db: psycopg.Connection) -> None:

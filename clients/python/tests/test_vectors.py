@@ -221,11 +221,13 @@ def test_pydantic_ai_key(c: dict[str, Any]) -> None:
         ]
     else:
         messages = ModelMessagesTypeAdapter.validate_python(c["messages"])
+    fields = c.get("intent", ())
+    intent = (lambda a: call_intent(fields, a)) if c["scheme"] == "pa3" else None
     if "error" in c:
         with pytest.raises(idemflow.NoDurableIdentityError, match=c["error"]):
-            message_key(messages, c["call_id"], c["tool"], key_scheme=c["scheme"])
+            message_key(messages, c["call_id"], c["tool"], key_scheme=c["scheme"], intent=intent)
     else:
-        assert message_key(messages, c["call_id"], c["tool"], key_scheme=c["scheme"]) == c["key"]
+        assert message_key(messages, c["call_id"], c["tool"], key_scheme=c["scheme"], intent=intent) == c["key"]
 
 
 @pytest.mark.parametrize("c", KEYS["dbos"], ids=lambda c: c["name"])

@@ -36,7 +36,7 @@ from __future__ import annotations
 
 import json
 import logging
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -57,7 +57,7 @@ from pydantic_ai.messages import ModelMessage, ModelRequest, ModelResponse, Tool
 from ._tooltext import RESUME, answer_text, arguments, pending_text, refusal_text, send
 from .client import AsyncClient, Client, Intent
 from .errors import DeadlineError, NoDurableIdentityError, ProblemError
-from .keys import call_arguments, canonical, derive_key, occurrence
+from .keys import call_arguments, call_intent, canonical, derive_key, intent_fields_of, occurrence
 
 if TYPE_CHECKING:
     # The pydantic-ai-mcp extra (FastMCP's client): only durable_mcp_toolset
@@ -66,6 +66,7 @@ if TYPE_CHECKING:
     from pydantic_ai.toolsets.abstract import AbstractToolset
 
 __all__ = [
+    "ARGS_KEY_SCHEME",
     "DBOS_KEY_SCHEME",
     "KEY_SCHEME",
     "LEGACY_KEY_SCHEME",
@@ -80,8 +81,11 @@ __all__ = [
 ]
 
 #: The scheme of a plain Agent's tool call: the intended call (conversation,
-#: turn, tool, arguments, occurrence).
-KEY_SCHEME = "pa2"
+#: turn, tool, intent fields, occurrence).
+KEY_SCHEME = "pa3"
+#: The intended call by its whole arguments, which a model rewords: the
+#: release before pa3, for a run saved across the upgrade.
+ARGS_KEY_SCHEME = "pa2"
 #: The scheme before pa2 (conversation, run, call ID, tool), for the calls
 #: in flight across the upgrade (docs/agents/pydantic-ai.md).
 LEGACY_KEY_SCHEME = "pa1"
@@ -91,7 +95,7 @@ DBOS_KEY_SCHEME = "db1"
 _log = logging.getLogger("idemflow.pydantic_ai")
 
 
-def durable_key(ctx: RunContext[Any], key_scheme: str = KEY_SCHEME) -> str:
+def durable_key(ctx: RunContext[Any], key_scheme: str = KEY_SCHEME, intent: Callable[[dict[str, Any]], str] | None = None) -> str:
     """The key of the tool call ctx is running: the Temporal activity's in
     an activity, the DBOS step's in a step, else :func:`message_key`.
 
@@ -104,7 +108,7 @@ def durable_key(ctx: RunContext[Any], key_scheme: str = KEY_SCHEME) -> str:
     step = _dbos_step()
     if step is not None:
         return step_key(step[0], step[1], tool)
-    return message_key(ctx.messages, ctx.tool_call_id, tool, key_scheme=key_scheme)
+    return message_key(ctx.messages, ctx.tool_call_id, tool, key_scheme=key_scheme, intent=intent)
 
 
 @dataclass(frozen=True)
@@ -121,11 +125,13 @@ class IntendedCall:
     occurrence: int
 
 
-def intended_call(messages: Sequence[ModelMessage], tool_call_id: str | None, tool: str) -> IntendedCall:
+def intended_call(messages: Sequence[ModelMessage], tool_call_id: str | None, tool: str, intent: Callable[[dict[str, Any]], str] | None = None) -> IntendedCall:
     """The intended call that the call tool_call_id of tool is, from the
     messages of its run: the last response holding it, the last request
     with a user prompt before that (the turn), and the calls of tool in
-    the turn's responses, in their order.
+    the turn's responses, in their order. intent(args) names a call beyond
+    its turn (call_intent of the request it makes); default: its whole
+    arguments.
 
     Raises NoDurableIdentityError when no response in messages holds the
     call, or it records no conversation (history from a Pydantic AI too
@@ -143,7 +149,7 @@ def intended_call(messages: Sequence[ModelMessage], tool_call_id: str | None, to
     start, content = prompts[-1] if prompts else (-1, None)
     turn = derive_key("turn", str(len(prompts)), canonical(pydantic_core.to_jsonable_python(content)))
     calls = [
-        (p.tool_call_id, p.tool_name, call_arguments(p.args_as_dict()))
+        (p.tool_call_id, p.tool_name, intent(p.args_as_dict()) if intent is not None else call_arguments(p.args_as_dict()))
         for m in messages[start + 1 : at + 1]
         if isinstance(m, ModelResponse)
         for p in m.parts
@@ -162,20 +168,29 @@ def _prompt(request: ModelRequest) -> list[Any] | None:
     return parts or None
 
 
-def message_key(messages: Sequence[ModelMessage], tool_call_id: str | None, tool: str, *, key_scheme: str = KEY_SCHEME) -> str:
-    """The key of a plain Agent's call tool_call_id of tool: under pa2, the
-    intended call (intended_call) it is; under pa1 (the legacy scheme),
+def message_key(
+    messages: Sequence[ModelMessage],
+    tool_call_id: str | None,
+    tool: str,
+    *,
+    key_scheme: str = KEY_SCHEME,
+    intent: Callable[[dict[str, Any]], str] | None = None,
+) -> str:
+    """The key of a plain Agent's call tool_call_id of tool: under pa3, the
+    intended call (intended_call) it is, named by intent(args) (call_intent
+    of the request it makes: its intent fields); under pa2, the same named
+    by its whole arguments; under pa1 (the legacy scheme),
     the response in messages that wrote it: its conversation, its run, the
     call's ID and, when an earlier response of the same run used that ID
     too, how many did.
 
     Raises NoDurableIdentityError when no response in messages holds the
     call, or it records no conversation (or, under pa1, no run)."""
-    if key_scheme == KEY_SCHEME:
-        c = intended_call(messages, tool_call_id, tool)
-        return derive_key(KEY_SCHEME, c.conversation, c.turn, tool, c.args, str(c.occurrence))
+    if key_scheme in (KEY_SCHEME, ARGS_KEY_SCHEME):
+        c = intended_call(messages, tool_call_id, tool, intent if key_scheme == KEY_SCHEME else None)
+        return derive_key(key_scheme, c.conversation, c.turn, tool, c.args, str(c.occurrence))
     if key_scheme != LEGACY_KEY_SCHEME:
-        raise ValueError(f"key_scheme {key_scheme!r}: {KEY_SCHEME} or {LEGACY_KEY_SCHEME}")
+        raise ValueError(f"key_scheme {key_scheme!r}: {KEY_SCHEME}, {ARGS_KEY_SCHEME} or {LEGACY_KEY_SCHEME}")
     if not tool_call_id:
         raise NoDurableIdentityError(f"{tool}: the call has no ID, so no key can survive a resume")
     holders = [m for m in messages if isinstance(m, ModelResponse) and any(_calls(m, tool_call_id))]
@@ -236,6 +251,7 @@ def idemflow_tool(
     deadline: float = 300.0,
     requires_approval: bool | None = None,
     key_scheme: str = KEY_SCHEME,
+    intent: Sequence[Mapping[str, str]] | None = None,
 ) -> Tool[Any]:
     """A Pydantic AI tool that runs one of idemflow's operations (a ticket,
     an order, a declared operation, an HTTP tool) exactly once per tool
@@ -252,8 +268,15 @@ def idemflow_tool(
     run killed mid call then re-asks the model, and the call it writes is
     the same intended call only if the model writes the same arguments.
 
-    key_scheme LEGACY_KEY_SCHEME ("pa1") keys a plain Agent's call as the
-    release before pa2 did, for a run saved across the upgrade.
+    intent is the operation's intent fields ([{"name", "norm"}], as its
+    declaration publishes them); idemflow's own tools' are known by name
+    or path. A plain Agent's call is keyed by them (pa3), and the request
+    says so: a regenerate whose model rewords the title gets the first
+    ticket, a replay whose answer names what differed.
+
+    key_scheme ARGS_KEY_SCHEME ("pa2") keys a plain Agent's call by its
+    whole arguments and LEGACY_KEY_SCHEME ("pa1") by its IDs, as the
+    releases before pa3 and pa2 did, for a run saved across the upgrade.
 
     A final answer that does not come within deadline seconds raises
     DeadlineError, which fails the run (the model never reads it as an
@@ -264,15 +287,26 @@ def idemflow_tool(
     every call within its reconcile horizon.
     """
 
+    fields = tuple(intent) if intent is not None else intent_fields_of(name, path if isinstance(path, str) else None)
+
+    def intent_of(raw: dict[str, Any]) -> str:
+        # The request the call makes, as the model's arguments make it.
+        try:
+            args = arguments(args_schema, dict(raw))
+        except ValueError:  # arguments the schema refuses: named by them alone
+            return call_arguments(raw)
+        return call_intent(fields, body(args) if body else args)
+
     async def call(ctx: RunContext[Any], raw: dict[str, Any], waits: bool) -> str:
-        key = durable_key(ctx, key_scheme)
+        key = durable_key(ctx, key_scheme, intent_of)
         try:
             args = arguments(args_schema, raw)
         except ValueError as e:  # pydantic's ValidationError
             # The model's own mistake, and nothing was sent: its own to fix.
             return json.dumps({"error": "InvalidArguments", "detail": str(e), "key": key}, ensure_ascii=False)
         p = path(args) if callable(path) else path
-        intent = Intent(key, p, body(args) if body else args)
+        # Keyed by the intent fields (pa3): idemflow compares on them.
+        intent = Intent(key, p, body(args) if body else args, by_intent=bool(fields) and key.startswith(KEY_SCHEME + "_"))
         while True:
             try:
                 return answer_text(await send(client, intent, deadline))
@@ -307,8 +341,9 @@ def durable_mcp_toolset(toolset: MCPToolset[Any], *, deadline: float = 300.0, wa
     as idemflow_tool makes a plain Agent's: each call needs approval (the
     returned toolset), so that run_durably saves the history with it
     before it runs; each sends, in _meta, the key durable_key derives for
-    it (pa2, whose arguments leave out the idempotency_key the model
-    writes), so a regenerate or a turn sent again is a replay; a call whose
+    it (pa3, by the tool's intent fields where idemflow's own tool has
+    them, else its arguments less the idempotency_key the model writes),
+    so a regenerate, a reworded call or a turn sent again is a replay; a call whose
     answer has not come waits on its task (idemflow.mcp) up to deadline
     (seconds), and past it raises DeadlineError, which fails the run
     instead of reaching the model: run_durably again, and the call gets
@@ -322,7 +357,8 @@ def durable_mcp_toolset(toolset: MCPToolset[Any], *, deadline: float = 300.0, wa
     from .mcp import call_until_answered, result_text  # the mcp package: the pydantic-ai-mcp extra
 
     async def process(ctx: RunContext[Any], call_tool: Any, name: str, args: dict[str, Any]) -> Any:
-        key = durable_key(ctx, key_scheme)
+        fields = intent_fields_of(name)
+        key = durable_key(ctx, key_scheme, lambda a: call_intent(fields, a))
         client = toolset.client
         result = await call_until_answered(
             lambda m: client.call_tool_mcp(name, args, meta=m),
@@ -332,6 +368,7 @@ def durable_mcp_toolset(toolset: MCPToolset[Any], *, deadline: float = 300.0, wa
             resume=RESUME["pydantic_ai"],
             deadline=deadline,
             wait=wait,
+            by_intent=bool(fields) and key.startswith(KEY_SCHEME + "_"),
         )
         if result.structured_content is not None:
             return result.structured_content
