@@ -29,10 +29,18 @@ class ScriptedModel:
     """The stand-in, serving on 127.0.0.1 from a thread of this process."""
 
     def __init__(
-        self, customer: str, titles: Sequence[str] = ("Printer on fire",), together: bool = False, ids: Sequence[str] = (), model_key: bool = False
+        self,
+        customer: str,
+        titles: Sequence[str] = ("Printer on fire",),
+        together: bool = False,
+        ids: Sequence[str] = (),
+        model_key: bool = False,
+        reword: bool = False,
     ) -> None:
         self.customer, self.titles, self.together, self.ids = customer, list(titles), together, list(ids)
-        self.model_key = model_key
+        #: reword: every call after the first is worded otherwise, as a
+        #: model at its usual temperature writes it again.
+        self.model_key, self.reword = model_key, reword
         #: The tool_use IDs the model wrote, in order.
         self.calls: list[str] = []
         model = self
@@ -81,6 +89,8 @@ class ScriptedModel:
                 call = self.ids[len(self.calls) % len(self.ids)] if self.ids else "toolu_" + uuid.uuid4().hex[:24]
                 self.calls.append(call)
                 ev("content_block_start", index=i, content_block={"type": "tool_use", "id": call, "name": tool, "input": {}})
+                if self.reword and len(self.calls) > 1:
+                    title = f"{title}, written again ({len(self.calls)})"
                 call_args = {"customer_id": self.customer, "title": title}
                 if self.model_key:
                     call_args = {"idempotency_key": str(uuid.uuid4()), **call_args}

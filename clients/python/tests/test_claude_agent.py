@@ -41,6 +41,10 @@ KEYS = json.loads((Path(__file__).resolve().parents[2] / "testdata" / "keys.json
 CASES: list[tuple[str, Fault, tuple[str, ...], int, bool]] = [
     # name, fault, extra arguments, tickets after the kill and the rerun, the rerun's answer replayed
     ("turn sent again, answer lost", "answer-lost", (), 1, True),
+    # The model words the call otherwise when the turn is sent again: the
+    # same customer, the same intent (cl2), a replay.
+    ("turn sent again, the call reworded", "answer-lost", (), 1, True),
+    ("control: the call reworded, named by its whole arguments", "answer-lost", ("--by-arguments",), 2, False),
     ("turn sent again, request held", "before-received", (), 1, False),
     ("control: fresh keys", "answer-lost", ("--tools", "naive"), 2, False),
     ("control: an app that keeps no turn ID", "answer-lost", ("--unsafe",), 2, False),
@@ -57,7 +61,7 @@ def test_a_killed_claude_agent_resumes_its_session_without_a_duplicate(
     name: str, fault: Fault, extra: tuple[str, ...], tickets: int, replayed: bool, url: str, db: psycopg.Connection, tmp_path: Path, model_api: Serve
 ) -> None:
     thread = f"py-claude-{name.split(':')[0].split(',')[-1].strip().replace(' ', '-')}-{uuid.uuid4().hex[:6]}"
-    model_api(thread)
+    model_api(thread, reword="reworded" in name)
     args = ["--state", str(tmp_path / "turn.json"), *extra]
     children.kill_case("tests.agents.claude_agent", name, thread, args, url, db, tickets=tickets, replayed=replayed, fault=fault)
 
@@ -120,7 +124,8 @@ def test_a_call_outside_run_durably_gets_no_key(url: str, token: str, db: psycop
 
 @pytest.mark.parametrize("c", KEYS["claude_agent"], ids=lambda c: c["name"])
 def test_claude_agent_key(c: dict[str, Any]) -> None:
-    assert call_key(c["session_id"], c["turn_id"], c["tool"], c["args"], c["occurrence"]) == c["key"]
+    # An entry of scheme cl1 names the whole arguments; cl2's the tool's intent fields.
+    assert call_key(c["session_id"], c["turn_id"], c["tool"], c["args"], c["occurrence"], fields=c.get("intent", ()), key_scheme=c["key"][:3]) == c["key"]
 
 
 def test_the_docs_snippet_runs(url: str, db: psycopg.Connection, tmp_path: Path, model_api: Serve, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -51,20 +51,38 @@ import {
   type ToolExecutionOptions,
   type ToolSet,
 } from "ai";
-import { callArguments, canonical, Client, DeadlineError, deriveKey, NoDurableIdentityError, operationIntent, type OperationFields, occurrenceAt, ProblemError, type Result } from "./index.js";
-import { callUntilAnswered, mcpTools, resultText } from "./mcp.js";
+import {
+  callArguments,
+  callIntent,
+  canonical,
+  Client,
+  DeadlineError,
+  deriveKey,
+  intentFieldsOf,
+  type IntentField,
+  NoDurableIdentityError,
+  operationIntent,
+  type OperationFields,
+  occurrenceAt,
+  ProblemError,
+  type Result,
+} from "./index.js";
+import { callUntilAnswered, mcpIntentFields, mcpTools, resultText } from "./mcp.js";
 export { mcpMetaKey } from "./mcp.js";
 import { answerText, pendingText, refusalText, resume } from "./tooltext.js";
 
 export { NoDurableIdentityError };
 
-/** The scheme of a Vercel AI SDK tool call's key: the intended call. */
-export const keyScheme = "va2";
+/** The scheme of a Vercel AI SDK tool call's key: the intended call by its intent fields (a ticket's customer, never its wording). */
+export const keyScheme = "va3";
+
+/** The intended call by its whole arguments, which a model rewords: the scheme before va3, for the calls in flight across the upgrade. */
+export const argsKeyScheme = "va2";
 
 /** The scheme of the keys before va2 (the approval and the toolCallId), for the calls in flight across the upgrade. */
 export const legacyKeyScheme = "va1";
 
-export type KeyScheme = typeof keyScheme | typeof legacyKeyScheme;
+export type KeyScheme = typeof keyScheme | typeof argsKeyScheme | typeof legacyKeyScheme;
 
 /** What starts the text of the error a pending call throws: stopOnPending looks for it. */
 export const pendingMark = "idemflow: pending:";
@@ -106,14 +124,24 @@ export interface IntendedCall {
  * undefined where the messages do not hold the call (it runs in the
  * response that wrote it), or hold no user message and no turnId is given.
  */
-export function intendedCall(messages: ModelMessage[], toolCallId: string, toolName: string, turnId?: string): IntendedCall | undefined {
+export function intendedCall(
+  messages: ModelMessage[],
+  toolCallId: string,
+  toolName: string,
+  turnId?: string,
+  intent?: (args: Record<string, unknown>) => string,
+): IntendedCall | undefined {
   let user = -1;
   for (let i = messages.length - 1; i >= 0 && user < 0; i--) if (messages[i].role === "user") user = i;
   if (user < 0 && !turnId) return undefined;
   const calls: { id: string; tool: string; args: string }[] = [];
   for (const m of messages.slice(user + 1)) {
     if (m.role !== "assistant" || typeof m.content === "string") continue;
-    for (const p of m.content) if (p.type === "tool-call" && p.toolName === toolName) calls.push({ id: p.toolCallId, tool: p.toolName, args: callArguments(p.input ?? {}) });
+    for (const p of m.content) {
+      if (p.type !== "tool-call" || p.toolName !== toolName) continue;
+      const input = (p.input ?? {}) as Record<string, unknown>;
+      calls.push({ id: p.toolCallId, tool: p.toolName, args: intent ? intent(input) : callArguments(input) });
+    }
   }
   const at = calls.findIndex((c) => c.id === toolCallId);
   if (at < 0) return undefined;
@@ -126,8 +154,10 @@ export interface KeyOptions {
   callIdsUnique?: boolean;
   /** The turn's ID: the ID of the user message the request answers (useChat's), kept by a regenerate and an edit. */
   turnId?: string;
-  /** va2 (default), or va1 for a call sent under va1 before the upgrade. */
+  /** va3 (default), or va2 or va1 for a call sent under it before an upgrade. */
   keyScheme?: KeyScheme;
+  /** Under va3, what names a call beyond its turn: callIntent of the request it makes (its intent fields); default its whole arguments. */
+  intent?: (args: Record<string, unknown>) => string;
 }
 
 /**
@@ -142,9 +172,10 @@ export interface KeyOptions {
  * its toolCallId.
  */
 export function durableKey(chatId: string, messages: ModelMessage[], toolCallId: string, toolName: string, o: KeyOptions = {}): string {
-  if (o.keyScheme !== legacyKeyScheme) {
-    const c = intendedCall(messages, toolCallId, toolName, o.turnId);
-    if (c) return deriveKey(keyScheme, chatId, c.turn, toolName, c.args, String(c.occurrence));
+  const scheme = o.keyScheme ?? keyScheme;
+  if (scheme !== legacyKeyScheme) {
+    const c = intendedCall(messages, toolCallId, toolName, o.turnId, scheme === keyScheme ? o.intent : undefined);
+    if (c) return deriveKey(scheme, chatId, c.turn, toolName, c.args, String(c.occurrence));
   }
   const approval = approvalId(messages, toolCallId) ?? "";
   if (!approval && !o.callIdsUnique) {
@@ -171,8 +202,16 @@ export interface IdemflowToolFields<I> extends OperationFields<I> {
    * messages' form: give turnId where the app has it.
    */
   turnId?: string;
-  /** "va1" for a chat with a call sent before the upgrade to va2 and still without its answer (docs/agents/vercel-ai.md). */
+  /** "va2" or "va1" for a chat with a call sent before the upgrade to va3 (or va2) and still without its answer (docs/agents/vercel-ai.md). */
   keyScheme?: KeyScheme;
+  /**
+   * The operation's intent fields, as its declaration publishes them;
+   * idemflow's own tools' are known by name or path. The key names the
+   * request's intent fields, not its free text, and the request says so: a
+   * regenerate whose model rewords the title gets the first ticket, a
+   * replay naming what differed.
+   */
+  intent?: readonly IntentField[];
   /**
    * Default true: the call runs only in a later request, from saved
    * messages that carry it (see above). false runs it in the response that
@@ -356,11 +395,15 @@ export function stopOnPending<T extends ToolSet>(next?: PrepareStepFunction<T>):
  * streamText (see guarded).
  */
 export function idemflowTool<I = any>(client: Client, f: IdemflowToolFields<I>): Tool<I, string> {
+  const fields = f.intent ?? intentFieldsOf(f.name, typeof f.path === "string" ? f.path : undefined);
+  // The request a call makes, as its arguments make it.
+  const intent = (args: Record<string, unknown>) => callIntent(fields, f.body ? f.body(args as I) : args);
   const execute = async (input: I, options: ToolExecutionOptions): Promise<string> => {
-    const key = durableKey(f.chatId, options.messages, options.toolCallId, f.name, { callIdsUnique: f.callIdsUnique, turnId: f.turnId, keyScheme: f.keyScheme });
+    const key = durableKey(f.chatId, options.messages, options.toolCallId, f.name, { callIdsUnique: f.callIdsUnique, turnId: f.turnId, keyScheme: f.keyScheme, intent });
+    const byIntent = fields.length > 0 && key.startsWith(keyScheme + "_");
     let r: Result;
     try {
-      r = await client.do(operationIntent(key, f, input), { deadlineMs: f.waitMs, signal: options.abortSignal });
+      r = await client.do({ ...operationIntent(key, f, input), byIntent }, { deadlineMs: f.waitMs, signal: options.abortSignal });
     } catch (e) {
       if (e instanceof ProblemError) return refusalText(e, key);
       if (e instanceof DeadlineError) throw new PendingAnswerError(f.name, key);
@@ -423,8 +466,9 @@ export async function idemflowMcpTools(mcp: MCPClient, f: IdemflowMcpToolsFields
   const out: ToolSet = {};
   for (const t of await mcpTools(mcp, f.names)) {
     const execute = async (input: Record<string, unknown>, options: ToolExecutionOptions): Promise<string> => {
-      const key = durableKey(f.chatId, options.messages, options.toolCallId, t.name, { turnId: f.turnId });
-      const result = await callUntilAnswered(mcp, t.name, input, key, f.waitMs, options.abortSignal);
+      const fields = mcpIntentFields(t);
+      const key = durableKey(f.chatId, options.messages, options.toolCallId, t.name, { turnId: f.turnId, intent: (a) => callIntent(fields, a) });
+      const result = await callUntilAnswered(mcp, t.name, input, key, f.waitMs, options.abortSignal, fields.length > 0 && key.startsWith(keyScheme + "_"));
       if (result === undefined) throw new PendingAnswerError(t.name, key);
       return resultText(result);
     };

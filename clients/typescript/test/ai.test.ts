@@ -14,7 +14,7 @@ import {
   lastAssistantMessageIsCompleteWithApprovalResponses, readUIMessageStream, stepCountIs, type ModelMessage, type ToolSet, type UIMessage,
 } from "ai";
 import { z } from "zod";
-import { Client } from "../src/index.js";
+import { callIntent, Client, type IntentField } from "../src/index.js";
 import { Client as MCPClient } from "@modelcontextprotocol/sdk/client/index.js";
 import { StreamableHTTPClientTransport } from "@modelcontextprotocol/sdk/client/streamableHttp.js";
 import {
@@ -341,9 +341,20 @@ test("useChat's own continuation resumes a pending call, and its Retry button ma
   assert.equal(r.tickets, 1);
 });
 
-test("a regenerated call that the model rewords is a new key and a second ticket (the limit, said so)", async () => {
+// A real model at its usual temperature words the regenerated call
+// otherwise: the same customer, the same intent (va3 keys its intent
+// fields), one key and one ticket. Under va2, which keyed the whole
+// arguments, the control: a second key and a second ticket.
+test("a regenerated call that the model rewords is the same key and one ticket", async () => {
   const r = await chatCase(undefined, true);
   console.log(`useChat, reworded on Retry: keys ${[...r.keys]}; ${r.tickets} ticket(s)`);
+  assert.equal(r.keys.size, 1, `the reworded call got another key: ${[...r.keys]}`);
+  assert.equal(r.tickets, 1);
+});
+
+test("its control: under va2 a regenerated call that the model rewords is a new key and a second ticket", async () => {
+  const r = await chatCase("va2", true);
+  console.log(`useChat under va2, reworded on Retry: keys ${[...r.keys]}; ${r.tickets} ticket(s)`);
   assert.equal(r.keys.size, 2);
   assert.equal(r.tickets, 2);
 });
@@ -399,14 +410,18 @@ test("the shared key vectors (vercel_ai)", async () => {
       tool: string;
       call_ids_unique?: boolean;
       turn_id?: string;
-      key_scheme?: "va1" | "va2";
+      key_scheme?: "va1" | "va2" | "va3";
+      intent?: IntentField[];
       key?: string;
       error?: string;
     }[];
   };
   assert.ok(v.vercel_ai.length > 0);
   for (const c of v.vercel_ai) {
-    const derive = () => durableKey(c.chat_id, c.messages, c.tool_call_id, c.tool, { callIdsUnique: c.call_ids_unique, turnId: c.turn_id, keyScheme: c.key_scheme });
+    // An entry without a key_scheme is va2's (the whole arguments); va3's names the tool's intent fields.
+    const scheme = c.key_scheme ?? "va2";
+    const intent = scheme === "va3" ? (a: Record<string, unknown>) => callIntent(c.intent ?? [], a) : undefined;
+    const derive = () => durableKey(c.chat_id, c.messages, c.tool_call_id, c.tool, { callIdsUnique: c.call_ids_unique, turnId: c.turn_id, keyScheme: scheme, intent });
     if (c.error) {
       assert.throws(derive, (e: Error) => e instanceof NoDurableIdentityError && e.message.includes(c.error!), c.name);
     } else {

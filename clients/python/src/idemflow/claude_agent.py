@@ -38,7 +38,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import json
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from contextvars import ContextVar
 from pathlib import Path
 from typing import Any
@@ -59,25 +59,37 @@ from ._files import write_durably
 from ._tooltext import RESUME, arguments, outcome
 from .client import AsyncClient, Client, Intent
 from .errors import NoDurableIdentityError
-from .keys import call_arguments, derive_key
+from .keys import call_arguments, call_digest, call_intent, derive_key, intent_fields_of
 
-__all__ = ["KEY_SCHEME", "NoDurableIdentityError", "call_key", "idemflow_tool", "run_durably"]
+__all__ = ["ARGS_KEY_SCHEME", "KEY_SCHEME", "NoDurableIdentityError", "call_key", "idemflow_tool", "run_durably"]
 
-#: The scheme of a call's key: the intended call within the session's turn.
-KEY_SCHEME = "cl1"
+#: The scheme of a call's key: the intended call within the session's
+#: turn, named by its intent fields (a ticket's customer, never its
+#: wording).
+KEY_SCHEME = "cl2"
+#: The scheme before cl2: the intended call named by its whole arguments.
+#: A turn's state file keeps the keys its calls took, so a call in flight
+#: across the upgrade keeps its cl1 key.
+ARGS_KEY_SCHEME = "cl1"
 
 
-def call_key(session_id: str, turn_id: str, tool: str, args: Any, occurrence: int) -> str:
+def call_key(
+    session_id: str, turn_id: str, tool: str, args: Any, occurrence: int, *, fields: Sequence[Mapping[str, str]] = (), key_scheme: str = KEY_SCHEME
+) -> str:
     """The key of a call from its parts (clients/testdata/keys.json's
-    claude_agent vectors, shared with the TypeScript client)."""
-    return derive_key(KEY_SCHEME, session_id, derive_key("turn", turn_id), tool, derive_key("args", call_arguments(args)), str(occurrence))
+    claude_agent vectors, shared with the TypeScript client): under cl2,
+    named by call_intent(fields, args), under cl1 by its whole arguments."""
+    if key_scheme not in (KEY_SCHEME, ARGS_KEY_SCHEME):
+        raise ValueError(f"key_scheme {key_scheme!r}: {KEY_SCHEME} or {ARGS_KEY_SCHEME}")
+    named = call_intent(fields, args) if key_scheme == KEY_SCHEME else call_arguments(args)
+    return derive_key(key_scheme, session_id, derive_key("turn", turn_id), tool, call_digest(named), str(occurrence))
 
 
 class _Turn:
     """A run's record of its turn's calls, shared by its hooks and its tools."""
 
-    def __init__(self, path: Path, state: dict[str, Any], read: set[str]) -> None:
-        self.path, self.state = path, state
+    def __init__(self, path: Path, state: dict[str, Any], read: set[str], intents: Mapping[str, Sequence[Mapping[str, str]]]) -> None:
+        self.path, self.state, self.intents = path, state, intents
         #: The calls of this run that started and have not ended.
         self.running: set[str] = set()
         #: The calls whose handler took them.
@@ -88,22 +100,32 @@ class _Turn:
         #: run, their answers not read by the model.
         self.open = {c["id"] for c in state["calls"] if not (c["answered"] and c["id"] in read)}
 
+    def fields(self, tool: str) -> Sequence[Mapping[str, str]]:
+        """The tool's intent fields: the app's (none: its whole arguments),
+        or idemflow's own tool's."""
+        return self.intents[tool] if tool in self.intents else intent_fields_of(tool)
+
     async def start(self, call_id: str, tool: str, args: Any) -> None:
-        """Records call call_id of tool with args, its key decided, durably."""
+        """Records call call_id of tool with args, its key decided, durably.
+        A call written again is one not yet answered to the model with the
+        same intent (its intent fields; a call recorded before cl2 by its
+        arguments), whose key it takes."""
         calls = self.state["calls"]
         if any(c["id"] == call_id for c in calls):
             return
         digest = call_arguments(args)
-        again = next((c for c in calls if c["tool"] == tool and c["args"] == digest and c["id"] in self.open), None)
+        fields = self.fields(tool)
+        named = call_intent(fields, args)
+        again = next((c for c in calls if c["tool"] == tool and c.get("intent", c["args"]) in (named, digest) and c["id"] in self.open), None)
         if again is not None:
             self.open.discard(again["id"])
             key = again["key"]
         else:
             n = 1
-            while (key := call_key(self.state["session_id"], self.state["turn_id"], tool, args, n)) in self.taken:
+            while (key := call_key(self.state["session_id"], self.state["turn_id"], tool, args, n, fields=fields)) in self.taken:
                 n += 1
         self.taken.add(key)
-        calls.append({"id": call_id, "tool": tool, "args": digest, "key": key, "answered": False})
+        calls.append({"id": call_id, "tool": tool, "args": digest, "intent": named, "key": key, "answered": False})
         self.running.add(call_id)
         await self.save()
 
@@ -186,7 +208,9 @@ def idemflow_tool(
         except ValidationError as e:
             return {"content": [{"type": "text", "text": f"invalid arguments, nothing was sent: {e}"}], "is_error": True}
         target = path(args) if callable(path) else path
-        kind, text = await outcome(client, Intent(key, target, body(args) if body else args), wait, name, RESUME["claude"])
+        # A key named by the tool's intent fields (cl2): idemflow compares on them.
+        by_intent = key.startswith(KEY_SCHEME + "_") and bool(turn.fields(name))
+        kind, text = await outcome(client, Intent(key, target, body(args) if body else args, by_intent=by_intent), wait, name, RESUME["claude"])
         if kind == "pending":
             turn.ended(call_id)
         return {"content": [{"type": "text", "text": text}], "is_error": kind != "answer"}
@@ -250,6 +274,7 @@ async def run_durably(
     state: str | Path,
     fork_of: str | None = None,
     rerun: bool = False,
+    intents: Mapping[str, Sequence[Mapping[str, str]]] | None = None,
 ) -> AsyncIterator[Message]:
     """One turn of a Claude agent, query()'s messages in turn: prompt on the
     session session_id (a UUID the app chose for the conversation), started
@@ -264,7 +289,12 @@ async def run_durably(
     re-runs turn_id as it was asked in fork_of: its calls are keyed as that
     session's turn's (give the same state file), so the call the model
     writes again is the call whose answer it never read. Without rerun a
-    fork is a new conversation, whose calls are new intents."""
+    fork is a new conversation, whose calls are new intents.
+
+    A call is named by its intent fields (cl2): idemflow's own tools' by
+    name, and intents (tool name to [{"name", "norm"}]) for the app's
+    others, so a call the model rewords when the turn is sent again is the
+    call it wrote first, a replay that names what differed."""
     if not session_id or not turn_id:
         raise NoDurableIdentityError(
             "run_durably needs the session's ID and the turn's (the user message's) ID: nothing else names a call written again after a crash"
@@ -288,7 +318,7 @@ async def run_durably(
     # model read there, it reads in the fork.
     source = session_id if known else fork_of
     read = _answers_read(source, directory) if source and (known or get_session_info(source, directory=directory) is not None) else set()
-    turn = _Turn(path, saved, read)
+    turn = _Turn(path, saved, read, intents or {})
     await turn.save()
     if known:
         run = dataclasses.replace(options, resume=session_id)

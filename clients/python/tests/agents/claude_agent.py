@@ -73,11 +73,18 @@ def result_text(part: ToolResultBlock) -> str:
 
 
 async def turn(
-    opts: ClaudeAgentOptions, session_id: str, turn_id: str, state: Path, prompt: str = PROMPT, fork_of: str | None = None, rerun: bool = False
+    opts: ClaudeAgentOptions,
+    session_id: str,
+    turn_id: str,
+    state: Path,
+    prompt: str = PROMPT,
+    fork_of: str | None = None,
+    rerun: bool = False,
+    intents: dict[str, Any] | None = None,
 ) -> list[str]:
     """Runs one turn; the tool answers the agent read, as it printed them."""
     seen: list[str] = []
-    async for m in run_durably(prompt, opts, session_id=session_id, turn_id=turn_id, state=state, fork_of=fork_of, rerun=rerun):
+    async for m in run_durably(prompt, opts, session_id=session_id, turn_id=turn_id, state=state, fork_of=fork_of, rerun=rerun, intents=intents):
         if isinstance(m, UserMessage) and isinstance(m.content, list):
             for part in m.content:
                 if isinstance(part, ToolResultBlock) and "http_status" in (text := result_text(part)):
@@ -96,7 +103,11 @@ async def main() -> None:
     # in a new branch"): rerun names the turn it re-runs, new does not (a
     # new conversation, its own state file).
     ap.add_argument("--fork", choices=["rerun", "new"])
+    # The control of a reworded call: create_ticket named by its whole
+    # arguments (as cl1 named every call), not its intent fields.
+    ap.add_argument("--by-arguments", action="store_true")
     a = ap.parse_args()
+    intents: dict[str, Any] | None = {"create_ticket": []} if a.by_arguments else None
     state = Path(a.state)
     # The session's ID: a UUID the app chose once for the conversation.
     session_id = str(uuid.uuid5(uuid.NAMESPACE_URL, a.thread))
@@ -110,7 +121,7 @@ async def main() -> None:
             await turn(opts, fork, turn_id, state if rerun else state.with_suffix(".fork.json"), fork_of=session_id, rerun=rerun)
         else:
             print(f"running {a.thread}", flush=True)
-            await turn(opts, session_id, turn_id, state)
+            await turn(opts, session_id, turn_id, state, intents=intents)
     print("DONE", flush=True)
 
 
