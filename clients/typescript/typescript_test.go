@@ -527,7 +527,10 @@ func killAndRerun(t *testing.T, a killedAgent) {
 // executed it (the answer lost) or with the request held, and run again:
 // runDurably resumes its session and sends the same turn again, the model
 // writes the call again under a new tool_use ID, the same intended call
-// (cl1), one ticket, the answer a replay where the first had executed.
+// (cl2), one ticket, the answer a replay where the first had executed;
+// also where the model words it otherwise (cl2 names the call by its
+// intent fields), which a call named by its whole arguments does not
+// survive.
 // The control (the tool_use ID as the key) and an app that keeps no turn
 // ID (a new one each run) make two.
 //
@@ -538,6 +541,8 @@ func killAndRerun(t *testing.T, a killedAgent) {
 func TestAClaudeAgentKilledMidCallResumesItsSessionWithoutADuplicate(t *testing.T) {
 	killAndRerun(t, killedAgent{script: "dist/agent/claude-agent.js", idFlag: "--conversation", prefix: "claude-",
 		state: "turn.json", resumed: "on its session", more: []killCase{
+			{"the turn sent again, the call reworded", answerLost, []string{"--reword"}, 1, `"replayed":true`},
+			{"control, the call reworded, named by its whole arguments", answerLost, []string{"--reword", "--by-arguments"}, 2, `"replayed":false`},
 			{"a fork into a new session that re-runs the turn", answerLost, []string{"--fork", "rerun"}, 1, `"replayed":true`},
 			{"control, a fork into a new session as a new conversation", answerLost, []string{"--fork", "new"}, 2, `"replayed":false`},
 		}})

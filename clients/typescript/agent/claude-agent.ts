@@ -5,7 +5,7 @@
 // --conversation and --state, it sends the same turn again on its session,
 // resumed, as an app does after a crash.
 //
-//   node dist/agent/claude-agent.js --conversation C --state FILE [--tools idemflow|naive] [--unsafe] [--fork rerun|new]
+//   node dist/agent/claude-agent.js --conversation C --state FILE [--tools idemflow|naive] [--unsafe] [--fork rerun|new] [--reword] [--by-arguments]
 //
 // with IDEMFLOW_URL and IDEMFLOW_TOKEN set. --tools naive is the control:
 // the key is the call's tool_use ID, which the model writes anew when it
@@ -30,6 +30,11 @@ const { values } = parseArgs({
     // in a new branch"): rerun names the turn it re-runs, new does not (a
     // new conversation, its own state file).
     fork: { type: "string" },
+    // The model words the call otherwise when the turn is sent again.
+    reword: { type: "boolean" },
+    // The control of a reworded call: create_ticket named by its whole
+    // arguments (as cl1 named every call), not its intent fields.
+    "by-arguments": { type: "boolean" },
   },
 });
 const conversation = values.conversation!;
@@ -51,7 +56,8 @@ const createTicket =
       })
     : idemflowTool(client, { name: "create_ticket", description: "Create a support ticket.", inputSchema: schema, path: "/v1/tickets" });
 
-const model = await startModel(conversation);
+const again = await getSessionInfo(sessionId, { dir: dirname(state) });
+const model = await startModel(conversation, values.reword && again ? "The printer is smoking, please help" : "Printer on fire");
 const options = {
   mcpServers: { idemflow: createSdkMcpServer({ name: "idemflow", tools: [createTicket] }) },
   allowedTools: ["mcp__idemflow__create_ticket"],
@@ -69,11 +75,12 @@ const options = {
 };
 const turnId = values.unsafe ? randomUUID() : "msg-1";
 const known = await getSessionInfo(sessionId, { dir: dirname(state) });
-let turn: DurableTurn = { sessionId, turnId, state };
+const intents = values["by-arguments"] ? { create_ticket: [] } : undefined;
+let turn: DurableTurn = { sessionId, turnId, state, intents };
 if (known && values.fork) {
   const b = createHash("sha256").update(conversation + "-fork").digest("hex");
   const forkId = `${b.slice(0, 8)}-${b.slice(8, 12)}-4${b.slice(13, 16)}-8${b.slice(17, 20)}-${b.slice(20, 32)}`;
-  turn = values.fork === "rerun" ? { sessionId: forkId, turnId, state, forkOf: sessionId, rerun: true } : { sessionId: forkId, turnId, state: state + ".fork", forkOf: sessionId };
+  turn = values.fork === "rerun" ? { sessionId: forkId, turnId, state, forkOf: sessionId, rerun: true, intents } : { sessionId: forkId, turnId, state: state + ".fork", forkOf: sessionId, intents };
   console.log(`forking ${conversation} into a new session (${values.fork})`);
 } else {
   console.log(known ? `resuming ${conversation} on its session` : `starting ${conversation}`);

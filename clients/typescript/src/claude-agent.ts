@@ -31,13 +31,30 @@
 import { AsyncLocalStorage } from "node:async_hooks";
 import { readFile } from "node:fs/promises";
 import { getSessionInfo, getSessionMessages, query, tool, type HookCallbackMatcher, type HookEvent, type Options, type SDKMessage } from "@anthropic-ai/claude-agent-sdk";
-import { callArguments, Client, DeadlineError, deriveKey, NoDurableIdentityError, operationIntent, type OperationFields, ProblemError, writeDurably } from "./index.js";
+import {
+  callArguments,
+  callDigest,
+  callIntent,
+  Client,
+  DeadlineError,
+  deriveKey,
+  intentFieldsOf,
+  type IntentField,
+  NoDurableIdentityError,
+  operationIntent,
+  type OperationFields,
+  ProblemError,
+  writeDurably,
+} from "./index.js";
 import { answerText, pendingText, refusalText, resume } from "./tooltext.js";
 
 export { NoDurableIdentityError };
 
-/** The scheme of a call's key: the intended call within the session's turn. */
-export const keyScheme = "cl1";
+/** The scheme of a call's key: the intended call within the session's turn, named by its intent fields (a ticket's customer, never its wording). */
+export const keyScheme = "cl2";
+
+/** The scheme before cl2: the intended call named by its whole arguments. A turn's state file keeps the keys its calls took, so a call in flight across the upgrade keeps its cl1 key. */
+export const argsKeyScheme = "cl1";
 
 /** The _meta member in which the SDK's CLI names the tool_use a call answers. */
 const toolUseMeta = "claudecode/toolUseId";
@@ -47,6 +64,8 @@ interface CallRecord {
   id: string;
   tool: string;
   args: string;
+  /** What names the call: callIntent of its arguments (absent in a call recorded before cl2: its args). */
+  intent?: string;
   key: string;
   answered: boolean;
 }
@@ -58,9 +77,18 @@ interface TurnState {
   calls: CallRecord[];
 }
 
-/** The key of a call from its parts (clients/testdata/keys.json's claude_agent vectors). */
-export function callKey(sessionId: string, turnId: string, tool: string, args: unknown, occurrence: number): string {
-  return deriveKey(keyScheme, sessionId, deriveKey("turn", turnId), tool, deriveKey("args", callArguments(args)), String(occurrence));
+/** The key of a call from its parts (clients/testdata/keys.json's claude_agent vectors): under cl2 named by callIntent(fields, args), under cl1 by its whole arguments. */
+export function callKey(
+  sessionId: string,
+  turnId: string,
+  tool: string,
+  args: unknown,
+  occurrence: number,
+  fields: readonly IntentField[] = [],
+  scheme: typeof keyScheme | typeof argsKeyScheme = keyScheme,
+): string {
+  const named = scheme === keyScheme ? callIntent(fields, args) : callArguments(args);
+  return deriveKey(scheme, sessionId, deriveKey("turn", turnId), tool, callDigest(named), String(occurrence));
 }
 
 /** A run's record of its turn's calls, shared by its hooks and its tools. */
@@ -76,15 +104,28 @@ class Turn {
     readonly file: string,
     readonly state: TurnState,
     read: Set<string>,
+    readonly intents: Readonly<Record<string, readonly IntentField[]>> = {},
   ) {
     for (const c of state.calls) if (!(c.answered && read.has(c.id))) this.open.add(c.id);
   }
 
-  /** Records the call id of tool with args, its key decided, durably. */
+  /** The tool's intent fields: the app's (none: its whole arguments), or idemflow's own tool's. */
+  fields(tool: string): readonly IntentField[] {
+    return tool in this.intents ? this.intents[tool] : intentFieldsOf(tool);
+  }
+
+  /**
+   * Records the call id of tool with args, its key decided, durably. A call
+   * written again is one not yet answered to the model with the same intent
+   * (its intent fields; a call recorded before cl2 by its arguments), whose
+   * key it takes.
+   */
   async start(id: string, tool: string, args: unknown): Promise<void> {
     if (this.state.calls.some((c) => c.id === id)) return;
     const digest = callArguments(args);
-    const same = this.state.calls.filter((c) => c.tool === tool && c.args === digest);
+    const fields = this.fields(tool);
+    const named = callIntent(fields, args);
+    const same = this.state.calls.filter((c) => c.tool === tool && [named, digest].includes(c.intent ?? c.args));
     const again = same.find((c) => this.open.has(c.id));
     let key: string;
     if (again) {
@@ -92,11 +133,11 @@ class Turn {
       key = again.key;
     } else {
       let occurrence = 1;
-      while (this.taken.has(callKey(this.state.sessionId, this.state.turnId, tool, args, occurrence))) occurrence++;
-      key = callKey(this.state.sessionId, this.state.turnId, tool, args, occurrence);
+      while (this.taken.has(callKey(this.state.sessionId, this.state.turnId, tool, args, occurrence, fields))) occurrence++;
+      key = callKey(this.state.sessionId, this.state.turnId, tool, args, occurrence, fields);
     }
     this.taken.add(key);
-    this.state.calls.push({ id, tool, args: digest, key, answered: false });
+    this.state.calls.push({ id, tool, args: digest, intent: named, key, answered: false });
     this.running.add(id);
     await this.save();
   }
@@ -156,8 +197,10 @@ export function idemflowTool<S extends Record<string, any>>(client: Client, f: I
     if (!turn) throw new NoDurableIdentityError(`${f.name}: called outside runDurably, which records each call before it runs`);
     const key = typeof id === "string" ? turn.keyOf(id) : undefined;
     if (!key) throw new NoDurableIdentityError(`${f.name}: no call ${String(id)} was recorded before it ran (is the tool in an SDK MCP server of the run's options?)`);
+    // A key named by the tool's intent fields (cl2): idemflow compares on them.
+    const byIntent = key.startsWith(keyScheme + "_") && turn.fields(f.name).length > 0;
     try {
-      const r = await client.do(operationIntent(key, f, args), { deadlineMs: f.waitMs });
+      const r = await client.do({ ...operationIntent(key, f, args), byIntent }, { deadlineMs: f.waitMs });
       return { content: [{ type: "text" as const, text: answerText(r) }] };
     } catch (e) {
       if (e instanceof ProblemError) return { content: [{ type: "text" as const, text: refusalText(e, key) }], isError: true };
@@ -193,6 +236,13 @@ export interface DurableTurn {
    * calls are new intents.
    */
   rerun?: boolean;
+  /**
+   * The intent fields of the app's other tools, by tool name ([] names a
+   * tool's calls by their whole arguments); idemflow's own are known. A
+   * call is named by them (cl2), so a call the model rewords when the turn
+   * is sent again is the call it wrote first, a replay naming what differed.
+   */
+  intents?: Record<string, readonly IntentField[]>;
 }
 
 /**
@@ -225,7 +275,8 @@ export async function* runDurably(params: { prompt: string; options?: Options },
   // A new fork starts from the forked session's transcript: what the
   // model read there, it reads in the fork.
   const from = known ? t.sessionId : t.forkOf;
-  const turn = new Turn(t.state, state, from && (known || (await getSessionInfo(from, { dir: options.cwd }))) ? await answersRead(from, options.cwd) : new Set());
+  const read = from && (known || (await getSessionInfo(from, { dir: options.cwd }))) ? await answersRead(from, options.cwd) : new Set<string>();
+  const turn = new Turn(t.state, state, read, t.intents);
   await turn.save();
   if (known) {
     options.resume = t.sessionId;
