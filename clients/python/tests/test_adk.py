@@ -66,9 +66,10 @@ def test_a_killed_adk_agent_resumes_its_invocation_without_a_duplicate(
 
 REWINDS = [
     # name, the model's options, key scheme, tickets after the regenerate, its answers replayed
-    ("the same call under a new ID", {}, "ad2", 1, [True]),
-    ("two identical calls, both written again", {"calls": 2}, "ad2", 2, [True, True]),
-    ("a model that rewords the call (a new key, said so)", {"reword": True}, "ad2", 2, [False]),
+    ("the same call under a new ID", {}, "ad3", 1, [True]),
+    ("two identical calls, both written again", {"calls": 2}, "ad3", 2, [True, True]),
+    ("a model that rewords the call: the same intent, a replay", {"reword": True}, "ad3", 1, [True]),
+    ("control: ad2 keys the whole arguments", {"reword": True}, "ad2", 2, [False]),
     ("control: ad1 keys the invocation and the call's IDs", {}, "ad1", 2, [False]),
 ]
 
@@ -80,9 +81,10 @@ def test_a_rewind_and_the_message_sent_again_makes_the_same_call_once(
     """ADK's regenerate: Runner.rewind_async to before the turn's
     invocation, and the user's message sent again. A new invocation, whose
     model writes the same call under a new ID in a new event: the same
-    intended call, one ticket, a replay. Two identical calls stay two; a
-    reworded call is another intent; ad1, the control, keyed the
-    invocation and the call's IDs."""
+    intended call, one ticket, a replay, also where the model words it
+    otherwise (the ticket's customer is its intent): the answer names what
+    differed. Two identical calls stay two; the controls key the whole
+    arguments (ad2) and the invocation and the call's IDs (ad1)."""
     who = f"py-adk-rewind-{uuid.uuid4().hex[:8]}"
 
     async def scenario() -> tuple[int, list[Any], list[str]]:
@@ -103,9 +105,14 @@ def test_a_rewind_and_the_message_sent_again_makes_the_same_call_once(
 
     n_first, again, ids = asyncio.run(scenario())
     n = count(db, "ticket", who)
-    print(f"{name}: {n_first} tickets after the first turn, {n} after the rewind and the message sent again; replayed {[a['replayed'] for a in again]}")
+    print(
+        f"{name}: {n_first} tickets after the first turn, {n} after the rewind and the message sent again;"
+        f" replayed {[a['replayed'] for a in again]}, differed {[a.get('differed') for a in again]}"
+    )
     assert ids and len(set(ids)) == len(ids), f"the model wrote every call under a new ID: {ids}"
     assert (n, [a["replayed"] for a in again]) == (tickets, replayed)
+    if model.get("reword") and all(replayed):
+        assert [a.get("differed") for a in again] == [["title"]], again
 
 
 def message(text: str = "Open a ticket.") -> types.Content:

@@ -293,7 +293,10 @@ def test_adk_intended_call_key(c: dict[str, Any]) -> None:
     from idemflow.adk import intended_call_key
 
     events = [adk_event(e) for e in c["events"]]
-    assert intended_call_key(c["app"], c["user"], c["session"], events, c["invocation"], c["call_id"], c["tool"]) == c["key"]
+    # An entry without a scheme is ad2's (the whole arguments); ad3's names the tool's intent fields.
+    scheme, fields = c.get("scheme", "ad2"), c.get("intent", ())
+    named = lambda a: call_intent(fields, a)  # noqa: E731
+    assert intended_call_key(c["app"], c["user"], c["session"], events, c["invocation"], c["call_id"], c["tool"], key_scheme=scheme, intent=named) == c["key"]
 
 
 @pytest.mark.parametrize("c", KEYS["llamaindex_calls"], ids=lambda c: c["name"])

@@ -32,7 +32,7 @@ Needs the ``adk`` extra (``google-adk``, Python 3.10+).
 from __future__ import annotations
 
 import json
-from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from contextvars import ContextVar
 from typing import Any
 
@@ -49,10 +49,11 @@ from pydantic import BaseModel
 from ._tooltext import RESUME, answer_text, arguments, pending_text, refusal_text, send
 from .client import AsyncClient, Client, Intent
 from .errors import DeadlineError, NoDurableIdentityError, ProblemError
-from .keys import call_arguments, canonical, derive_key, occurrence
+from .keys import call_arguments, call_intent, canonical, derive_key, intent_fields_of, occurrence
 from .mcp import call_until_answered
 
 __all__ = [
+    "ARGS_KEY_SCHEME",
     "KEY_SCHEME",
     "LEGACY_KEY_SCHEME",
     "IdemflowTool",
@@ -64,8 +65,12 @@ __all__ = [
     "run_durably",
 ]
 
-#: The scheme of an ADK tool call's key: the intended call.
-KEY_SCHEME = "ad2"
+#: The scheme of an ADK tool call's key: the intended call, named by its
+#: intent fields (a ticket's customer, never its wording).
+KEY_SCHEME = "ad3"
+#: The intended call named by its whole arguments, which a model rewords:
+#: the scheme before ad3, for the calls in flight across the upgrade.
+ARGS_KEY_SCHEME = "ad2"
 #: The scheme before ad2 (the invocation, the event and the call's IDs),
 #: for the calls in flight across the upgrade (docs/agents/adk.md).
 LEGACY_KEY_SCHEME = "ad1"
@@ -105,8 +110,21 @@ def _user_text(e: Event) -> list[str] | None:
     return texts or None
 
 
-def intended_call_key(app: str, user: str, session: str, events: Sequence[Event], invocation: str, call_id: str, tool: str) -> str | None:
-    """The ad2 key of the call call_id of invocation, from the session's
+def intended_call_key(
+    app: str,
+    user: str,
+    session: str,
+    events: Sequence[Event],
+    invocation: str,
+    call_id: str,
+    tool: str,
+    *,
+    key_scheme: str = KEY_SCHEME,
+    intent: Callable[[dict[str, Any]], str] | None = None,
+) -> str | None:
+    """The ad3 key (under key_scheme ad2, named by the whole arguments in
+    place of intent(args), call_intent of the request the call makes) of
+    the call call_id of invocation, from the session's
     events (see the module's comment): derive('turn', the number of
     earlier live invocations that answered a user's message to the end,
     the RFC 8785 form of this invocation's message's texts), the tool, the
@@ -130,29 +148,31 @@ def intended_call_key(app: str, user: str, session: str, events: Sequence[Event]
         asked = {e.invocation_id for e in live[:start] if _user_text(e) is not None}
         answered = {e.invocation_id for e in live[:start] if e.author != "user" and e.is_final_response() and e.invocation_id in asked}
         turn = derive_key("turn", str(len(answered)), canonical(message))
-    calls = [
-        (c.id or "", c.name or "", call_arguments(dict(c.args or {})))
-        for e in live[start : at + 1]
-        if e.invocation_id == invocation
-        for c in e.get_function_calls()
-    ]
+
+    def named(c: types.FunctionCall) -> str:
+        args = dict(c.args or {})
+        return intent(args) if intent is not None and key_scheme == KEY_SCHEME and c.name == tool else call_arguments(args)
+
+    calls = [(c.id or "", c.name or "", named(c)) for e in live[start : at + 1] if e.invocation_id == invocation for c in e.get_function_calls()]
     found = occurrence(calls, call_id)
     assert found is not None  # live[at] holds the call
     args, n = found
-    return derive_key(KEY_SCHEME, app, user, session, turn, tool, args, str(n))
+    return derive_key(key_scheme, app, user, session, turn, tool, args, str(n))
 
 
-def _key(session: Session, invocation: str, call_id: str, tool_name: str, key_scheme: str) -> str:
+def _key(session: Session, invocation: str, call_id: str, tool_name: str, key_scheme: str, intent: Callable[[dict[str, Any]], str] | None = None) -> str:
     """The key of the call call_id of invocation in session, under
     key_scheme. Raises NoDurableIdentityError when no event of the
     invocation in the session holds it."""
-    if key_scheme not in (KEY_SCHEME, LEGACY_KEY_SCHEME):
-        raise ValueError(f"key_scheme {key_scheme!r}: {KEY_SCHEME} or {LEGACY_KEY_SCHEME}")
+    if key_scheme not in (KEY_SCHEME, ARGS_KEY_SCHEME, LEGACY_KEY_SCHEME):
+        raise ValueError(f"key_scheme {key_scheme!r}: {KEY_SCHEME}, {ARGS_KEY_SCHEME} or {LEGACY_KEY_SCHEME}")
     missing = NoDurableIdentityError(
         f"{tool_name}: no event of invocation {invocation} in session {session.id} holds call {call_id}, so nothing durable names it"
     )
-    if key_scheme == KEY_SCHEME:
-        key = intended_call_key(session.app_name, session.user_id, session.id, session.events, invocation, call_id, tool_name)
+    if key_scheme in (KEY_SCHEME, ARGS_KEY_SCHEME):
+        key = intended_call_key(
+            session.app_name, session.user_id, session.id, session.events, invocation, call_id, tool_name, key_scheme=key_scheme, intent=intent
+        )
         if key is None:
             raise missing
         return key
@@ -162,7 +182,7 @@ def _key(session: Session, invocation: str, call_id: str, tool_name: str, key_sc
     return call_key(session.app_name, session.user_id, session.id, invocation, event.id, call_id, tool_name)
 
 
-def durable_key(tool_context: ToolContext, tool_name: str, key_scheme: str = KEY_SCHEME) -> str:
+def durable_key(tool_context: ToolContext, tool_name: str, key_scheme: str = KEY_SCHEME, intent: Callable[[dict[str, Any]], str] | None = None) -> str:
     """The key of the call tool_context runs: see the module's comment.
 
     Raises NoDurableIdentityError when the call has no ID, or no event of
@@ -172,7 +192,7 @@ def durable_key(tool_context: ToolContext, tool_name: str, key_scheme: str = KEY
     call_id = tool_context.function_call_id
     if not call_id:
         raise NoDurableIdentityError(f"{tool_name}: the call has no ID, so no key can survive a resume")
-    return _key(tool_context.session, tool_context.invocation_id, call_id, tool_name, key_scheme)
+    return _key(tool_context.session, tool_context.invocation_id, call_id, tool_name, key_scheme, intent)
 
 
 def _call_event(events: list[Event], invocation: str, call_id: str) -> Event | None:
@@ -207,8 +227,15 @@ class IdemflowTool(BaseTool):
     invocation (run_durably): the call runs again under its key and gets
     its answer.
 
-    key_scheme LEGACY_KEY_SCHEME ("ad1") keys a call as the release before
-    ad2 did, for an invocation in flight across the upgrade.
+    intent is the operation's intent fields ([{"name", "norm"}], as its
+    declaration publishes them); idemflow's own tools' are known by name
+    or path. The key names the request's intent fields (ad3), and the
+    request says so: a rewind or a message sent again whose model rewords
+    the title gets the first ticket, a replay naming what differed.
+
+    key_scheme ARGS_KEY_SCHEME ("ad2") keys a call by its whole arguments
+    and LEGACY_KEY_SCHEME ("ad1") by its IDs, as the releases before ad3
+    and ad2 did, for an invocation in flight across the upgrade.
     """
 
     def __init__(
@@ -223,6 +250,7 @@ class IdemflowTool(BaseTool):
         deadline: float = 300.0,
         require_confirmation: bool = False,
         key_scheme: str = KEY_SCHEME,
+        intent: Sequence[Mapping[str, str]] | None = None,
     ) -> None:
         super().__init__(name=name, description=description)
         self._client = client
@@ -232,12 +260,22 @@ class IdemflowTool(BaseTool):
         self._deadline = deadline
         self._require_confirmation = require_confirmation
         self._key_scheme = key_scheme
+        self._fields = tuple(intent) if intent is not None else intent_fields_of(name, path if isinstance(path, str) else None)
+
+    def _intent(self, raw: dict[str, Any]) -> str:
+        """What names a call beyond its turn: the request it makes, by the
+        operation's intent fields."""
+        try:
+            args = arguments(self._args_schema, dict(raw))
+        except ValueError:  # arguments the schema refuses: named by them alone
+            return call_arguments(raw)
+        return call_intent(self._fields, self._body(args) if self._body else args)
 
     def _get_declaration(self) -> types.FunctionDeclaration:
         return types.FunctionDeclaration(name=self.name, description=self.description, parameters_json_schema=self._args_schema.model_json_schema())
 
     async def run_async(self, *, args: dict[str, Any], tool_context: ToolContext) -> Any:
-        key = durable_key(tool_context, self.name, self._key_scheme)
+        key = durable_key(tool_context, self.name, self._key_scheme, self._intent)
         try:
             parsed = arguments(self._args_schema, args)
         except ValueError as e:  # pydantic's ValidationError
@@ -258,7 +296,7 @@ class IdemflowTool(BaseTool):
         it had one (the tool raised DeadlineError): the call sent again
         under the key it had. run_durably hands it to the invocation."""
         assert call.id is not None
-        key = _key(session, event.invocation_id, call.id, self.name, self._key_scheme)
+        key = _key(session, event.invocation_id, call.id, self.name, self._key_scheme, self._intent)
         try:
             parsed = arguments(self._args_schema, dict(call.args or {}))
         except ValueError as e:
@@ -269,7 +307,9 @@ class IdemflowTool(BaseTool):
     async def _send(self, key: str, args: dict[str, Any]) -> Any:
         p = self._path(args) if callable(self._path) else self._path
         try:
-            return json.loads(answer_text(await send(self._client, Intent(key, p, self._body(args) if self._body else args), self._deadline)))
+            by_intent = bool(self._fields) and key.startswith(KEY_SCHEME + "_")
+            intent = Intent(key, p, self._body(args) if self._body else args, by_intent=by_intent)
+            return json.loads(answer_text(await send(self._client, intent, self._deadline)))
         except ProblemError as e:
             return json.loads(refusal_text(e, key))
         except DeadlineError as e:
@@ -279,7 +319,7 @@ class IdemflowTool(BaseTool):
 # The key of the call an MCP tool of durable_mcp_toolset's is running, and
 # where its session's call_tool notes a pending answer: the tool's own run,
 # in the same task, reads and writes them.
-_mcp_key: ContextVar[tuple[str, list[DeadlineError]] | None] = ContextVar("idemflow_adk_mcp_key", default=None)
+_mcp_key: ContextVar[tuple[str, list[DeadlineError], bool] | None] = ContextVar("idemflow_adk_mcp_key", default=None)
 
 
 def durable_mcp_toolset(toolset: McpToolset, *, deadline: float = 300.0, wait: float = 2.0, key_scheme: str = KEY_SCHEME) -> McpToolset:
@@ -316,7 +356,9 @@ def _key_mcp_tool(tool: McpTool, deadline: float, wait: float, key_scheme: str) 
 
     async def run_async(*, args: dict[str, Any], tool_context: ToolContext) -> Any:
         pending: list[DeadlineError] = []
-        token = _mcp_key.set((durable_key(tool_context, tool.name, key_scheme), pending))
+        fields = intent_fields_of(tool.name)
+        key = durable_key(tool_context, tool.name, key_scheme, lambda a: call_intent(fields, a))
+        token = _mcp_key.set((key, pending, bool(fields) and key.startswith(KEY_SCHEME + "_")))
         try:
             out = await plain_run(args=args, tool_context=tool_context)
         finally:
@@ -336,7 +378,9 @@ def _key_mcp_tool(tool: McpTool, deadline: float, wait: float, key_scheme: str) 
         # tool raised DeadlineError), sent again under the key it had
         # (run_durably): the response, as ADK's McpTool gives it.
         assert call.id is not None
-        token = _mcp_key.set((_key(session, event.invocation_id, call.id, tool.name, key_scheme), []))
+        fields = intent_fields_of(tool.name)
+        key = _key(session, event.invocation_id, call.id, tool.name, key_scheme, lambda a: call_intent(fields, a))
+        token = _mcp_key.set((key, [], bool(fields) and key.startswith(KEY_SCHEME + "_")))
         try:
             result = await (await create_session(headers=None)).call_tool(tool.name, dict(call.args or {}))
         finally:
@@ -367,7 +411,7 @@ class _KeyedSession:
         running = _mcp_key.get()
         if running is None:
             return await self._session.call_tool(name, arguments, *args, meta=meta, **kw)
-        key, pending = running
+        key, pending, by_intent = running
         try:
             return await call_until_answered(
                 lambda m: self._session.call_tool(name, arguments, *args, meta={**(meta or {}), **m}, **kw),
@@ -377,6 +421,7 @@ class _KeyedSession:
                 resume=RESUME["adk"],
                 deadline=self._deadline,
                 wait=self._wait,
+                by_intent=by_intent,
             )
         except DeadlineError as e:
             pending.append(e)
