@@ -129,7 +129,7 @@ def test_a_killed_langgraph_agent_resumes_without_a_duplicate(
         assert tool_answer(out, "create_ticket")["replayed"] is replayed, out
 
 
-@pytest.mark.parametrize("scheme,tickets", [("lg4", 1), ("lg3", 2)], ids=["the intended call", "control: lg3 keys the call's IDs"])
+@pytest.mark.parametrize("scheme,tickets", [("lg5", 1), ("lg3", 2)], ids=["the intended call", "control: lg3 keys the call's IDs"])
 def test_a_turn_killed_before_its_state_was_saved_and_sent_again_makes_one_ticket(scheme: str, tickets: int, url: str, db: psycopg.Connection) -> None:
     """With durability "exit" LangGraph saves nothing until the run ends:
     killed after idemflow made the ticket and before the answer came, the

@@ -63,9 +63,10 @@ def test_a_killed_llamaindex_agent_is_restored_without_a_duplicate(
 
 REGENERATES = [
     # name, the model's options, key scheme, tickets after the regenerate (the first turn made its own), its answers replayed
-    ("the same call under a new tool_id", {}, "li2", 2, [True]),
-    ("two identical calls, both written again", {"calls": 2, "identical": True}, "li2", 4, [True, True]),
-    ("a model that rewords the call (a new key, said so)", {"reword": True}, "li2", 3, [False]),
+    ("the same call under a new tool_id", {}, "li3", 2, [True]),
+    ("two identical calls, both written again", {"calls": 2, "identical": True}, "li3", 4, [True, True]),
+    ("a model that rewords the call: the same intent, a replay", {"reword": True}, "li3", 2, [True]),
+    ("control: li2 keys the whole arguments", {"reword": True}, "li2", 3, [False]),
     ("control: li1 keys a random turn and the tool_id", {}, "li1", 3, [False]),
 ]
 
@@ -77,9 +78,11 @@ def test_a_turn_run_again_from_the_state_before_it_makes_the_same_call_once(
     """A regenerate: the app keeps the state saved before a turn, and runs
     the turn again from it with the same message. The model writes the
     same call under a new tool_id: the same intended call, a replay. (A
-    first turn in other words made its own ticket, a turn before.) Two
-    identical calls stay two; a reworded call is another intent; li1, the
-    control, keyed a random turn ID and the tool_id."""
+    first turn in other words made its own ticket, a turn before.) The
+    same where the model words the call otherwise (the ticket's customer
+    is its intent): the answer names what differed. Two identical calls
+    stay two; the controls key the whole arguments (li2) and a random turn
+    ID and the tool_id (li1)."""
     who = f"py-llamaindex-regen-{uuid.uuid4().hex[:6]}"
     state = tmp_path / "run.json"
     before = tmp_path / "before.json"
@@ -99,8 +102,13 @@ def test_a_turn_run_again_from_the_state_before_it_makes_the_same_call_once(
     n = count(db, "ticket", who)
     answers = [json.loads(a) for a in again]
     keys = [a["result"]["idempotency_key"] for a in answers]
-    print(f"{name}: {n_turn} tickets after two turns, {n} after the second run again; replayed {[a['replayed'] for a in answers]}; keys {first} then {keys}")
+    print(
+        f"{name}: {n_turn} tickets after two turns, {n} after the second run again; replayed {[a['replayed'] for a in answers]},"
+        f" differed {[a.get('differed') for a in answers]}; keys {first} then {keys}"
+    )
     assert (n, [a["replayed"] for a in answers]) == (tickets, replayed)
+    if model.get("reword") and all(replayed):
+        assert [a.get("differed") for a in answers] == [["title"]], answers
 
 
 @pytest.mark.parametrize(

@@ -309,7 +309,9 @@ def test_llamaindex_intended_call_key(c: dict[str, Any]) -> None:
     turn = turn_of([ChatMessage.model_validate(m) for m in c["history"]], c["user_msg"])
     # The calls as FunctionAgent records them (parse_agent_output).
     calls = [[i, n, call_arguments(a)] for i, n, a in c["calls"]]
-    assert intended_call_key(turn, calls, c["tool_id"], c["tool"]) == c["key"]
+    # An entry without a scheme is li2's (the whole arguments); li3's names the tool's intent fields.
+    scheme, fields = c.get("scheme", "li2"), c.get("intent", ())
+    assert intended_call_key(turn, calls, c["tool_id"], c["tool"], key_scheme=scheme, intent=lambda a: call_intent(fields, a)) == c["key"]
 
 
 def test_no_interceptor_no_key() -> None:

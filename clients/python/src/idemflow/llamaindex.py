@@ -46,7 +46,7 @@ import json
 import os
 import uuid
 import warnings
-from collections.abc import Callable
+from collections.abc import Callable, Mapping, Sequence
 from contextvars import ContextVar
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -65,13 +65,14 @@ from ._files import write_durably
 from ._tooltext import answer_text, arguments, refusal_text, send
 from .client import AsyncClient, Client, Intent
 from .errors import NoDurableIdentityError, ProblemError
-from .keys import call_arguments, canonical, derive_key, occurrence
+from .keys import call_arguments, call_intent, canonical, derive_key, intent_fields_of, occurrence
 
 if TYPE_CHECKING:
     # The mcp package, which only mcp_tools needs.
     from mcp import ClientSession
 
 __all__ = [
+    "ARGS_KEY_SCHEME",
     "KEY_SCHEME",
     "LEGACY_KEY_SCHEME",
     "CallPending",
@@ -85,8 +86,12 @@ __all__ = [
     "turn_of",
 ]
 
-#: The scheme of a LlamaIndex call's key: the intended call.
-KEY_SCHEME = "li2"
+#: The scheme of a LlamaIndex call's key: the intended call, named by its
+#: intent fields (a ticket's customer, never its wording).
+KEY_SCHEME = "li3"
+#: The intended call named by its whole arguments, which a model rewords:
+#: the scheme before li3, for the turns in flight across the upgrade.
+ARGS_KEY_SCHEME = "li2"
 #: The scheme before li2 (a random turn ID and the tool_id), for the turns
 #: in flight across the upgrade (docs/agents/llamaindex.md).
 LEGACY_KEY_SCHEME = "li1"
@@ -128,17 +133,24 @@ def turn_of(history: list[ChatMessage], user_msg: str | ChatMessage) -> str:
     return derive_key("turn", str(sum(1 for m in history if m.role == "user")), canonical(text))
 
 
-def intended_call_key(turn: str, calls: list[list[str]], tool_id: str, tool: str) -> str | None:
-    """The li2 key of the call tool_id of the turn: the turn, the tool, the
-    digest of the call's arguments (RFC 8785) and their occurrence among
-    calls (the turn's [tool_id, tool, arguments in RFC 8785 form], in their
-    order) of that tool with those arguments. None when calls does not
-    hold tool_id."""
-    found = occurrence([(c[0], c[1], c[2]) for c in calls], tool_id)
+def intended_call_key(
+    turn: str, calls: list[list[str]], tool_id: str, tool: str, *, key_scheme: str = KEY_SCHEME, intent: Callable[[dict[str, Any]], str] | None = None
+) -> str | None:
+    """The li3 key of the call tool_id of the turn: the turn, the tool, the
+    digest of the call's intent (intent(args): call_intent of the request
+    it makes; under li2, or without intent, its arguments in RFC 8785 form)
+    and its occurrence among calls (the turn's [tool_id, tool, arguments
+    in RFC 8785 form], in their order) of that tool with that intent.
+    None when calls does not hold tool_id."""
+
+    def named(c: list[str]) -> str:
+        return intent(json.loads(c[2])) if intent is not None and key_scheme == KEY_SCHEME and c[1] == tool else c[2]
+
+    found = occurrence([(c[0], c[1], named(c)) for c in calls], tool_id)
     if found is None:
         return None
     args, n = found
-    return derive_key(KEY_SCHEME, turn, tool, args, str(n))
+    return derive_key(key_scheme, turn, tool, args, str(n))
 
 
 class CallPending(Event):
@@ -205,6 +217,7 @@ def idemflow_tool(
     args_schema: type[BaseModel],
     body: Callable[[dict[str, Any]], Any] | None = None,
     key_scheme: str = KEY_SCHEME,
+    intent: Sequence[Mapping[str, str]] | None = None,
 ) -> FunctionTool:
     """A tool for this module's FunctionAgent that runs one of idemflow's
     operations (a ticket, an order, a declared operation, an HTTP tool)
@@ -220,11 +233,27 @@ def idemflow_tool(
     again, under another tool_id. A process killed while it waits is
     restored from its save, and the call gets its key back.
 
-    key_scheme LEGACY_KEY_SCHEME ("li1") keys a call as the release before
-    li2 did, for a turn saved across the upgrade.
+    intent is the operation's intent fields ([{"name", "norm"}], as its
+    declaration publishes them); idemflow's own tools' are known by name
+    or path. The key names the request's intent fields (li3), and the
+    request says so: a turn run again whose model rewords the title gets
+    the first ticket, a replay naming what differed.
+
+    key_scheme ARGS_KEY_SCHEME ("li2") keys a call by its whole arguments
+    and LEGACY_KEY_SCHEME ("li1") as the release before li2 did, for a turn
+    saved across the upgrade.
     """
-    if key_scheme not in (KEY_SCHEME, LEGACY_KEY_SCHEME):
-        raise ValueError(f"key_scheme {key_scheme!r}: {KEY_SCHEME} or {LEGACY_KEY_SCHEME}")
+    if key_scheme not in (KEY_SCHEME, ARGS_KEY_SCHEME, LEGACY_KEY_SCHEME):
+        raise ValueError(f"key_scheme {key_scheme!r}: {KEY_SCHEME}, {ARGS_KEY_SCHEME} or {LEGACY_KEY_SCHEME}")
+    fields = tuple(intent) if intent is not None else intent_fields_of(name, path if isinstance(path, str) else None)
+
+    def intent_of(raw: dict[str, Any]) -> str:
+        # The request the call makes, as the model's arguments make it.
+        try:
+            args = arguments(args_schema, dict(raw))
+        except ValueError:  # arguments the schema refuses: named by them alone
+            return call_arguments(raw)
+        return call_intent(fields, body(args) if body else args)
 
     async def call(ctx: Context, **kwargs: Any) -> str:
         tool_id, turn = await _running_call(ctx, name)
@@ -232,11 +261,12 @@ def idemflow_tool(
             args = arguments(args_schema, kwargs)
         except ValueError as e:  # pydantic's ValidationError
             return json.dumps({"error": "InvalidArguments", "detail": str(e)}, ensure_ascii=False)
-        key = await _key_of(ctx, name, tool_id, turn, key_scheme)
+        key = await _key_of(ctx, name, tool_id, turn, key_scheme, intent_of)
         await _stop_before_acting(ctx, key, name, tool_id, args)
         target = path(args) if callable(path) else path
+        by_intent = bool(fields) and key.startswith(KEY_SCHEME + "_")
         try:
-            return answer_text(await send(client, Intent(key, target, body(args) if body else args), float("inf")))
+            return answer_text(await send(client, Intent(key, target, body(args) if body else args, by_intent=by_intent), float("inf")))
         except ProblemError as e:
             return refusal_text(e, key)
 
@@ -248,8 +278,9 @@ async def mcp_tools(session: "ClientSession", *, names: list[str] | None = None)
     package's ClientSession, connected by the app), as tools for this
     module's FunctionAgent keyed as idemflow_tool keys its calls: each call
     stops at CallPending before it acts, then sends, in _meta, the key of
-    its intended call (li2, whose arguments leave out the idempotency_key
-    the model writes), so a regenerate or a turn run again is a replay;
+    its intended call (li3, by the intent fields the tool publishes in its
+    _meta, or its arguments less the idempotency_key the model writes), so
+    a regenerate, a reworded call or a turn run again is a replay;
     it waits on the call's task (idemflow.mcp) however long it takes, as
     idemflow_tool waits. The model reads the tool's text: {http_status,
     replayed, result}, or its words for a refusal.
@@ -257,11 +288,13 @@ async def mcp_tools(session: "ClientSession", *, names: list[str] | None = None)
     This stands in for LlamaIndex's own MCP tools (llama-index-tools-mcp's
     McpToolSpec), whose client's call_tool sends the name and the
     arguments only, no _meta. names: the tools to take (default: all)."""
+    from .mcp import intent_fields
+
     listed = (await session.list_tools()).tools
-    return [_mcp_tool(session, t.name, t.description or "", dict(t.input_schema)) for t in listed if names is None or t.name in names]
+    return [_mcp_tool(session, t.name, t.description or "", dict(t.input_schema), intent_fields(t)) for t in listed if names is None or t.name in names]
 
 
-def _mcp_tool(session: "ClientSession", name: str, description: str, schema: dict[str, Any]) -> FunctionTool:
+def _mcp_tool(session: "ClientSession", name: str, description: str, schema: dict[str, Any], fields: Sequence[Mapping[str, str]] = ()) -> FunctionTool:
     from .mcp import call_as_task, result_text
 
     class Arguments(BaseModel):
@@ -275,11 +308,11 @@ def _mcp_tool(session: "ClientSession", name: str, description: str, schema: dic
 
     async def call(ctx: Context, **kwargs: Any) -> str:
         tool_id, turn = await _running_call(ctx, name)
-        key = await _key_of(ctx, name, tool_id, turn, KEY_SCHEME)
+        key = await _key_of(ctx, name, tool_id, turn, KEY_SCHEME, lambda a: call_intent(fields, a))
         await _stop_before_acting(ctx, key, name, tool_id, kwargs)
         # No deadline, as idemflow_tool's: LlamaIndex hands the model
         # whatever a tool returns or raises, so the call waits for its answer.
-        return result_text(await call_as_task(session, name, kwargs, key=key, resume="", deadline=float("inf")))
+        return result_text(await call_as_task(session, name, kwargs, key=key, resume="", deadline=float("inf"), by_intent=bool(fields)))
 
     return FunctionTool.from_defaults(async_fn=call, name=name, description=description, fn_schema=Arguments)
 
@@ -293,12 +326,12 @@ async def _running_call(ctx: Context, name: str) -> tuple[str, str]:
     return tool_id, turn
 
 
-async def _key_of(ctx: Context, name: str, tool_id: str, turn: str, key_scheme: str) -> str:
+async def _key_of(ctx: Context, name: str, tool_id: str, turn: str, key_scheme: str, intent: Callable[[dict[str, Any]], str] | None = None) -> str:
     """The key of the call tool_id of turn, under key_scheme."""
     if key_scheme == LEGACY_KEY_SCHEME:
         # A turn saved before the upgrade has its random ID under TURN.
         return call_key(await ctx.store.get(LEGACY_TURN, default=turn), tool_id, name)
-    key = intended_call_key(turn, await ctx.store.get(CALLS, default=[]), tool_id, name)
+    key = intended_call_key(turn, await ctx.store.get(CALLS, default=[]), tool_id, name, key_scheme=key_scheme, intent=intent)
     if key is None:
         raise NoDurableIdentityError(f"{name}: the turn's recorded calls do not hold {tool_id} (a turn saved before li2: key_scheme='li1')")
     return key

@@ -4,7 +4,7 @@ model, and one tool that creates a ticket through idemflow. Run again
 with the same --thread and --state, it resumes the invocation it was
 killed in.
 
-    python -m tests.agents.adk_agent --thread T --state FILE [--tools idemflow|naive] [--unsafe] [--key-scheme ad2|ad1] [--via mcp]
+    python -m tests.agents.adk_agent --thread T --state FILE [--tools idemflow|naive] [--unsafe] [--key-scheme ad3|ad2|ad1] [--via mcp]
 
 with IDEMFLOW_URL and IDEMFLOW_TOKEN set (and IDEMFLOW_BIN for --via mcp).
 
@@ -121,7 +121,7 @@ async def main() -> None:
     ap.add_argument("--state", required=True)
     ap.add_argument("--tools", default="idemflow", choices=["idemflow", "naive"])
     ap.add_argument("--unsafe", action="store_true")
-    ap.add_argument("--key-scheme", default="ad2", choices=["ad2", "ad1"])
+    ap.add_argument("--key-scheme", default="ad3", choices=["ad3", "ad2", "ad1"])
     ap.add_argument("--via", default="function", choices=["function", "mcp"])
     a = ap.parse_args()
     message = types.Content(role="user", parts=[types.Part(text="My printer is on fire.")])

@@ -4,7 +4,7 @@ one to create an order, over a PostgreSQL checkpointer. Run again with the
 same --thread, it resumes from its checkpoint.
 
     python -m tests.agents.langgraph_agent --thread T [--tools idemflow|naive] [--review]
-        [--durability sync|exit] [--message-id ID] [--key-scheme lg4|lg3] [--via mcp]
+        [--durability sync|exit] [--message-id ID] [--key-scheme lg5|lg4|lg3] [--via mcp]
 
 with IDEMFLOW_URL, IDEMFLOW_TOKEN and DATABASE_URL set (and IDEMFLOW_BIN
 for --via mcp).
@@ -97,7 +97,7 @@ def main() -> None:
     ap.add_argument("--review", action="store_true")
     ap.add_argument("--durability", default="sync", choices=["sync", "exit"])
     ap.add_argument("--message-id", default=None)
-    ap.add_argument("--key-scheme", default="lg4", choices=["lg4", "lg3"])
+    ap.add_argument("--key-scheme", default="lg5", choices=["lg5", "lg4", "lg3"])
     ap.add_argument("--via", default="http", choices=["http", "mcp"])
     a = ap.parse_args()
     if a.via == "mcp":

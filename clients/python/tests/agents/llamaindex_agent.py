@@ -5,7 +5,7 @@ idemflow, run by run_durably, which saves its context to --state at each
 call's stop. Run again with the same --thread and --state, it restores
 the turn it was killed in.
 
-    python -m tests.agents.llamaindex_agent --thread T --state FILE [--tools idemflow|naive] [--unsafe] [--calls N] [--key-scheme li2|li1] [--via mcp]
+    python -m tests.agents.llamaindex_agent --thread T --state FILE [--tools idemflow|naive] [--unsafe] [--calls N] [--key-scheme li3|li2|li1] [--via mcp]
 
 --via mcp reaches create_ticket through idemflow's MCP server (idemflow
 mcp over stdio, the mcp package's ClientSession; IDEMFLOW_BIN names it):
@@ -17,7 +17,7 @@ with IDEMFLOW_URL and IDEMFLOW_TOKEN set. --tools naive is the control
 (a fresh key on every call, the same saving and restoring). --unsafe is
 what an app whose saved context is lost can do: send the message again,
 a turn in which the model writes the call again under a new tool_id (the
-same intended call under li2; a new key under li1, --key-scheme li1).
+same intended call under li3 (li2 before it); a new key under li1, --key-scheme li1).
 """
 
 import argparse
@@ -120,7 +120,7 @@ def agent(
     naive: bool = False,
     calls: int = 1,
     call_id: str | None = None,
-    key_scheme: str = "li2",
+    key_scheme: str = "li3",
     identical: bool = False,
     reword: bool = False,
     tool: FunctionTool | None = None,
@@ -153,7 +153,7 @@ async def main() -> None:
     ap.add_argument("--tools", default="idemflow", choices=["idemflow", "naive"])
     ap.add_argument("--unsafe", action="store_true")
     ap.add_argument("--calls", type=int, default=1, help="tickets the model asks for in one answer")
-    ap.add_argument("--key-scheme", default="li2", choices=["li2", "li1"])
+    ap.add_argument("--key-scheme", default="li3", choices=["li3", "li2", "li1"])
     ap.add_argument("--via", default="function", choices=["function", "mcp"])
     ap.add_argument("--later", help="a later turn's message, sent in place of the resume (before the last turn was restored)")
     a = ap.parse_args()

@@ -3,7 +3,7 @@
 model, and one tool that creates a ticket through idemflow. Run again with
 the same --thread, it resumes from the RunState it saved.
 
-    python -m tests.agents.openai_agent --thread T --state FILE [--tools idemflow|naive] [--unsafe] [--lost] [--key-scheme oa2|oa1] [--via mcp]
+    python -m tests.agents.openai_agent --thread T --state FILE [--tools idemflow|naive] [--unsafe] [--lost] [--key-scheme oa3|oa2|oa1] [--via mcp]
 
 with IDEMFLOW_URL and IDEMFLOW_TOKEN set (and IDEMFLOW_BIN for --via mcp).
 
@@ -120,7 +120,7 @@ async def main() -> None:
     ap.add_argument("--tools", default="idemflow", choices=["idemflow", "naive"])
     ap.add_argument("--unsafe", action="store_true")
     ap.add_argument("--lost", action="store_true", help="the saved RunState is gone: the app sends the turn again")
-    ap.add_argument("--key-scheme", default="oa2", choices=["oa2", "oa1"])
+    ap.add_argument("--key-scheme", default="oa3", choices=["oa3", "oa2", "oa1"])
     ap.add_argument("--via", default="function", choices=["function", "mcp"])
     a = ap.parse_args()
     if a.lost:

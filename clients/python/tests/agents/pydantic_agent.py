@@ -3,7 +3,7 @@ Agent, a deterministic model, and one tool that creates a ticket through
 idemflow. Run again with the same --thread, it resumes from the history
 it saved.
 
-    python -m tests.agents.pydantic_agent --thread T --state FILE [--tools idemflow|naive] [--unsafe] [--key-scheme pa2|pa1] [--via mcp]
+    python -m tests.agents.pydantic_agent --thread T --state FILE [--tools idemflow|naive] [--unsafe] [--key-scheme pa3|pa2|pa1] [--via mcp]
 
 with IDEMFLOW_URL and IDEMFLOW_TOKEN set (and IDEMFLOW_BIN for --via mcp).
 
@@ -17,7 +17,7 @@ The durable way (default) is run_durably: the tool stops the run for
 approval, and the history is saved, with the call's ID, before the call
 runs. --unsafe: no approval, nothing saved, so a run killed mid call
 starts again and the model writes the call again, under a new ID: the
-same intended call (pa2), or a new key under pa1 (--key-scheme pa1).
+same intended call (pa3), or a new key under pa1 (--key-scheme pa1).
 --tools naive makes the control: a fresh key on every
 call.
 """
@@ -149,7 +149,7 @@ async def main() -> None:
     ap.add_argument("--state", required=True)
     ap.add_argument("--tools", default="idemflow", choices=["idemflow", "naive"])
     ap.add_argument("--unsafe", action="store_true")
-    ap.add_argument("--key-scheme", default="pa2", choices=["pa2", "pa1"])
+    ap.add_argument("--key-scheme", default="pa3", choices=["pa3", "pa2", "pa1"])
     ap.add_argument("--via", default="function", choices=["function", "mcp"])
     ap.add_argument("--lost", action="store_true", help="the saved history is gone: the app sends the turn again")
     a = ap.parse_args()
