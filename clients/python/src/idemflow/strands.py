@@ -38,7 +38,7 @@ Needs the ``strands`` extra (``strands-agents``, Python 3.11+).
 from __future__ import annotations
 
 import math
-from collections.abc import AsyncGenerator, Callable, Sequence
+from collections.abc import AsyncGenerator, Callable, Mapping, Sequence
 from typing import Any
 
 from pydantic import BaseModel, ValidationError
@@ -51,22 +51,41 @@ from strands.types.tools import AgentTool, ToolResult, ToolSpec, ToolUse
 from ._tooltext import RESUME, arguments, outcome
 from .client import AsyncClient, Client, Intent
 from .errors import DeadlineError, NoDurableIdentityError
-from .keys import call_arguments, canonical, derive_key
+from .keys import call_arguments, call_digest, call_intent, canonical, derive_key, intent_fields_of
 from .mcp import until_answered
 
-__all__ = ["KEY_SCHEME", "IdemflowTool", "call_key", "durable_key", "durable_mcp_tools", "intended_call_key", "session_history"]
+__all__ = ["ARGS_KEY_SCHEME", "KEY_SCHEME", "IdemflowTool", "call_key", "durable_key", "durable_mcp_tools", "intended_call_key", "session_history"]
 
-#: The scheme of a Strands tool call's key: the intended call.
-KEY_SCHEME = "st1"
+#: The scheme of a Strands tool call's key: the intended call, named by
+#: its intent fields (a ticket's customer, never its wording).
+KEY_SCHEME = "st2"
+#: The intended call named by its whole arguments, which a model rewords:
+#: the scheme before st2, for the calls in flight across the upgrade.
+ARGS_KEY_SCHEME = "st1"
+
+Intents = Mapping[str, Sequence[Mapping[str, str]]]
 
 
-def call_key(session_id: str, agent_id: str, answered: int, prompt: Sequence[str], tool: str, args: Any, occurrence: int) -> str:
-    """The st1 key of a call from its parts (clients/testdata/keys.json's
+def call_key(
+    session_id: str,
+    agent_id: str,
+    answered: int,
+    prompt: Sequence[str],
+    tool: str,
+    args: Any,
+    occurrence: int,
+    *,
+    fields: Sequence[Mapping[str, str]] = (),
+    key_scheme: str = KEY_SCHEME,
+) -> str:
+    """The key of a call from its parts (clients/testdata/keys.json's
     strands vectors): the session, the agent, the turn (how many earlier
     messages of the user's were answered, and the message's texts), the
-    tool, the arguments and their occurrence."""
+    tool, the call's intent (st2: call_intent(fields, args); st1: its whole
+    arguments) and its occurrence."""
     turn = derive_key("turn", str(answered), canonical(list(prompt)))
-    return derive_key(KEY_SCHEME, session_id, agent_id, turn, tool, derive_key("args", call_arguments(args)), str(occurrence))
+    named = call_intent(fields, args) if key_scheme == KEY_SCHEME else call_arguments(args)
+    return derive_key(key_scheme, session_id, agent_id, turn, tool, call_digest(named), str(occurrence))
 
 
 def _is_prompt(m: Message) -> bool:
@@ -91,10 +110,23 @@ def _final(result: ToolResult | None) -> bool:
     return not (result["status"] == "error" and (text == "Tool was interrupted." or "the call is pending under key" in text))
 
 
-def intended_call_key(session_id: str, agent_id: str, history: Sequence[Message], tool_use_id: str) -> str | None:
-    """The st1 key of call tool_use_id from the session's whole history
-    (see the module's comment); None when no message of the current turn
-    asks for it."""
+def intended_call_key(
+    session_id: str, agent_id: str, history: Sequence[Message], tool_use_id: str, *, key_scheme: str = KEY_SCHEME, intents: Intents | None = None
+) -> str | None:
+    """The key of call tool_use_id from the session's whole history (see
+    the module's comment); None when no message of the current turn asks
+    for it. Under st2 a call is named by its tool's intent fields
+    (intents[tool], or idemflow's own tool's), so a call reworded is the
+    same call; under st1 by its whole arguments."""
+
+    def fields(tool: str) -> Sequence[Mapping[str, str]]:
+        if key_scheme != KEY_SCHEME:
+            return ()
+        return (intents or {})[tool] if tool in (intents or {}) else intent_fields_of(tool)
+
+    def named(u: ToolUse) -> str:
+        return call_intent(fields(u["name"]), u["input"])
+
     starts = [i for i, m in enumerate(history) if _is_prompt(m)]
     if not starts:
         return None
@@ -105,18 +137,18 @@ def intended_call_key(session_id: str, agent_id: str, history: Sequence[Message]
         return None
     i, j = at
     use = _asks(turn[i])[j]
-    args = call_arguments(use["input"])
+    args = named(use)
     results = _results(turn)
-    same = [u for m in turn[:i] for u in _asks(m) if u["name"] == use["name"] and call_arguments(u["input"]) == args]
+    same = [u for m in turn[:i] for u in _asks(m) if u["name"] == use["name"] and named(u) == args]
     n = 1 + sum(1 for u in same if _final(results.get(u["toolUseId"])))
-    n += sum(1 for u in _asks(turn[i])[:j] if u["name"] == use["name"] and call_arguments(u["input"]) == args)
+    n += sum(1 for u in _asks(turn[i])[:j] if u["name"] == use["name"] and named(u) == args)
     answered = 0
     for a, b in zip(starts, [*starts[1:], len(history)], strict=True):
         if a < start and any(m["role"] == "assistant" and not _asks(m) for m in history[a + 1 : b]):
             answered += 1
     # The message's texts: an image's or a document's bytes have no JSON form.
     texts = [c["text"] for c in history[start]["content"] if "text" in c]
-    return call_key(session_id, agent_id, answered, texts, use["name"], use["input"], n)
+    return call_key(session_id, agent_id, answered, texts, use["name"], use["input"], n, fields=fields(use["name"]), key_scheme=key_scheme)
 
 
 def session_history(agent: Any) -> tuple[str, list[Message]]:
@@ -134,13 +166,13 @@ def session_history(agent: Any) -> tuple[str, list[Message]]:
     return manager.session_id, [s.to_message() for s in stored]
 
 
-def durable_key(agent: Any, tool_use: ToolUse) -> str:
-    """The st1 key of the call tool_use that agent runs, from its session's
-    history. Raises NoDurableIdentityError for an agent without a session
-    manager on a repository, or a call no message of the session's current
-    turn asks for."""
+def durable_key(agent: Any, tool_use: ToolUse, *, key_scheme: str = KEY_SCHEME, intents: Intents | None = None) -> str:
+    """The key of the call tool_use that agent runs, from its session's
+    history (intended_call_key). Raises NoDurableIdentityError for an agent
+    without a session manager on a repository, or a call no message of the
+    session's current turn asks for."""
     session_id, history = session_history(agent)
-    key = intended_call_key(session_id, agent.agent_id, history, tool_use["toolUseId"])
+    key = intended_call_key(session_id, agent.agent_id, history, tool_use["toolUseId"], key_scheme=key_scheme, intents=intents)
     if key is None:
         raise NoDurableIdentityError(f"no message of session {session_id}'s current turn asks for call {tool_use['toolUseId']}")
     return key
@@ -160,6 +192,13 @@ class IdemflowTool(AgentTool):
     prefers an answer to the agent: past it, the model reads that the call
     is pending under its key and must not be made again; written again, it
     is the same call, under the same key.
+
+    intent is the operation's intent fields ([{"name", "norm"}], members of
+    the call's arguments); idemflow's own tools' are known by name or
+    path. The key names them (st2), and the request says so: the message
+    sent again whose model rewords the title gets the first ticket, a
+    replay naming what differed. key_scheme ARGS_KEY_SCHEME ("st1") names
+    the whole arguments, as the release before st2 did.
     """
 
     def __init__(
@@ -172,10 +211,14 @@ class IdemflowTool(AgentTool):
         input_model: type[BaseModel],
         body: Callable[[dict[str, Any]], Any] | None = None,
         deadline: float = math.inf,
+        intent: Sequence[Mapping[str, str]] | None = None,
+        key_scheme: str = KEY_SCHEME,
     ) -> None:
         super().__init__()
         self._client, self._name, self._description, self._path = client, name, description, path
         self._model, self._body, self._deadline = input_model, body, deadline
+        self._fields = tuple(intent) if intent is not None else intent_fields_of(name, path if isinstance(path, str) else None)
+        self._key_scheme = key_scheme
 
     @property
     def tool_name(self) -> str:
@@ -198,11 +241,14 @@ class IdemflowTool(AgentTool):
         except ValidationError as e:
             return _result(tool_use, "error", f"invalid arguments, nothing was sent: {e}")
         try:
-            key = durable_key(agent, tool_use)
+            key = durable_key(agent, tool_use, key_scheme=self._key_scheme, intents={self._name: self._fields})
         except NoDurableIdentityError as e:
             return _no_key(tool_use, self._name, e)
         path = self._path(args) if callable(self._path) else self._path
-        kind, text = await outcome(self._client, Intent(key, path, self._body(args) if self._body else args), self._deadline, self._name, RESUME["strands"])
+        # A key named by the intent fields (st2): idemflow compares on them.
+        by_intent = bool(self._fields) and key.startswith(KEY_SCHEME + "_")
+        intent = Intent(key, path, self._body(args) if self._body else args, by_intent=by_intent)
+        kind, text = await outcome(self._client, intent, self._deadline, self._name, RESUME["strands"])
         return _result(tool_use, "success" if kind == "answer" else "error", text)
 
 
@@ -252,6 +298,7 @@ class _DurableMcpTool(MCPAgentTool):
             key = durable_key(agent, tool_use)
         except NoDurableIdentityError as e:
             return _no_key(tool_use, self.tool_name, e)
+        by_intent = bool(intent_fields_of(self.tool_name)) and key.startswith(KEY_SCHEME + "_")
 
         async def call(meta: dict[str, Any]) -> ToolResult:
             return await self.mcp_client.call_tool_async(tool_use["toolUseId"], self.mcp_tool.name, dict(tool_use["input"]), meta=meta)
@@ -262,6 +309,8 @@ class _DurableMcpTool(MCPAgentTool):
             return None if pending else answer
 
         try:
-            return await until_answered(call, settle, key=key, tool=self.tool_name, resume=RESUME["strands"], deadline=self._deadline, wait=self._wait)
+            return await until_answered(
+                call, settle, key=key, tool=self.tool_name, resume=RESUME["strands"], deadline=self._deadline, wait=self._wait, by_intent=by_intent
+            )
         except DeadlineError as e:
             return _result(tool_use, "error", str(e))

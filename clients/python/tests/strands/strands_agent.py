@@ -79,6 +79,7 @@ def main() -> None:
     ap.add_argument("--sessions", required=True)
     ap.add_argument("--tools", default="idemflow", choices=["idemflow", "naive", "tool-use-id"])
     ap.add_argument("--via", default="http", choices=["http", "mcp"])
+    ap.add_argument("--key-scheme", default="st2", choices=["st2", "st1"])
     a = ap.parse_args()
     if a.via == "mcp":
         env = {"IDEMFLOW_URL": os.environ["IDEMFLOW_URL"], "IDEMFLOW_TOKEN": os.environ["IDEMFLOW_TOKEN"], "PATH": os.environ.get("PATH", "")}
@@ -95,7 +96,9 @@ def main() -> None:
     # retried at once (the kill comes first).
     with idemflow.Client(os.environ["IDEMFLOW_URL"], os.environ["IDEMFLOW_TOKEN"], attempt_timeout=3, initial_backoff=0.05, max_backoff=0.5) as c:
         if a.tools == "idemflow":
-            tools = [IdemflowTool(c, name="create_ticket", description="Create a support ticket.", path="/v1/tickets", input_model=Ticket)]
+            tools = [
+                IdemflowTool(c, name="create_ticket", description="Create a support ticket.", path="/v1/tickets", input_model=Ticket, key_scheme=a.key_scheme)
+            ]
         else:
             tools = [naive_tool(c, a.tools)]
         run(a.thread, a.sessions, tools)
