@@ -39,7 +39,7 @@ import contextvars
 import json
 import math
 from collections import Counter
-from collections.abc import Callable, Coroutine
+from collections.abc import Callable, Coroutine, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from crewai.flow.flow import Flow
@@ -50,15 +50,20 @@ from pydantic import BaseModel, PrivateAttr
 from ._tooltext import RESUME, answer_text, arguments, pending_text, refusal_text
 from .client import Client, Intent
 from .errors import DeadlineError, NoDurableIdentityError, ProblemError
-from .keys import call_arguments, derive_key
+from .keys import call_arguments, call_digest, call_intent, derive_key, intent_fields_of
 
 if TYPE_CHECKING:
     from crewai.mcp import MCPServerConfig
 
-__all__ = ["KEY_SCHEME", "IdemflowTool", "args_digest", "call_key", "mcp_tools"]
+__all__ = ["ARGS_KEY_SCHEME", "KEY_SCHEME", "IdemflowTool", "args_digest", "call_key", "intent_digest", "mcp_tools"]
 
-#: The scheme of a CrewAI call's key.
-KEY_SCHEME = "cr1"
+#: The scheme of a CrewAI call's key: the intended call within the flow
+#: method's run, named by its intent fields (a ticket's customer, never
+#: its wording).
+KEY_SCHEME = "cr2"
+#: The same named by the call's whole arguments, which a model rewords:
+#: the scheme before cr2, for a method in flight across the upgrade.
+ARGS_KEY_SCHEME = "cr1"
 
 
 def args_digest(args: dict[str, Any]) -> str:
@@ -67,15 +72,22 @@ def args_digest(args: dict[str, Any]) -> str:
     return derive_key("args", call_arguments(args))
 
 
-def call_key(flow_id: str, method: str, scope: str, tool: str, digest: str, occurrence: int) -> str:
+def intent_digest(fields: Sequence[Mapping[str, str]], args: dict[str, Any]) -> str:
+    """The digest of a call's intent: derive_key("intent", its intent
+    fields' canonical text), or args_digest for a tool without them."""
+    return call_digest(call_intent(fields, args))
+
+
+def call_key(flow_id: str, method: str, scope: str, tool: str, digest: str, occurrence: int, key_scheme: str = KEY_SCHEME) -> str:
     """The key of one call from its parts (clients/testdata/keys.json's
     crewai vectors); an empty scope is left out, as in every client."""
-    return derive_key(KEY_SCHEME, flow_id, method, tool, digest, str(occurrence), *([scope] if scope else []))
+    return derive_key(key_scheme, flow_id, method, tool, digest, str(occurrence), *([scope] if scope else []))
 
 
 class _KeyedTool(BaseTool):
     """A CrewAI tool whose calls are keyed by the intended call within the
-    flow method's run (cr1), counted once answered; _send makes the call."""
+    flow method's run (cr2: by its intent fields), counted once answered;
+    _send makes the call."""
 
     args_schema: type[BaseModel]
     _deadline: float = PrivateAttr(default=math.inf)
@@ -83,15 +95,21 @@ class _KeyedTool(BaseTool):
     _method: str = PrivateAttr()
     _scope: str = PrivateAttr(default="")
     _seen: Counter[str] = PrivateAttr(default_factory=Counter)
+    _fields: tuple[Mapping[str, str], ...] = PrivateAttr(default=())
+    _key_scheme: str = PrivateAttr(default=KEY_SCHEME)
+
+    def _request(self, args: dict[str, Any]) -> Any:
+        """The request a call makes of its arguments."""
+        return args
 
     def _run(self, **kwargs: Any) -> str:
         try:
             args = arguments(self.args_schema, kwargs)
         except ValueError as e:  # pydantic's ValidationError
             return json.dumps({"error": "InvalidArguments", "detail": str(e)}, ensure_ascii=False)
-        digest = args_digest(args)
+        digest = intent_digest(self._fields, self._request(args)) if self._key_scheme == KEY_SCHEME else args_digest(args)
         occurrence = self._seen[digest] + 1
-        key = call_key(self._flow_id, self._method, self._scope, self.name, digest, occurrence)
+        key = call_key(self._flow_id, self._method, self._scope, self.name, digest, occurrence, self._key_scheme)
         try:
             answer = self._send(args, key)
         except DeadlineError:
@@ -104,6 +122,11 @@ class _KeyedTool(BaseTool):
         """The text the agent reads of the call's final answer; DeadlineError
         past the tool's deadline."""
         raise NotImplementedError
+
+    def _by_intent(self, key: str) -> bool:
+        """Whether key was named by the tool's intent fields, which the
+        request then says (idemflow compares on them alone)."""
+        return bool(self._fields) and key.startswith(KEY_SCHEME + "_")
 
 
 class IdemflowTool(_KeyedTool):
@@ -126,6 +149,13 @@ class IdemflowTool(_KeyedTool):
     past it, the agent reads that the call is pending under its key and
     must not be made again (a pending call is not counted: the same call
     asked again is the same key).
+
+    intent is the operation's intent fields ([{"name", "norm"}], as its
+    declaration publishes them); idemflow's own tools' are known by name
+    or path. The key names them (cr2): the method run again whose model
+    rewords the title gets the first ticket, a replay naming what
+    differed. key_scheme ARGS_KEY_SCHEME ("cr1") names the whole arguments,
+    as the release before cr2 did.
     """
 
     _client: Client = PrivateAttr()
@@ -144,16 +174,23 @@ class IdemflowTool(_KeyedTool):
         body: Callable[[dict[str, Any]], Any] | None = None,
         deadline: float = math.inf,
         scope: str = "",
+        intent: Sequence[Mapping[str, str]] | None = None,
+        key_scheme: str = KEY_SCHEME,
     ) -> None:
         super().__init__(name=name, description=description, args_schema=args_schema)
         self._flow_id, self._method = _identity(flow, name)
         self._client, self._path, self._body, self._deadline = client, path, body, deadline
         self._scope = scope
+        self._fields = tuple(intent) if intent is not None else intent_fields_of(name, path if isinstance(path, str) else None)
+        self._key_scheme = key_scheme
+
+    def _request(self, args: dict[str, Any]) -> Any:
+        return self._body(args) if self._body else args
 
     def _send(self, args: dict[str, Any], key: str) -> str:
         path = self._path(args) if callable(self._path) else self._path
         try:
-            return answer_text(self._client.do(Intent(key, path, self._body(args) if self._body else args), deadline=self._deadline))
+            return answer_text(self._client.do(Intent(key, path, self._request(args), by_intent=self._by_intent(key)), deadline=self._deadline))
         except ProblemError as e:
             return refusal_text(e, key)
 
@@ -247,6 +284,11 @@ class _McpTool(_KeyedTool):
         schema = create_model_from_schema(listed.get("inputSchema") or {"type": "object"}, model_name=f"{name}Schema", enrich_descriptions=True)
         super().__init__(name=name, description=listed.get("description") or name, args_schema=schema)
         self._server, self._flow_id, self._method, self._scope, self._deadline = server, flow_id, method, scope, deadline
+        published = (listed.get("_meta") or {}).get("io.idemflow/intent") or []
+        # CrewAI's client may list a tool without its _meta: idemflow's own
+        # tools' fields are known by name.
+        fields = tuple({"name": str(f["name"]), "norm": str(f["norm"])} for f in published if isinstance(f, dict) and "name" in f and "norm" in f)
+        self._fields = fields or intent_fields_of(name)
 
     def _send(self, args: dict[str, Any], key: str) -> str:
         from .mcp import call_as_task, result_text
@@ -255,7 +297,11 @@ class _McpTool(_KeyedTool):
             client = _mcp_client(self._server)
             await client.connect()
             try:
-                return result_text(await call_as_task(client.session, self.name, args, key=key, resume=RESUME["crewai"], deadline=self._deadline))
+                return result_text(
+                    await call_as_task(
+                        client.session, self.name, args, key=key, resume=RESUME["crewai"], deadline=self._deadline, by_intent=self._by_intent(key)
+                    )
+                )
             finally:
                 await client.disconnect()
 

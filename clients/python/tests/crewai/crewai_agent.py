@@ -121,7 +121,14 @@ def idemflow_mcp() -> MCPServerStdio:
 
 
 def support_flow(
-    state_file: str, client: idemflow.Client, model: ScriptedModel, naive: bool = False, deadline: float = math.inf, cache: bool = True, via_mcp: bool = False
+    state_file: str,
+    client: idemflow.Client,
+    model: ScriptedModel,
+    naive: bool = False,
+    deadline: float = math.inf,
+    cache: bool = True,
+    via_mcp: bool = False,
+    key_scheme: str = "cr2",
 ) -> Flow[State]:
     @persist(SQLiteFlowPersistence(state_file))
     class Support(Flow[State]):
@@ -145,6 +152,7 @@ def support_flow(
                         path="/v1/tickets",
                         args_schema=Ticket,
                         deadline=deadline,
+                        key_scheme=key_scheme,
                     )
                 ]
             agent = Agent(
@@ -169,6 +177,7 @@ def main() -> None:
     ap.add_argument("--state", required=True)
     ap.add_argument("--tools", default="idemflow", choices=["idemflow", "naive"])
     ap.add_argument("--drift", action="store_true")
+    ap.add_argument("--key-scheme", default="cr2", choices=["cr2", "cr1"])
     ap.add_argument("--via", default="http", choices=["http", "mcp"])
     a = ap.parse_args()
     # The client's attempts time out fast, so that a dropped answer is
@@ -176,7 +185,7 @@ def main() -> None:
     with idemflow.Client(os.environ["IDEMFLOW_URL"], os.environ["IDEMFLOW_TOKEN"], attempt_timeout=3, initial_backoff=0.05, max_backoff=0.5) as c:
         via_mcp = a.via == "mcp"
         model = ScriptedModel(model="scripted", customer=a.thread, drift=a.drift, model_key=via_mcp)
-        flow = support_flow(a.state, c, model, naive=a.tools == "naive", via_mcp=via_mcp)
+        flow = support_flow(a.state, c, model, naive=a.tools == "naive", via_mcp=via_mcp, key_scheme=a.key_scheme)
         print(f"running {a.thread}", flush=True)
         result = flow.kickoff(inputs={"id": a.thread})
         for answer in ANSWERS:

@@ -21,7 +21,7 @@ import psycopg
 import pytest
 
 import idemflow
-from idemflow.crewai import IdemflowTool, args_digest, call_key
+from idemflow.crewai import IdemflowTool, args_digest, call_key, intent_digest
 from idemflow.errors import NoDurableIdentityError
 
 from .. import children
@@ -37,7 +37,11 @@ CASES: list[tuple[str, Fault, tuple[str, ...], int, bool]] = [
     ("method run again, answer lost", "answer-lost", (), 1, True),
     ("method run again, request held", "before-received", (), 1, False),
     ("control: fresh keys", "answer-lost", ("--tools", "naive"), 2, False),
-    ("limit: the model writes other arguments", "answer-lost", ("--drift",), 2, False),
+    # The model words the call otherwise when the method runs again: the
+    # same customer, the same intent (cr2), a replay; cr1 named the whole
+    # arguments.
+    ("method run again, the call reworded", "answer-lost", ("--drift",), 1, True),
+    ("control: the call reworded, cr1 keys the whole arguments", "answer-lost", ("--drift", "--key-scheme", "cr1"), 2, False),
     # Through idemflow's MCP server, the model writing a key of its own each time.
     ("MCP: method run again, answer lost", "answer-lost", ("--via", "mcp"), 1, True),
     ("MCP control: CrewAI's own MCP tools, the model's key", "answer-lost", ("--via", "mcp", "--tools", "naive"), 2, False),
@@ -77,26 +81,32 @@ def test_two_calls_in_a_method_are_two_tickets_and_a_rerun_replays_both(url: str
 def test_a_call_waits_through_a_partition_and_no_pending_answer_reaches_the_model(url: str, token: str, db: psycopg.Connection, tmp_path: Path) -> None:
     """A partition of 2.5 s: by default the call waits for its final
     answer under its key, and the agent never reads a pending one: one
-    ticket. The control is the same tool with a 1 s deadline: the agent
-    reads that the call is pending, and the model, as models do, asks
-    again in other words, which is another call: two tickets."""
+    ticket. With a 1 s deadline the agent reads that the call is pending,
+    and the model, as models do, asks again in other words: the same
+    customer, the same intent (cr2), one ticket. The control is that tool
+    under cr1, which named the whole arguments: two tickets."""
     proxy = Proxy(url, "answer-lost", path="/never")
     try:
         outcome = {}
-        for name, deadline in (("waits", math.inf), ("control: a 1 s deadline", 1.0)):
+        for name, deadline, scheme in (
+            ("waits", math.inf, "cr2"),
+            ("a 1 s deadline, asked again in other words", 1.0, "cr2"),
+            ("control: a 1 s deadline under cr1", 1.0, "cr1"),
+        ):
             who = f"py-crewai-pending-{uuid.uuid4().hex[:8]}"
             proxy.partitioned = True
             heal = threading.Timer(2.5, lambda: setattr(proxy, "partitioned", False))
             heal.start()
             try:
-                run_flow(proxy.url, token, tmp_path, ScriptedModel(model="scripted", customer=who), who, deadline=deadline)
+                run_flow(proxy.url, token, tmp_path, ScriptedModel(model="scripted", customer=who), who, deadline=deadline, key_scheme=scheme)
             finally:
                 heal.cancel()
             outcome[name] = count(db, "ticket", who)
     finally:
         proxy.close()
     print(f"a partition of 2.5 s: {outcome}")
-    assert outcome["waits"] == 1 and outcome["control: a 1 s deadline"] >= 2, outcome
+    assert outcome["waits"] == 1 and outcome["a 1 s deadline, asked again in other words"] == 1, outcome
+    assert outcome["control: a 1 s deadline under cr1"] >= 2, outcome
 
 
 def test_a_tool_made_outside_a_flow_method_gets_no_key(url: str, token: str, tmp_path: Path) -> None:
@@ -110,9 +120,11 @@ def test_a_tool_made_outside_a_flow_method_gets_no_key(url: str, token: str, tmp
 
 @pytest.mark.parametrize("c", KEYS["crewai"], ids=lambda c: c["name"])
 def test_crewai_key(c: dict[str, Any]) -> None:
-    digest = args_digest(c["args"])
+    # An entry of scheme cr1 names the whole arguments; cr2's the tool's intent fields.
+    scheme = c["key"][:3]
+    digest = intent_digest(c.get("intent", ()), c["args"]) if scheme == "cr2" else args_digest(c["args"])
     assert digest == c["digest"]
-    assert call_key(c["flow_id"], c["method"], c.get("scope", ""), c["tool"], digest, c["occurrence"]) == c["key"]
+    assert call_key(c["flow_id"], c["method"], c.get("scope", ""), c["tool"], digest, c["occurrence"], scheme) == c["key"]
 
 
 def kill_and_rerun_docs_program(heading: str, model: str, url: str, db: psycopg.Connection, tmp_path: Path) -> None:
