@@ -29,14 +29,16 @@ async function turn(agent, state, options = {}) {
 
 // A turn sent again: a regenerate, or a turn killed before anything was
 // saved. A new run, whose model writes the same call under a new
-// toolCallId: with the turn's ID, the same intended call, a replay. Two
-// identical calls stay two; a reworded call is another intent; another
-// turn in the same words is another; without a turnId (ms1), the control,
-// the run's IDs name the call.
-for (const [name, model, first, again, tickets, replayed] of [
+// toolCallId: with the turn's ID, the same intended call, a replay, also
+// where the model words it otherwise (ms3 names its intent fields). Two
+// identical calls stay two; another turn in the same words is another;
+// the controls: under ms2, which named the whole arguments, a reworded
+// call is a second; without a turnId (ms1) the run's IDs name the call.
+for (const [name, model, first, again, tickets, replayed, keyScheme] of [
   ["the same call under a new toolCallId", {}, "msg-1", "msg-1", 1, [true]],
   ["two identical calls, both written again", { calls: 2, identical: true }, "msg-1", "msg-1", 2, [true, true]],
-  ["a model that rewords the call (a new key, said so)", { reword: true }, "msg-1", "msg-1", 2, [false]],
+  ["a model that rewords the call: the same intent, a replay", { reword: true }, "msg-1", "msg-1", 1, [true]],
+  ["control: ms2 keys the whole arguments", { reword: true }, "msg-1", "msg-1", 2, [false], "ms2"],
   ["another turn in the same words", {}, "msg-1", "msg-2", 2, [false]],
   ["control: no turnId, ms1 keys the run's IDs", {}, undefined, undefined, 2, [false]],
 ]) {
@@ -44,7 +46,7 @@ for (const [name, model, first, again, tickets, replayed] of [
     const dir = await mkdtemp(join(tmpdir(), "idemflow-mastra-"));
     const who = `mastra-resend-${Date.now()}`;
     const agent = support(client(), { customer: who, db: join(dir, "mastra.db"), ...model });
-    const opts = (turnId) => (turnId ? { conversation: who, turnId } : {});
+    const opts = (turnId) => (turnId ? { conversation: who, turnId, keyScheme } : {});
     const a = await turn(agent, join(dir, "run-1.json"), opts(first));
     const b = await turn(agent, join(dir, "run-2.json"), opts(again));
     const ids = new Set([...a, ...b].map((x) => x.result.ticket_id));
@@ -118,7 +120,8 @@ test("the shared key vectors", async () => {
   assert.ok(v.mastra.length > 0);
   for (const c of v.mastra) assert.equal(mastraKey(c.run_id, c.tool_call_id, c.tool), c.key, c.name);
   assert.ok(v.mastra_calls.length > 0);
-  for (const c of v.mastra_calls) assert.equal(intendedCallKeys(c.conversation, c.turn_id, c.calls).get(c.tool_call_id), c.key, c.name);
+  // An entry of scheme ms2 names the whole arguments; ms3's the tool's intent fields.
+  for (const c of v.mastra_calls) assert.equal(intendedCallKeys(c.conversation, c.turn_id, c.calls, c.key.slice(0, 3), Object.fromEntries(c.calls.map((x) => [x.toolName, c.intent ?? []]))).get(c.tool_call_id), c.key, c.name);
 });
 
 test("docs/agents/mcp.md's Mastra snippet runs as written, and a turn sent again is a replay", async () => {

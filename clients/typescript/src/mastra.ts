@@ -39,14 +39,31 @@
 import { AsyncLocalStorage } from "node:async_hooks";
 import { readFile, rm } from "node:fs/promises";
 import type { Client as MCPClient } from "@modelcontextprotocol/sdk/client/index.js";
-import { callArguments, Client, deriveKey, NoDurableIdentityError, operationIntent, type OperationFields, occurrenceAt, ProblemError, writeDurably, type Result } from "./index.js";
-import { callUntilAnswered, mcpTools, resultText } from "./mcp.js";
+import {
+  callArguments,
+  callIntent,
+  Client,
+  deriveKey,
+  intentFieldsOf,
+  type IntentField,
+  NoDurableIdentityError,
+  operationIntent,
+  type OperationFields,
+  occurrenceAt,
+  ProblemError,
+  writeDurably,
+  type Result,
+} from "./index.js";
+import { callUntilAnswered, mcpIntentFields, mcpTools, resultText } from "./mcp.js";
 import { answerText, refusalText } from "./tooltext.js";
 
 export { NoDurableIdentityError };
 
-/** The scheme of a Mastra tool call's key where runDurably has the turn: the intended call. */
-export const keyScheme = "ms2";
+/** The scheme of a Mastra tool call's key where runDurably has the turn: the intended call, named by its intent fields (a ticket's customer, never its wording). */
+export const keyScheme = "ms3";
+
+/** The intended call named by its whole arguments, which a model rewords: the scheme before ms3, for a run saved across the upgrade. */
+export const argsKeyScheme = "ms2";
 
 /** The scheme of a call without a turn (and of every call before ms2): the run and the call's IDs. */
 export const runKeyScheme = "ms1";
@@ -64,20 +81,28 @@ export interface RunCall {
 }
 
 /**
- * The ms2 key of each call of a run of turn turnId in conversation, by
+ * The ms3 key of each call of a run of turn turnId in conversation, by
  * toolCallId: the conversation, derive("turn", turnId), the tool, the
- * digest of the call's arguments (RFC 8785, less the model-written
- * idempotency_key of idemflow's MCP tools) and their occurrence (from 1)
- * among calls, the run's tool calls in their order, of that tool with
- * those arguments.
+ * digest of the call's intent (its tool's intent fields: intents[tool], or
+ * idemflow's own tool's; under ms2, or for a tool without them, its
+ * arguments in RFC 8785 form, less the model-written idempotency_key of
+ * idemflow's MCP tools) and its occurrence (from 1) among calls, the run's
+ * tool calls in their order, of that tool with that intent.
  */
-export function intendedCallKeys(conversation: string, turnId: string, calls: RunCall[]): Map<string, string> {
+export function intendedCallKeys(
+  conversation: string,
+  turnId: string,
+  calls: RunCall[],
+  scheme: typeof keyScheme | typeof argsKeyScheme = keyScheme,
+  intents: Readonly<Record<string, readonly IntentField[]>> = {},
+): Map<string, string> {
   const turn = deriveKey("turn", turnId);
-  const run = calls.map((c) => ({ tool: c.toolName, args: callArguments(c.args ?? {}) }));
+  const named = (c: RunCall) => (scheme === keyScheme ? callIntent(intents[c.toolName] ?? intentFieldsOf(c.toolName), c.args ?? {}) : callArguments(c.args ?? {}));
+  const run = calls.map((c) => ({ tool: c.toolName, args: named(c) }));
   const keys = new Map<string, string>();
   calls.forEach((c, at) => {
     const { args, occurrence } = occurrenceAt(run, at);
-    keys.set(c.toolCallId, deriveKey(keyScheme, conversation, turn, c.toolName, args, String(occurrence)));
+    keys.set(c.toolCallId, deriveKey(scheme, conversation, turn, c.toolName, args, String(occurrence)));
   });
   return keys;
 }
@@ -117,6 +142,7 @@ export interface IdemflowToolFields<I> extends OperationFields<I> {
  * model told that a call is pending writes it again, under a new ID.
  */
 export function idemflowTool<I = any>(client: Client, f: IdemflowToolFields<I>) {
+  const fields = intentFieldsOf(f.id, typeof f.path === "string" ? f.path : undefined);
   return {
     id: f.id,
     description: f.description,
@@ -124,9 +150,11 @@ export function idemflowTool<I = any>(client: Client, f: IdemflowToolFields<I>) 
     requireApproval: true,
     execute: async (input: I, context?: ToolExecutionContext): Promise<string> => {
       const key = callKey(f.id, context);
+      // A key named by the tool's intent fields (ms3): idemflow compares on them.
+      const byIntent = fields.length > 0 && key.startsWith(keyScheme + "_");
       let r: Result;
       try {
-        r = await client.do(operationIntent(key, f, input), { deadlineMs: Infinity, signal: context?.abortSignal });
+        r = await client.do({ ...operationIntent(key, f, input), byIntent }, { deadlineMs: Infinity, signal: context?.abortSignal });
       } catch (e) {
         // With no deadline, only an abort ends the wait otherwise: the run
         // is ending, and the call is approved again under the same key.
@@ -153,7 +181,7 @@ export interface IdemflowMcpToolsFields {
  * SDK's Client, connected by the app), as fields for Mastra's createTool,
  * keyed as idemflowTool keys its calls: each needs approval, and each call
  * sends, in _meta, the key of the intended call runDurably planned for it
- * (ms2), or else its runId's and toolCallId's (ms1), so the
+ * (ms3), or else its runId's and toolCallId's (ms1), so the
  * idempotency_key the model writes decides nothing. Each call asks for a
  * task and waits on it however long it takes, as idemflowTool waits.
  *
@@ -171,14 +199,15 @@ export async function idemflowMcpTools(mcp: MCPClient, f: IdemflowMcpToolsFields
       // No deadline: Mastra hands the model whatever a tool returns or
       // throws; only an abort ends the wait, and the call is approved
       // again under the same key.
-      const result = await callUntilAnswered(mcp, t.name, input, key, Infinity, context?.abortSignal);
+      const byIntent = (intentFieldsOf(t.name).length > 0 || mcpIntentFields(t).length > 0) && key.startsWith(keyScheme + "_");
+      const result = await callUntilAnswered(mcp, t.name, input, key, Infinity, context?.abortSignal, byIntent);
       if (result === undefined) throw new Error(`${t.name}: the run was aborted while the call under key ${key} was pending`);
       return resultText(result);
     },
   }));
 }
 
-/** The key of the call context runs: runDurably's plan (ms2), or its IDs (ms1). */
+/** The key of the call context runs: runDurably's plan (ms3), or its IDs (ms1). */
 function callKey(tool: string, context?: ToolExecutionContext): string {
   const runId = context?.runId;
   const toolCallId = context?.agent?.toolCallId;
@@ -214,8 +243,12 @@ export interface RunOptions {
   streamOptions?: unknown;
   /** Called with every chunk of every stream of the run, as it comes. */
   onChunk?: (chunk: { type: string; payload?: any }) => void;
-  /** The conversation's ID (a memory thread's): with turnId, the calls are keyed as intended calls (ms2). */
+  /** The conversation's ID (a memory thread's): with turnId, the calls are keyed as intended calls (ms3). */
   conversation?: string;
+  /** ms3 (default), or ms2 (the whole arguments) for a run saved across the upgrade. */
+  keyScheme?: typeof keyScheme | typeof argsKeyScheme;
+  /** The intent fields of the app's tools, by tool id (a team's operation); idemflow's own are known. */
+  intents?: Record<string, readonly IntentField[]>;
   /**
    * The ID of the user message the run answers, which the app keeps and
    * sends again with the turn (a chat UI's message ID): with conversation,
@@ -255,7 +288,7 @@ export async function runDurably(agent: DurableAgent, message: unknown, state: s
   const keys = new Map<string, string>();
   const plan = () => {
     if (!turn) return;
-    for (const [id, key] of intendedCallKeys(turn.conversation, turn.turnId, calls)) keys.set(id, key);
+    for (const [id, key] of intendedCallKeys(turn.conversation, turn.turnId, calls, options.keyScheme, options.intents)) keys.set(id, key);
   };
   plan();
   return planned.run(keys, async () => {
