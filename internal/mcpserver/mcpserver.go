@@ -75,7 +75,13 @@ type Result struct {
 	// Differed is the gateway's Idempotency-Differed on a replay of a
 	// call keyed by its intent fields.
 	Differed []string `json:"differed,omitempty" jsonschema:"on a replay of a call keyed by its intent fields: the arguments this call sent that differ from the first answer, which holds what was made"`
+	// Note tells the model, beside Differed, that its new wording was not
+	// saved (the clients' tool answers say the same).
+	Note string `json:"note,omitempty" jsonschema:"beside differed: the result is what was made then"`
 }
+
+// differedNote is Result.Note's text, the clients' DIFFERED_NOTE.
+const differedNote = "this intent was already done: the result is what was made then, not the arguments of this call"
 
 // OperationArgs are get_operation's arguments (every other tool's are a
 // declaration's request, decoded as JSON members).
@@ -253,6 +259,9 @@ func (t tools) callWait(req *mcp.CallToolRequest) time.Duration {
 
 func result(res agentclient.Result) (*mcp.CallToolResult, Result, error) {
 	out := Result{HTTPStatus: res.Status, Replayed: res.Replayed, Differed: res.Differed}
+	if len(res.Differed) > 0 {
+		out.Note = differedNote
+	}
 	if err := json.Unmarshal(res.Body, &out.Result); err != nil {
 		// An HTTP tool's downstream may answer with any body: the model
 		// gets it under "body", as JSON when it is JSON, else as text.

@@ -392,7 +392,7 @@ func TestMCPToolsPublishTheirIntentAndACallKeyedByItReplaysARewording(t *testing
 	_, first := send(map[string]any{"idempotency_key": "model-1", "customer_id": "c-9", "title": "Printer on fire"})
 	_, again := send(map[string]any{"idempotency_key": "model-2", "customer_id": "c-9", "title": "The printer is smoking"})
 	if first.HTTPStatus != 201 || first.Replayed || again.HTTPStatus != 201 || !again.Replayed ||
-		fmt.Sprint(again.Result) != fmt.Sprint(first.Result) || fmt.Sprint(again.Differed) != "[title]" {
+		fmt.Sprint(again.Result) != fmt.Sprint(first.Result) || fmt.Sprint(again.Differed) != "[title]" || !strings.Contains(again.Note, "already done") {
 		t.Fatalf("first %+v, reworded %+v", first, again)
 	}
 	res, _ := send(map[string]any{"idempotency_key": "model-3", "customer_id": "c-10", "title": "Printer on fire"})
