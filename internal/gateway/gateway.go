@@ -47,6 +47,7 @@ const (
 	// back, with the fields in HeaderIntentFields.
 	HeaderFingerprint  = "Idempotency-Fingerprint"
 	FingerprintIntent  = "intent"
+	FingerprintBody    = "body"
 	HeaderIntentFields = "Idempotency-Intent-Fields"
 	// HeaderDiffered, on an intent-keyed replay, names the request's
 	// other members whose values differ from the first answer's.

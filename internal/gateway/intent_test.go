@@ -2,6 +2,7 @@ package gateway_test
 
 import (
 	"bytes"
+	"fmt"
 	"net/http"
 	"testing"
 
@@ -93,5 +94,31 @@ func TestAnOrdersIntentIsItsLinesInAnyOrder(t *testing.T) {
 	}
 	if n := testenv.Count(t, s.Pool, "purchase_order", ""); n != 1 {
 		t.Fatalf("%d orders", n)
+	}
+}
+
+// A value the contract does not list is a 400 naming the header, and
+// nothing is recorded (Schemathesis sent "z" and "{}" and got a 201).
+func TestAnUnknownFingerprintRuleIsA400NamingTheHeader(t *testing.T) {
+	s := testenv.NewStack(t, testenv.Options{})
+	for i, v := range []string{"z", "{}", "intent, body", " Body ", "INTENT"} {
+		r := s.Do(testenv.Request{Path: "/v1/tickets", Token: s.Tokens[testenv.TenantA], Key: fmt.Sprintf("fp-%d", i), Body: `{"customer_id":"c-1","title":"t"}`,
+			Header: map[string]string{"Idempotency-Fingerprint": v}})
+		if r.Status != http.StatusBadRequest || !bytes.Contains(r.Body, []byte("Idempotency-Fingerprint")) {
+			t.Errorf("Idempotency-Fingerprint %q: %d %s", v, r.Status, r.Body)
+		}
+	}
+	// The 400 names the body's faults too, as every 400 names them all.
+	r := s.Do(testenv.Request{Path: "/v1/tickets", Token: s.Tokens[testenv.TenantA], Key: "fp-both", Body: `{"title":""}`,
+		Header: map[string]string{"Idempotency-Fingerprint": "z"}})
+	if r.Status != http.StatusBadRequest || !bytes.Contains(r.Body, []byte(`"field":"Idempotency-Fingerprint"`)) || !bytes.Contains(r.Body, []byte(`"field":"customer_id"`)) {
+		t.Errorf("a bad rule and a bad body: %d %s", r.Status, r.Body)
+	}
+	if r := s.Do(testenv.Request{Path: "/v1/tickets", Token: s.Tokens[testenv.TenantA], Key: "fp-body", Body: `{"customer_id":"c-1","title":"t"}`,
+		Header: map[string]string{"Idempotency-Fingerprint": "body"}}); r.Status != http.StatusCreated {
+		t.Errorf("body: %d %s", r.Status, r.Body)
+	}
+	if n := countRecords(t, s); n != 1 {
+		t.Fatalf("%d records, want 1 (the body one)", n)
 	}
 }

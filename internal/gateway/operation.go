@@ -26,9 +26,14 @@ func (g *Gateway) serveOperation(o *op.Operation) tenantHandler {
 			path[p] = r.PathValue(p)
 		}
 		var body json.RawMessage
-		by := fingerprintBy(w, r, o)
+		// A value the contract does not list is a 400 that also names
+		// every field of the body its schema refuses, nothing recorded.
+		by, badRule := fingerprintBy(w, r, o)
 		g.serveIntent(w, r, o.BizType, &body, o.EmptyBodyAllowed(), func(key string) (starter.Intent, error) {
 			p, err := o.PrepareAs(body, path, by)
+			if badRule != nil {
+				return starter.Intent{}, withFieldErrors(badRule, err)
+			}
 			if err != nil {
 				return starter.Intent{}, err
 			}
@@ -51,17 +56,39 @@ func (g *Gateway) serveOperation(o *op.Operation) tenantHandler {
 
 // fingerprintBy is what the request asks to be compared on under its
 // key: its intent fields with Idempotency-Fingerprint: intent (a caller
-// that derives its key from them), else its whole body. An answer to an
+// that derives its key from them), else its whole body (no header, or
+// body). Any other value is an *apperr.InvalidError. An answer to an
 // intent-keyed request names the fields it was compared on.
-func fingerprintBy(w http.ResponseWriter, r *http.Request, o *op.Operation) op.FingerprintBy {
-	if !strings.EqualFold(strings.TrimSpace(r.Header.Get(HeaderFingerprint)), FingerprintIntent) {
-		return op.ByBody
+func fingerprintBy(w http.ResponseWriter, r *http.Request, o *op.Operation) (op.FingerprintBy, error) {
+	values := r.Header.Values(HeaderFingerprint)
+	if len(values) == 0 {
+		return op.ByBody, nil
+	}
+	// Exactly as the contract's enum lists them.
+	v := values[0]
+	if len(values) > 1 || (v != FingerprintIntent && v != FingerprintBody) {
+		var inv apperr.Invalid
+		inv.Add(HeaderFingerprint, "must be %s or %s, once", FingerprintBody, FingerprintIntent)
+		return op.ByBody, inv.Err()
+	}
+	if v == FingerprintBody {
+		return op.ByBody, nil
 	}
 	w.Header().Set(HeaderFingerprint, FingerprintIntent)
 	if len(o.Intent) > 0 {
 		w.Header().Set(HeaderIntentFields, strings.Join(o.Intent.Names(), ", "))
 	}
-	return op.ByIntent
+	return op.ByIntent, nil
+}
+
+// withFieldErrors is first (an *apperr.InvalidError) with the field
+// errors of err added, where err is one too.
+func withFieldErrors(first, err error) error {
+	var a, b *apperr.InvalidError
+	if !errors.As(first, &a) || !errors.As(err, &b) {
+		return first
+	}
+	return &apperr.InvalidError{Fields: append(slices.Clone(a.Fields), b.Fields...)}
 }
 
 // differed names the members of an intent-keyed replay's request, not

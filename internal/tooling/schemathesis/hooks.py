@@ -8,7 +8,10 @@ the same server, and, for "nothing recorded", looks into the database:
 - idemflow_replay: a stored 2xx of a POST, sent again with the same key and
   body, is the same status and bytes, with Idempotent-Replayed: true.
 - idemflow_changed_body: the same key with one field changed to another
-  valid value is 422 /problems/idempotency-key-reused.
+  valid value is 422 /problems/idempotency-key-reused; under
+  Idempotency-Fingerprint: intent, a field outside the intent fields the
+  answer names (Idempotency-Intent-Fields) changed is a replay of the
+  first answer instead, byte for byte.
 - idemflow_nothing_recorded: idemflow's own 4xx refusal of a POST added no
   record and no row under the key (rows a deployment already held under
   it, from an earlier run, are counted before the request and allowed).
@@ -124,6 +127,26 @@ def resend(response: Response, **changes: Any) -> requests.Response:
     headers.update(changes.pop("headers", {}))
     body = changes.pop("body", req.body)
     return requests.request(req.method or "POST", req.url or "", headers=headers, data=body, timeout=60)
+
+
+def intent_fields(response: Response) -> set[str] | frozenset[str]:
+    """The fields a request is compared on under its key: its intent fields
+    where it was sent with Idempotency-Fingerprint: intent and the answer
+    names them (Idempotency-Intent-Fields), else every field."""
+    if (header(response, "Idempotency-Fingerprint") or "").strip().lower() != "intent":
+        return _EVERY_FIELD
+    named = {f.strip() for f in (header(response, "Idempotency-Intent-Fields") or "").split(",") if f.strip()}
+    return named or _EVERY_FIELD
+
+
+class _Every(frozenset[str]):
+    """Every field: a set that holds any name."""
+
+    def __contains__(self, _: object) -> bool:
+        return True
+
+
+_EVERY_FIELD = _Every()
 
 
 def stored_success(response: Response) -> bool:
@@ -422,6 +445,13 @@ def idemflow_changed_body(ctx: Any, response: Response, case: Case) -> bool | No
             continue
         judged("idemflow_changed_body")
         again = resend(response, body=json.dumps({**body, field: changed}).encode())
+        if field not in intent_fields(response):
+            # Free text under a key taken by intent fields: the first answer.
+            assert again.status_code == response.status_code and again.headers.get(REPLAYED) == "true" and again.content == response.content, (
+                f"the intent-keyed key with {field} (no intent field) changed from {value!r} to {changed!r} was answered"
+                f" {again.status_code} {again.headers.get(REPLAYED)}: {again.text[:300]}"
+            )
+            return True
         problem = again.json() if again.headers.get("Content-Type", "").startswith("application/problem+json") else {}
         assert again.status_code == 422 and problem.get("type") == "/problems/idempotency-key-reused", (
             f"the key with {field} changed from {value!r} to {changed!r} was answered {again.status_code}: {again.text[:300]}"
