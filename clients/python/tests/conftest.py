@@ -69,6 +69,14 @@ def count(db: psycopg.Connection, table: str, customer_id: str) -> int:
     return int(row[0])
 
 
+def count_like(db: psycopg.Connection, who: str) -> int:
+    """The tickets of every customer whose ID starts with who (a test's
+    customers, one per intent it makes)."""
+    row = db.execute("SELECT count(*) FROM ticket WHERE customer_id LIKE %s", (who + "%",)).fetchone()
+    assert row is not None
+    return int(row[0])
+
+
 def docs_text() -> str:
     """The project's documentation, README.md, docs/*.md and the pages under
     docs/agents/ (in the order docs/agents.md links them), one after

@@ -36,7 +36,7 @@ import idemflow
 from idemflow.langgraph import ARGS_KEY_SCHEME, LEGACY_KEY_SCHEME, durable_key, idemflow_tool, mcp_tools
 
 from . import children
-from .conftest import count, docs_block, need
+from .conftest import count, count_like, docs_block, need
 from .test_mcp import over_stdio
 from .wire import Proxy
 
@@ -466,12 +466,6 @@ def test_a_fork_before_the_model_step_makes_the_same_call_once(
         assert all(a["differed"] == ["title"] and "already done" in a["note"] for a in answers), answers
         made = [a["result"]["title"] for a in answers]
         assert made == [c["args"]["title"] for c in calls("1")], made
-
-
-def count_like(db: psycopg.Connection, who: str) -> int:
-    row = db.execute("SELECT count(*) FROM ticket WHERE customer_id LIKE %s", (who + "%",)).fetchone()
-    assert row is not None
-    return int(row[0])
 
 
 def test_the_same_call_in_a_later_turn_is_another_intent(client: idemflow.Client, db: psycopg.Connection) -> None:

@@ -30,7 +30,7 @@ from idemflow.openai_agents import durable_key, durable_mcp_server, idemflow_fun
 
 from . import children
 from .agents.openai_agent import ScriptedModel, Ticket
-from .conftest import count, docs_block, need
+from .conftest import count, count_like, docs_block, need
 from .wire import Proxy
 
 CASES = [
@@ -245,12 +245,6 @@ def test_a_turn_sent_again_makes_the_same_call_once(
     if model is RewordingModel and all(replayed):
         # Told truthfully: a replay of what was made, naming what differed.
         assert [a.get("differed") for a in again] == [["title"]] and "already done" in again[0]["note"], again
-
-
-def count_like(db: psycopg.Connection, who: str) -> int:
-    row = db.execute("SELECT count(*) FROM ticket WHERE customer_id LIKE %s", (who + "%",)).fetchone()
-    assert row is not None
-    return int(row[0])
 
 
 def test_a_pending_answer_fails_the_run_and_never_reaches_the_model(url: str, token: str, db: psycopg.Connection) -> None:

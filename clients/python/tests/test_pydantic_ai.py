@@ -28,7 +28,7 @@ from idemflow.pydantic_ai import durable_mcp_toolset, message_key, run_durably
 
 from . import children
 from .agents.pydantic_agent import ScriptedModel, agent, mcp_toolset, ticket_tool
-from .conftest import count, docs_block, need
+from .conftest import count, count_like, docs_block, need
 from .wire import Proxy
 
 
@@ -176,12 +176,6 @@ def test_a_run_sent_again_with_the_history_cut_before_the_models_answer_makes_th
     if model is RewordingModel and all(replayed):
         # Told truthfully: a replay of what was made, naming what differed.
         assert [a.get("differed") for a in again] == [["title"]] and "already done" in again[0]["note"], again
-
-
-def count_like(db: psycopg.Connection, who: str) -> int:
-    row = db.execute("SELECT count(*) FROM ticket WHERE customer_id LIKE %s", (who + "%",)).fetchone()
-    assert row is not None
-    return int(row[0])
 
 
 def test_a_call_id_reused_in_a_later_turn_is_a_second_call(url: str, token: str, db: psycopg.Connection) -> None:
