@@ -9,6 +9,8 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/idemflow/idemflow/intent"
+
 	commonpb "go.temporal.io/api/common/v1"
 	"go.temporal.io/sdk/activity"
 	"go.temporal.io/sdk/converter"
@@ -47,7 +49,11 @@ type keyVectors struct {
 			Data       string `json:"data"`
 			DataBase64 []byte `json:"data_base64"`
 		} `json:"payloads"`
-		Digest string `json:"digest"`
+		// Intent: the activity's declared intent fields (tp4): the
+		// digest is its intent's, or Error where the call has none.
+		Intent intent.Fields `json:"intent"`
+		Digest string        `json:"digest"`
+		Error  string        `json:"error"`
 	} `json:"temporal_args"`
 	TemporalLineage []struct {
 		Name           string   `json:"name"`
@@ -84,6 +90,8 @@ func TestTheSharedKeyVectors(t *testing.T) {
 		// empty one is no scope.
 		var got string
 		switch c.Scheme {
+		case "tp4":
+			got = intentActivityKey(c.WorkflowID, callID{Lineage: c.Lineage, Turn: c.Turn, Args: c.Args, Intent: true, N: c.N}, c.Tool, c.Scope)
 		case "tp3":
 			got = activityKey(c.WorkflowID, callID{Lineage: c.Lineage, Turn: c.Turn, Args: c.Args, N: c.N}, c.Tool, c.Scope)
 		case "tp2":
@@ -106,8 +114,19 @@ func TestTheSharedKeyVectors(t *testing.T) {
 			}
 			ps.Payloads = append(ps.Payloads, &commonpb.Payload{Metadata: map[string][]byte{converter.MetadataEncoding: []byte(p.Encoding)}, Data: data})
 		}
-		if got := argsDigest(ps); got != c.Digest {
-			t.Errorf("the arguments' digest, %s: %s, want %s", c.Name, got, c.Digest)
+		if c.Intent == nil {
+			if got := argsDigest(ps); got != c.Digest {
+				t.Errorf("the arguments' digest, %s: %s, want %s", c.Name, got, c.Digest)
+			}
+			continue
+		}
+		got, err := intentDigest(c.Intent, ps)
+		if c.Error != "" {
+			if err == nil || !strings.Contains(err.Error(), c.Error) {
+				t.Errorf("the intent's digest, %s: %s %v, want an error naming %q", c.Name, got, err, c.Error)
+			}
+		} else if err != nil || got != c.Digest {
+			t.Errorf("the intent's digest, %s: %s %v, want %s", c.Name, got, err, c.Digest)
 		}
 	}
 	for _, c := range v.TemporalLineage {

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/gowebpki/jcs"
+	"github.com/idemflow/idemflow/intent"
 	commonpb "go.temporal.io/api/common/v1"
 	"go.temporal.io/sdk/activity"
 	"go.temporal.io/sdk/converter"
@@ -29,7 +30,12 @@ import (
 //     reset of an earlier turn finds the later turns' calls again;
 //   - the tool and the call's arguments (a digest of their canonical JSON),
 //     and how many calls of the same activity with the same arguments the
-//     run made before this one.
+//     run made before this one;
+//   - or, for an activity the worker declared intent fields for
+//     (IntentFields, tp4), the call's intent in place of its arguments:
+//     the declared fields of its one argument, normalised (package
+//     intent), so that a reset whose model rewrites only free text finds
+//     the first call's key and its answer (ActivityByIntent).
 //
 // A reset that runs the model again therefore keeps the key of every call
 // the model asks for again, wherever in the run it comes (a lookup added
@@ -37,6 +43,10 @@ import (
 // of its own (never a 422, never another call's replay).
 const (
 	activityScheme = "tp3"
+	// tp4 is tp3 with the call's intent (IntentFields) in place of its
+	// arguments: a scheme of its own, so that no tp3 key in flight is
+	// ever read as an intent's.
+	intentActivityScheme = "tp4"
 	// tp2 numbered a call by its place among the run's calls (the original
 	// run ID and a count): kept for an activity that a workflow worker of
 	// the previous release scheduled, so that its retries keep its key.
@@ -60,8 +70,12 @@ type callID struct {
 	Lineage string `json:"lineage,omitempty"`
 	Turn    int    `json:"turn"`
 	Args    string `json:"args,omitempty"`
+	// Intent: Args is the digest of the call's intent, not of its
+	// arguments (tp4).
+	Intent bool `json:"intent,omitempty"`
 	// N: the call's occurrence among the run's calls of the same activity
-	// with the same arguments, from 1 (tp2: its place among all calls).
+	// with the same arguments (or intent), from 1 (tp2: its place among
+	// all calls).
 	N int `json:"n"`
 	// Run: tp2's original run ID, in a header of the previous release.
 	Run string `json:"run,omitempty"`
@@ -122,6 +136,26 @@ func argsDigest(payloads *commonpb.Payloads) string {
 	return DeriveKey("args", parts...)
 }
 
+// intentDigest names a call by its intent: the declared fields of its one
+// argument, a JSON object, normalised. Any other arguments have no intent
+// fields to read, which is the workflow's mistake, not the model's.
+//
+// The workflow calls it: its text is RFC 8785, so the same arguments give
+// the same bytes however the maps it passes through are iterated.
+//
+//workflowcheck:ignore
+func intentDigest(fields intent.Fields, payloads *commonpb.Payloads) (string, error) {
+	ps := payloads.GetPayloads()
+	if len(ps) != 1 || string(ps[0].GetMetadata()[converter.MetadataEncoding]) != converter.MetadataEncodingJSON {
+		return "", fmt.Errorf("intent fields name members of an activity's one argument, a JSON object; this call has %d arguments", len(ps))
+	}
+	canonical, err := fields.Canonical(ps[0].GetData())
+	if err != nil {
+		return "", err
+	}
+	return DeriveKey("intent", canonical), nil
+}
+
 // ActivityKey is the key of the running Temporal activity's call of tool
 // (default: the activity's type). Every attempt of the call sends it (a
 // worker killed after the effect, a timeout), and so does the call made
@@ -162,6 +196,8 @@ func ActivityKey(ctx context.Context, tool string, scope ...string) (key string,
 	switch {
 	case !ok:
 		return "", noIdentity("register agentclient.KeyInterceptor() on this worker (worker.Options.Interceptors), and on the workflow's, so that the key can tell the workflow's calls apart")
+	case got.call.Lineage != "" && got.call.Intent:
+		return intentActivityKey(info.WorkflowExecution.ID, got.call, tool, scope...), nil
 	case got.call.Lineage != "":
 		return activityKey(info.WorkflowExecution.ID, got.call, tool, scope...), nil
 	case got.call.Run != "":
@@ -197,6 +233,20 @@ func activityKey(workflowID string, call callID, tool string, scope ...string) s
 	return DeriveKey(activityScheme, append([]string{workflowID, call.Lineage, strconv.Itoa(call.Turn), tool, call.Args, strconv.Itoa(call.N)}, nonEmpty(scope)...)...)
 }
 
+func intentActivityKey(workflowID string, call callID, tool string, scope ...string) string {
+	return DeriveKey(intentActivityScheme, append([]string{workflowID, call.Lineage, strconv.Itoa(call.Turn), tool, call.Args, strconv.Itoa(call.N)}, nonEmpty(scope)...)...)
+}
+
+// ActivityByIntent reports whether the running activity's key names its
+// intent (IntentFields) rather than its whole arguments. Its request must
+// then say so (Intent.ByIntent), so that the gateway compares the intent
+// fields alone and answers a reworded call made again with the first
+// call's answer, naming what differed (Result.Differed).
+func ActivityByIntent(ctx context.Context) bool {
+	got, ok := ctx.Value(interceptedKey{}).(intercepted)
+	return ok && got.call.Lineage != "" && got.call.Intent
+}
+
 func placeActivityKey(workflowID string, call callID, tool string, scope ...string) string {
 	return DeriveKey(placeActivityScheme, append([]string{workflowID, call.Run, strconv.Itoa(call.N), tool}, nonEmpty(scope)...)...)
 }
@@ -210,6 +260,27 @@ type KeyOption func(*keyOptions)
 
 type keyOptions struct {
 	upgradedAt time.Time
+	intents    map[string]intent.Fields // by activity type
+}
+
+// IntentFields declares the fields of activityType's one argument (a JSON
+// object) that make its intent, as the operation it calls declares them
+// (its tool's _meta["io.idemflow/intent"], the contract's
+// x-idemflow-intent): its calls are keyed by those fields, normalised
+// (tp4), in place of their whole arguments. Give it to the workflow's
+// worker, where calls are named. A call whose argument is not one JSON
+// object fails the workflow task, visibly, until the code is fixed.
+//
+// Declare it before the first call is scheduled, or after every run that
+// may be reset to before a call has closed: a reset that re-runs a call
+// first named by its arguments names it by its intent, another key.
+func IntentFields(activityType string, fields intent.Fields) KeyOption {
+	return func(o *keyOptions) {
+		if o.intents == nil {
+			o.intents = map[string]intent.Fields{}
+		}
+		o.intents[activityType] = fields
+	}
 }
 
 // UpgradedAt is the explicit path for activities in flight across the
@@ -261,8 +332,8 @@ func (k *keyInterceptor) InterceptActivity(ctx context.Context, next interceptor
 	return &keyActivityInbound{ActivityInboundInterceptorBase: interceptor.ActivityInboundInterceptorBase{Next: next}, opts: k.opts}
 }
 
-func (*keyInterceptor) InterceptWorkflow(ctx workflow.Context, next interceptor.WorkflowInboundInterceptor) interceptor.WorkflowInboundInterceptor {
-	return &keyWorkflowInbound{WorkflowInboundInterceptorBase: interceptor.WorkflowInboundInterceptorBase{Next: next}}
+func (k *keyInterceptor) InterceptWorkflow(ctx workflow.Context, next interceptor.WorkflowInboundInterceptor) interceptor.WorkflowInboundInterceptor {
+	return &keyWorkflowInbound{WorkflowInboundInterceptorBase: interceptor.WorkflowInboundInterceptorBase{Next: next}, intents: k.opts.intents}
 }
 
 type keyActivityInbound struct {
@@ -284,11 +355,12 @@ func (a *keyActivityInbound) ExecuteActivity(ctx context.Context, in *intercepto
 
 type keyWorkflowInbound struct {
 	interceptor.WorkflowInboundInterceptorBase
-	out *keyWorkflowOutbound
+	intents map[string]intent.Fields
+	out     *keyWorkflowOutbound
 }
 
 func (w *keyWorkflowInbound) Init(outbound interceptor.WorkflowOutboundInterceptor) error {
-	w.out = &keyWorkflowOutbound{WorkflowOutboundInterceptorBase: interceptor.WorkflowOutboundInterceptorBase{Next: outbound}, seen: map[string]int{}}
+	w.out = &keyWorkflowOutbound{WorkflowOutboundInterceptorBase: interceptor.WorkflowOutboundInterceptorBase{Next: outbound}, intents: w.intents, seen: map[string]int{}}
 	return w.Next.Init(w.out)
 }
 
@@ -305,8 +377,9 @@ func (w *keyWorkflowInbound) ExecuteWorkflow(ctx workflow.Context, in *intercept
 // time.
 type keyWorkflowOutbound struct {
 	interceptor.WorkflowOutboundInterceptorBase
-	line *lineage
-	seen map[string]int // by activity type and arguments
+	line    *lineage
+	intents map[string]intent.Fields
+	seen    map[string]int // by activity type and arguments (or intent)
 }
 
 func (o *keyWorkflowOutbound) ExecuteActivity(ctx workflow.Context, activityType string, args ...any) workflow.Future {
@@ -338,9 +411,15 @@ func (o *keyWorkflowOutbound) stamp(ctx workflow.Context, activityType string, a
 	if err != nil {
 		panic(fmt.Sprintf("idemflow: the arguments of activity %s cannot name its call: %v", activityType, err))
 	}
-	digest := argsDigest(payloads)
+	digest, byIntent := argsDigest(payloads), false
+	if fields, ok := o.intents[activityType]; ok {
+		if digest, err = intentDigest(fields, payloads); err != nil {
+			panic(fmt.Sprintf("idemflow: the intent of activity %s: %v", activityType, err))
+		}
+		byIntent = true
+	}
 	o.seen[activityType+"\x00"+digest]++
-	call := callID{Lineage: o.line.ID, Turn: o.line.Turn, Args: digest, N: o.seen[activityType+"\x00"+digest]}
+	call := callID{Lineage: o.line.ID, Turn: o.line.Turn, Args: digest, Intent: byIntent, N: o.seen[activityType+"\x00"+digest]}
 	if h := interceptor.WorkflowHeader(ctx); h != nil {
 		h[callHeader] = mustPayload(call)
 	}

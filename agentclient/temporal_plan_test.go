@@ -1,15 +1,18 @@
 package agentclient
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/google/uuid"
+	"github.com/idemflow/idemflow/intent"
 	"github.com/idemflow/idemflow/internal/tooling/testenv"
 	commonpb "go.temporal.io/api/common/v1"
 	"go.temporal.io/api/workflowservice/v1"
@@ -27,8 +30,20 @@ import (
 // gets another plan, as a real model gives.
 
 type toolCall struct {
-	Tool  string // "lookup" (read-only) or "create_ticket"
+	// Tool: "lookup" (read-only), "create_ticket" (customer, title) or
+	// "open_ticket" (ticketArgs, one JSON object: an activity that may
+	// declare intent fields).
+	Tool  string
 	Title string
+	// Customer, if set, is what the model writes for the customer in
+	// place of the run's (another customer, or the same one spaced).
+	Customer string
+}
+
+// ticketArgs is open_ticket's one argument.
+type ticketArgs struct {
+	CustomerID string `json:"customer_id"`
+	Title      string `json:"title"`
 }
 
 type planRun struct {
@@ -45,22 +60,35 @@ type planRun struct {
 	ToolQueue string
 }
 
-const planQueue = "agent-plans"
+const (
+	planQueue   = "agent-plans"
+	intentQueue = "agent-plans-by-intent"
+)
 
-func plannedAgent(ctx workflow.Context, r planRun) (int, error) {
+// plannedAgent returns open_ticket's answers.
+func plannedAgent(ctx workflow.Context, r planRun) ([]Result, error) {
 	ctx = workflow.WithActivityOptions(ctx, workflow.ActivityOptions{StartToCloseTimeout: 30 * time.Second,
 		RetryPolicy: &temporal.RetryPolicy{InitialInterval: 50 * time.Millisecond, MaximumAttempts: 3}})
 	var plan []toolCall
 	if err := workflow.ExecuteActivity(ctx, "model", r.Customer, r.Turn).Get(ctx, &plan); err != nil {
-		return 0, err
+		return nil, err
 	}
 	tctx := ctx
 	if r.ToolQueue != "" {
 		tctx = workflow.WithTaskQueue(ctx, r.ToolQueue)
 	}
+	var answers []Result
 	for _, c := range plan {
+		if c.Tool == "open_ticket" {
+			var res Result
+			if err := workflow.ExecuteActivity(tctx, c.Tool, ticketArgs{CustomerID: cmp.Or(c.Customer, r.Customer), Title: c.Title}).Get(ctx, &res); err != nil {
+				return nil, err
+			}
+			answers = append(answers, res)
+			continue
+		}
 		if err := workflow.ExecuteActivity(tctx, c.Tool, r.Customer, c.Title).Get(ctx, nil); err != nil {
-			return 0, err
+			return nil, err
 		}
 	}
 	if r.WaitForDone {
@@ -68,12 +96,12 @@ func plannedAgent(ctx workflow.Context, r planRun) (int, error) {
 	}
 	if r.Turn < r.Turns {
 		r.Turn++
-		return 0, workflow.NewContinueAsNewError(ctx, plannedAgent, r)
+		return nil, workflow.NewContinueAsNewError(ctx, plannedAgent, r)
 	}
 	if r.FailFirstAttempt && workflow.GetInfo(ctx).Attempt == 1 {
-		return 0, temporal.NewApplicationError("the first attempt fails after its calls", "test")
+		return nil, temporal.NewApplicationError("the first attempt fails after its calls", "test")
 	}
-	return len(plan), nil
+	return answers, nil
 }
 
 // scriptedModel answers the n-th invocation for (customer, turn) with
@@ -117,6 +145,20 @@ func plannedTicket(c *Client) func(context.Context, string, string) (string, err
 	}
 }
 
+// openTicket is the agent's open_ticket: one ticket under ActivityKey,
+// keyed by the call's intent where the workflow's worker declared it
+// (IntentFields), and then saying so (ActivityByIntent).
+func openTicket(c *Client) func(context.Context, ticketArgs) (Result, error) {
+	return func(ctx context.Context, a ticketArgs) (Result, error) {
+		key, err := ActivityKey(ctx, "")
+		if err != nil {
+			return Result{}, err
+		}
+		body, _ := json.Marshal(a)
+		return c.Do(ctx, Intent{ID: key, Key: key, Method: "POST", Path: "/v1/tickets", Body: body, ByIntent: ActivityByIntent(ctx)})
+	}
+}
+
 // What operators and Temporal do to a planned agent, on a real Temporal
 // server and a real gateway: a reset that runs the model again (which
 // then plans otherwise), a reset of a continue-as-new chain, a workflow
@@ -126,12 +168,18 @@ func TestAKeyNamesTheIntendedCallNotItsPlace(t *testing.T) {
 	s := testenv.NewStack(t, testenv.Options{})
 	c := &Client{BaseURL: s.URL, Token: s.Tokens[testenv.TenantA], Initial: 20 * time.Millisecond, Max: 200 * time.Millisecond}
 	model := &scriptedModel{plans: map[string][][]toolCall{}, asked: map[string]int{}}
-	s.Server.NewWorkerWithOptions(planQueue, func(r sdkworker.Registry) {
+	register := func(r sdkworker.Registry) {
 		r.RegisterWorkflowWithOptions(plannedAgent, workflow.RegisterOptions{Name: "planned"})
 		r.RegisterActivityWithOptions(model.answer, activity.RegisterOptions{Name: "model"})
 		r.RegisterActivityWithOptions(func(context.Context, string, string) error { return nil }, activity.RegisterOptions{Name: "lookup"})
 		r.RegisterActivityWithOptions(plannedTicket(c), activity.RegisterOptions{Name: "create_ticket"})
-	}, sdkworker.Options{Interceptors: []interceptor.WorkerInterceptor{KeyInterceptor()}})
+		r.RegisterActivityWithOptions(openTicket(c), activity.RegisterOptions{Name: "open_ticket"})
+	}
+	s.Server.NewWorkerWithOptions(planQueue, register, sdkworker.Options{Interceptors: []interceptor.WorkerInterceptor{KeyInterceptor()}})
+	// The same agent on a worker that declares open_ticket's intent
+	// field, the customer, as the ticket operation does (tp4).
+	byIntent := KeyInterceptor(IntentFields("open_ticket", intent.Fields{{Name: "customer_id", Norm: intent.ID}}))
+	s.Server.NewWorkerWithOptions(intentQueue, register, sdkworker.Options{Interceptors: []interceptor.WorkerInterceptor{byIntent}})
 	tc := s.Temporal
 	ctx := context.Background()
 
@@ -164,10 +212,10 @@ func TestAKeyNamesTheIntendedCallNotItsPlace(t *testing.T) {
 	}
 	// runAndReset runs the agent until its calls are made, resets it to
 	// the n-th workflow task, and lets the reset run finish.
-	runAndReset := func(t *testing.T, who string, want int, n int) {
+	runOnAndReset := func(t *testing.T, queue, who string, want int, n int) []Result {
 		t.Helper()
 		id := "plan-" + who
-		run, err := tc.ExecuteWorkflow(ctx, client.StartWorkflowOptions{ID: id, TaskQueue: planQueue}, "planned", planRun{Customer: who, WaitForDone: true})
+		run, err := tc.ExecuteWorkflow(ctx, client.StartWorkflowOptions{ID: id, TaskQueue: queue}, "planned", planRun{Customer: who, WaitForDone: true})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -176,13 +224,19 @@ func TestAKeyNamesTheIntendedCallNotItsPlace(t *testing.T) {
 		if err := tc.SignalWorkflow(ctx, id, again, "done", nil); err != nil {
 			t.Fatal(err)
 		}
-		if err := tc.GetWorkflow(ctx, id, again).Get(ctx, nil); err != nil {
+		var answers []Result
+		if err := tc.GetWorkflow(ctx, id, again).Get(ctx, &answers); err != nil {
 			t.Fatalf("the reset run failed: %v", err)
 		}
+		return answers
 	}
-	printer := toolCall{"create_ticket", "Printer on fire"}
-	lookup := toolCall{"lookup", "Printer on fire"}
-	toner := toolCall{"create_ticket", "Toner empty"}
+	runAndReset := func(t *testing.T, who string, want int, n int) []Result {
+		t.Helper()
+		return runOnAndReset(t, planQueue, who, want, n)
+	}
+	printer := toolCall{Tool: "create_ticket", Title: "Printer on fire"}
+	lookup := toolCall{Tool: "lookup", Title: "Printer on fire"}
+	toner := toolCall{Tool: "create_ticket", Title: "Toner empty"}
 
 	t.Run("a reset runs the model again, which adds a lookup before the same call", func(t *testing.T) {
 		who := "c-" + uuid.NewString()[:8]
@@ -239,6 +293,59 @@ func TestAKeyNamesTheIntendedCallNotItsPlace(t *testing.T) {
 			t.Fatalf("%d tickets after the chain was reset, for two intended calls", n)
 		}
 	})
+	// A reset whose model rewords the free text of its call: on the
+	// worker that declares the intent field, the call made again finds
+	// the first by its intent (tp4), and its answer says truthfully that
+	// it is a replay of what was made, naming what differed.
+	printerReworded := toolCall{Tool: "open_ticket", Title: "Printer is smoking, please help"}
+	printerOpen := toolCall{Tool: "open_ticket", Title: "Printer on fire"}
+	t.Run("a reset whose model rewords the call: one ticket, a replay naming the title", func(t *testing.T) {
+		who := "c-" + uuid.NewString()[:8]
+		spaced := printerReworded
+		spaced.Customer = " " + who + " "
+		model.script(who, []toolCall{printerOpen}, []toolCall{spaced})
+		answers := runOnAndReset(t, intentQueue, who, 1, 1)
+		if n := tickets(who, "") + tickets(spaced.Customer, ""); n != 1 {
+			t.Fatalf("%d tickets for one intended call reworded", n)
+		}
+		var made ticketArgs
+		if len(answers) != 1 || !answers[0].Replayed || !slices.Equal(answers[0].Differed, []string{"title"}) ||
+			json.Unmarshal(answers[0].Body, &made) != nil || made.Title != printerOpen.Title {
+			t.Fatalf("the reworded call's answer: %+v, want a replay of %q naming the title", answers, printerOpen.Title)
+		}
+	})
+	t.Run("without the declaration (tp3) the reworded call is a second ticket", func(t *testing.T) {
+		who := "c-" + uuid.NewString()[:8]
+		model.script(who, []toolCall{printerOpen}, []toolCall{printerReworded})
+		runAndReset(t, who, 1, 1)
+		if n := tickets(who, ""); n != 2 {
+			t.Fatalf("%d tickets: the control shows what tp4 prevents", n)
+		}
+	})
+	t.Run("a reset whose model names another customer: another intent", func(t *testing.T) {
+		who := "c-" + uuid.NewString()[:8]
+		other := printerOpen
+		other.Customer = who + "-b"
+		model.script(who, []toolCall{printerOpen}, []toolCall{other})
+		if answers := runOnAndReset(t, intentQueue, who, 1, 1); len(answers) != 1 || answers[0].Replayed {
+			t.Fatalf("another customer's call: %+v, want a new ticket", answers)
+		}
+		if a, b := tickets(who, ""), tickets(who+"-b", ""); a != 1 || b != 1 {
+			t.Fatalf("%d and %d tickets, want one for each customer", a, b)
+		}
+	})
+	t.Run("two calls for one customer in a run are two, and a reset that rewords both keeps both", func(t *testing.T) {
+		who := "c-" + uuid.NewString()[:8]
+		network := toolCall{Tool: "open_ticket", Title: "Network down"}
+		model.script(who, []toolCall{printerOpen, network}, []toolCall{printerReworded, {Tool: "open_ticket", Title: "No network"}})
+		answers := runOnAndReset(t, intentQueue, who, 2, 1)
+		if n := tickets(who, ""); n != 2 {
+			t.Fatalf("%d tickets for two intended calls", n)
+		}
+		if len(answers) != 2 || !answers[0].Replayed || !answers[1].Replayed {
+			t.Fatalf("the reset's calls: %+v, want both replayed", answers)
+		}
+	})
 	t.Run("a workflow retry", func(t *testing.T) {
 		who := "c-" + uuid.NewString()[:8]
 		model.script(who, []toolCall{printer})
@@ -288,7 +395,7 @@ func TestACallNobodyNumberedFailsTheRunNamingTheFix(t *testing.T) {
 			s.Server.NewWorkerWithOptions(queue, workflows, sdkworker.Options{})
 			s.Server.NewWorkerWithOptions(toolQueue, tools, tt.toolsOptions)
 			who := "c-" + uuid.NewString()[:8]
-			model.script(who, []toolCall{{"create_ticket", "Printer on fire"}})
+			model.script(who, []toolCall{{Tool: "create_ticket", Title: "Printer on fire"}})
 			id := "bare-" + who
 			// The workflow ID run twice: two intended calls.
 			for range 2 {

@@ -8,6 +8,7 @@ from __future__ import annotations
 import asyncio
 import uuid
 from datetime import timedelta
+from typing import Any
 
 import psycopg
 import pytest
@@ -16,10 +17,11 @@ from temporalio.common import RetryPolicy, WorkflowIDReusePolicy
 from temporalio.exceptions import ActivityError, ApplicationError
 from temporalio.worker import Worker
 
+from idemflow.keys import BUILTIN_INTENT
 from idemflow.temporal import KeyInterceptor
 
-from .agents.keyed_workflow import SCRIPTS, Keyed, Plan, Planned, Run, Signalled, create_ticket, create_ticket_titled, lookup, model
-from .conftest import count, need
+from .agents.keyed_workflow import SCRIPTS, Keyed, Plan, Planned, Run, Signalled, create_ticket, create_ticket_titled, lookup, model, open_ticket
+from .conftest import count, count_like, need
 from .resets import reset_to_first_task, reset_to_task
 
 
@@ -122,6 +124,60 @@ def test_a_reset_that_runs_the_model_again_keeps_each_calls_key(
     got = {title: titled(db, customer, title) for title in want}
     print(f"{case}: {got}")
     assert got == want
+
+
+OPEN = ("open_ticket", "Printer on fire")
+REWORDED = ("open_ticket", "Printer is smoking, please help")
+
+
+@pytest.mark.parametrize(
+    "case,declared,plans,tickets,replayed",
+    [
+        ("the title reworded (and the customer spaced): one ticket, a replay naming the title", True, [[OPEN], [(*REWORDED, " {c} ")]], 1, [["title"]]),
+        ("the title reworded without the declaration (tp3): a second ticket", False, [[OPEN], [REWORDED]], 2, [None]),
+        ("another customer: another intent", True, [[OPEN], [(*OPEN, "{c}-b")]], 2, [None]),
+        (
+            "two calls for one customer, both reworded: two tickets, both replayed",
+            True,
+            [[OPEN, ("open_ticket", "Network down")], [REWORDED, ("open_ticket", "No network")]],
+            2,
+            [["title"], ["title"]],
+        ),
+    ],
+)
+def test_a_reset_whose_model_rewords_the_call_finds_it_by_its_intent(
+    case: str, declared: bool, plans: list[list[tuple[str, ...]]], tickets: int, replayed: list[list[str] | None], db: psycopg.Connection
+) -> None:
+    """The twin of Go's reworded cases in TestAKeyNamesTheIntendedCallNotItsPlace:
+    a worker that declares open_ticket's intent field (the customer, as the
+    ticket operation does) keys the call by it (tp4), so a reset whose model
+    rewrites the title finds the first call and is told it is a replay of
+    what was made, naming the title; without the declaration the reworded
+    call is a second ticket."""
+    need("IDEMFLOW_URL")
+    customer = f"py-intent-{uuid.uuid4().hex[:8]}"
+    queue = f"intent-{customer}"
+    SCRIPTS[customer] = [[tuple(part.format(c=customer) for part in call) for call in plan] for plan in plans]
+    intent = {"open_ticket": BUILTIN_INTENT["create_ticket"]} if declared else None
+
+    async def main() -> list[dict[str, Any]]:
+        client = await Client.connect(need("TEMPORAL_ADDRESS"), namespace=need("TEMPORAL_NAMESPACE"))
+        async with Worker(client, task_queue=queue, workflows=[Planned], activities=[model, open_ticket], interceptors=[KeyInterceptor(intent=intent)]):
+            h = await client.start_workflow(Planned.run, Plan(customer, wait_for_done=True), id=f"{customer}-wf", task_queue=queue)
+            await _until(lambda: count_like(db, customer) == len(plans[0]))
+            again = await reset_to_task(client, h, 1, "regenerate: the model is asked again")
+            await again.signal(Planned.finish)
+            return await again.result()
+
+    answers = asyncio.run(main())
+    n = count_like(db, customer) + count(db, "ticket", f" {customer} ")
+    print(f"{case}: {n} tickets; the reset's answers {answers}")
+    assert n == tickets
+    for answer, want in zip(answers, replayed, strict=True):
+        if want is None:
+            assert answer["replayed"] is False, answer
+        else:
+            assert answer["replayed"] is True and answer["differed"] == want and answer["title"] != REWORDED[1], answer
 
 
 def test_a_reset_of_a_continue_as_new_chain_replays_the_turns_after_it(db: psycopg.Connection) -> None:

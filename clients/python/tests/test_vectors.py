@@ -132,9 +132,11 @@ def test_langgraph_key(c: dict[str, Any]) -> None:
 
 @pytest.mark.parametrize("c", KEYS["temporal"], ids=lambda c: c["name"])
 def test_temporal_key(c: dict[str, Any]) -> None:
-    from idemflow.temporal import call_key, legacy_key, place_key
+    from idemflow.temporal import call_key, intent_call_key, legacy_key, place_key
 
-    if c["scheme"] == "tp3":
+    if c["scheme"] == "tp4":
+        got = intent_call_key(c["workflow_id"], c["lineage"], c["turn"], c["tool"], c["args"], c["n"], c["scope"])
+    elif c["scheme"] == "tp3":
         got = call_key(c["workflow_id"], c["lineage"], c["turn"], c["tool"], c["args"], c["n"], c["scope"])
     elif c["scheme"] == "tp2":
         got = place_key(c["workflow_id"], c["original_run_id"], c["call"], c["tool"], c["scope"])
@@ -147,13 +149,19 @@ def test_temporal_key(c: dict[str, Any]) -> None:
 def test_temporal_args_digest(c: dict[str, Any]) -> None:
     from temporalio.api.common.v1 import Payload
 
-    from idemflow.temporal import args_digest
+    from idemflow.temporal import args_digest, intent_digest
 
     payloads = [
         Payload(metadata={"encoding": p["encoding"].encode()}, data=base64.b64decode(p["data_base64"]) if "data_base64" in p else p["data"].encode())
         for p in c["payloads"]
     ]
-    assert args_digest(payloads) == c["digest"]
+    if "intent" not in c:
+        assert args_digest(payloads) == c["digest"]
+    elif "error" in c:
+        with pytest.raises(ValueError, match=c["error"]):
+            intent_digest(c["intent"], payloads)
+    else:
+        assert intent_digest(c["intent"], payloads) == c["digest"]
 
 
 @pytest.mark.parametrize("c", KEYS["temporal_lineage"], ids=lambda c: c["name"])

@@ -8,9 +8,13 @@
 import { sha256 } from "@noble/hashes/sha2.js";
 import { decode, encode } from "@temporalio/common/lib/encoding.js";
 import canonicalize from "canonicalize";
+import { intentCanonical, type IntentField } from "./intent.js";
 
 /** The scheme of a Temporal activity's key: the intended call. */
 export const keyScheme = "tp3";
+
+/** tp3 with the call's intent in place of its arguments, for an activity whose intent fields the workflow's worker declares: a scheme of its own, so no tp3 key in flight is read as an intent's. */
+export const intentKeyScheme = "tp4";
 
 /** The header that names a call, as JSON {lineage, turn, args, n}. */
 export const callHeader = "idemflow-call";
@@ -70,6 +74,28 @@ export function argsDigest(payloads: RawPayload[]): string {
     parts.push(enc, data);
   }
   return deriveKeyPure("args", ...parts);
+}
+
+/**
+ * A call's intent: the declared fields of its one argument, a JSON object,
+ * normalised. Any other arguments have no intent fields to read, which is
+ * the workflow's mistake, not the model's: it throws.
+ */
+export function intentDigest(fields: readonly IntentField[], payloads: RawPayload[]): string {
+  const enc = payloads[0]?.metadata?.encoding ? decode(payloads[0].metadata.encoding) : "";
+  if (payloads.length !== 1 || enc !== "json/plain") {
+    throw new TypeError(`intent fields name members of an activity's one argument, a JSON object; this call has ${payloads.length} arguments`);
+  }
+  const args: unknown = JSON.parse(decode(payloads[0].data ?? new Uint8Array()));
+  if (args === null || typeof args !== "object" || Array.isArray(args)) {
+    throw new TypeError("intent fields name members of a JSON object; this call's argument is no JSON object");
+  }
+  return deriveKeyPure("intent", intentCanonical(fields, args as Record<string, unknown>));
+}
+
+/** The key of a call keyed by its intent (tp4): the derivation the shared vectors check. */
+export function intentCallKey(workflowId: string, lineage: string, turn: number, tool: string, intent: string, n: number, scope = ""): string {
+  return deriveKeyPure(intentKeyScheme, workflowId, lineage, String(turn), tool, intent, String(n), ...(scope ? [scope] : []));
 }
 
 /** The key of a call (tp3): the derivation the shared vectors check. */

@@ -8,6 +8,12 @@
 // so the workflow stays deterministic and its history gains no event:
 // the same headers Go's and Python's interceptors write, so a workflow in
 // one language and an activity in another agree.
+//
+// An activity whose intent fields the worker declares is keyed by its
+// intent (tp4) in place of its whole arguments: write a module of your own
+// that exports interceptors = () => keyInterceptors({ intent: {
+// open_ticket: builtinIntent.create_ticket } }) and list it in place of
+// this one.
 
 import { defaultPayloadConverter, type Headers, type Payload } from "@temporalio/common";
 import {
@@ -21,13 +27,16 @@ import {
   type WorkflowInterceptors,
   type WorkflowOutboundCallsInterceptor,
 } from "@temporalio/workflow";
-import { argsDigest, callHeader, lineageHeader, lineageOf, type CarriedLineage, type Lineage } from "./temporal-keys.js";
+import type { IntentField } from "./intent.js";
+import { argsDigest, callHeader, intentDigest, lineageHeader, lineageOf, type CarriedLineage, type Lineage } from "./temporal-keys.js";
 
 /** One run's: the worker makes one for each run it runs or replays, so the occurrences count afresh each time. */
 class RunKeys implements WorkflowInboundCallsInterceptor, WorkflowOutboundCallsInterceptor {
   private start: Headers = {};
   private line?: Lineage;
   private readonly seen = new Map<string, number>();
+
+  constructor(private readonly intents: Readonly<Record<string, readonly IntentField[]>>) {}
 
   async execute(input: WorkflowExecuteInput, next: Next<WorkflowInboundCallsInterceptor, "execute">): Promise<unknown> {
     this.start = input.headers;
@@ -62,11 +71,14 @@ class RunKeys implements WorkflowInboundCallsInterceptor, WorkflowOutboundCallsI
 
   private stamp(activity: string, args: unknown[], headers: Headers): Headers {
     const line = this.lineage();
-    const digest = argsDigest(args.map((a) => defaultPayloadConverter.toPayload(a) as Payload));
+    const payloads = args.map((a) => defaultPayloadConverter.toPayload(a) as Payload);
+    const fields = Object.hasOwn(this.intents, activity) ? this.intents[activity] : undefined;
+    const digest = fields ? intentDigest(fields, payloads) : argsDigest(payloads);
     const k = JSON.stringify([activity, digest]);
     const n = (this.seen.get(k) ?? 0) + 1;
     this.seen.set(k, n);
-    return { ...headers, [callHeader]: defaultPayloadConverter.toPayload({ lineage: line.id, turn: line.turn, args: digest, n }) };
+    const call = fields ? { lineage: line.id, turn: line.turn, args: digest, n, intent: true } : { lineage: line.id, turn: line.turn, args: digest, n };
+    return { ...headers, [callHeader]: defaultPayloadConverter.toPayload(call) };
   }
 
   scheduleActivity(input: ActivityInput, next: Next<WorkflowOutboundCallsInterceptor, "scheduleActivity">): Promise<unknown> {
@@ -84,8 +96,23 @@ class RunKeys implements WorkflowInboundCallsInterceptor, WorkflowOutboundCallsI
   }
 }
 
-/** The workflow interceptors the worker loads from this module. */
-export const interceptors = (): WorkflowInterceptors => {
-  const keys = new RunKeys();
+/** Options of keyInterceptors. */
+export interface KeyOptions {
+  /**
+   * An activity's name to its intent fields, as the operation it calls
+   * declares them (builtinIntent for idemflow's own): its calls are keyed
+   * by their intent (tp4). Declare it before the first call, or once every
+   * run that may be reset to before a call has closed: a call first named
+   * by its arguments is another key.
+   */
+  intent?: Readonly<Record<string, readonly IntentField[]>>;
+}
+
+/** The workflow interceptors of one run, for a module of your own that declares intent fields. */
+export function keyInterceptors(o: KeyOptions = {}): WorkflowInterceptors {
+  const keys = new RunKeys(o.intent ?? {});
   return { inbound: [keys], outbound: [keys] };
-};
+}
+
+/** The workflow interceptors the worker loads from this module: every call keyed by its arguments. */
+export const interceptors = (): WorkflowInterceptors => keyInterceptors();

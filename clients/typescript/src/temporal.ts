@@ -12,7 +12,11 @@
 // arguments in their canonical JSON, and how many calls of the same
 // activity with the same arguments the run made before it. So a reset that
 // runs the model again finds every call the model asks for again, wherever
-// it comes, and a call with other arguments is new.
+// it comes, and a call with other arguments is new. An activity whose
+// intent fields the workflow's worker declares (temporal-workflow.ts's
+// keyInterceptors) is keyed by its intent in place of its arguments
+// (tp4), so a reset whose model rewrites only free text finds the first
+// call; its request says so with activityByIntent().
 //
 // Register both sides on every worker of the workflows and the
 // activities: interceptors: { workflowModules: [<./temporal-workflow.js>],
@@ -24,9 +28,9 @@ import { AsyncLocalStorage } from "node:async_hooks";
 import { Context } from "@temporalio/activity";
 import { ApplicationFailure, defaultPayloadConverter } from "@temporalio/common";
 import type { ActivityExecuteInput, ActivityInboundCallsInterceptor, ActivityInterceptorsFactory, Next } from "@temporalio/worker";
-import { callHeader, callKey } from "./temporal-keys.js";
+import { callHeader, callKey, intentCallKey } from "./temporal-keys.js";
 
-export { argsDigest, callHeader, callKey, keyScheme, lineageHeader, lineageOf } from "./temporal-keys.js";
+export { argsDigest, callHeader, callKey, intentCallKey, intentDigest, intentKeyScheme, keyScheme, lineageHeader, lineageOf } from "./temporal-keys.js";
 export type { CarriedLineage, Lineage, RawPayload, RunStart } from "./temporal-keys.js";
 
 /** The name the workflow's interceptor gave a call. */
@@ -35,6 +39,8 @@ interface Named {
   turn: number;
   args: string;
   n: number;
+  /** args is the digest of the call's intent (tp4). */
+  intent: boolean;
 }
 
 // The call the running activity is, as its header names it; null where
@@ -58,7 +64,7 @@ export function keyInterceptor(): ActivityInterceptorsFactory {
       if (h) {
         try {
           const raw = defaultPayloadConverter.fromPayload<Record<string, unknown>>(h);
-          call = { lineage: String(raw.lineage ?? ""), turn: Number(raw.turn ?? 0), args: String(raw.args ?? ""), n: Number(raw.n) };
+          call = { lineage: String(raw.lineage ?? ""), turn: Number(raw.turn ?? 0), args: String(raw.args ?? ""), n: Number(raw.n), intent: raw.intent === true };
         } catch (e) {
           throw noKey(`the header ${callHeader}: ${(e as Error).message}`);
         }
@@ -94,5 +100,18 @@ export function activityKey(tool?: string, o: { scope?: string } = {}): string {
   if (call === null || !call.lineage) {
     throw noKey("the workflow's worker scheduled this call without idemflow's workflow interceptor, so nothing tells it from another run's call: add it to that worker's interceptors.workflowModules");
   }
-  return callKey(workflowId, call.lineage, call.turn, tool ?? ctx.info.activityType, call.args, call.n, o.scope ?? "");
+  const derive = call.intent ? intentCallKey : callKey;
+  return derive(workflowId, call.lineage, call.turn, tool ?? ctx.info.activityType, call.args, call.n, o.scope ?? "");
+}
+
+/**
+ * Whether the running activity's key names its intent (declared on the
+ * workflow's worker, keyInterceptors({ intent })) rather than its whole
+ * arguments: its request must then say so (Intent.byIntent), so idemflow
+ * compares the intent fields alone and answers a reworded call with the
+ * first call's answer, naming what differed.
+ */
+export function activityByIntent(): boolean {
+  const call = named.getStore();
+  return !!call && !!call.lineage && call.intent;
 }

@@ -13,7 +13,7 @@ export interface Step {
 
 export interface Activities {
   model(customer: string, turn: number): Promise<Step[]>;
-  create_ticket(args: { customer_id: string; title: string }): Promise<{ ticket_id: string; replayed: boolean; key: string }>;
+  create_ticket(args: { customer_id: string; title: string }): Promise<{ ticket_id: string; replayed: boolean; key: string; title?: string; differed?: string[] }>;
   lookup(args: { customer_id: string }): Promise<string>;
 }
 

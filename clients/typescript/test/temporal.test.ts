@@ -12,15 +12,15 @@ import { Client as TemporalClient, Connection } from "@temporalio/client";
 import { defaultPayloadConverter } from "@temporalio/common";
 import { encode } from "@temporalio/common/lib/encoding.js";
 import { NativeConnection, Worker } from "@temporalio/worker";
-import { Client, deriveKey } from "../src/index.js";
-import { activityKey, argsDigest, callKey, keyInterceptor, lineageOf } from "../src/temporal.js";
+import { Client, deriveKey, type IntentField } from "../src/index.js";
+import { activityByIntent, activityKey, argsDigest, callKey, intentCallKey, intentDigest, keyInterceptor, lineageOf } from "../src/temporal.js";
 import { deriveKeyPure } from "../src/temporal-keys.js";
 import type { Activities, Step } from "./temporal-workflows.js";
 
 interface Vectors {
   derive: { scheme: string; parts: string[]; key: string }[];
   temporal: { name: string; scheme: string; workflow_id: string; lineage?: string; turn?: number; tool: string; args?: string; n?: number; scope?: string; key: string }[];
-  temporal_args: { name: string; payloads: { encoding: string; data?: string; data_base64?: string }[]; digest: string }[];
+  temporal_args: { name: string; intent?: IntentField[]; payloads: { encoding: string; data?: string; data_base64?: string }[]; digest?: string; error?: string }[];
   temporal_lineage: {
     name: string;
     attempt: number;
@@ -45,17 +45,21 @@ test("the workflow sandbox's derivation is the client's (the derive vectors)", a
   assert.equal(deriveKeyPure("s", "é\u{1F600}", ""), deriveKey("s", "é\u{1F600}", ""), "UTF-8 beyond ASCII");
 });
 
-test("the shared tp3 vectors: the key, the arguments' digest and the lineage (the same as Go's and Python's)", async () => {
+test("the shared tp3 and tp4 vectors: the key, the arguments' and the intent's digest and the lineage (the same as Go's and Python's)", async () => {
   const v = await vectors();
   const tp3 = v.temporal.filter((c) => c.scheme === "tp3");
-  assert.ok(tp3.length > 0 && v.temporal_args.length > 0 && v.temporal_lineage.length > 0);
+  const tp4 = v.temporal.filter((c) => c.scheme === "tp4");
+  assert.ok(tp3.length > 0 && tp4.length > 0 && v.temporal_args.length > 0 && v.temporal_lineage.length > 0);
   for (const c of tp3) assert.equal(callKey(c.workflow_id, c.lineage!, c.turn!, c.tool, c.args!, c.n!, c.scope ?? ""), c.key, c.name);
+  for (const c of tp4) assert.equal(intentCallKey(c.workflow_id, c.lineage!, c.turn!, c.tool, c.args!, c.n!, c.scope ?? ""), c.key, c.name);
   for (const c of v.temporal_args) {
     const payloads = c.payloads.map((p) => ({
       metadata: { encoding: encode(p.encoding) },
       data: p.data_base64 !== undefined ? new Uint8Array(Buffer.from(p.data_base64, "base64")) : encode(p.data ?? ""),
     }));
-    assert.equal(argsDigest(payloads), c.digest, c.name);
+    if (!c.intent) assert.equal(argsDigest(payloads), c.digest, c.name);
+    else if (c.error) assert.throws(() => intentDigest(c.intent!, payloads), (e: Error) => e.message.includes(c.error!), c.name);
+    else assert.equal(intentDigest(c.intent, payloads), c.digest, c.name);
   }
   for (const c of v.temporal_lineage) {
     const got = lineageOf(
@@ -91,8 +95,9 @@ const activities: Activities = {
   },
   async create_ticket(args) {
     const key = activityKey("create_ticket");
-    const r = await idemflow().do({ key, path: "/v1/tickets", body: args });
-    return { ticket_id: (r.body as { ticket_id: string }).ticket_id, replayed: r.replayed, key };
+    const r = await idemflow().do({ key, path: "/v1/tickets", body: args, byIntent: activityByIntent() });
+    const made = r.body as { ticket_id: string; title: string };
+    return { ticket_id: made.ticket_id, replayed: r.replayed, key, title: made.title, differed: r.differed ?? [] };
   },
   async lookup(args) {
     return `looked up ${args.customer_id}`;
@@ -101,8 +106,14 @@ const activities: Activities = {
 
 const ticket = (customer: string, title = "Printer on fire"): Step => ({ tool: "create_ticket", args: { customer_id: customer, title } });
 
-/** Runs fn with a worker on a task queue of its own; withWorkflowSide false leaves the workflow's side of the interceptor out. */
-async function withWorker<T>(withWorkflowSide: boolean, fn: (client: TemporalClient, taskQueue: string) => Promise<T>): Promise<T> {
+/**
+ * Runs fn with a worker on a task queue of its own; withWorkflowSide false
+ * leaves the workflow's side of the interceptor out, "intent" lists
+ * test/temporal-intent.js (create_ticket's intent field declared) in
+ * place of src/temporal-workflow.js.
+ */
+async function withWorker<T>(withWorkflowSide: boolean | "intent", fn: (client: TemporalClient, taskQueue: string) => Promise<T>): Promise<T> {
+  const workflowSide = withWorkflowSide === "intent" ? "./temporal-intent.js" : "../src/temporal-workflow.js";
   assert.ok(address, "TEMPORAL_ADDRESS: run these through typescript_test.go's TestTheTemporalTypeScriptKeysAgainstTheStack");
   const taskQueue = "ts-keys-" + randomUUID();
   const worker = await Worker.create({
@@ -113,7 +124,7 @@ async function withWorker<T>(withWorkflowSide: boolean, fn: (client: TemporalCli
     activities,
     interceptors: {
       activity: [keyInterceptor()],
-      workflowModules: withWorkflowSide ? [fileURLToPath(new URL("../src/temporal-workflow.js", import.meta.url))] : [],
+      workflowModules: withWorkflowSide ? [fileURLToPath(new URL(workflowSide, import.meta.url))] : [],
     },
   });
   const client = new TemporalClient({ connection: await Connection.connect({ address }), namespace });
@@ -135,7 +146,57 @@ async function resetToStart(client: TemporalClient, workflowId: string, runId: s
   return r.runId!;
 }
 
-const results = (out: string[]) => out.filter((s) => s.startsWith("{")).map((s) => JSON.parse(s) as { ticket_id: string; replayed: boolean; key: string });
+const results = (out: string[]) =>
+  out.filter((s) => s.startsWith("{")).map((s) => JSON.parse(s) as { ticket_id: string; replayed: boolean; key: string; title?: string; differed?: string[] });
+
+// A reset whose model rewrites the free text of its call: with
+// create_ticket's intent field declared on the workflow's worker (tp4)
+// the call made again is the first, a replay of what was made that names
+// what differed; without it (tp3), a second ticket. Another customer is
+// another intent, and two calls for one customer in a run are two.
+for (const [name, side, second, want] of [
+  ["the title reworded, the customer spaced: one ticket, a replay naming the title", "intent", (c: string) => [ticket(` ${c} `, "Printer is smoking, please help")], 1],
+  ["the title reworded without the declaration (tp3): a second ticket", true, (c: string) => [ticket(c, "Printer is smoking, please help")], 2],
+  ["another customer: another intent", "intent", (c: string) => [ticket(`${c}-b`)], 2],
+] as const) {
+  test(`a reset whose model rewords the call: ${name}`, async () => {
+    await withWorker(side, async (client, taskQueue) => {
+      const who = "c-ts-intent-" + randomUUID().slice(0, 8);
+      plan = (c) => [ticket(c)];
+      const first = await client.workflow.start("agent", { taskQueue, workflowId: who, args: [who] });
+      const [a] = results(await first.result());
+      plan = second;
+      const again = await resetToStart(client, who, first.firstExecutionRunId);
+      const [b] = results(await client.workflow.getHandle(who, again).result());
+      console.log(`${name}: first ${a.key} ${a.ticket_id}; after the reset ${b.key} ${b.ticket_id} replayed ${b.replayed} differed ${JSON.stringify(b.differed)}`);
+      const tickets = new Set([a.ticket_id, b.ticket_id]).size;
+      assert.equal(tickets, want, `${tickets} tickets`);
+      if (want === 1) {
+        assert.match(a.key, /^tp4_/);
+        assert.deepEqual([b.key, b.replayed, b.differed, b.title], [a.key, true, ["title"], "Printer on fire"], "a replay of what was made, naming the title");
+      } else {
+        assert.equal(b.replayed, false);
+      }
+    });
+  });
+}
+
+test("a reset whose model rewords two calls for one customer keeps both (tp4)", async () => {
+  await withWorker("intent", async (client, taskQueue) => {
+    const who = "c-ts-intent-two-" + randomUUID().slice(0, 8);
+    plan = (c) => [ticket(c), ticket(c, "Network down")];
+    const first = await client.workflow.start("agent", { taskQueue, workflowId: who, args: [who] });
+    const made = results(await first.result());
+    plan = (c) => [ticket(c, "The printer burns"), ticket(c, "No network")];
+    const again = await resetToStart(client, who, first.firstExecutionRunId);
+    const remade = results(await client.workflow.getHandle(who, again).result());
+    assert.equal(new Set(made.map((r) => r.ticket_id)).size, 2, "two calls, two tickets");
+    assert.deepEqual(
+      remade.map((r) => [r.ticket_id, r.replayed]),
+      made.map((r) => [r.ticket_id, true]),
+    );
+  });
+});
 
 test("a reset that runs a model that now answers otherwise replays the same call, and a new call is a new ticket", async () => {
   await withWorker(true, async (client, taskQueue) => {

@@ -17,6 +17,14 @@ again, wherever it comes, and a call with other arguments is new; a
 reused workflow ID, a cron firing, a further turn of continue-as-new and a
 further call are new intents.
 
+An activity whose intent fields the worker declares
+(``KeyInterceptor(intent={"open_ticket": BUILTIN_INTENT["create_ticket"]})``)
+is keyed by its intent (tp4) in place of its whole arguments: the declared
+fields of its one argument, normalised (idemflow.keys), so a reset whose
+model rewrites only free text finds the first call's key. Its request
+must say so (:func:`activity_by_intent`, ``Intent(by_intent=...)``), and
+the answer is then the first call's, a replay naming what differed.
+
 Register :class:`KeyInterceptor` on every worker of the workflows and the
 activities: on the workflow's side it names each call in a header, and
 hands the next turn its lineage on continue-as-new; on the activity's side
@@ -55,12 +63,27 @@ from temporalio.worker import (
 )
 
 from .errors import NoDurableIdentityError
-from .keys import derive_key
+from .keys import derive_key, intent_canonical
 
-__all__ = ["CALL_HEADER", "KEY_SCHEME", "LINEAGE_HEADER", "KeyInterceptor", "NoCallIdentityError", "activity_key", "args_digest", "call_key"]
+__all__ = [
+    "CALL_HEADER",
+    "INTENT_KEY_SCHEME",
+    "KEY_SCHEME",
+    "LINEAGE_HEADER",
+    "KeyInterceptor",
+    "NoCallIdentityError",
+    "activity_by_intent",
+    "activity_key",
+    "args_digest",
+    "call_key",
+    "intent_digest",
+]
 
 #: The scheme of a Temporal activity's key.
 KEY_SCHEME = "tp3"
+#: tp3 with the call's intent in place of its arguments: a scheme of its
+#: own, so no tp3 key in flight is read as an intent's.
+INTENT_KEY_SCHEME = "tp4"
 #: A call numbered by its place among the run's calls, by a workflow worker
 #: of the previous release: its retries keep that key.
 PLACE_KEY_SCHEME = "tp2"
@@ -89,6 +112,7 @@ class _Call:
     turn: int = 0
     args: str = ""
     n: int = 0  # tp3: the occurrence of (activity, args); tp2: the place
+    intent: bool = False  # tp4: args is the digest of the call's intent
     run: str = ""  # tp2: the original run ID
 
 
@@ -130,6 +154,8 @@ def activity_key(tool: str | None = None, *, scope: str = "") -> str:
         )
     tool = tool or info.activity_type
     c = got.call
+    if c.lineage and c.intent:
+        return intent_call_key(info.workflow_id, c.lineage, c.turn, tool, c.args, c.n, scope)
     if c.lineage:
         return call_key(info.workflow_id, c.lineage, c.turn, tool, c.args, c.n, scope)
     if c.run:
@@ -148,6 +174,16 @@ def activity_key(tool: str | None = None, *, scope: str = "") -> str:
     )
 
 
+def activity_by_intent() -> bool:
+    """Whether the running activity's key names its intent (declared on
+    the workflow's worker) rather than its whole arguments: its request
+    must then say so (``Intent(by_intent=True)``), so idemflow compares
+    the intent fields alone and answers a reworded call with the first
+    call's answer, naming what differed."""
+    got = _call.get(None)
+    return got is not None and bool(got.call.lineage) and got.call.intent
+
+
 def _scope(scope: str) -> list[str]:
     return [scope] if scope else []
 
@@ -155,6 +191,11 @@ def _scope(scope: str) -> list[str]:
 def call_key(workflow_id: str, lineage: str, turn: int, tool: str, args: str, n: int, scope: str = "") -> str:
     """The tp3 derivation the shared vectors check (clients/testdata/keys.json)."""
     return derive_key(KEY_SCHEME, workflow_id, lineage, str(turn), tool, args, str(n), *_scope(scope))
+
+
+def intent_call_key(workflow_id: str, lineage: str, turn: int, tool: str, intent: str, n: int, scope: str = "") -> str:
+    """tp4: tp3 with the digest of the call's intent (intent_digest)."""
+    return derive_key(INTENT_KEY_SCHEME, workflow_id, lineage, str(turn), tool, intent, str(n), *_scope(scope))
 
 
 def place_key(workflow_id: str, original_run_id: str, n: int, tool: str, scope: str = "") -> str:
@@ -182,6 +223,18 @@ def args_digest(payloads: Sequence[Payload]) -> str:
                 pass
         parts += [enc, data]
     return derive_key("args", *parts)
+
+
+def intent_digest(fields: Sequence[Mapping[str, str]], payloads: Sequence[Payload]) -> str:
+    """A call's intent: the declared fields of its one argument, a JSON
+    object, normalised; ValueError for any other arguments, which have no
+    intent fields to read (the workflow's mistake, not the model's)."""
+    if len(payloads) != 1 or payloads[0].metadata.get("encoding", b"") != b"json/plain":
+        raise ValueError(f"intent fields name members of an activity's one argument, a JSON object; this call has {len(payloads)} arguments")
+    args = json.loads(payloads[0].data)
+    if not isinstance(args, dict):
+        raise ValueError("intent fields name members of a JSON object; this call's argument is no JSON object")
+    return derive_key("intent", intent_canonical(fields, args))
 
 
 @dataclass(frozen=True)
@@ -233,16 +286,29 @@ class KeyInterceptor(Interceptor):
     to the interceptor: a call no interceptor named, scheduled before it,
     keeps the tp1 key its earlier attempts sent; one scheduled later fails
     as any unnamed call does. Set it to when the last workflow worker got
-    the interceptor, and drop it once those calls have ended."""
+    the interceptor, and drop it once those calls have ended.
 
-    def __init__(self, upgraded_at: datetime | None = None) -> None:
+    intent maps an activity's name to its intent fields, as the operation
+    it calls declares them (its MCP tool's ``_meta["io.idemflow/intent"]``,
+    ``idemflow.keys.BUILTIN_INTENT`` for idemflow's own): its calls are
+    keyed by their intent (tp4). Give it to the workflow's worker, where
+    calls are named; a call whose argument is not one JSON object fails
+    the workflow task, visibly, until the code is fixed. Declare it before
+    the first call, or once every run that may be reset to before a call
+    has closed: a call first named by its arguments is another key."""
+
+    def __init__(self, upgraded_at: datetime | None = None, *, intent: Mapping[str, Sequence[Mapping[str, str]]] | None = None) -> None:
         self._upgraded_at = upgraded_at
+        intents = {name: tuple(fields) for name, fields in (intent or {}).items()}
+        # A class of this interceptor's own: Temporal makes the workflow's
+        # interceptor from a class, and each worker may declare others.
+        self._workflow_class = type("_WorkflowInbound", (_WorkflowInbound,), {"intents": intents})
 
     def intercept_activity(self, next: ActivityInboundInterceptor) -> ActivityInboundInterceptor:
         return _ActivityInbound(next, self._upgraded_at)
 
     def workflow_interceptor_class(self, input: WorkflowInterceptorClassInput) -> type[WorkflowInboundInterceptor] | None:
-        return _WorkflowInbound
+        return self._workflow_class
 
 
 class _ActivityInbound(ActivityInboundInterceptor):
@@ -256,7 +322,14 @@ class _ActivityInbound(ActivityInboundInterceptor):
         if payload is not None:
             try:
                 raw = _converter().from_payloads([payload])[0]
-                call = _Call(str(raw.get("lineage", "")), int(raw.get("turn", 0)), str(raw.get("args", "")), int(raw["n"]), str(raw.get("run", "")))
+                call = _Call(
+                    lineage=str(raw.get("lineage", "")),
+                    turn=int(raw.get("turn", 0)),
+                    args=str(raw.get("args", "")),
+                    n=int(raw["n"]),
+                    run=str(raw.get("run", "")),
+                    intent=bool(raw.get("intent", False)),
+                )
             except Exception as e:
                 raise NoCallIdentityError(f"idemflow: no key: the header {CALL_HEADER}: {e}") from e
         token = _call.set(_Intercepted(call, self._upgraded_at))
@@ -267,16 +340,19 @@ class _ActivityInbound(ActivityInboundInterceptor):
 
 
 class _WorkflowInbound(WorkflowInboundInterceptor):
+    intents: Mapping[str, Sequence[Mapping[str, str]]] = {}
+
     def init(self, outbound: WorkflowOutboundInterceptor) -> None:
-        super().init(_WorkflowOutbound(outbound))
+        super().init(_WorkflowOutbound(outbound, self.intents))
 
 
 class _WorkflowOutbound(WorkflowOutboundInterceptor):
     """One run's: the worker makes one for each workflow it runs or
     replays, so the occurrences count afresh each time."""
 
-    def __init__(self, next: WorkflowOutboundInterceptor) -> None:
+    def __init__(self, next: WorkflowOutboundInterceptor, intents: Mapping[str, Sequence[Mapping[str, str]]]) -> None:
         super().__init__(next)
+        self._intents = intents
         self.line: _Lineage | None = None
         self._seen: dict[tuple[str, str], int] = {}
 
@@ -291,9 +367,13 @@ class _WorkflowOutbound(WorkflowOutboundInterceptor):
 
     def _stamp(self, activity: str, args: Sequence[Any], headers: Mapping[str, Payload]) -> dict[str, Payload]:
         line = self._lineage()
-        digest = args_digest(workflow.payload_converter().to_payloads(list(args)))
+        payloads = workflow.payload_converter().to_payloads(list(args))
+        fields = self._intents.get(activity)
+        digest = intent_digest(fields, payloads) if fields is not None else args_digest(payloads)
         self._seen[(activity, digest)] = self._seen.get((activity, digest), 0) + 1
-        ident = {"lineage": line.id, "turn": line.turn, "args": digest, "n": self._seen[(activity, digest)]}
+        ident: dict[str, Any] = {"lineage": line.id, "turn": line.turn, "args": digest, "n": self._seen[(activity, digest)]}
+        if fields is not None:
+            ident["intent"] = True
         return {**headers, CALL_HEADER: _converter().to_payloads([ident])[0]}
 
     def start_activity(self, input: StartActivityInput) -> workflow.ActivityHandle[Any]:

@@ -7,6 +7,7 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass, replace
 from datetime import timedelta
+from typing import Any
 
 from temporalio import activity, workflow
 from temporalio.common import RetryPolicy
@@ -14,7 +15,7 @@ from temporalio.exceptions import ApplicationError
 
 with workflow.unsafe.imports_passed_through():
     import idemflow
-    from idemflow.temporal import activity_key
+    from idemflow.temporal import activity_by_intent, activity_key
 
 
 @dataclass
@@ -85,8 +86,9 @@ class Plan:
 
 
 #: customer -> the plans the model answers, in order (the last one after
-#: that); each plan is a list of (tool, title).
-SCRIPTS: dict[str, list[list[tuple[str, str]]]] = {}
+#: that); each plan is a list of (tool, title), or (tool, title, customer)
+#: where the model writes another customer (or the same one spaced).
+SCRIPTS: dict[str, list[list[tuple[str, ...]]]] = {}
 _ASKED: dict[tuple[str, int], int] = {}
 
 
@@ -111,14 +113,38 @@ async def create_ticket_titled(customer: str, title: str) -> str:
     return r.raw
 
 
+@dataclass
+class TicketArgs:
+    """open_ticket's one argument, a JSON object: an activity whose intent
+    fields a worker may declare (KeyInterceptor(intent=...))."""
+
+    customer_id: str
+    title: str
+
+
+@activity.defn(name="open_ticket")
+async def open_ticket(a: TicketArgs) -> dict[str, Any]:
+    key = activity_key()
+    async with idemflow.AsyncClient(os.environ["IDEMFLOW_URL"], os.environ["IDEMFLOW_TOKEN"], initial_backoff=0.02, max_backoff=0.2) as c:
+        body = {"customer_id": a.customer_id, "title": a.title}
+        r = await c.do(idemflow.Intent(key, "/v1/tickets", body, by_intent=activity_by_intent()))
+    return {"replayed": r.replayed, "differed": list(r.differed), "title": r.body["title"]}
+
+
 @workflow.defn(name="planned")
 class Planned(WaitsForDone):
     @workflow.run
-    async def run(self, p: Plan) -> int:
+    async def run(self, p: Plan) -> list[dict[str, Any]]:
+        """Returns open_ticket's answers."""
         retry = RetryPolicy(initial_interval=timedelta(milliseconds=50), maximum_attempts=3)
         timeout = timedelta(seconds=30)
         plan = await workflow.execute_activity(model, args=[p.customer, p.turn], start_to_close_timeout=timeout, retry_policy=retry)
-        for tool, title in plan:
+        answers = []
+        for tool, title, *who in plan:
+            if tool == "open_ticket":
+                a = TicketArgs(who[0] if who else p.customer, title)
+                answers.append(await workflow.execute_activity(open_ticket, a, task_queue=p.tool_queue, start_to_close_timeout=timeout, retry_policy=retry))
+                continue
             act = lookup if tool == "lookup" else create_ticket_titled
             await workflow.execute_activity(act, args=[p.customer, title], task_queue=p.tool_queue, start_to_close_timeout=timeout, retry_policy=retry)
         if p.wait_for_done:
@@ -127,7 +153,7 @@ class Planned(WaitsForDone):
             workflow.continue_as_new(replace(p, turn=p.turn + 1))
         if p.fail_first_attempt and workflow.info().attempt == 1:
             raise ApplicationError("the first attempt fails after its calls")
-        return len(plan)
+        return answers
 
 
 @workflow.defn(name="signalled")
