@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Literal
 
 from pydantic import BaseModel
@@ -15,6 +16,7 @@ from pydantic import BaseModel
 from .answers import Result
 from .client import AsyncClient, Client, Intent
 from .errors import DeadlineError, ProblemError
+from .keys import call_arguments, call_intent
 
 
 def answer_text(r: Result) -> str:
@@ -72,6 +74,24 @@ def arguments(args_schema: type[BaseModel], raw: dict[str, Any]) -> dict[str, An
         if not info.is_required() and info.default is None and args.get(field, 0) is None:
             del args[field]
     return args
+
+
+def request_intent(
+    fields: Sequence[Mapping[str, str]], args_schema: type[BaseModel], body: Callable[[dict[str, Any]], Any] | None
+) -> Callable[[dict[str, Any]], str]:
+    """What names a call of a tool whose request is made from the model's
+    arguments (call_intent of the request, as the operation's intent fields
+    read it), for a framework's key; arguments the schema refuses are named
+    by themselves alone (the call fails before it sends anything)."""
+
+    def intent_of(raw: dict[str, Any]) -> str:
+        try:
+            args = arguments(args_schema, dict(raw))
+        except ValueError:
+            return call_arguments(raw)
+        return call_intent(fields, body(args) if body else args)
+
+    return intent_of
 
 
 async def send(client: Client | AsyncClient, intent: Intent, deadline: float) -> Result:

@@ -46,7 +46,7 @@ from google.adk.tools.tool_context import ToolContext
 from google.genai import types
 from pydantic import BaseModel
 
-from ._tooltext import RESUME, answer_text, arguments, pending_text, refusal_text, send
+from ._tooltext import RESUME, answer_text, arguments, pending_text, refusal_text, request_intent, send
 from .client import AsyncClient, Client, Intent
 from .errors import DeadlineError, NoDurableIdentityError, ProblemError
 from .keys import call_arguments, call_intent, canonical, derive_key, intent_fields_of, occurrence
@@ -265,11 +265,7 @@ class IdemflowTool(BaseTool):
     def _intent(self, raw: dict[str, Any]) -> str:
         """What names a call beyond its turn: the request it makes, by the
         operation's intent fields."""
-        try:
-            args = arguments(self._args_schema, dict(raw))
-        except ValueError:  # arguments the schema refuses: named by them alone
-            return call_arguments(raw)
-        return call_intent(self._fields, self._body(args) if self._body else args)
+        return request_intent(self._fields, self._args_schema, self._body)(raw)
 
     def _get_declaration(self) -> types.FunctionDeclaration:
         return types.FunctionDeclaration(name=self.name, description=self.description, parameters_json_schema=self._args_schema.model_json_schema())

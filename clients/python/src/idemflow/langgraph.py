@@ -39,7 +39,7 @@ from langgraph.prebuilt import InjectedState, ToolRuntime
 from langgraph.types import interrupt
 from pydantic import BaseModel, create_model
 
-from ._tooltext import RESUME, answer_text, arguments, pending_text, refusal_text
+from ._tooltext import RESUME, answer_text, arguments, pending_text, refusal_text, request_intent
 from .client import AsyncClient, Client, Intent
 from .errors import DeadlineError, NoDurableIdentityError, ProblemError
 from .keys import call_arguments, call_intent, derive_key, intent_fields_of, occurrence
@@ -302,12 +302,7 @@ def idemflow_tool(
     def request(args: dict[str, Any]) -> Any:
         return body(args) if body else args
 
-    def intent_of(raw: dict[str, Any]) -> str:
-        # The request the call makes, as the model's arguments make it.
-        try:
-            return call_intent(fields, request(arguments(args_schema, dict(raw))))
-        except Exception:  # arguments the schema refuses: named by them alone
-            return call_arguments(raw)
+    intent_of = request_intent(fields, args_schema, body)
 
     def prepare(kwargs: dict[str, Any], config: RunnableConfig) -> tuple[str, Intent]:
         call_id = kwargs.pop("tool_call_id", None)

@@ -62,7 +62,7 @@ from workflows import Context, step
 from workflows.events import Event, StopEvent
 
 from ._files import write_durably
-from ._tooltext import answer_text, arguments, refusal_text, send
+from ._tooltext import answer_text, arguments, refusal_text, request_intent, send
 from .client import AsyncClient, Client, Intent
 from .errors import NoDurableIdentityError, ProblemError
 from .keys import call_arguments, call_intent, canonical, derive_key, intent_fields_of, occurrence
@@ -247,13 +247,7 @@ def idemflow_tool(
         raise ValueError(f"key_scheme {key_scheme!r}: {KEY_SCHEME}, {ARGS_KEY_SCHEME} or {LEGACY_KEY_SCHEME}")
     fields = tuple(intent) if intent is not None else intent_fields_of(name, path if isinstance(path, str) else None)
 
-    def intent_of(raw: dict[str, Any]) -> str:
-        # The request the call makes, as the model's arguments make it.
-        try:
-            args = arguments(args_schema, dict(raw))
-        except ValueError:  # arguments the schema refuses: named by them alone
-            return call_arguments(raw)
-        return call_intent(fields, body(args) if body else args)
+    intent_of = request_intent(fields, args_schema, body)
 
     async def call(ctx: Context, **kwargs: Any) -> str:
         tool_id, turn = await _running_call(ctx, name)

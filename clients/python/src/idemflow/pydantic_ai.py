@@ -54,7 +54,7 @@ from pydantic_ai import (
 from pydantic_ai.agent import AgentRunResult
 from pydantic_ai.messages import ModelMessage, ModelRequest, ModelResponse, ToolCallPart, UserPromptPart
 
-from ._tooltext import RESUME, answer_text, arguments, pending_text, refusal_text, send
+from ._tooltext import RESUME, answer_text, arguments, pending_text, refusal_text, request_intent, send
 from .client import AsyncClient, Client, Intent
 from .errors import DeadlineError, NoDurableIdentityError, ProblemError
 from .keys import call_arguments, call_intent, canonical, derive_key, intent_fields_of, occurrence
@@ -289,13 +289,7 @@ def idemflow_tool(
 
     fields = tuple(intent) if intent is not None else intent_fields_of(name, path if isinstance(path, str) else None)
 
-    def intent_of(raw: dict[str, Any]) -> str:
-        # The request the call makes, as the model's arguments make it.
-        try:
-            args = arguments(args_schema, dict(raw))
-        except ValueError:  # arguments the schema refuses: named by them alone
-            return call_arguments(raw)
-        return call_intent(fields, body(args) if body else args)
+    intent_of = request_intent(fields, args_schema, body)
 
     async def call(ctx: RunContext[Any], raw: dict[str, Any], waits: bool) -> str:
         key = durable_key(ctx, key_scheme, intent_of)
