@@ -68,6 +68,8 @@ func runMCP(ctx context.Context, env *Env, args []string) error {
 	var httpOpts mcpserver.HTTPOptions
 	fs.IntVar(&httpOpts.MaxSessionsPerTenant, "max-sessions", 64, "with --http: open MCP sessions one tenant may hold (env IDEMFLOW_MCP_MAX_SESSIONS)")
 	fs.DurationVar(&httpOpts.IdleTimeout, "session-idle-timeout", 10*time.Minute, "with --http: close a session idle this long (env IDEMFLOW_MCP_IDLE_TIMEOUT)")
+	fs.DurationVar(&httpOpts.VerifyGrace, "verify-grace", mcpserver.DefaultVerifyGrace, "with --http: how long a token the gateway verified stays good while the gateway gives no answer "+
+		"(a partition); a token the gateway refuses is refused at once; 0 or less: no grace (env IDEMFLOW_MCP_VERIFY_GRACE)")
 	callWait := fs.Duration("call-wait", 60*time.Second, "how long one tool call waits for its final answer; past it the model reads NO ANSWER YET, "+
 		"which tells it to call again with the same key (env IDEMFLOW_MCP_CALL_WAIT)")
 	taskWait := fs.Duration("task-wait", mcpserver.DefaultTaskWait, "for a client that takes MCP tasks: how long a call waits for its answer, in whole seconds, "+
@@ -86,6 +88,9 @@ func runMCP(ctx context.Context, env *Env, args []string) error {
 	}
 	if err := env.useTools(toolsFile, false); err != nil {
 		return err
+	}
+	if httpOpts.VerifyGrace <= 0 {
+		httpOpts.VerifyGrace = -1 // HTTPOptions' zero is its default
 	}
 	if *callWait <= 0 {
 		return fmt.Errorf("%w: --call-wait must be positive", errUsage)

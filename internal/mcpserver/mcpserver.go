@@ -12,6 +12,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"net/http"
 	"net/url"
 	"strings"
@@ -443,7 +444,24 @@ type HTTPOptions struct {
 	// calls within it (every tool call is checked by the gateway anyway).
 	// Default 10 seconds.
 	VerifyTTL time.Duration
+	// VerifyGrace is how long a token the gateway verified stays good
+	// while the gateway cannot answer (a partition, a restart): past
+	// VerifyTTL it is asked again, for at most VerifyTimeout, and only a
+	// question that gets no answer within that falls back on the last
+	// one. A token the gateway refuses is refused at once. Default 5
+	// minutes; a negative grace turns it off.
+	VerifyGrace time.Duration
+	// VerifyTimeout bounds one verification with the gateway, so that
+	// a gateway that hangs holds no request longer. Default 2 seconds.
+	VerifyTimeout time.Duration
 }
+
+// Verification defaults (HTTPOptions).
+const (
+	DefaultVerifyTTL     = 10 * time.Second
+	DefaultVerifyGrace   = 5 * time.Minute
+	DefaultVerifyTimeout = 2 * time.Second
+)
 
 // HealthPath answers 200 without a token while the MCP server over HTTP
 // takes requests. Every other path serves MCP.
@@ -460,9 +478,10 @@ func HTTPHandler(cfg Config, opts HTTPOptions) http.Handler {
 	if opts.IdleTimeout <= 0 {
 		opts.IdleTimeout = 10 * time.Minute
 	}
-	if opts.VerifyTTL <= 0 {
-		opts.VerifyTTL = 10 * time.Second
-	}
+	opts.VerifyTTL = max(opts.VerifyTTL, 0)
+	opts.VerifyTTL = cmp.Or(opts.VerifyTTL, DefaultVerifyTTL)
+	opts.VerifyTimeout = cmp.Or(max(opts.VerifyTimeout, 0), DefaultVerifyTimeout)
+	opts.VerifyGrace = cmp.Or(opts.VerifyGrace, DefaultVerifyGrace)
 	tn := &tenants{cfg: cfg, servers: map[string]*tenantServer{}}
 	server := func(r *http.Request) *mcp.Server {
 		return tn.get(auth.TokenInfoFromContext(r.Context()).UserID).server
@@ -499,7 +518,10 @@ func HTTPHandler(cfg Config, opts HTTPOptions) http.Handler {
 		}
 		h.ServeHTTP(w, r)
 	})
-	v := &verifier{cfg: cfg, known: expirable.NewLRU[[32]byte, string](maxKnown, nil, opts.VerifyTTL)}
+	v := &verifier{cfg: cfg, timeout: opts.VerifyTimeout, known: expirable.NewLRU[[32]byte, string](maxKnown, nil, opts.VerifyTTL)}
+	if opts.VerifyGrace > 0 {
+		v.trusted = expirable.NewLRU[[32]byte, string](maxKnown, nil, opts.VerifyGrace)
+	}
 	authed := auth.RequireBearerToken(v.verify, nil)(limited)
 	// The SDK answers a refused token in plain text; the token is checked
 	// here first so that the refusal is the same problem+json the gateway
@@ -565,10 +587,13 @@ func (t *tenants) get(tenantID string) *tenantServer {
 
 // verifier checks bearer tokens with the gateway and remembers a tenant
 // for VerifyTTL (tokens kept only as SHA-256 digests), as the gateway's
-// tenant.Authenticator does for its own lookups.
+// tenant.Authenticator does for its own lookups, and for VerifyGrace as
+// the answer to fall back on when the gateway gives none.
 type verifier struct {
-	cfg   Config
-	known *expirable.LRU[[32]byte, string]
+	cfg     Config
+	timeout time.Duration
+	known   *expirable.LRU[[32]byte, string]
+	trusted *expirable.LRU[[32]byte, string] // nil: no grace
 }
 
 // maxKnown bounds how many tokens the verifier remembers.
@@ -578,11 +603,31 @@ func (v *verifier) verify(ctx context.Context, token string, _ *http.Request) (*
 	sum := sha256.Sum256([]byte(token))
 	tenantID, ok := v.known.Get(sum)
 	if !ok {
-		var err error
-		if tenantID, err = v.ask(ctx, token); err != nil {
+		asked, err := v.ask(ctx, token)
+		switch {
+		case err == nil:
+			tenantID = asked
+			v.known.Add(sum, tenantID)
+			if v.trusted != nil {
+				v.trusted.Add(sum, tenantID)
+			}
+		case errors.Is(err, auth.ErrInvalidToken):
+			if v.trusted != nil {
+				v.trusted.Remove(sum)
+			}
 			return nil, err
+		default:
+			// No answer: the last one, within the grace, else the error
+			// (the caller's 503, a pending answer, never a refusal).
+			var trusted bool
+			if v.trusted != nil {
+				tenantID, trusted = v.trusted.Get(sum)
+			}
+			if !trusted {
+				return nil, err
+			}
+			slog.WarnContext(ctx, "mcp: the gateway did not answer a token's verification; the tenant it last verified stands, within the grace", "tenant", tenantID, "err", err)
 		}
-		v.known.Add(sum, tenantID)
 	}
 	// UserID binds a session to its tenant: the SDK refuses a session's
 	// ID presented with another tenant's token. The SDK wants an
@@ -592,7 +637,7 @@ func (v *verifier) verify(ctx context.Context, token string, _ *http.Request) (*
 
 // ask calls GET /v1/tenant with the token.
 func (v *verifier) ask(ctx context.Context, token string) (string, error) {
-	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	ctx, cancel := context.WithTimeout(ctx, v.timeout)
 	defer cancel()
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, strings.TrimRight(v.cfg.BaseURL, "/")+"/v1/tenant", nil)
 	if err != nil {
