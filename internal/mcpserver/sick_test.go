@@ -4,11 +4,13 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"fmt"
 	"io"
 	"net/http"
 	"net/http/httptest"
 	"net/http/httputil"
 	"net/url"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -58,14 +60,26 @@ func (g *sickGateway) heal() {
 // HTTP status, the JSON-RPC message and how long it took.
 func post2026(t *testing.T, mcpURL, token, method string, params map[string]any) (int, map[string]any, time.Duration) {
 	t.Helper()
-	params["_meta"] = map[string]any{"io.modelcontextprotocol/protocolVersion": "2026-07-28",
+	meta := map[string]any{"io.modelcontextprotocol/protocolVersion": "2026-07-28",
 		"io.modelcontextprotocol/clientCapabilities": map[string]any{}, "io.modelcontextprotocol/clientInfo": map[string]any{"name": "raw", "version": "1"}}
+	if m, ok := params["_meta"].(map[string]any); ok {
+		for k, v := range m {
+			meta[k] = v
+		}
+	}
+	params["_meta"] = meta
 	b, _ := json.Marshal(map[string]any{"jsonrpc": "2.0", "id": 1, "method": method, "params": params})
 	req, _ := http.NewRequest(http.MethodPost, mcpURL, bytes.NewReader(b))
 	req.Header.Set("Content-Type", "application/json")
 	req.Header.Set("Accept", "application/json, text/event-stream")
 	req.Header.Set("Mcp-Protocol-Version", "2026-07-28")
 	req.Header.Set("Mcp-Method", method)
+	// 2026-07-28 routes by headers: a call names its tool, a task request its task.
+	for _, member := range []string{"name", "taskId"} {
+		if v, ok := params[member].(string); ok {
+			req.Header.Set("Mcp-Name", v)
+		}
+	}
 	req.Header.Set("Authorization", "Bearer "+token)
 	start := time.Now()
 	resp, err := http.DefaultClient.Do(req)
@@ -137,5 +151,92 @@ func TestATokenVerifiedRecentlyStaysGoodWhileTheGatewayHangs(t *testing.T) {
 			t.Fatalf("a revoked token still answered %d after the gateway came back", code)
 		}
 		time.Sleep(200 * time.Millisecond)
+	}
+}
+
+// Every wait a caller is promised is a bound while the gateway hangs: a
+// call that takes tasks gets its handle within --task-wait and TaskSlack
+// (under 2026-07-28's extension and 2025-11-25's tasks), and a call that
+// takes none gets NO ANSWER YET within --call-wait. Once the gateway
+// answers again each task ends with its call's answer, one ticket per
+// key; another tenant's tasks/get of it finds nothing and sends nothing.
+func TestEveryWaitIsABoundWhileTheGatewayHangs(t *testing.T) {
+	s := testenv.NewStack(t, testenv.Options{})
+	sick := newSickGateway(t, s.URL)
+	const taskWait, callWait = time.Second, 2 * time.Second
+	hs := httptest.NewServer(mcpserver.HTTPHandler(mcpserver.Config{BaseURL: sick.URL, Operations: s.Set.Operations(), TaskWait: taskWait, CallTimeout: callWait},
+		mcpserver.HTTPOptions{}))
+	t.Cleanup(hs.Close)
+	tokA, tokB := s.Tokens[testenv.TenantA], s.Tokens[testenv.TenantB]
+	for _, tok := range []string{tokA, tokB} { // verified while the gateway answers
+		if code, _, _ := post2026(t, hs.URL, tok, "tools/list", map[string]any{}); code != http.StatusOK {
+			t.Fatalf("tools/list: %d", code)
+		}
+	}
+	legacy := testenv.DialMCP(t, hs.URL, tokA)
+	sick.hang()
+	const slack = 700 * time.Millisecond
+	ticket := func(key string) map[string]any {
+		return map[string]any{"idempotency_key": key, "customer_id": "c-" + key, "title": "While the gateway hangs"}
+	}
+
+	code, ext, took := post2026(t, hs.URL, tokA, "tools/call", map[string]any{"name": "create_ticket", "arguments": ticket("sick-ext"), "_meta": declared})
+	res, _ := ext["result"].(map[string]any)
+	t.Logf("2026-07-28 with the extension: %d %v in %s", code, res["resultType"], took.Round(time.Millisecond))
+	if code != http.StatusOK || res["resultType"] != "task" || res["taskId"] == nil || took > taskWait+mcpserver.TaskSlack+slack {
+		t.Fatalf("a task-mode call while the gateway hangs: %d %+v in %s, want a task within %s", code, ext, took, taskWait+mcpserver.TaskSlack)
+	}
+	extTask := res["taskId"].(string)
+
+	start := time.Now()
+	lres, lerr := legacy.Call("tools/call", map[string]any{"name": "create_ticket", "arguments": ticket("sick-legacy"), "task": map[string]any{}})
+	took = time.Since(start)
+	lt, _ := lres["task"].(map[string]any)
+	t.Logf("2025-11-25 tasks: %v in %s", lt["status"], took.Round(time.Millisecond))
+	if lerr != nil || lt["taskId"] == nil || took > taskWait+mcpserver.TaskSlack+slack {
+		t.Fatalf("a 2025-11-25 task-mode call while the gateway hangs: %+v %+v in %s", lres, lerr, took)
+	}
+
+	code, plain, took := post2026(t, hs.URL, tokA, "tools/call", map[string]any{"name": "create_ticket", "arguments": ticket("sick-plain")})
+	pres, _ := plain["result"].(map[string]any)
+	t.Logf("a call without tasks: %d in %s: %v", code, took.Round(time.Millisecond), pres["content"])
+	if code != http.StatusOK || pres["isError"] != true || !strings.Contains(fmt.Sprint(pres["content"]), "NO ANSWER YET") || took > callWait+slack {
+		t.Fatalf("a call without tasks while the gateway hangs: %d %+v in %s, want NO ANSWER YET within %s", code, plain, took, callWait)
+	}
+
+	// Another tenant reads A's task: nothing, and nothing sent.
+	if _, other, _ := post2026(t, hs.URL, tokB, "tasks/get", map[string]any{"taskId": extTask, "_meta": declared}); other["error"] == nil {
+		t.Fatalf("tenant B read A's task: %+v", other)
+	}
+
+	sick.heal()
+	for key, read := range map[string]func() map[string]any{
+		"sick-ext": func() map[string]any {
+			_, got, _ := post2026(t, hs.URL, tokA, "tasks/get", map[string]any{"taskId": extTask, "_meta": declared})
+			r, _ := got["result"].(map[string]any)
+			return r
+		},
+		"sick-legacy": func() map[string]any {
+			got, _ := legacy.Call("tasks/get", map[string]any{"taskId": lt["taskId"]})
+			return got
+		},
+	} {
+		deadline := time.Now().Add(60 * time.Second)
+		for {
+			got := read()
+			if got["status"] == "completed" {
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("%s: the task is still %+v", key, got)
+			}
+			time.Sleep(300 * time.Millisecond)
+		}
+		if n := testenv.Count(t, s.Pool, "ticket", "customer_id = $1", "c-"+key); n != 1 {
+			t.Fatalf("%s: %d tickets", key, n)
+		}
+	}
+	if n := testenv.Count(t, s.Pool, "ticket", "tenant_id = $1", testenv.TenantB); n != 0 {
+		t.Fatalf("tenant B has %d tickets", n)
 	}
 }

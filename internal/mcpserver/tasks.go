@@ -22,6 +22,7 @@ package mcpserver
 import (
 	"bytes"
 	"context"
+	"encoding/base64"
 	"encoding/json"
 	"errors"
 	"io"
@@ -87,10 +88,13 @@ func declaresTasks(meta mcp.Meta) bool {
 }
 
 // taskSlot carries, from a tool's handler back to the tasks middleware,
-// what a task-mode call came to: its operation, when it has one.
+// what a task-mode call came to: its operation, when it has one, or the
+// task that names its request, when the gateway gave no answer within the
+// wait.
 type taskSlot struct {
 	mode        taskMode
 	operationID string
+	requestTask string
 	replayed    bool
 	pending     bool
 }
@@ -111,23 +115,143 @@ func parseTaskID(id string) (operationID string, replayed bool) {
 	return op, replayed
 }
 
+// TaskSlack is how long past TaskWait a task-mode call may take to be
+// answered: the gateway's 202 comes at TaskWait, and is read within it.
+const TaskSlack = 500 * time.Millisecond
+
+type submitted struct {
+	res     agentclient.Result
+	pending *agentclient.Pending
+	err     error
+}
+
 // submit is a task-mode call's path to the gateway: the answer if it comes
 // within TaskWait, else the operation that will hold it, noted in the
-// slot. Only a call the gateway never recorded (refused, or unreachable
-// for the whole CallTimeout) has no operation.
+// slot. A gateway that gives no answer by TaskWait and TaskSlack (hung,
+// partitioned) does not hold the caller: it gets a task that names the
+// request itself (requestTaskID), while this process goes on sending the
+// call, for up to CallTimeout, and any process that reads the task sends
+// it again under its key. Only a call the gateway refused has no task.
 func (t tools) submit(ctx context.Context, req *mcp.CallToolRequest, slot *taskSlot, in agentclient.Intent) (*mcp.CallToolResult, Result, error) {
 	c := t.client(req)
 	c.Wait = t.cfg.TaskWait
-	res, pending, err := c.Submit(ctx, in)
+	// The call goes on past the caller's wait: the caller holds a task,
+	// and the intent is sent until the gateway records it.
+	bg, cancel := context.WithTimeout(context.WithoutCancel(ctx), t.cfg.CallTimeout)
+	done := make(chan submitted, 1)
+	go func() {
+		defer cancel()
+		res, pending, err := c.Submit(bg, in)
+		done <- submitted{res, pending, err}
+	}()
+	timer := time.NewTimer(t.cfg.TaskWait + TaskSlack)
+	defer timer.Stop()
+	var got submitted
+	select {
+	case got = <-done:
+	case <-timer.C:
+		id, ok := requestTaskID(tenantOf(req.GetExtra()), in, time.Now())
+		if ok {
+			slot.requestTask, slot.pending = id, true
+			return nil, Result{}, nil
+		}
+		got = <-done // a request too large to name: wait for the gateway
+	case <-ctx.Done():
+		return nil, Result{}, explain(in.Key, ctx.Err())
+	}
+	switch {
+	case got.pending != nil:
+		slot.operationID, slot.replayed, slot.pending = got.pending.OperationID, !got.pending.Owner, true
+		return nil, Result{}, nil
+	case got.err != nil:
+		return nil, Result{}, explain(in.Key, got.err)
+	}
+	slot.operationID, slot.replayed = got.res.OperationID, got.res.Replayed
+	return result(got.res)
+}
+
+// requestTaskPrefix marks a task that names its call's request, not an
+// operation: the gateway had given no answer when the caller's wait ended.
+const requestTaskPrefix = "req."
+
+// maxRequestTaskID bounds such a task's ID; a larger request waits for the
+// gateway as before.
+const maxRequestTaskID = 16 << 10
+
+// requestTask is what a request task's ID carries: enough to send the call
+// again under its key, the tenant it belongs to, and when it was made.
+type requestTask struct {
+	Tenant   string          `json:"t"`
+	Key      string          `json:"k"`
+	Path     string          `json:"p"`
+	Body     json.RawMessage `json:"b"`
+	ByIntent bool            `json:"i,omitempty"`
+	Created  int64           `json:"c"` // Unix milliseconds
+}
+
+func requestTaskID(tenant string, in agentclient.Intent, now time.Time) (string, bool) {
+	b, err := json.Marshal(requestTask{Tenant: tenant, Key: in.Key, Path: in.Path, Body: in.Body, ByIntent: in.ByIntent, Created: now.UnixMilli()})
+	if err != nil {
+		return "", false
+	}
+	id := requestTaskPrefix + base64.RawURLEncoding.EncodeToString(b)
+	return id, len(id) <= maxRequestTaskID
+}
+
+func parseRequestTask(id string) (requestTask, bool) {
+	enc, ok := strings.CutPrefix(id, requestTaskPrefix)
+	if !ok {
+		return requestTask{}, false
+	}
+	var rt requestTask
+	b, err := base64.RawURLEncoding.DecodeString(enc)
+	if err != nil || json.Unmarshal(b, &rt) != nil || rt.Key == "" || rt.Path == "" {
+		return requestTask{}, false
+	}
+	return rt, true
+}
+
+// tenantOf is the caller's tenant over HTTP (the verified token's); over
+// stdio every request is the configured token's, and the tenant is "".
+func tenantOf(extra *mcp.RequestExtra) string {
+	if extra == nil || extra.TokenInfo == nil {
+		return ""
+	}
+	return extra.TokenInfo.UserID
+}
+
+// readRequestTask sends a request task's call again under its key, within
+// TaskWait: the gateway's record then answers it as any task (an
+// operation's), and a gateway that still gives no answer leaves it
+// working. Another tenant's task is not found: its call is never sent.
+func (t tools) readRequestTask(ctx context.Context, extra *mcp.RequestExtra, id string, rt requestTask) (task, error) {
+	if rt.Tenant != tenantOf(extra) {
+		return task{}, invalidParams("Failed to retrieve task: Task not found")
+	}
+	created := time.UnixMilli(rt.Created)
+	if time.Since(created) > t.cfg.TaskTTL {
+		return task{}, invalidParams("Failed to retrieve task: Task has expired")
+	}
+	c := t.clientFor(extra)
+	sctx, cancel := context.WithTimeout(ctx, t.cfg.TaskWait)
+	defer cancel()
+	res, pending, err := c.Submit(sctx, agentclient.Intent{Key: rt.Key, Method: http.MethodPost, Path: rt.Path, Body: rt.Body, ByIntent: rt.ByIntent})
 	switch {
 	case pending != nil:
-		slot.operationID, slot.replayed, slot.pending = pending.OperationID, !pending.Owner, true
-		return nil, Result{}, nil
-	case err != nil:
-		return nil, Result{}, explain(in.Key, err)
+		tk, err := t.readTask(ctx, extra, taskID(pending.OperationID, !pending.Owner))
+		tk.ID = id
+		return tk, err
+	case errors.Is(err, context.DeadlineExceeded) || errors.Is(err, context.Canceled):
+		return task{ID: id, Status: "working", CreatedAt: created, UpdatedAt: created, TTL: t.cfg.TaskTTL, PollInterval: t.cfg.TaskPollInterval,
+			Message: "idemflow's gateway has not answered yet; the call is sent again under its key, and its effect happens at most once"}, nil
 	}
-	slot.operationID, slot.replayed = res.OperationID, res.Replayed
-	return result(res)
+	tk := task{ID: id, Status: "completed", CreatedAt: created, UpdatedAt: time.Now(), TTL: t.cfg.TaskTTL, PollInterval: t.cfg.TaskPollInterval, operationID: res.OperationID}
+	if err != nil {
+		tk.Result, err = toolResult(nil, Result{}, explain(rt.Key, err))
+	} else {
+		tk.Result, err = toolResult(result(res))
+	}
+	return tk, err
 }
 
 // Task is a task's state as both revisions carry it; marshal writes the
@@ -142,6 +266,8 @@ type task struct {
 	PollInterval time.Duration
 	// Result is the tool's result, when completed.
 	Result *mcp.CallToolResult
+	// operationID is the intent's operation, once the gateway named it.
+	operationID string
 }
 
 // wire is the task's JSON members in a revision's names: the
@@ -290,6 +416,17 @@ func (t tools) callAsTask(ctx context.Context, next mcp.MethodHandler, method st
 	if mode == taskExt && !slot.pending {
 		return res, nil // the answer came within the wait: no task
 	}
+	if slot.requestTask != "" {
+		created := time.Now()
+		tk := task{ID: slot.requestTask, Status: "working", CreatedAt: created, UpdatedAt: created, TTL: t.cfg.TaskTTL, PollInterval: t.cfg.TaskPollInterval,
+			Message: "idemflow's gateway has not answered yet; the call is sent again under its key, and its effect happens at most once"}
+		w := tk.wire(mode)
+		if mode == taskExt {
+			w["resultType"] = "task"
+			return raw(w)
+		}
+		return raw(map[string]any{"task": w})
+	}
 	if slot.operationID == "" {
 		// Only 2025-11-25 comes here (the extension's pending call has
 		// its operation). It wants a task for every such call, and there is
@@ -375,6 +512,9 @@ func (t tools) serveTask(ctx context.Context, method string, req mcp.Request) (m
 // while the record is PROCESSING, else completed with exactly the result
 // the synchronous call would have given.
 func (t tools) readTask(ctx context.Context, extra *mcp.RequestExtra, id string) (task, error) {
+	if rt, ok := parseRequestTask(id); ok {
+		return t.readRequestTask(ctx, extra, id, rt)
+	}
 	opID, _ := parseTaskID(id)
 	op, err := t.clientFor(extra).ReadOperation(ctx, opID)
 	if errors.Is(err, agentclient.ErrNotFound) {
@@ -388,9 +528,9 @@ func (t tools) readTask(ctx context.Context, extra *mcp.RequestExtra, id string)
 
 // taskOf is task id's state, from its operation.
 func (t tools) taskOf(id string, op agentclient.Operation) (task, error) {
-	_, replayed := parseTaskID(id)
+	opID, replayed := parseTaskID(id)
 	tk := task{ID: id, Status: "working", CreatedAt: op.CreatedAt, UpdatedAt: op.UpdatedAt, TTL: t.cfg.TaskTTL, PollInterval: t.cfg.TaskPollInterval,
-		Message: "the call is running; its effect happens at most once"}
+		Message: "the call is running; its effect happens at most once", operationID: opID}
 	if time.Since(op.CreatedAt) > t.cfg.TaskTTL {
 		return task{}, invalidParams("Failed to retrieve task: Task has expired")
 	}
@@ -430,8 +570,10 @@ func (t tools) cancelTask(ctx context.Context, extra *mcp.RequestExtra, id strin
 		}
 		return raw(map[string]any{"resultType": "complete"})
 	}
-	opID, _ := parseTaskID(id)
-	if err := t.clientFor(extra).CancelOperation(ctx, opID); err != nil {
+	if tk.operationID == "" {
+		return nil, &jsonrpc.Error{Code: jsonrpc.CodeInternalError, Message: "could not cancel the task: idemflow's gateway has not answered yet; cancel again"}
+	}
+	if err := t.clientFor(extra).CancelOperation(ctx, tk.operationID); err != nil {
 		return nil, &jsonrpc.Error{Code: jsonrpc.CodeInternalError, Message: "could not cancel the task: " + err.Error()}
 	}
 	if mode == taskExt {
