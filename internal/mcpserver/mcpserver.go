@@ -98,7 +98,9 @@ func New(cfg Config) *mcp.Server {
 	cfg.TaskWait = max(cmp.Or(cfg.TaskWait, DefaultTaskWait), time.Second)
 	cfg.TaskTTL = cmp.Or(cfg.TaskTTL, DefaultTaskTTL)
 	cfg.TaskPollInterval = cmp.Or(cfg.TaskPollInterval, DefaultTaskPollInterval)
-	caps := &mcp.ServerCapabilities{Extensions: map[string]any{ExtensionTasks: map[string]any{}}}
+	// prompts/list is served (with no prompts), and a server that serves
+	// it declares it (SEP-2575's discover result).
+	caps := &mcp.ServerCapabilities{Extensions: map[string]any{ExtensionTasks: map[string]any{}}, Prompts: &mcp.PromptCapabilities{}}
 	s := mcp.NewServer(&mcp.Implementation{Name: "idemflow", Version: "1.0.0"}, &mcp.ServerOptions{Instructions: instructions(cfg.Operations), Capabilities: caps})
 	t := tools{cfg: cfg}
 	addTasks(s, t)

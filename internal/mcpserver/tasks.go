@@ -28,6 +28,7 @@ import (
 	"io"
 	"net/http"
 	"reflect"
+	"slices"
 	"strings"
 	"time"
 
@@ -316,10 +317,42 @@ func raw(v any) (*rawResult, error) {
 	return &rawResult{raw: b}, nil
 }
 
-// taskParams are tasks/get's, tasks/result's and tasks/cancel's.
+// taskParams are the tasks/* methods' params. TaskID is read as any JSON
+// value, so that one of another type gets an error in the protocol's words
+// (serveTask), not the decoder's.
 type taskParams struct {
 	mcp.ParamsBase
-	TaskID string `json:"taskId"`
+	TaskID json.RawMessage `json:"taskId,omitempty"`
+}
+
+// taskMethods are the methods named tasks/*, served or refused here.
+var taskMethods = []string{"tasks/get", "tasks/result", "tasks/cancel", "tasks/update", "tasks/list"}
+
+// codeMissingCapability is 2026-07-28's MissingRequiredClientCapabilityError
+// (SEP-2575): the request needs a capability the client did not declare.
+const codeMissingCapability = -32021
+
+// refuseTaskMethod is the error a tasks/* request gets before its task is
+// read, if any: under 2026-07-28 the extension's methods need the
+// extension declared, tasks/result no longer exists (tasks/get carries
+// the result) and tasks/update has nothing to update (idemflow's tasks
+// never wait for input); 2025-11-25 has neither tasks/update nor, here,
+// tasks/list (a task is read by its ID).
+func refuseTaskMethod(method string, modern, declared bool) *jsonrpc.Error {
+	switch {
+	case method == "tasks/list":
+		return &jsonrpc.Error{Code: jsonrpc.CodeMethodNotFound, Message: "Method not found: tasks/list is not served; read a task by its taskId (tasks/get)"}
+	case modern && method == "tasks/result":
+		return &jsonrpc.Error{Code: jsonrpc.CodeMethodNotFound, Message: "Method not found: tasks/result was removed in 2026-07-28; tasks/get carries a completed task's result"}
+	case modern && !declared:
+		return &jsonrpc.Error{Code: codeMissingCapability, Message: "Missing required client capability: " + method +
+			" needs the Tasks extension (" + ExtensionTasks + ") declared in _meta " + metaClientCapabilities}
+	case method == "tasks/update" && !modern:
+		return &jsonrpc.Error{Code: jsonrpc.CodeMethodNotFound, Message: "Method not found: tasks/update is the Tasks extension's (2026-07-28)"}
+	case method == "tasks/update":
+		return &jsonrpc.Error{Code: jsonrpc.CodeInvalidParams, Message: "idemflow's tasks never wait for input: there is nothing to update"}
+	}
+	return nil
 }
 
 // invalidParams is the JSON-RPC error both revisions give for an unknown
@@ -331,7 +364,7 @@ func invalidParams(msg string) error {
 // addTasks serves tasks on s: the methods, the capability each revision
 // reads, each side-effecting tool's taskSupport, and the tools/call path.
 func addTasks(s *mcp.Server, t tools) {
-	for _, m := range []string{"tasks/get", "tasks/result", "tasks/cancel"} {
+	for _, m := range taskMethods {
 		// The handlers only declare the methods, so that the SDK decodes
 		// their params; the middleware answers them, since it alone sees
 		// the request's bearer token.
@@ -350,7 +383,7 @@ func addTasks(s *mcp.Server, t tools) {
 				return forRevision(req)(withTaskSupport(next(ctx, method, req)))
 			case "tools/call":
 				return forRevision(req)(t.callAsTask(ctx, next, method, req))
-			case "tasks/get", "tasks/result", "tasks/cancel":
+			case "tasks/get", "tasks/result", "tasks/cancel", "tasks/update", "tasks/list":
 				return forRevision(req)(t.serveTask(ctx, method, req))
 			}
 			return next(ctx, method, req)
@@ -464,8 +497,15 @@ func text(res mcp.Result) string {
 // serveTask answers tasks/get, tasks/result and tasks/cancel.
 func (t tools) serveTask(ctx context.Context, method string, req mcp.Request) (mcp.Result, error) {
 	p, ok := req.GetParams().(*taskParams)
-	if !ok || p.TaskID == "" {
-		return nil, invalidParams("taskId is required")
+	if !ok {
+		p = &taskParams{}
+	}
+	if e := refuseTaskMethod(method, newRevision(req), declaresTasks(p.Meta)); e != nil {
+		return nil, e
+	}
+	var id string
+	if err := json.Unmarshal(p.TaskID, &id); err != nil || id == "" {
+		return nil, invalidParams("taskId is required, as a string")
 	}
 	mode := taskLegacy
 	if declaresTasks(p.Meta) {
@@ -474,11 +514,11 @@ func (t tools) serveTask(ctx context.Context, method string, req mcp.Request) (m
 	extra := req.GetExtra()
 	switch method {
 	case "tasks/cancel":
-		return t.cancelTask(ctx, extra, p.TaskID, mode)
+		return t.cancelTask(ctx, extra, id, mode)
 	case "tasks/result":
 		// 2025-11-25: block until the task ends, then give its result.
 		for {
-			tk, err := t.readTask(ctx, extra, p.TaskID)
+			tk, err := t.readTask(ctx, extra, id)
 			if err != nil {
 				return nil, err
 			}
@@ -497,7 +537,7 @@ func (t tools) serveTask(ctx context.Context, method string, req mcp.Request) (m
 			}
 		}
 	}
-	tk, err := t.readTask(ctx, extra, p.TaskID)
+	tk, err := t.readTask(ctx, extra, id)
 	if err != nil {
 		return nil, err
 	}
@@ -720,11 +760,44 @@ func liftTaskHTTP(next http.Handler) http.Handler {
 			deny(w, http.StatusRequestEntityTooLarge, problem.TypeBodyTooLarge, "an MCP message is at most 1 MiB")
 			return
 		}
+		if r.Header.Get("Mcp-Protocol-Version") >= modernRevision {
+			if resp, ok := missingCapability(body); ok {
+				// SEP-2575: over HTTP, this error is a 400.
+				w.Header().Set("Content-Type", "application/json")
+				w.WriteHeader(http.StatusBadRequest)
+				_, _ = w.Write(resp)
+				return
+			}
+		}
 		body = liftTaskBody(body)
 		r.Body = io.NopCloser(bytes.NewReader(body))
 		r.ContentLength = int64(len(body))
 		next.ServeHTTP(w, r)
 	})
+}
+
+// missingCapability is the JSON-RPC response to a 2026-07-28 tasks/*
+// request from a client that did not declare the extension, if body is
+// one (refuseTaskMethod's -32021).
+func missingCapability(body []byte) ([]byte, bool) {
+	if !bytes.Contains(body, []byte(`"tasks/`)) {
+		return nil, false
+	}
+	msg, err := jsonrpc.DecodeMessage(body)
+	req, ok := msg.(*jsonrpc.Request)
+	if err != nil || !ok || !req.IsCall() || !slices.Contains(taskMethods, req.Method) {
+		return nil, false
+	}
+	var p struct {
+		Meta mcp.Meta `json:"_meta"`
+	}
+	_ = json.Unmarshal(req.Params, &p)
+	e := refuseTaskMethod(req.Method, true, declaresTasks(p.Meta))
+	if e == nil || e.Code != codeMissingCapability {
+		return nil, false
+	}
+	out, err := jsonrpc.EncodeMessage(&jsonrpc.Response{ID: req.ID, Error: e})
+	return out, err == nil
 }
 
 // liftTaskBody is liftTask for a message's bytes; a body it leaves as it
