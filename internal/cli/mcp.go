@@ -68,6 +68,8 @@ func runMCP(ctx context.Context, env *Env, args []string) error {
 	var httpOpts mcpserver.HTTPOptions
 	fs.IntVar(&httpOpts.MaxSessionsPerTenant, "max-sessions", 64, "with --http: open MCP sessions one tenant may hold (env IDEMFLOW_MCP_MAX_SESSIONS)")
 	fs.DurationVar(&httpOpts.IdleTimeout, "session-idle-timeout", 10*time.Minute, "with --http: close a session idle this long (env IDEMFLOW_MCP_IDLE_TIMEOUT)")
+	fs.DurationVar(&httpOpts.VerifyTTL, "verify-ttl", mcpserver.DefaultVerifyTTL, "with --http: how long a verified token is trusted before the gateway is asked again; "+
+		"a revoked token is refused within it (env IDEMFLOW_MCP_VERIFY_TTL)")
 	fs.DurationVar(&httpOpts.VerifyGrace, "verify-grace", mcpserver.DefaultVerifyGrace, "with --http: how long a token the gateway verified stays good while the gateway gives no answer "+
 		"(a partition); a token the gateway refuses is refused at once; 0 or less: no grace (env IDEMFLOW_MCP_VERIFY_GRACE)")
 	callWait := fs.Duration("call-wait", 60*time.Second, "how long one tool call waits for its final answer; past it the model reads NO ANSWER YET, "+

@@ -37,8 +37,8 @@ from idemflow.langgraph import ARGS_KEY_SCHEME, LEGACY_KEY_SCHEME, durable_key, 
 
 from . import children
 from .conftest import count, count_like, docs_block, need
-from .test_mcp import over_stdio
-from .wire import Proxy
+from .test_mcp import over_http, over_stdio
+from .wire import Proxy, mcp_http
 
 
 def agent_env(url: str, **extra: str) -> dict[str, str]:
@@ -521,6 +521,67 @@ def test_the_readme_snippet_runs(url: str, token: str, db: psycopg.Connection, m
     code = snippet.replace("from langchain_openai import ChatOpenAI\n", "").replace('ChatOpenAI(model="gpt-4.1")', "MODEL").replace('"ticket-42"', repr(who))
     exec(compile(code, "README.md", "exec"), {"MODEL": _ReadmeModel(who), "__name__": "readme"})
     assert count(db, "ticket", who) == 1
+
+
+def test_a_partition_behind_mcp_over_http_pauses_the_run_and_reaches_no_model(url: str, db: psycopg.Connection) -> None:
+    """#77: idemflow mcp --http whose gateway is partitioned once the model
+    asked for its call, and which, with no grace, answers every request it
+    cannot verify with a 503 (--verify-ttl 1s --verify-grace 0). With
+    ToolNode(handle_tool_errors=True), which hands any tool error to the
+    model: mcp_tools waits through the MCP errors and pauses the run
+    (interrupt) past its deadline, with no tool message; resumed on a new
+    connection once the partition ended, the call's answer: one ticket."""
+    proxy = Proxy(url, "answer-lost", path="/never")
+    who = f"py-lg-mcp-http-partition-{uuid.uuid4().hex[:8]}"
+    saver = InMemorySaver()
+    config: RunnableConfig = {"configurable": {"thread_id": who}}
+
+    async def graph_on(session: Any, deadline: float) -> Any:
+        tools = await mcp_tools(session, names=["create_ticket"], deadline=deadline)
+
+        async def model(state: MessagesState) -> dict[str, Any]:
+            answers = [m for m in state["messages"] if isinstance(m, ToolMessage)]
+            if answers:
+                return {"messages": [AIMessage(f"done: {answers[-1].content}")]}
+            if not proxy.partitioned:
+                proxy.partitioned = True
+                await asyncio.sleep(1.5)  # past --verify-ttl
+            args = {"idempotency_key": str(uuid.uuid4()), "customer_id": who, "title": "Printer on fire"}
+            return {"messages": [AIMessage("", tool_calls=[{"name": "create_ticket", "args": args, "id": f"call_{uuid.uuid4().hex}", "type": "tool_call"}])]}
+
+        return (
+            StateGraph(MessagesState)
+            .add_node("agent", model)
+            .add_node("tools", ToolNode(tools, handle_tool_errors=True))
+            .add_edge(START, "agent")
+            .add_conditional_edges("agent", tools_condition)
+            .add_edge("tools", "agent")
+            .compile(checkpointer=saver)
+        )
+
+    async def main(mcp_url: str) -> tuple[Any, Any]:
+        async with over_http(mcp_url) as session:
+            graph = await graph_on(session, 4)
+            paused = await graph.ainvoke({"messages": [HumanMessage("Open a ticket.", id=f"msg-{who}")]}, config)
+        proxy.partitioned = False
+        async with over_http(mcp_url) as session:
+            graph = await graph_on(session, 30)
+            done = await graph.ainvoke(Command(resume=True), config)
+        return paused, done
+
+    try:
+        with mcp_http(proxy.url, "--verify-ttl", "1s", "--verify-grace", "0", "--task-wait", "1s") as mcp_url:
+            paused, done = asyncio.run(main(mcp_url))
+    finally:
+        proxy.close()
+    interrupts = paused.get("__interrupt__")
+    read = [m.content for m in paused["messages"] if isinstance(m, ToolMessage)]
+    n = count(db, "ticket", who)
+    print(f"a partition behind MCP over HTTP (LangGraph, handle_tool_errors=True): paused {bool(interrupts)}, the model read {read}; resumed, {n} ticket")
+    assert interrupts and interrupts[0].value["idemflow"] == "pending", paused
+    assert read == [], f"the model was handed {read}"
+    assert json.loads(next(m.content for m in done["messages"] if isinstance(m, ToolMessage)))["http_status"] == 201, done
+    assert n == 1
 
 
 def test_a_pending_answer_over_mcp_pauses_the_run_and_never_reaches_the_model() -> None:

@@ -45,11 +45,12 @@ async def over_stdio() -> AsyncIterator[ClientSession]:
 
 
 @asynccontextmanager
-async def over_http() -> AsyncIterator[ClientSession]:
+async def over_http(url: str | None = None) -> AsyncIterator[ClientSession]:
+    """A session with idemflow mcp --http at url (the stack's by default)."""
     headers = {"Authorization": f"Bearer {need('IDEMFLOW_TOKEN')}"}
     async with (
         httpx2.AsyncClient(headers=headers, timeout=30) as http,
-        streamable_http_client(need("IDEMFLOW_MCP_URL"), http_client=http) as streams,
+        streamable_http_client(url or need("IDEMFLOW_MCP_URL"), http_client=http) as streams,
         ClientSession(streams[0], streams[1]) as session,
     ):
         await session.initialize()

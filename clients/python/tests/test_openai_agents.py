@@ -20,7 +20,7 @@ import psycopg
 import pytest
 from agents import Agent, RunConfig, Runner, function_tool
 from agents.exceptions import UserError
-from agents.mcp import MCPServerStdio, create_static_tool_filter
+from agents.mcp import MCPServerStdio, MCPServerStreamableHttp, create_static_tool_filter
 from agents.models.fake_id import FAKE_RESPONSES_ID
 from agents.tool_context import ToolContext
 
@@ -31,7 +31,7 @@ from idemflow.openai_agents import durable_key, durable_mcp_server, idemflow_fun
 from . import children
 from .agents.openai_agent import ScriptedModel, Ticket
 from .conftest import count, count_like, docs_block, need
-from .wire import Proxy
+from .wire import Proxy, mcp_http
 
 CASES = [
     # name, extra arguments, tickets after the kill and the rerun, the rerun's answer replayed
@@ -396,6 +396,15 @@ def test_a_call_over_mcp_has_the_native_tools_key(url: str, token: str, db: psyc
     assert count(db, "ticket", who) == 1
 
 
+def causes(e: BaseException | None) -> list[BaseException]:
+    """e and what it was raised from, in order."""
+    chain: list[BaseException] = []
+    while e is not None:
+        chain.append(e)
+        e = e.__cause__
+    return chain
+
+
 def outputs_of(result: Any) -> list[Any]:
     """The tool answers a run's items hold, as JSON (an MCP tool's is its
     text content)."""
@@ -426,12 +435,7 @@ def test_a_pending_answer_over_mcp_fails_the_run_and_never_reaches_the_model(url
             proxy.partitioned = True
             with pytest.raises(Exception) as failed:
                 await run_durably(agent, "Open a ticket.", run_config=config, load=load, save=save)
-            chain: list[BaseException] = []
-            e: BaseException | None = failed.value
-            while e is not None:
-                chain.append(e)
-                e = e.__cause__
-            assert any(isinstance(x, DeadlineError) for x in chain), repr(failed.value)
+            assert any(isinstance(x, DeadlineError) for x in causes(failed.value)), repr(failed.value)
             assert model.outputs == [], f"the model was handed {model.outputs}"
             proxy.partitioned = False
             resumed = await run_durably(agent, "Open a ticket.", run_config=config, load=load, save=save)
@@ -457,6 +461,75 @@ def test_a_pending_answer_over_mcp_fails_the_run_and_never_reaches_the_model(url
     assert ours == 1
     assert len(control_outputs) == 2 and all(o.startswith("An error occurred") for o in control_outputs), control_outputs
     assert theirs == 2, "the control's retry under the model's new key made a second ticket"
+
+
+class PartitioningModel(ScriptedModel):
+    """A ScriptedModel that, once it asks for its call, partitions the
+    proxy and waits out the MCP server's memory of the token: every later
+    request of the run meets a gateway that gives no answer."""
+
+    def __init__(self, customer: str, proxy: Proxy) -> None:
+        super().__init__(customer, model_key=True)
+        self.proxy = proxy
+
+    async def get_response(self, *args: Any, **kwargs: Any) -> Any:
+        out = await super().get_response(*args, **kwargs)
+        if not self.outputs and not self.proxy.partitioned:
+            self.proxy.partitioned = True
+            await asyncio.sleep(1.5)  # past --verify-ttl
+        return out
+
+
+def test_a_partition_behind_mcp_over_http_stops_the_run_and_reaches_no_model(url: str, token: str, db: psycopg.Connection) -> None:
+    """#77: idemflow mcp --http whose gateway is partitioned once the model
+    asked for its call, and which, with no grace, answers every request it
+    cannot verify with a 503 (--verify-ttl 1s --verify-grace 0): the
+    wrapped server waits through the MCP errors (the next tool listing,
+    the call) and stops the run with DeadlineError past its deadline; the
+    model reads no error. Resumed from its saved RunState on a new
+    connection once the partition ended: one ticket. The SDK's own server
+    raises the MCP error as it comes."""
+    proxy = Proxy(url, "answer-lost", path="/never")
+
+    def http_server(mcp_url: str) -> MCPServerStreamableHttp:
+        return MCPServerStreamableHttp(
+            params={"url": mcp_url, "headers": {"Authorization": f"Bearer {token}"}, "timeout": 10},
+            name="idemflow",
+            cache_tools_list=False,
+            require_approval="always",
+            client_session_timeout_seconds=10,
+            tool_filter=create_static_tool_filter(allowed_tool_names=["create_ticket"]),
+        )
+
+    async def scenario(mcp_url: str) -> tuple[str, list[BaseException], list[str]]:
+        who = f"py-oa-mcp-http-partition-{uuid.uuid4().hex[:8]}"
+        config = RunConfig(group_id=who, tracing_disabled=True)
+        load, save = in_memory()
+        model = PartitioningModel(who, proxy)
+        server = durable_mcp_server(http_server(mcp_url), deadline=4, wait=1)
+        async with server:
+            agent = Agent(name="support", mcp_servers=[server], model=model)
+            with pytest.raises(Exception) as failed:
+                await run_durably(agent, "Open a ticket.", run_config=config, load=load, save=save)
+        chain = causes(failed.value)
+        read = list(model.outputs)
+        proxy.partitioned = False
+        again = durable_mcp_server(http_server(mcp_url), deadline=30, wait=1)
+        async with again:
+            resumed = await run_durably(Agent(name="support", mcp_servers=[again], model=model), "Open a ticket.", run_config=config, load=load, save=save)
+            assert [o["http_status"] for o in outputs_of(resumed)] == [201], outputs_of(resumed)
+        return who, chain, read
+
+    try:
+        with mcp_http(proxy.url, "--verify-ttl", "1s", "--verify-grace", "0", "--task-wait", "1s") as mcp_url:
+            who, chain, read = asyncio.run(scenario(mcp_url))
+    finally:
+        proxy.close()
+    n = count(db, "ticket", who)
+    print(f"a partition behind MCP over HTTP: the run stopped with {[type(x).__name__ for x in chain]}, the model read {read}; resumed, {n} ticket")
+    assert any(isinstance(x, DeadlineError) for x in chain), chain
+    assert read == [], f"the model was handed {read}"
+    assert n == 1
 
 
 def test_the_docs_mcp_wrapper_runs(url: str, token: str, db: psycopg.Connection, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -1,11 +1,17 @@
 """A proxy between an agent and the gateway that faults the first call of
-one operation, for the tests that kill an agent mid call."""
+one operation, for the tests that kill an agent mid call, and idemflow's
+MCP server over HTTP in front of such a proxy."""
 
 from __future__ import annotations
 
+import contextlib
 import http.server
+import os
+import socket
+import subprocess
 import threading
-from collections.abc import Callable
+import time
+from collections.abc import Callable, Iterator
 from typing import Any, Literal, TypeVar
 
 import httpx
@@ -125,3 +131,32 @@ def through_partition(url: str, seconds: float, run: Callable[[str], T]) -> tupl
     finally:
         proxy.close()
     return out, {k for k in proxy.keys if k}
+
+
+@contextlib.contextmanager
+def mcp_http(gateway: str, *flags: str) -> Iterator[str]:
+    """idemflow mcp --http (IDEMFLOW_BIN) on a free port, pointed at
+    gateway, with flags; yields its URL once it answers its health path."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    proc = subprocess.Popen(
+        [os.environ["IDEMFLOW_BIN"], "mcp", "--http", f"127.0.0.1:{port}", "--url", gateway, *flags],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    url = f"http://127.0.0.1:{port}/"
+    try:
+        for _ in range(300):
+            try:
+                if httpx.get(url + "healthz", timeout=1).status_code == 200:
+                    break
+            except httpx.HTTPError:
+                pass
+            time.sleep(0.05)
+        else:
+            raise RuntimeError("idemflow mcp --http did not come up")
+        yield url
+    finally:
+        proc.terminate()
+        proc.wait(10)

@@ -39,6 +39,8 @@ try:
 except ImportError:  # mcp 1.x
     from mcp.shared.exceptions import McpError as MCPError  # type: ignore[no-redef,attr-defined,unused-ignore]
 
+import anyio
+
 from ._tooltext import pending_text
 from .errors import DeadlineError
 
@@ -51,8 +53,10 @@ __all__ = [
     "call_as_task",
     "call_until_answered",
     "intent_fields",
+    "outcome_unknown_within",
     "pending_task",
     "result_text",
+    "unknown_outcome",
     "until_answered",
 ]
 
@@ -108,6 +112,43 @@ def _meta(key: str, by_intent: bool) -> dict[str, Any]:
 def result_text(result: types.CallToolResult) -> str:
     """The text a model reads of a tool's result: its text content."""
     return "".join(getattr(c, "text", "") for c in result.content)
+
+
+#: JSON-RPC codes of a request the server refused as sent: nothing ran.
+_REFUSED = frozenset({-32700, -32600, -32601, -32602})
+
+
+def unknown_outcome(e: BaseException) -> bool:
+    """Whether e, raised by an MCP request, leaves its outcome unknown: a
+    transport failure, a closed connection, the server's error response (a
+    5xx, an internal error). A keyed call may then have run, so it is
+    waited on under its key (and its run stopped the framework's way past
+    the deadline), never handed to the model as an error it could retry
+    under a new key. A request the server refused as sent (a malformed
+    one, an unknown method or tool) is not."""
+    if isinstance(e, MCPError):
+        return e.error.code not in _REFUSED
+    return isinstance(e, (OSError, TimeoutError, anyio.ClosedResourceError, anyio.BrokenResourceError, anyio.EndOfStream))
+
+
+def outcome_unknown_within(e: BaseException) -> bool:
+    """unknown_outcome of e or of anything it wraps (its cause and
+    context, an exception group's members): a framework wraps the MCP
+    SDK's errors in its own."""
+    seen: set[int] = set()
+    todo: list[BaseException] = [e]
+    while todo:
+        x = todo.pop()
+        if id(x) in seen:
+            continue
+        seen.add(id(x))
+        if unknown_outcome(x):
+            return True
+        todo += [c for c in (x.__cause__, x.__context__) if c is not None]
+        members = getattr(x, "exceptions", None)  # an exception group's
+        if isinstance(members, (list, tuple)):
+            todo += [m for m in members if isinstance(m, BaseException)]
+    return False
 
 
 def _no_answer(result: types.CallToolResult) -> bool:
@@ -169,14 +210,31 @@ async def until_answered(
     resume, never to call anew. Any client's call: the mcp SDK's, or a
     framework's own that gives no task to wait on. by_intent: key was
     derived from the tool's intent fields (META_FINGERPRINT)."""
+    end = asyncio.get_running_loop().time() + deadline
+
+    async def attempt(left: float) -> R | None:
+        return await settle(await call({**_meta(key, by_intent), META_WAIT: max(1, int(min(wait, left) * 1000))}), end)
+
+    return await _again_until(end, attempt, tool=tool, key=key, resume=resume)
+
+
+async def _again_until(end: float, attempt: Callable[[float], Awaitable[R | None]], *, tool: str, key: str, resume: str) -> R:
+    """attempt(seconds left)'s first result that is not None, asked again
+    after a pause that grows to 5 s, also after an error that leaves the
+    outcome unknown (the call may have run: the same call again, under its
+    key); DeadlineError once end (the loop's time) comes."""
     loop = asyncio.get_running_loop()
-    end = loop.time() + deadline
     pause = 0.2
     while True:
         left = end - loop.time()
         if left <= 0:
             raise DeadlineError(pending_text(tool, key, resume))
-        final = await settle(await call({**_meta(key, by_intent), META_WAIT: max(1, int(min(wait, left) * 1000))}), end)
+        try:
+            final = await attempt(left)
+        except Exception as e:
+            if not outcome_unknown_within(e):
+                raise
+            final = None
         if final is not None:
             return final
         await asyncio.sleep(min(pause, max(0.0, end - loop.time())))
@@ -184,21 +242,18 @@ async def until_answered(
 
 
 async def _task_result(session: ClientSession, task: str, end: float, *, key: str, tool: str, resume: str) -> types.CallToolResult:
-    """tasks/result of task, which idemflow holds until the task ends;
-    DeadlineError when end comes first."""
-    left = end - asyncio.get_running_loop().time()
-    if left <= 0:
-        raise DeadlineError(pending_text(tool, key, resume))
-    try:
+    """tasks/result of task, which idemflow holds until the task ends,
+    asked again after an error that leaves it unknown; DeadlineError when
+    end comes first."""
+
+    async def attempt(left: float) -> types.CallToolResult:
         return await session.send_request(
             _TaskRequest(method="tasks/result", params={"taskId": task}),
             types.CallToolResult,
             request_read_timeout_seconds=_timeout(left),
         )
-    except MCPError as e:
-        if asyncio.get_running_loop().time() >= end:
-            raise DeadlineError(pending_text(tool, key, resume)) from e
-        raise
+
+    return await _again_until(end, attempt, tool=tool, key=key, resume=resume)
 
 
 def _timeout(seconds: float) -> Any:
@@ -259,15 +314,25 @@ async def call_as_task(
             raise DeadlineError(pending_text(name, key, resume)) from e
         except MCPError as e:
             words = str(e).removeprefix("no task was created: ")
-            if not words.startswith("NO ANSWER YET"):
+            if not words.startswith("NO ANSWER YET") and e.error.code in _REFUSED:
                 return types.CallToolResult(content=[types.TextContent(type="text", text=words)], isError=True)  # type: ignore[call-arg,unused-ignore]
-        # Nothing recorded (the gateway out of reach): the same call again.
+        except Exception as e:
+            if not outcome_unknown_within(e):
+                raise
+        # Nothing known to be recorded (the gateway or the server out of
+        # reach, a closed connection): the same call again.
         await asyncio.sleep(min(pause, left()))
         pause = min(pause * 2, 5.0)
-    try:
-        return await asyncio.wait_for(tasks.get_task_result(created.task.taskId, types.CallToolResult), _bound(left()))
-    except TimeoutError as e:
-        raise DeadlineError(pending_text(name, key, resume)) from e
+    while True:
+        try:
+            return await asyncio.wait_for(tasks.get_task_result(created.task.taskId, types.CallToolResult), _bound(left()))
+        except TimeoutError as e:
+            raise DeadlineError(pending_text(name, key, resume)) from e
+        except Exception as e:
+            if not outcome_unknown_within(e):
+                raise
+        await asyncio.sleep(min(pause, left()))
+        pause = min(pause * 2, 5.0)
 
 
 def _bound(seconds: float) -> float | None:

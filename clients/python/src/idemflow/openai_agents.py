@@ -37,6 +37,7 @@ Needs the ``openai-agents`` extra: ``pip install 'idemflow[openai-agents]'``.
 
 from __future__ import annotations
 
+import asyncio
 import inspect
 import json
 from collections.abc import Awaitable, Callable, Iterator, Mapping, Sequence
@@ -57,7 +58,7 @@ from ._tooltext import RESUME, answer_text, arguments, pending_text, refusal_tex
 from .client import AsyncClient, Client, Intent
 from .errors import DeadlineError, NoDurableIdentityError, ProblemError
 from .keys import call_arguments, call_intent, canonical, derive_key, intent_fields_of, occurrence
-from .mcp import META_FINGERPRINT, META_KEY, call_until_answered
+from .mcp import META_FINGERPRINT, META_KEY, call_until_answered, outcome_unknown_within
 
 __all__ = [
     "ARGS_KEY_SCHEME",
@@ -391,6 +392,29 @@ def durable_mcp_server(
             wait=wait,
         )
 
+    listing = server.list_tools
+
+    async def list_tools(*args: Any, **kwargs: Any) -> Any:
+        # Each turn lists the tools first. A listing that gets no answer
+        # (the server or its connection down) is asked again until the
+        # deadline, then stops the run as a pending call does: the run
+        # resumes from its saved RunState, and no call is lost.
+        loop = asyncio.get_running_loop()
+        end, pause = loop.time() + deadline, 0.2
+        while True:
+            try:
+                return await listing(*args, **kwargs)
+            except Exception as e:
+                if not outcome_unknown_within(e):
+                    raise
+                if loop.time() + pause >= end:
+                    raise DeadlineError(
+                        f"idemflow's MCP server did not list its tools within {deadline:g} s; nothing was called, and no call is lost: "
+                        + RESUME["openai_agents"]
+                    ) from e
+            await asyncio.sleep(pause)
+            pause = min(pause * 2, 5.0)
+
     formatter = server._get_failure_error_function(default_tool_error_function)
 
     async def failure(ctx: RunContextWrapper[Any], error: Exception) -> str:
@@ -408,6 +432,7 @@ def durable_mcp_server(
 
     server.tool_meta_resolver = meta
     server.call_tool = call_tool  # type: ignore[method-assign]
+    server.list_tools = list_tools  # type: ignore[method-assign]
     # The SDK's own setting (MCPServer's failure_error_function): errors
     # but ours keep the server's formatter.
     server._failure_error_function = failure
