@@ -60,17 +60,49 @@ export async function callUntilAnswered(
   // whatever a tool returns waits for the answer).
   const wait = Number.isFinite(waitMs) ? AbortSignal.timeout(waitMs) : new AbortController().signal;
   const bound = signal ? AbortSignal.any([signal, wait]) : wait;
-  let result: any;
-  try {
-    for await (const m of mcp.experimental.tasks.callToolStream({ name: tool, arguments: input, _meta: byIntent ? { [mcpMetaKey]: key, [mcpMetaFingerprint]: "intent" } : { [mcpMetaKey]: key } }, undefined, { signal: bound })) {
-      if (m.type === "result") result = m.result;
-      if (m.type === "error") throw m.error;
+  const meta = byIntent ? { [mcpMetaKey]: key, [mcpMetaFingerprint]: "intent" } : { [mcpMetaKey]: key };
+  for (let pause = 200; ; pause = Math.min(pause * 2, 5000)) {
+    let result: any;
+    try {
+      for await (const m of mcp.experimental.tasks.callToolStream({ name: tool, arguments: input, _meta: meta }, undefined, { signal: bound })) {
+        if (m.type === "result") result = m.result;
+        if (m.type === "error") throw m.error;
+      }
+      return wait.aborted ? undefined : result;
+    } catch (e) {
+      if (wait.aborted) return undefined;
+      // The call may have run: the same call again, under its key, until
+      // the wait ends; only a request refused as sent is an error.
+      if (signal?.aborted || !unknownOutcome(e)) throw e;
     }
-  } catch (e) {
+    await new Promise<void>((r) => {
+      const t = setTimeout(r, pause);
+      bound.addEventListener("abort", () => (clearTimeout(t), r()), { once: true });
+    });
     if (wait.aborted) return undefined;
-    throw e;
+    if (signal?.aborted) throw signal.reason;
   }
-  return wait.aborted ? undefined : result;
+}
+
+/** JSON-RPC codes of a request the server refused as sent (2026-07-28 adds a header mismatch and a missing capability): nothing ran. */
+const refused = new Set([-32700, -32600, -32601, -32602, -32020, -32021]);
+
+/**
+ * Whether e, thrown by an MCP request, leaves its outcome unknown: a
+ * transport failure (fetch's), a closed connection, the server's error
+ * response (an HTTP 5xx, an internal error). A keyed call may then have
+ * run, so it is waited on under its key, never handed to a model as an
+ * error it could retry under a new key. A request the server refused as
+ * sent (a malformed one, an unknown method or tool) is not, nor is any
+ * other error (a bug's).
+ */
+export function unknownOutcome(e: unknown): boolean {
+  for (let x: any = e, depth = 0; x && depth < 8; x = x.cause, depth++) {
+    if (typeof x.code === "number") return !refused.has(x.code) && !(x.code >= 400 && x.code < 500);
+    if (x instanceof TypeError && /fetch failed|terminated|network/i.test(x.message)) return true;
+    if (typeof x.code === "string" && /^(ECONNREFUSED|ECONNRESET|EPIPE|ETIMEDOUT|UND_ERR_\w+)$/.test(x.code)) return true;
+  }
+  return false;
 }
 
 /** The text a model reads of a tool's result: {http_status, replayed, result}, or the words of a refusal. */

@@ -30,7 +30,7 @@ import {
   streamText,
 } from "../src/ai.js";
 import { scriptedChat } from "../agent/scripted-chat.js";
-import { inFreshFolder, partitionProxy, readmeSnippet, ticketsUnder } from "./helpers.js";
+import { inFreshFolder, mcpHttp, partitionProxy, readmeSnippet, ticketsUnder } from "./helpers.js";
 
 const url = process.env.IDEMFLOW_URL!;
 const token = process.env.IDEMFLOW_TOKEN!;
@@ -484,6 +484,55 @@ test("idemflowMcpTools waits on a call's task for its own answer, and a pending 
     console.log(`idemflowMcpTools: a 4 s call waited on its task (${took} ms, replayed false); a 1 s wait was pending after ${bound} ms; the call written again: replayed true`);
   } finally {
     await mcp.close();
+  }
+});
+
+// #77: idemflow mcp --http whose gateway is partitioned, and which, with
+// no grace, answers every request it cannot verify with a 503
+// (--verify-ttl 1s --verify-grace 0): the call waits through the MCP
+// errors under its key and is pending past its wait, never an MCP error
+// handed on; on a new connection once the partition ended, the same call
+// is the call's answer, one ticket.
+test("idemflowMcpTools waits through an MCP server's errors while its gateway is partitioned, and is pending, never an error", async () => {
+  const proxy = await partitionProxy(url);
+  proxy.state.partitioned = false;
+  const server = await mcpHttp(proxy.base, "--verify-ttl", "1s", "--verify-grace", "0", "--task-wait", "1s");
+  const connect = async () => {
+    const mcp = new MCPClient({ name: "ts-ai-mcp-partition", version: "1" });
+    await mcp.connect(new StreamableHTTPClientTransport(new URL(server.url), { requestInit: { headers: { Authorization: `Bearer ${token}` } } }));
+    return mcp;
+  };
+  try {
+    const who = "c-ts-ai-mcp-partition-" + randomUUID().slice(0, 8);
+    const input = { idempotency_key: randomUUID(), customer_id: who, title: "Printer on fire" };
+    const call = { toolCallId: "call_1", messages: [{ role: "user", content: "Open a ticket." }, { role: "assistant", content: [{ type: "tool-call", toolCallId: "call_1", toolName: "create_ticket", input }] }] as ModelMessage[] };
+    const first = await connect();
+    let caught: unknown;
+    try {
+      const tool = (await idemflowMcpTools(first, { chatId: who, names: ["create_ticket"], waitMs: 3000, guarded: false })).create_ticket as any;
+      proxy.state.partitioned = true;
+      await new Promise((r) => setTimeout(r, 1500)); // past --verify-ttl
+      await tool.execute(input, call).catch((e: unknown) => (caught = e));
+    } finally {
+      proxy.state.partitioned = false;
+      await first.close().catch(() => undefined);
+    }
+    console.log(`a partition behind MCP over HTTP: the call ended with ${(caught as Error)?.constructor?.name}: ${(caught as Error)?.message?.slice(0, 80)}`);
+    assert.ok(caught instanceof PendingAnswerError, `the call ended with ${String(caught)}, not pending`);
+    const again = await connect();
+    try {
+      const tool = (await idemflowMcpTools(again, { chatId: who, names: ["create_ticket"], waitMs: 30_000, guarded: false })).create_ticket as any;
+      const answer = JSON.parse(await tool.execute(input, call));
+      assert.equal(answer.http_status, 201, JSON.stringify(answer));
+    } finally {
+      await again.close();
+    }
+    const keys = [...new Set(proxy.state.keys)];
+    assert.equal(keys.length, 1, `the MCP server sent ${keys.length} keys`);
+    assert.equal(await ticketsUnder(new Client({ baseURL: url, token }), keys, who), 1);
+  } finally {
+    server.close();
+    proxy.close();
   }
 });
 

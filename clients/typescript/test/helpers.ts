@@ -2,6 +2,7 @@
 // written, and a partition between a client and the gateway.
 
 import assert from "node:assert/strict";
+import { spawn } from "node:child_process";
 import { mkdtemp, readdir, readFile, writeFile } from "node:fs/promises";
 import { createServer, request as httpRequest, type Server } from "node:http";
 import { tmpdir } from "node:os";
@@ -106,4 +107,27 @@ export async function ticketsUnder(client: Client, keys: string[], customer: str
     if (r.replayed) n++;
   }
   return n;
+}
+
+/**
+ * idemflow mcp --http (IDEMFLOW_BIN) on a free port, pointed at gateway,
+ * with flags; its URL once it answers its health path.
+ */
+export async function mcpHttp(gateway: string, ...flags: string[]) {
+  const free = createServer();
+  await new Promise<void>((r) => free.listen(0, "127.0.0.1", r));
+  const port = (free.address() as { port: number }).port;
+  await new Promise<void>((r) => free.close(() => r()));
+  const proc = spawn(process.env.IDEMFLOW_BIN!, ["mcp", "--http", `127.0.0.1:${port}`, "--url", gateway, ...flags], { stdio: "ignore" });
+  const url = `http://127.0.0.1:${port}/`;
+  for (let i = 0; ; i++) {
+    try {
+      if ((await fetch(url + "healthz")).ok) break;
+    } catch {
+      // not listening yet
+    }
+    assert.ok(i < 300, "idemflow mcp --http did not come up");
+    await new Promise((r) => setTimeout(r, 50));
+  }
+  return { url, close: () => proc.kill() };
 }

@@ -114,8 +114,9 @@ def result_text(result: types.CallToolResult) -> str:
     return "".join(getattr(c, "text", "") for c in result.content)
 
 
-#: JSON-RPC codes of a request the server refused as sent: nothing ran.
-_REFUSED = frozenset({-32700, -32600, -32601, -32602})
+#: JSON-RPC codes of a request the server refused as sent (2026-07-28 adds
+#: a header mismatch and a missing capability): nothing ran.
+_REFUSED = frozenset({-32700, -32600, -32601, -32602, -32020, -32021})
 
 
 def unknown_outcome(e: BaseException) -> bool:
