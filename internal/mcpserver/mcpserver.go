@@ -480,8 +480,7 @@ func HTTPHandler(cfg Config, opts HTTPOptions) http.Handler {
 	if opts.IdleTimeout <= 0 {
 		opts.IdleTimeout = 10 * time.Minute
 	}
-	opts.VerifyTTL = max(opts.VerifyTTL, 0)
-	opts.VerifyTTL = cmp.Or(opts.VerifyTTL, DefaultVerifyTTL)
+	opts.VerifyTTL = cmp.Or(max(opts.VerifyTTL, 0), DefaultVerifyTTL)
 	opts.VerifyTimeout = cmp.Or(max(opts.VerifyTimeout, 0), DefaultVerifyTimeout)
 	opts.VerifyGrace = cmp.Or(opts.VerifyGrace, DefaultVerifyGrace)
 	tn := &tenants{cfg: cfg, servers: map[string]*tenantServer{}}
@@ -520,10 +519,8 @@ func HTTPHandler(cfg Config, opts HTTPOptions) http.Handler {
 		}
 		h.ServeHTTP(w, r)
 	})
-	v := &verifier{cfg: cfg, timeout: opts.VerifyTimeout, known: expirable.NewLRU[[32]byte, string](maxKnown, nil, opts.VerifyTTL)}
-	if opts.VerifyGrace > 0 {
-		v.trusted = expirable.NewLRU[[32]byte, string](maxKnown, nil, opts.VerifyGrace)
-	}
+	v := &verifier{cfg: cfg, ttl: opts.VerifyTTL, grace: opts.VerifyGrace, timeout: opts.VerifyTimeout,
+		known: expirable.NewLRU[[32]byte, verified](maxKnown, nil, max(opts.VerifyTTL, opts.VerifyGrace))}
 	authed := auth.RequireBearerToken(v.verify, nil)(limited)
 	// The SDK answers a refused token in plain text; the token is checked
 	// here first so that the refusal is the same problem+json the gateway
@@ -587,15 +584,21 @@ func (t *tenants) get(tenantID string) *tenantServer {
 	return ts
 }
 
-// verifier checks bearer tokens with the gateway and remembers a tenant
+// verifier checks bearer tokens with the gateway and trusts its answer
 // for VerifyTTL (tokens kept only as SHA-256 digests), as the gateway's
 // tenant.Authenticator does for its own lookups, and for VerifyGrace as
 // the answer to fall back on when the gateway gives none.
 type verifier struct {
-	cfg     Config
-	timeout time.Duration
-	known   *expirable.LRU[[32]byte, string]
-	trusted *expirable.LRU[[32]byte, string] // nil: no grace
+	cfg        Config
+	ttl, grace time.Duration // a grace of 0 or less: none
+	timeout    time.Duration
+	known      *expirable.LRU[[32]byte, verified] // for the longer of the two
+}
+
+// verified is the gateway's last answer about a token.
+type verified struct {
+	tenantID string
+	at       time.Time
 }
 
 // maxKnown bounds how many tokens the verifier remembers.
@@ -603,31 +606,22 @@ const maxKnown = 10000
 
 func (v *verifier) verify(ctx context.Context, token string, _ *http.Request) (*auth.TokenInfo, error) {
 	sum := sha256.Sum256([]byte(token))
-	tenantID, ok := v.known.Get(sum)
-	if !ok {
+	last, ok := v.known.Get(sum)
+	tenantID := last.tenantID
+	if !ok || time.Since(last.at) >= v.ttl {
 		asked, err := v.ask(ctx, token)
 		switch {
 		case err == nil:
 			tenantID = asked
-			v.known.Add(sum, tenantID)
-			if v.trusted != nil {
-				v.trusted.Add(sum, tenantID)
-			}
+			v.known.Add(sum, verified{tenantID: asked, at: time.Now()})
 		case errors.Is(err, auth.ErrInvalidToken):
-			if v.trusted != nil {
-				v.trusted.Remove(sum)
-			}
+			v.known.Remove(sum)
+			return nil, err
+		case !ok || time.Since(last.at) >= v.grace:
+			// No answer, and none within the grace: the caller's 503, a
+			// pending answer, never a refusal.
 			return nil, err
 		default:
-			// No answer: the last one, within the grace, else the error
-			// (the caller's 503, a pending answer, never a refusal).
-			var trusted bool
-			if v.trusted != nil {
-				tenantID, trusted = v.trusted.Get(sum)
-			}
-			if !trusted {
-				return nil, err
-			}
 			slog.WarnContext(ctx, "mcp: the gateway did not answer a token's verification; the tenant it last verified stands, within the grace", "tenant", tenantID, "err", err)
 		}
 	}

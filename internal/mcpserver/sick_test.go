@@ -141,17 +141,22 @@ func TestATokenVerifiedRecentlyStaysGoodWhileTheGatewayHangs(t *testing.T) {
 		t.Fatal(err)
 	}
 	sick.heal()
-	deadline := time.Now().Add(15 * time.Second)
-	for {
-		code, _, _ := post2026(t, withGrace, tokA, "tools/list", map[string]any{})
-		if code == http.StatusUnauthorized {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("a revoked token still answered %d after the gateway came back", code)
-		}
-		time.Sleep(200 * time.Millisecond)
+	if !within(15*time.Second, func() bool {
+		code, _, _ = post2026(t, withGrace, tokA, "tools/list", map[string]any{})
+		return code == http.StatusUnauthorized
+	}) {
+		t.Fatalf("a revoked token still answered %d after the gateway came back", code)
 	}
+}
+
+// within reports whether ok came true within d, asking it every 200 ms.
+func within(d time.Duration, ok func() bool) bool {
+	for end := time.Now().Add(d); !ok(); time.Sleep(200 * time.Millisecond) {
+		if time.Now().After(end) {
+			return false
+		}
+	}
+	return true
 }
 
 // Every wait a caller is promised is a bound while the gateway hangs: a
@@ -221,16 +226,9 @@ func TestEveryWaitIsABoundWhileTheGatewayHangs(t *testing.T) {
 			return got
 		},
 	} {
-		deadline := time.Now().Add(60 * time.Second)
-		for {
-			got := read()
-			if got["status"] == "completed" {
-				break
-			}
-			if time.Now().After(deadline) {
-				t.Fatalf("%s: the task is still %+v", key, got)
-			}
-			time.Sleep(300 * time.Millisecond)
+		var got map[string]any
+		if !within(60*time.Second, func() bool { got = read(); return got["status"] == "completed" }) {
+			t.Fatalf("%s: the task is still %+v", key, got)
 		}
 		if n := testenv.Count(t, s.Pool, "ticket", "customer_id = $1", "c-"+key); n != 1 {
 			t.Fatalf("%s: %d tickets", key, n)

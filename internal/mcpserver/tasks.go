@@ -212,6 +212,13 @@ func parseRequestTask(id string) (requestTask, bool) {
 	return rt, true
 }
 
+// unansweredTask is request task id, made at created, while the gateway
+// has not answered its call.
+func (t tools) unansweredTask(id string, created time.Time) task {
+	return task{ID: id, Status: "working", CreatedAt: created, UpdatedAt: created, TTL: t.cfg.TaskTTL, PollInterval: t.cfg.TaskPollInterval,
+		Message: "idemflow's gateway has not answered yet; the call is sent again under its key, and its effect happens at most once"}
+}
+
 // tenantOf is the caller's tenant over HTTP (the verified token's); over
 // stdio every request is the configured token's, and the tenant is "".
 func tenantOf(extra *mcp.RequestExtra) string {
@@ -243,8 +250,7 @@ func (t tools) readRequestTask(ctx context.Context, extra *mcp.RequestExtra, id 
 		tk.ID = id
 		return tk, err
 	case errors.Is(err, context.DeadlineExceeded) || errors.Is(err, context.Canceled):
-		return task{ID: id, Status: "working", CreatedAt: created, UpdatedAt: created, TTL: t.cfg.TaskTTL, PollInterval: t.cfg.TaskPollInterval,
-			Message: "idemflow's gateway has not answered yet; the call is sent again under its key, and its effect happens at most once"}, nil
+		return t.unansweredTask(id, created), nil
 	}
 	tk := task{ID: id, Status: "completed", CreatedAt: created, UpdatedAt: time.Now(), TTL: t.cfg.TaskTTL, PollInterval: t.cfg.TaskPollInterval, operationID: res.OperationID}
 	if err != nil {
@@ -383,7 +389,8 @@ func addTasks(s *mcp.Server, t tools) {
 				return forRevision(req)(withTaskSupport(next(ctx, method, req)))
 			case "tools/call":
 				return forRevision(req)(t.callAsTask(ctx, next, method, req))
-			case "tasks/get", "tasks/result", "tasks/cancel", "tasks/update", "tasks/list":
+			}
+			if slices.Contains(taskMethods, method) {
 				return forRevision(req)(t.serveTask(ctx, method, req))
 			}
 			return next(ctx, method, req)
@@ -449,27 +456,22 @@ func (t tools) callAsTask(ctx context.Context, next mcp.MethodHandler, method st
 	if mode == taskExt && !slot.pending {
 		return res, nil // the answer came within the wait: no task
 	}
-	if slot.requestTask != "" {
-		created := time.Now()
-		tk := task{ID: slot.requestTask, Status: "working", CreatedAt: created, UpdatedAt: created, TTL: t.cfg.TaskTTL, PollInterval: t.cfg.TaskPollInterval,
-			Message: "idemflow's gateway has not answered yet; the call is sent again under its key, and its effect happens at most once"}
-		w := tk.wire(mode)
-		if mode == taskExt {
-			w["resultType"] = "task"
-			return raw(w)
-		}
-		return raw(map[string]any{"task": w})
-	}
-	if slot.operationID == "" {
+	var tk task
+	switch {
+	case slot.requestTask != "":
+		rt, _ := parseRequestTask(slot.requestTask)
+		tk = t.unansweredTask(slot.requestTask, time.UnixMilli(rt.Created))
+	case slot.operationID == "":
 		// Only 2025-11-25 comes here (the extension's pending call has
 		// its operation). It wants a task for every such call, and there is
-		// none: nothing was recorded (refused arguments, a reused key,
-		// a gateway out of reach). The tool's words, as an error.
+		// none: nothing was recorded (refused arguments, a reused key, or
+		// a request too large to name in a task whose gateway was out of
+		// reach for the whole CallTimeout). The tool's words, as an error.
 		return nil, &jsonrpc.Error{Code: jsonrpc.CodeInvalidParams, Message: "no task was created: " + text(res)}
-	}
-	tk, err := t.readTask(ctx, call.GetExtra(), taskID(slot.operationID, slot.replayed))
-	if err != nil {
-		return nil, err
+	default:
+		if tk, err = t.readTask(ctx, call.GetExtra(), taskID(slot.operationID, slot.replayed)); err != nil {
+			return nil, err
+		}
 	}
 	w := tk.wire(mode)
 	if mode == taskExt {
