@@ -91,7 +91,7 @@ func TestTheSharedKeyVectors(t *testing.T) {
 		var got string
 		switch c.Scheme {
 		case "tp4":
-			got = intentActivityKey(c.WorkflowID, callID{Lineage: c.Lineage, Turn: c.Turn, Args: c.Args, Intent: true, N: c.N}, c.Tool, c.Scope)
+			got = activityKey(c.WorkflowID, callID{Lineage: c.Lineage, Turn: c.Turn, Args: c.Args, Intent: true, N: c.N}, c.Tool, c.Scope)
 		case "tp3":
 			got = activityKey(c.WorkflowID, callID{Lineage: c.Lineage, Turn: c.Turn, Args: c.Args, N: c.N}, c.Tool, c.Scope)
 		case "tp2":

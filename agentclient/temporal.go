@@ -196,8 +196,6 @@ func ActivityKey(ctx context.Context, tool string, scope ...string) (key string,
 	switch {
 	case !ok:
 		return "", noIdentity("register agentclient.KeyInterceptor() on this worker (worker.Options.Interceptors), and on the workflow's, so that the key can tell the workflow's calls apart")
-	case got.call.Lineage != "" && got.call.Intent:
-		return intentActivityKey(info.WorkflowExecution.ID, got.call, tool, scope...), nil
 	case got.call.Lineage != "":
 		return activityKey(info.WorkflowExecution.ID, got.call, tool, scope...), nil
 	case got.call.Run != "":
@@ -229,12 +227,14 @@ func nonEmpty(scope []string) []string {
 	return out
 }
 
+// activityKey is a call's tp3 key, or its tp4 key when the call is named
+// by its intent.
 func activityKey(workflowID string, call callID, tool string, scope ...string) string {
-	return DeriveKey(activityScheme, append([]string{workflowID, call.Lineage, strconv.Itoa(call.Turn), tool, call.Args, strconv.Itoa(call.N)}, nonEmpty(scope)...)...)
-}
-
-func intentActivityKey(workflowID string, call callID, tool string, scope ...string) string {
-	return DeriveKey(intentActivityScheme, append([]string{workflowID, call.Lineage, strconv.Itoa(call.Turn), tool, call.Args, strconv.Itoa(call.N)}, nonEmpty(scope)...)...)
+	scheme := activityScheme
+	if call.Intent {
+		scheme = intentActivityScheme
+	}
+	return DeriveKey(scheme, append([]string{workflowID, call.Lineage, strconv.Itoa(call.Turn), tool, call.Args, strconv.Itoa(call.N)}, nonEmpty(scope)...)...)
 }
 
 // ActivityByIntent reports whether the running activity's key names its

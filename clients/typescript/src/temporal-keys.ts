@@ -95,12 +95,12 @@ export function intentDigest(fields: readonly IntentField[], payloads: RawPayloa
 
 /** The key of a call keyed by its intent (tp4): the derivation the shared vectors check. */
 export function intentCallKey(workflowId: string, lineage: string, turn: number, tool: string, intent: string, n: number, scope = ""): string {
-  return deriveKeyPure(intentKeyScheme, workflowId, lineage, String(turn), tool, intent, String(n), ...(scope ? [scope] : []));
+  return callKey(workflowId, lineage, turn, tool, intent, n, scope, intentKeyScheme);
 }
 
 /** The key of a call (tp3): the derivation the shared vectors check. */
-export function callKey(workflowId: string, lineage: string, turn: number, tool: string, args: string, n: number, scope = ""): string {
-  return deriveKeyPure(keyScheme, workflowId, lineage, String(turn), tool, args, String(n), ...(scope ? [scope] : []));
+export function callKey(workflowId: string, lineage: string, turn: number, tool: string, args: string, n: number, scope = "", scheme = keyScheme): string {
+  return deriveKeyPure(scheme, workflowId, lineage, String(turn), tool, args, String(n), ...(scope ? [scope] : []));
 }
 
 /** What lineageOf reads of a run: its start's facts. */

@@ -154,10 +154,9 @@ def activity_key(tool: str | None = None, *, scope: str = "") -> str:
         )
     tool = tool or info.activity_type
     c = got.call
-    if c.lineage and c.intent:
-        return intent_call_key(info.workflow_id, c.lineage, c.turn, tool, c.args, c.n, scope)
     if c.lineage:
-        return call_key(info.workflow_id, c.lineage, c.turn, tool, c.args, c.n, scope)
+        derive = intent_call_key if c.intent else call_key
+        return derive(info.workflow_id, c.lineage, c.turn, tool, c.args, c.n, scope)
     if c.run:
         activity.logger.warning(
             "idemflow: this call was numbered by its place (tp2), by a workflow worker of an earlier release: it keeps that key; upgrade the workflow's worker"
@@ -188,14 +187,14 @@ def _scope(scope: str) -> list[str]:
     return [scope] if scope else []
 
 
-def call_key(workflow_id: str, lineage: str, turn: int, tool: str, args: str, n: int, scope: str = "") -> str:
+def call_key(workflow_id: str, lineage: str, turn: int, tool: str, args: str, n: int, scope: str = "", *, scheme: str = KEY_SCHEME) -> str:
     """The tp3 derivation the shared vectors check (clients/testdata/keys.json)."""
-    return derive_key(KEY_SCHEME, workflow_id, lineage, str(turn), tool, args, str(n), *_scope(scope))
+    return derive_key(scheme, workflow_id, lineage, str(turn), tool, args, str(n), *_scope(scope))
 
 
 def intent_call_key(workflow_id: str, lineage: str, turn: int, tool: str, intent: str, n: int, scope: str = "") -> str:
     """tp4: tp3 with the digest of the call's intent (intent_digest)."""
-    return derive_key(INTENT_KEY_SCHEME, workflow_id, lineage, str(turn), tool, intent, str(n), *_scope(scope))
+    return call_key(workflow_id, lineage, turn, tool, intent, n, scope, scheme=INTENT_KEY_SCHEME)
 
 
 def place_key(workflow_id: str, original_run_id: str, n: int, tool: str, scope: str = "") -> str:
