@@ -50,6 +50,7 @@ __all__ = [
     "META_KEY",
     "META_WAIT",
     "RELATED_TASK",
+    "again_until",
     "call_as_task",
     "call_until_answered",
     "intent_fields",
@@ -216,20 +217,21 @@ async def until_answered(
     async def attempt(left: float) -> R | None:
         return await settle(await call({**_meta(key, by_intent), META_WAIT: max(1, int(min(wait, left) * 1000))}), end)
 
-    return await _again_until(end, attempt, tool=tool, key=key, resume=resume)
+    return await again_until(end, attempt, pending=pending_text(tool, key, resume))
 
 
-async def _again_until(end: float, attempt: Callable[[float], Awaitable[R | None]], *, tool: str, key: str, resume: str) -> R:
+async def again_until(end: float, attempt: Callable[[float], Awaitable[R | None]], *, pending: str) -> R:
     """attempt(seconds left)'s first result that is not None, asked again
     after a pause that grows to 5 s, also after an error that leaves the
-    outcome unknown (the call may have run: the same call again, under its
-    key); DeadlineError once end (the loop's time) comes."""
+    outcome unknown (a call may have run: the same call again, under its
+    key); DeadlineError(pending) once end (the loop's time) comes. Every
+    wrapper's wait on idemflow's MCP server."""
     loop = asyncio.get_running_loop()
     pause = 0.2
     while True:
         left = end - loop.time()
         if left <= 0:
-            raise DeadlineError(pending_text(tool, key, resume))
+            raise DeadlineError(pending)
         try:
             final = await attempt(left)
         except Exception as e:
@@ -254,7 +256,7 @@ async def _task_result(session: ClientSession, task: str, end: float, *, key: st
             request_read_timeout_seconds=_timeout(left),
         )
 
-    return await _again_until(end, attempt, tool=tool, key=key, resume=resume)
+    return await again_until(end, attempt, pending=pending_text(tool, key, resume))
 
 
 def _timeout(seconds: float) -> Any:

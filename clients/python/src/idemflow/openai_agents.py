@@ -58,7 +58,7 @@ from ._tooltext import RESUME, answer_text, arguments, pending_text, refusal_tex
 from .client import AsyncClient, Client, Intent
 from .errors import DeadlineError, NoDurableIdentityError, ProblemError
 from .keys import call_arguments, call_intent, canonical, derive_key, intent_fields_of, occurrence
-from .mcp import META_FINGERPRINT, META_KEY, call_until_answered, outcome_unknown_within
+from .mcp import META_FINGERPRINT, META_KEY, again_until, call_until_answered
 
 __all__ = [
     "ARGS_KEY_SCHEME",
@@ -399,21 +399,8 @@ def durable_mcp_server(
         # (the server or its connection down) is asked again until the
         # deadline, then stops the run as a pending call does: the run
         # resumes from its saved RunState, and no call is lost.
-        loop = asyncio.get_running_loop()
-        end, pause = loop.time() + deadline, 0.2
-        while True:
-            try:
-                return await listing(*args, **kwargs)
-            except Exception as e:
-                if not outcome_unknown_within(e):
-                    raise
-                if loop.time() + pause >= end:
-                    raise DeadlineError(
-                        f"idemflow's MCP server did not list its tools within {deadline:g} s; nothing was called, and no call is lost: "
-                        + RESUME["openai_agents"]
-                    ) from e
-            await asyncio.sleep(pause)
-            pause = min(pause * 2, 5.0)
+        pending = f"idemflow's MCP server did not list its tools within {deadline:g} s; nothing was called, and no call is lost: " + RESUME["openai_agents"]
+        return await again_until(asyncio.get_running_loop().time() + deadline, lambda _: listing(*args, **kwargs), pending=pending)
 
     formatter = server._get_failure_error_function(default_tool_error_function)
 
