@@ -55,6 +55,13 @@ func TestTheReleasedRevisionsTaskErrorsAreItsOwn(t *testing.T) {
 		if status != tt.status || code(msg) != tt.code {
 			t.Errorf("2026-07-28 %s (declared %v): HTTP %d, %+v; want HTTP %d, code %v", tt.method, tt.declared, status, msg, tt.status, tt.code)
 		}
+		// The revision's schema requires -32021 to name what is missing.
+		data, _ := e["data"].(map[string]any)
+		required, _ := data["requiredCapabilities"].(map[string]any)
+		exts, _ := required["extensions"].(map[string]any)
+		if _, ok := exts[mcpserver.ExtensionTasks]; tt.code == -32021 && !ok {
+			t.Errorf("2026-07-28 %s: -32021 without data.requiredCapabilities naming the extension: %+v", tt.method, e)
+		}
 		for _, internal := range []string{"Go ", "struct", "unmarshal", "json:"} {
 			if strings.Contains(text, internal) {
 				t.Errorf("%s: the error names an internal type: %q", tt.method, text)

@@ -338,6 +338,10 @@ var taskMethods = []string{"tasks/get", "tasks/result", "tasks/cancel", "tasks/u
 // (SEP-2575): the request needs a capability the client did not declare.
 const codeMissingCapability = -32021
 
+// requiresTasks is that error's data, as the revision's schema requires
+// it: the client capabilities the request needs.
+const requiresTasks = `{"requiredCapabilities":{"extensions":{"` + ExtensionTasks + `":{}}}}`
+
 // refuseTaskMethod is the error a tasks/* request gets before its task is
 // read, if any: under 2026-07-28 the extension's methods need the
 // extension declared, tasks/result no longer exists (tasks/get carries
@@ -352,7 +356,7 @@ func refuseTaskMethod(method string, modern, declared bool) *jsonrpc.Error {
 		return &jsonrpc.Error{Code: jsonrpc.CodeMethodNotFound, Message: "Method not found: tasks/result was removed in 2026-07-28; tasks/get carries a completed task's result"}
 	case modern && !declared:
 		return &jsonrpc.Error{Code: codeMissingCapability, Message: "Missing required client capability: " + method +
-			" needs the Tasks extension (" + ExtensionTasks + ") declared in _meta " + metaClientCapabilities}
+			" needs the Tasks extension (" + ExtensionTasks + ") declared in _meta " + metaClientCapabilities, Data: json.RawMessage(requiresTasks)}
 	case method == "tasks/update" && !modern:
 		return &jsonrpc.Error{Code: jsonrpc.CodeMethodNotFound, Message: "Method not found: tasks/update is the Tasks extension's (2026-07-28)"}
 	case method == "tasks/update":
