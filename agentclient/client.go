@@ -256,6 +256,9 @@ func (c *Client) Do(ctx context.Context, in Intent) (Result, error) {
 // polled to its end), or, when handOut, the operation of an intent that
 // still runs (Submit). Do and Submit share its retries and bounds.
 func (c *Client) sendUntilAnswered(ctx context.Context, in Intent, handOut bool) (Result, *Pending, error) {
+	if in.Origin == "" && in.Method != http.MethodGet {
+		in.Origin = uuid.NewString()
+	}
 	// seen is the operation an answer last named as running, if any.
 	var seen *Pending
 	for n := 1; ; n++ {
@@ -348,7 +351,7 @@ func isRetryable(err error) bool {
 func (c *Client) attempt(ctx context.Context, in Intent, n int, handOut bool) (res Result, pending *Pending, wait time.Duration, err error) {
 	actx, cancel := context.WithTimeout(ctx, c.AttemptTimeout)
 	defer cancel()
-	resp, body, err := c.send(actx, c.prefer(ctx), in.Method, in.Path, in.Key, in.ByIntent, in.Body)
+	resp, body, err := c.send(actx, c.prefer(ctx), in.Method, in.Path, in.Key, in.ByIntent, in.Origin, in.Body)
 	if err != nil {
 		if ctx.Err() != nil {
 			return Result{}, nil, 0, ctx.Err()
@@ -409,6 +412,12 @@ const (
 	HeaderFingerprint = "Idempotency-Fingerprint"
 	HeaderDiffered    = "Idempotency-Differed"
 )
+
+// HeaderOrigin names one call of Do or Submit (Intent.Origin) on each of
+// its attempts, so that the call whose attempt ran the intent is answered
+// as its owner (Replayed false) even when only a later attempt's answer
+// arrives.
+const HeaderOrigin = "Idempotency-Origin"
 
 // judge reads one answer to an intent (clients/testdata/answers.json is
 // its table, shared with the other clients). An answer with
@@ -473,7 +482,7 @@ func judgeOperation(body []byte) (Result, action, error) {
 func (c *Client) poll(ctx context.Context, location string) (Result, error) {
 	for n := 1; ; n++ {
 		actx, cancel := context.WithTimeout(ctx, c.AttemptTimeout)
-		resp, body, err := c.send(actx, c.prefer(ctx), http.MethodGet, location, "", false, nil)
+		resp, body, err := c.send(actx, c.prefer(ctx), http.MethodGet, location, "", false, "", nil)
 		cancel()
 		if err == nil && resp.StatusCode == http.StatusOK {
 			if res, action, err := judgeOperation(body); action != actionPoll {
@@ -530,7 +539,7 @@ func PreferWait(configured int, left time.Duration) int {
 	return max(0, int(left/time.Second)-1)
 }
 
-func (c *Client) send(ctx context.Context, prefer, method, path, key string, byIntent bool, body []byte) (*http.Response, []byte, error) {
+func (c *Client) send(ctx context.Context, prefer, method, path, key string, byIntent bool, origin string, body []byte) (*http.Response, []byte, error) {
 	var rd io.Reader
 	if body != nil {
 		rd = bytes.NewReader(body)
@@ -548,6 +557,9 @@ func (c *Client) send(ctx context.Context, prefer, method, path, key string, byI
 	}
 	if byIntent {
 		req.Header.Set(HeaderFingerprint, "intent")
+	}
+	if origin != "" {
+		req.Header.Set(HeaderOrigin, origin)
 	}
 	if body != nil {
 		req.Header.Set("Content-Type", "application/json")

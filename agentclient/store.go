@@ -32,6 +32,12 @@ type Intent struct {
 	// request on them alone (Idempotency-Fingerprint: intent): a re-run
 	// whose model reworded free text gets the first answer.
 	ByIntent bool `json:"by_intent,omitempty"`
+	// Origin names one call of Do or Submit on each of its attempts
+	// (Idempotency-Origin); empty, each call makes its own. It is not
+	// stored: a call after a restart is another call, which reads the
+	// first one's answer as a replay. A caller that carries one call
+	// across requests (an MCP task naming its request) sets it.
+	Origin string `json:"-"`
 	// Result is set once the intent has its final answer.
 	Result *Result `json:"result,omitempty"`
 	// Refused is set when the last answer refused the request before the

@@ -74,7 +74,7 @@ func (c *Client) ReadOperation(ctx context.Context, id string) (Operation, error
 	c.defaults()
 	actx, cancel := context.WithTimeout(ctx, c.AttemptTimeout)
 	defer cancel()
-	resp, body, err := c.send(actx, "", http.MethodGet, "/v1/operations/"+url.PathEscape(id), "", false, nil)
+	resp, body, err := c.send(actx, "", http.MethodGet, "/v1/operations/"+url.PathEscape(id), "", false, "", nil)
 	if err != nil {
 		return Operation{}, fmt.Errorf("read operation %s: %w", id, err)
 	}
@@ -115,7 +115,7 @@ func (c *Client) CancelOperation(ctx context.Context, id string) error {
 	c.defaults()
 	actx, cancel := context.WithTimeout(ctx, c.AttemptTimeout)
 	defer cancel()
-	resp, body, err := c.send(actx, "", http.MethodPost, "/v1/operations/"+url.PathEscape(id)+"/cancel", "", false, nil)
+	resp, body, err := c.send(actx, "", http.MethodPost, "/v1/operations/"+url.PathEscape(id)+"/cancel", "", false, "", nil)
 	if err != nil {
 		return fmt.Errorf("cancel operation %s: %w", id, err)
 	}

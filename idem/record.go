@@ -71,6 +71,9 @@ type Record struct {
 	CreatedAt   time.Time
 	UpdatedAt   time.Time
 	ExpireAt    time.Time
+	// Origin is the claiming request's Idempotency-Origin (ClaimParams),
+	// uuid.Nil when it sent none or the record was rebuilt after purge.
+	Origin uuid.UUID
 }
 
 // Querier is what a pool, a connection and a transaction all offer, so
@@ -182,7 +185,7 @@ func (s *Store) Recall(ctx context.Context, q Querier, tenantID, key string) (Pr
 
 const recordColumns = `id, tenant_id, idem_key, biz_type, fingerprint, status,
 	response_status, response_body, resource_path, error_reason, workflow_id,
-	attempts, created_at, updated_at, expire_at, response_content_type`
+	attempts, created_at, updated_at, expire_at, response_content_type, origin`
 
 func scanRecord(row pgx.Row) (Record, error) { return scanRecordAfter(row) }
 
@@ -191,9 +194,10 @@ func scanRecordAfter(row pgx.Row, first ...any) (Record, error) {
 	var r Record
 	var respStatus *int32
 	var location, reason, contentType *string
+	var origin *uuid.UUID
 	err := row.Scan(append(first, &r.ID, &r.TenantID, &r.Key, &r.BizType, &r.Fingerprint, &r.Status,
 		&respStatus, &r.Response.Body, &location, &reason, &r.WorkflowID,
-		&r.Attempts, &r.CreatedAt, &r.UpdatedAt, &r.ExpireAt, &contentType)...)
+		&r.Attempts, &r.CreatedAt, &r.UpdatedAt, &r.ExpireAt, &contentType, &origin)...)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return Record{}, errNoRecord
 	}
@@ -212,6 +216,9 @@ func scanRecordAfter(row pgx.Row, first ...any) (Record, error) {
 	if contentType != nil {
 		r.Response.ContentType = *contentType
 	}
+	if origin != nil {
+		r.Origin = *origin
+	}
 	return r, nil
 }
 
@@ -225,6 +232,26 @@ type ClaimParams struct {
 	// Hint, if set, is read in the claim's pipeline, at no round trip of
 	// its own (op.Spec.Hint).
 	Hint *Hint
+	// Origin is the caller's name for this call, the same on each of its
+	// transport retries (uuid.Nil: none). A claim that creates or reopens
+	// the record keeps it, so that the same call asking again is known
+	// as the one that ran the intent (Record.Mine).
+	Origin uuid.UUID
+}
+
+// Mine reports whether a request of origin claimed the record: the call
+// that ran the intent, asking again after its answer was lost. A request
+// without an origin is never the claimer's.
+func (r Record) Mine(origin uuid.UUID) bool {
+	return origin != uuid.Nil && r.Origin == origin
+}
+
+// nullUUID is id, or SQL NULL for uuid.Nil.
+func nullUUID(id uuid.UUID) *uuid.UUID {
+	if id == uuid.Nil {
+		return nil
+	}
+	return &id
 }
 
 // Hint is a read for an intent's step, sent with its claim: one row of
@@ -255,7 +282,7 @@ type Claim struct {
 // read first, so it is known, and sending it again would take the record
 // this request inserted for a duplicate's.
 func (s *Store) claimOnce(ctx context.Context, p ClaimParams, hint *Hint, ttl float64, inserted *bool) (rec Record, read json.RawMessage, hintErr, err error) {
-	args := []any{p.TenantID, p.Key, uuid.New(), p.BizType, p.Fingerprint, p.WorkflowID, ttl}
+	args := []any{p.TenantID, p.Key, uuid.New(), p.BizType, p.Fingerprint, p.WorkflowID, ttl, nullUUID(p.Origin)}
 	sb, batches := s.db.(interface {
 		SendBatch(ctx context.Context, b *pgx.Batch) pgx.BatchResults
 	})
@@ -375,10 +402,10 @@ func (s *Store) Claim(ctx context.Context, p ClaimParams) (Claim, error) {
 			UPDATE idempotency_record
 			SET status = 'PROCESSING', response_status = NULL, response_body = NULL,
 				resource_path = NULL, error_reason = NULL, response_content_type = NULL, attempts = attempts + 1,
-				updated_at = now(), expire_at = now() + make_interval(secs => $4)
+				updated_at = now(), expire_at = now() + make_interval(secs => $4), origin = $5
 			WHERE tenant_id = $1 AND idem_key = $2 AND fingerprint = $3 AND status = 'FAILED'
 			RETURNING `+recordColumns,
-			p.TenantID, p.Key, p.Fingerprint, ttl))
+			p.TenantID, p.Key, p.Fingerprint, ttl, nullUUID(p.Origin)))
 		if err == nil {
 			return Claim{Record: reopened, Owner: true}, nil
 		}
@@ -398,8 +425,8 @@ const claimSQL = `
 		SELECT ` + recordColumns + ` FROM idempotency_record WHERE tenant_id = $1 AND idem_key = $2
 	), ins AS (
 		INSERT INTO idempotency_record
-			(id, tenant_id, idem_key, biz_type, fingerprint, status, workflow_id, expire_at)
-		SELECT $3, $1, $2, $4, $5, 'PROCESSING', $6, now() + make_interval(secs => $7)
+			(id, tenant_id, idem_key, biz_type, fingerprint, status, workflow_id, expire_at, origin)
+		SELECT $3, $1, $2, $4, $5, 'PROCESSING', $6, now() + make_interval(secs => $7), $8
 		WHERE NOT EXISTS (SELECT 1 FROM cur)
 			AND NOT EXISTS (SELECT 1 FROM idempotency_key WHERE tenant_id = $1 AND idem_key = $2)
 		ON CONFLICT (tenant_id, idem_key) DO NOTHING
@@ -439,11 +466,11 @@ func (s *Store) create(ctx context.Context, p ClaimParams, ttl float64) (Record,
 	} else {
 		rec, err = scanRecord(s.db.QueryRow(ctx, `
 			INSERT INTO idempotency_record
-				(id, tenant_id, idem_key, biz_type, fingerprint, status, workflow_id, expire_at)
-			VALUES ($1, $2, $3, $4, $5, 'PROCESSING', $6, now() + make_interval(secs => $7))
+				(id, tenant_id, idem_key, biz_type, fingerprint, status, workflow_id, expire_at, origin)
+			VALUES ($1, $2, $3, $4, $5, 'PROCESSING', $6, now() + make_interval(secs => $7), $8)
 			ON CONFLICT (tenant_id, idem_key) DO NOTHING
 			RETURNING `+recordColumns,
-			uuid.New(), p.TenantID, p.Key, p.BizType, p.Fingerprint, p.WorkflowID, ttl))
+			uuid.New(), p.TenantID, p.Key, p.BizType, p.Fingerprint, p.WorkflowID, ttl, nullUUID(p.Origin)))
 	}
 	if errors.Is(err, apperr.ErrNotFound) {
 		return Record{}, false, errRaced

@@ -144,6 +144,11 @@ type Intent struct {
 	// Wait bounds how long Submit waits for the result; zero answers
 	// "pending" at once (RFC 7240 wait=0).
 	Wait time.Duration
+	// Origin is the caller's name for this call (Idempotency-Origin), the
+	// same on each of its transport retries; uuid.Nil when it sent none.
+	// The call whose claim ran the intent is answered as the owner, never
+	// as a replay, however many times it asks.
+	Origin uuid.UUID
 	// hintRead is what Hint read, once claimed (nil if nothing).
 	hintRead json.RawMessage
 }
@@ -156,9 +161,10 @@ type Reply struct {
 	Done    bool
 	Outcome idem.Outcome
 	// Replayed: this request did not start the attempt that produced the
-	// answer (it is a retry or a concurrent duplicate).
+	// answer (it is another call's retry or a concurrent duplicate).
 	Replayed bool
-	// Owner: this request started the current attempt. A pending owner is
+	// Owner: this request started the current attempt, or is the call
+	// that did (its Origin), asking again. A pending owner is
 	// answered 202, a pending duplicate 409.
 	Owner bool
 }
@@ -192,13 +198,13 @@ func (s *Starter) Submit(ctx context.Context, in Intent) (Reply, error) {
 		if rec.Fingerprint != in.Fingerprint {
 			return Reply{OperationID: rec.ID}, &idem.KeyReusedError{Key: in.Key, BizType: rec.BizType, Asked: in.BizType}
 		}
-		return Reply{OperationID: rec.ID, WorkflowID: rec.WorkflowID, Done: true, Outcome: rec.Response, Replayed: true}, nil
+		return Reply{OperationID: rec.ID, WorkflowID: rec.WorkflowID, Done: true, Outcome: rec.Response, Replayed: !rec.Mine(in.Origin)}, nil
 	}
 	bound := s.statementTimeout()
 	boundCtx, cancelClaim := context.WithTimeout(claimCtx, bound)
 	claim, err := s.Records.Claim(boundCtx, idem.ClaimParams{
 		TenantID: in.TenantID, Key: in.Key, BizType: in.BizType,
-		Fingerprint: in.Fingerprint, WorkflowID: in.WorkflowID, Hint: in.Hint,
+		Fingerprint: in.Fingerprint, WorkflowID: in.WorkflowID, Hint: in.Hint, Origin: in.Origin,
 	})
 	if err != nil && errors.Is(boundCtx.Err(), context.DeadlineExceeded) && ctx.Err() == nil {
 		err = fmt.Errorf("%w (%s): %w", ErrUnconfirmed, bound, err)
@@ -222,7 +228,10 @@ func (s *Starter) Submit(ctx context.Context, in Intent) (Reply, error) {
 		// which the gateway cannot write.
 		return Reply{}, fmt.Errorf("%w: the claim of %s/%s read no record", ErrUnavailable, in.TenantID, in.Key)
 	}
-	reply := Reply{OperationID: rec.ID, WorkflowID: rec.WorkflowID, Owner: claim.Owner, Replayed: !claim.Owner}
+	// The call that claimed the record, asking again, is its owner still:
+	// its first answer never reached it.
+	mine := claim.Owner || rec.Mine(in.Origin)
+	reply := Reply{OperationID: rec.ID, WorkflowID: rec.WorkflowID, Owner: mine, Replayed: !mine}
 	if rec.Status != idem.StatusProcessing {
 		s.Answers.keep(rec)
 		reply.Done, reply.Outcome = true, rec.Response

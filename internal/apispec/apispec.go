@@ -135,7 +135,8 @@ func WithOperations(ops []*op.Operation) ([]byte, error) {
 // declareIntent publishes an operation's intent fields (op.Spec.Intent)
 // on its POST, as x-idemflow-intent (the fields and their rules, none
 // when the whole request makes the intent), and takes the
-// Idempotency-Fingerprint header that asks for them.
+// Idempotency-Fingerprint header that asks for them and the
+// Idempotency-Origin header that names the call.
 func declareIntent(item map[string]any, o *op.Operation) {
 	fields := []any{}
 	for _, f := range o.Intent {
@@ -143,7 +144,8 @@ func declareIntent(item map[string]any, o *op.Operation) {
 	}
 	item["x-idemflow-intent"] = map[string]any{"fields": fields}
 	params, _ := item["parameters"].([]any)
-	item["parameters"] = append(params, map[string]any{"$ref": "#/components/parameters/IdempotencyFingerprint"})
+	item["parameters"] = append(params, map[string]any{"$ref": "#/components/parameters/IdempotencyFingerprint"},
+		map[string]any{"$ref": "#/components/parameters/IdempotencyOrigin"})
 }
 
 // NoNULPattern is the rule of every string idemflow stores: no U+0000,

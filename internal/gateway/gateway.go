@@ -52,6 +52,10 @@ const (
 	// HeaderDiffered, on an intent-keyed replay, names the request's
 	// other members whose values differ from the first answer's.
 	HeaderDiffered = "Idempotency-Differed"
+	// HeaderOrigin is the caller's own name for one call, a UUID sent on
+	// each of its transport retries: the call that ran the intent is
+	// answered Idempotent-Replayed: false however often it asks.
+	HeaderOrigin = "Idempotency-Origin"
 )
 
 // Gateway is the HTTP API agents call.

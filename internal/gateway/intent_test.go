@@ -122,3 +122,80 @@ func TestAnUnknownFingerprintRuleIsA400NamingTheHeader(t *testing.T) {
 		t.Fatalf("%d records, want 1 (the body one)", n)
 	}
 }
+
+// The call that ran an intent names itself (Idempotency-Origin) on each
+// of its retries: while the intent runs it is answered as its owner (202,
+// where another caller gets 409), and once it is done with the answer as
+// its own (Idempotent-Replayed: false), from the record and from the
+// answer cache alike, while any other caller, with another origin or
+// none, gets the replay. A record rebuilt after purge knows no origin.
+// An origin that is not one UUID is a 400 naming the header, nothing
+// recorded.
+func TestTheCallThatRanTheIntentIsItsOwnerHoweverOftenItAsks(t *testing.T) {
+	s := testenv.NewStack(t, testenv.Options{NoWorker: true})
+	const body, mine, other = `{"customer_id":"c-origin","title":"t"}`, "0b7c9a52-5a0e-4c43-8c8f-0f6d2b1e9a44", "5d1e7f20-8c3b-4b7e-9a61-2f0c4d8e6b13"
+	send := func(origin string, wait bool) testenv.Response {
+		h := map[string]string{}
+		if origin != "" {
+			h["Idempotency-Origin"] = origin
+		}
+		if !wait {
+			h["Prefer"] = "wait=0"
+		}
+		return s.Do(testenv.Request{Path: "/v1/tickets", Token: s.Tokens[testenv.TenantA], Key: "origin-1", Body: body, Header: h})
+	}
+	if r := send(mine, false); r.Status != http.StatusAccepted {
+		t.Fatalf("first: %d %s", r.Status, r.Body)
+	}
+	if r := send(mine, false); r.Status != http.StatusAccepted {
+		t.Fatalf("the same call again while it runs: %d %s, want 202 (its owner)", r.Status, r.Body)
+	}
+	if r := send(other, false); r.Status != http.StatusConflict {
+		t.Fatalf("another call while it runs: %d %s, want 409", r.Status, r.Body)
+	}
+	s.StartWorker()
+	want := map[string]string{mine: "false", other: "true", "": "true"}
+	var first []byte
+	for _, cached := range []bool{true, false} {
+		if !cached {
+			forgetAnswers(s)
+		}
+		for _, origin := range []string{mine, other, "", mine} {
+			r := send(origin, true)
+			if first == nil {
+				first = r.Body
+			}
+			if r.Status != http.StatusCreated || r.Header.Get("Idempotent-Replayed") != want[origin] || !bytes.Equal(r.Body, first) {
+				t.Fatalf("origin %q (answer cache %v): %d Idempotent-Replayed %q %s, want 201 %s and the first answer",
+					origin, cached, r.Status, r.Header.Get("Idempotent-Replayed"), r.Body, want[origin])
+			}
+		}
+	}
+	purgeRecords(t, s)
+	if r := send(mine, true); r.Status != http.StatusCreated || r.Header.Get("Idempotent-Replayed") != "true" {
+		t.Fatalf("after purge: %d %q, want the rebuilt record's replay", r.Status, r.Header.Get("Idempotent-Replayed"))
+	}
+	if n := countTickets(t, s); n != 1 {
+		t.Fatalf("%d tickets", n)
+	}
+	before := countRecords(t, s)
+	for i, v := range []string{"x", "0b7c9a52-5a0e-4c43-8c8f-0f6d2b1e9a4", "urn:uuid:0b7c9a52-5a0e-4c43-8c8f-0f6d2b1e9a44", "{0b7c9a52-5a0e-4c43-8c8f-0f6d2b1e9a44}", "0b7c9a52 5a0e-4c43-8c8f-0f6d2b1e9a44"} {
+		r := s.Do(testenv.Request{Path: "/v1/tickets", Token: s.Tokens[testenv.TenantA], Key: fmt.Sprintf("origin-bad-%d", i), Body: body,
+			Header: map[string]string{"Idempotency-Origin": v}})
+		if r.Status != http.StatusBadRequest || !bytes.Contains(r.Body, []byte("Idempotency-Origin")) {
+			t.Errorf("Idempotency-Origin %q: %d %s", v, r.Status, r.Body)
+		}
+	}
+	// The 400 names the body's faults too, as every 400 names them all
+	// (Schemathesis found one that named only the header).
+	r := s.Do(testenv.Request{Path: "/v1/tickets", Token: s.Tokens[testenv.TenantA], Key: "origin-both", Body: `{"title":""}`,
+		Header: map[string]string{"Idempotency-Origin": "x", "Idempotency-Fingerprint": "z"}})
+	for _, field := range []string{"Idempotency-Origin", "Idempotency-Fingerprint", "customer_id"} {
+		if r.Status != http.StatusBadRequest || !bytes.Contains(r.Body, []byte(`"field":"`+field+`"`)) {
+			t.Errorf("a bad origin, rule and body: %d %s, want %s named", r.Status, r.Body, field)
+		}
+	}
+	if n := countRecords(t, s); n != before {
+		t.Fatalf("%d records after the refused origins, want %d", n, before)
+	}
+}

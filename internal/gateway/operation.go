@@ -9,6 +9,7 @@ import (
 	"slices"
 	"strings"
 
+	"github.com/google/uuid"
 	"github.com/idemflow/idemflow/intent"
 	"github.com/idemflow/idemflow/internal/apperr"
 	"github.com/idemflow/idemflow/op"
@@ -29,10 +30,11 @@ func (g *Gateway) serveOperation(o *op.Operation) tenantHandler {
 		// A value the contract does not list is a 400 that also names
 		// every field of the body its schema refuses, nothing recorded.
 		by, badRule := fingerprintBy(w, r, o)
+		origin, badOrigin := originOf(r.Header)
 		g.serveIntent(w, r, o.BizType, &body, o.EmptyBodyAllowed(), func(key string) (starter.Intent, error) {
 			p, err := o.PrepareAs(body, path, by)
-			if badRule != nil {
-				return starter.Intent{}, withFieldErrors(badRule, err)
+			if badRule != nil || badOrigin != nil {
+				return starter.Intent{}, withFieldErrors(headerErrors(badRule, badOrigin), err)
 			}
 			if err != nil {
 				return starter.Intent{}, err
@@ -43,7 +45,9 @@ func (g *Gateway) serveOperation(o *op.Operation) tenantHandler {
 				}
 				return starter.Intent{}, fmt.Errorf("%w: %w", starter.ErrUnavailable, err)
 			}
-			return starter.OperationIntent(o, tenantID, key, p), nil
+			in := starter.OperationIntent(o, tenantID, key, p)
+			in.Origin = origin
+			return in, nil
 		}, func(h http.Header, answer []byte) {
 			if by == op.ByIntent {
 				if d := differed(o, body, path, answer); len(d) > 0 {
@@ -79,6 +83,41 @@ func fingerprintBy(w http.ResponseWriter, r *http.Request, o *op.Operation) (op.
 		w.Header().Set(HeaderIntentFields, strings.Join(o.Intent.Names(), ", "))
 	}
 	return op.ByIntent, nil
+}
+
+// originOf reads Idempotency-Origin: absent, or one UUID in its canonical
+// text form (the nil UUID names no call, as none does). Any other value
+// is an *apperr.InvalidError naming the header.
+func originOf(h http.Header) (uuid.UUID, error) {
+	vals := h.Values(HeaderOrigin)
+	if len(vals) == 0 {
+		return uuid.Nil, nil
+	}
+	if len(vals) == 1 && len(vals[0]) == 36 {
+		if id, err := uuid.Parse(vals[0]); err == nil {
+			return id, nil
+		}
+	}
+	var inv apperr.Invalid
+	inv.Add(HeaderOrigin, "must be one UUID (8-4-4-4-12 hexadecimal digits), the same on each retry of one call")
+	return uuid.Nil, inv.Err()
+}
+
+// headerErrors is the field errors of the request's headers, as one
+// *apperr.InvalidError (each argument is one, or nil).
+func headerErrors(errs ...error) error {
+	var out error
+	for _, e := range errs {
+		if e == nil {
+			continue
+		}
+		if out == nil {
+			out = e
+			continue
+		}
+		out = withFieldErrors(out, e)
+	}
+	return out
 }
 
 // withFieldErrors is first (an *apperr.InvalidError) with the field

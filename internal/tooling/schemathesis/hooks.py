@@ -46,6 +46,7 @@ TOKEN_B = os.environ.get("IDEMFLOW_TOKEN_B", "")
 DATABASE_URL = os.environ.get("DATABASE_URL", "")
 RUN = os.environ.get("IDEMFLOW_RUN_ID", "run")
 REPLAYED = "Idempotent-Replayed"
+ORIGIN = "Idempotency-Origin"
 
 # The query for the tables holding a row per (tenant, key): the records,
 # the recall table, every built-in's effects and every declared
@@ -122,9 +123,15 @@ def valid_key(key: str) -> bool:
 
 
 def resend(response: Response, **changes: Any) -> requests.Response:
+    """The request of response, sent again as another call: without its
+    Idempotency-Origin, unless changes set one (headers={ORIGIN: ...})."""
     req = response.request
-    headers = {k: v for k, v in req.headers.items() if k.lower() not in ("content-length",)}
-    headers.update(changes.pop("headers", {}))
+    headers = {k: v for k, v in req.headers.items() if k.lower() not in ("content-length", ORIGIN.lower())}
+    for k, v in changes.pop("headers", {}).items():
+        # None drops a header the request had, in any case.
+        headers = {h: w for h, w in headers.items() if h.lower() != k.lower()}
+        if v is not None:
+            headers[k] = v
     body = changes.pop("body", req.body)
     return requests.request(req.method or "POST", req.url or "", headers=headers, data=body, timeout=60)
 
@@ -240,10 +247,17 @@ def idemflow_replay(ctx: Any, response: Response, case: Case) -> bool | None:
     if not stored_success(response):
         return None
     judged("idemflow_replay")
-    again = resend(response)
+    again = resend(response)  # another call
     assert again.status_code == response.status_code, f"the replay is {again.status_code}, the first answer {response.status_code}"
     assert again.content == response.content, f"the replay's body differs from the first answer's:\n{again.content!r}\n{response.content!r}"
     assert again.headers.get(REPLAYED) == "true", f"the replay says {REPLAYED}: {again.headers.get(REPLAYED)}"
+    origin = response.request.headers.get(ORIGIN)
+    if origin is not None and response.headers.get(REPLAYED) == "false":
+        # The same call asking again (its origin): its own answer.
+        own = resend(response, headers={ORIGIN: origin})
+        assert own.content == response.content and own.headers.get(REPLAYED) == "false", (
+            f"the call that ran the intent, asking again under {ORIGIN}: {origin}, got {own.status_code} {REPLAYED}: {own.headers.get(REPLAYED)}"
+        )
     return True
 
 
