@@ -237,6 +237,13 @@ type Spec[R, Row any] struct {
 	// Example, if set, is a request body to try the operation with (the
 	// dev stack's banner shows the first one's as a curl command).
 	Example string
+	// Tasks is how the operation's MCP tool takes MCP tasks
+	// (execution.taskSupport): TasksOptional (the default: a client that
+	// takes tasks gets one when the answer is not there within the
+	// server's wait), TasksRequired (a client must take tasks, and always
+	// gets one: for a step that runs long) or TasksForbidden (always
+	// answered inline: for a step that is quick).
+	Tasks TaskSupport
 	// Route, Tool, BizType, Scope, Workflow and Activity override the
 	// names derived from Name. Built-in operations keep their historical
 	// names this way, so that recorded histories, workflow IDs and stored
@@ -271,6 +278,8 @@ type Operation struct {
 	PathParams []string
 	// Intent is the declaration's intent fields (Spec.Intent), or none.
 	Intent intent.Fields
+	// Tasks is how its MCP tool takes tasks (Spec.Tasks; never empty).
+	Tasks TaskSupport
 
 	schema    map[string]any
 	validator *validator.Schema
@@ -361,6 +370,16 @@ func MustSub(fsys fs.FS, dir string) fs.FS {
 	return sub
 }
 
+// TaskSupport is how an operation's MCP tool takes MCP tasks: the
+// tool's execution.taskSupport, in the MCP specification's words.
+type TaskSupport string
+
+const (
+	TasksOptional  TaskSupport = "optional"
+	TasksRequired  TaskSupport = "required"
+	TasksForbidden TaskSupport = "forbidden"
+)
+
 // Define checks a declaration and returns its operation. A declaration
 // that cannot work (a bad name, a missing step, a rule naming no field) is
 // a programming error: Define panics, at start-up, before anything runs.
@@ -404,6 +423,11 @@ func define[R, Row any](s Spec[R, Row]) (*Operation, error) {
 	}
 	o.Links, o.Paths = slices.Clone(s.Links), s.Paths
 	o.Inspect, o.Seed, o.Example = s.Inspect, s.Seed, s.Example
+	switch o.Tasks = cmp.Or(s.Tasks, TasksOptional); o.Tasks {
+	case TasksOptional, TasksRequired, TasksForbidden:
+	default:
+		return nil, fmt.Errorf("the Tasks %q is none of %s, %s and %s", s.Tasks, TasksOptional, TasksRequired, TasksForbidden)
+	}
 	o.PathParams = RouteParams(o.Route)
 	sch, err := jsonschema.For[R](nil)
 	if err != nil {

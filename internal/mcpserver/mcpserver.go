@@ -320,10 +320,23 @@ func explain(key string, err error) error {
 		return fmt.Errorf("NOT DONE: the call ended without a final answer%s. Call again with the SAME idempotency_key %q and the same arguments: "+
 			"that runs it again, and it cannot take effect twice", detail, key)
 	case errors.Is(err, context.DeadlineExceeded):
-		return fmt.Errorf("NO ANSWER YET: the request may still complete. Call again with the SAME idempotency_key %q and the same arguments; it cannot run twice: %w", key, err)
+		// The words alone: what Go said of the wait ("context deadline
+		// exceeded") reads to a model as a failure to work around.
+		return wordsFor(err, fmt.Sprintf("NO ANSWER YET: the request may still complete. Call again with the SAME idempotency_key %q and the same arguments; it cannot run twice", key))
 	}
 	return err
 }
+
+// modelWords is an error whose text is written for a model, wrapping
+// the error it explains for callers that test for it.
+type modelWords struct {
+	text string
+	err  error
+}
+
+func wordsFor(err error, text string) error { return &modelWords{text: text, err: err} }
+func (e *modelWords) Error() string         { return e.text }
+func (e *modelWords) Unwrap() error         { return e.err }
 
 // clipText is a downstream's answer, as a model reads it: at most 2 KiB.
 func clipText(b []byte) string {
@@ -487,12 +500,12 @@ func HTTPHandler(cfg Config, opts HTTPOptions) http.Handler {
 	server := func(r *http.Request) *mcp.Server {
 		return tn.get(auth.TokenInfoFromContext(r.Context()).UserID).server
 	}
-	h := liftTaskHTTP(mcp.NewStreamableHTTPHandler(server, &mcp.StreamableHTTPOptions{SessionTimeout: opts.IdleTimeout}))
+	h := liftTaskHTTP(mcp.NewStreamableHTTPHandler(server, &mcp.StreamableHTTPOptions{SessionTimeout: opts.IdleTimeout}), cfg.Operations)
 	// MCP 2026-07-28 has no sessions (SEP-2567): each request names its
 	// revision, and the SDK's stateful handler refuses it ("Unsupported
 	// protocol version"), so such a request goes to a stateless one. It
 	// opens no session to count.
-	modern := liftTaskHTTP(mcp.NewStreamableHTTPHandler(server, &mcp.StreamableHTTPOptions{Stateless: true}))
+	modern := liftTaskHTTP(mcp.NewStreamableHTTPHandler(server, &mcp.StreamableHTTPOptions{Stateless: true}), cfg.Operations)
 	limited := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if r.Header.Get("Mcp-Protocol-Version") >= modernRevision {
 			modern.ServeHTTP(w, r)

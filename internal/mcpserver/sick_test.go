@@ -26,6 +26,9 @@ type sickGateway struct {
 	URL  string
 	hung atomic.Bool
 	cure chan struct{}
+	// lose is how many more answers to an intent (a POST) are lost after
+	// the gateway acted on it: the connection is cut before its answer.
+	lose atomic.Int32
 }
 
 func newSickGateway(t *testing.T, gateway string) *sickGateway {
@@ -40,6 +43,14 @@ func newSickGateway(t *testing.T, gateway string) *sickGateway {
 				return
 			case <-g.cure:
 			}
+		}
+		if r.Method == http.MethodPost && g.lose.Add(-1) >= 0 {
+			rec := httptest.NewRecorder()
+			rp.ServeHTTP(rec, r)
+			if conn, _, err := http.NewResponseController(w).Hijack(); err == nil {
+				conn.Close()
+			}
+			return
 		}
 		rp.ServeHTTP(w, r)
 	}))
@@ -205,6 +216,9 @@ func TestEveryWaitIsABoundWhileTheGatewayHangs(t *testing.T) {
 	code, plain, took := post2026(t, hs.URL, tokA, "tools/call", map[string]any{"name": "create_ticket", "arguments": ticket("sick-plain")})
 	pres, _ := plain["result"].(map[string]any)
 	t.Logf("a call without tasks: %d in %s: %v", code, took.Round(time.Millisecond), pres["content"])
+	if words := fmt.Sprint(pres["content"]); strings.Contains(words, "deadline") {
+		t.Errorf("the model reads Go's words for the wait: %s", words)
+	}
 	if code != http.StatusOK || pres["isError"] != true || !strings.Contains(fmt.Sprint(pres["content"]), "NO ANSWER YET") || took > callWait+slack {
 		t.Fatalf("a call without tasks while the gateway hangs: %d %+v in %s, want NO ANSWER YET within %s", code, plain, took, callWait)
 	}
@@ -234,7 +248,93 @@ func TestEveryWaitIsABoundWhileTheGatewayHangs(t *testing.T) {
 			t.Fatalf("%s: %d tickets", key, n)
 		}
 	}
+	// Each task's answer is its own call's, which ran the intent however
+	// many times it was sent: not a replay.
+	_, got, _ := post2026(t, hs.URL, tokA, "tasks/get", map[string]any{"taskId": extTask, "_meta": declared})
+	r, _ := got["result"].(map[string]any)
+	lout, lerr := legacy.Call("tasks/result", map[string]any{"taskId": lt["taskId"]})
+	for name, res := range map[string]any{"the extension's task": r["result"], "the 2025-11-25 task": lout} {
+		m, _ := res.(map[string]any)
+		if sc, _ := m["structuredContent"].(map[string]any); sc["replayed"] != false {
+			t.Errorf("%s: %+v %v, want its call's answer, replayed false", name, res, lerr)
+		}
+	}
 	if n := testenv.Count(t, s.Pool, "ticket", "tenant_id = $1", testenv.TenantB); n != 0 {
 		t.Fatalf("tenant B has %d tickets", n)
+	}
+}
+
+// The call that ran the intent is told so, however many attempts it took:
+// the gateway acts on the first attempt and its answer is lost (the
+// connection cut), the MCP server sends the call again under its key, and
+// the answer it gets is the first one with replayed false, for a call
+// without tasks, a task of the extension and a 2025-11-25 task alike. The
+// model's own retry of the call, another call under the same key, is the
+// replay. One ticket each.
+func TestTheCallThatRanTheIntentIsNotAReplayAfterItsAnswerWasLost(t *testing.T) {
+	s := testenv.NewStack(t, testenv.Options{})
+	sick := newSickGateway(t, s.URL)
+	hs := httptest.NewServer(mcpserver.HTTPHandler(mcpserver.Config{BaseURL: sick.URL, Operations: s.Set.Operations(), TaskWait: 5 * time.Second},
+		mcpserver.HTTPOptions{}))
+	t.Cleanup(hs.Close)
+	tok := s.Tokens[testenv.TenantA]
+	legacy := testenv.DialMCP(t, hs.URL, tok)
+	ticket := func(key string) map[string]any {
+		return map[string]any{"idempotency_key": key, "customer_id": "c-" + key, "title": "Its answer was lost"}
+	}
+	replayed := func(result any) any {
+		r, _ := result.(map[string]any)
+		sc, _ := r["structuredContent"].(map[string]any)
+		return sc["replayed"]
+	}
+	calls := map[string]func(key string) any{
+		"a call without tasks (2026-07-28)": func(key string) any {
+			_, msg, _ := post2026(t, hs.URL, tok, "tools/call", map[string]any{"name": "create_ticket", "arguments": ticket(key)})
+			return replayed(msg["result"])
+		},
+		"a task of the extension (2026-07-28)": func(key string) any {
+			_, msg, _ := post2026(t, hs.URL, tok, "tools/call", map[string]any{"name": "create_ticket", "arguments": ticket(key), "_meta": declared})
+			r, _ := msg["result"].(map[string]any)
+			if r["resultType"] == "task" {
+				id := r["taskId"]
+				within(30*time.Second, func() bool {
+					_, got, _ := post2026(t, hs.URL, tok, "tasks/get", map[string]any{"taskId": id, "_meta": declared})
+					r, _ = got["result"].(map[string]any)
+					return r["status"] != "working"
+				})
+				return replayed(r["result"])
+			}
+			return replayed(r)
+		},
+		"a 2025-11-25 task": func(key string) any {
+			res, err := legacy.Call("tools/call", map[string]any{"name": "create_ticket", "arguments": ticket(key), "task": map[string]any{}})
+			tk, _ := res["task"].(map[string]any)
+			if err != nil || tk["taskId"] == nil {
+				t.Fatalf("2025-11-25 task-mode call: %+v %+v", res, err)
+			}
+			out, err := legacy.Call("tasks/result", map[string]any{"taskId": tk["taskId"]})
+			if err != nil {
+				t.Fatalf("tasks/result: %+v", err)
+			}
+			return replayed(out)
+		},
+	}
+	n := 0
+	for name, call := range calls {
+		n++
+		key := fmt.Sprintf("lost-answer-%d", n)
+		sick.lose.Store(1)
+		first := call(key)
+		if left := sick.lose.Load(); left >= 1 {
+			t.Fatalf("%s: no answer was lost (%d left to lose)", name, left)
+		}
+		again := call(key) // the model calls again, under the same key
+		t.Logf("%s: the call that ran it: replayed %v; the model's retry: replayed %v", name, first, again)
+		if first != false || again != true {
+			t.Errorf("%s: replayed %v for the call that ran the intent (want false), %v for the model's retry (want true)", name, first, again)
+		}
+		if c := testenv.Count(t, s.Pool, "ticket", "customer_id = $1", "c-"+key); c != 1 {
+			t.Errorf("%s: %d tickets", name, c)
+		}
 	}
 }

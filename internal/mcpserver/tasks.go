@@ -21,6 +21,7 @@ package mcpserver
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"encoding/base64"
 	"encoding/json"
@@ -32,8 +33,10 @@ import (
 	"strings"
 	"time"
 
+	"github.com/google/uuid"
 	"github.com/idemflow/idemflow/agentclient"
 	"github.com/idemflow/idemflow/internal/problem"
+	"github.com/idemflow/idemflow/op"
 	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 )
@@ -136,6 +139,9 @@ type submitted struct {
 func (t tools) submit(ctx context.Context, req *mcp.CallToolRequest, slot *taskSlot, in agentclient.Intent) (*mcp.CallToolResult, Result, error) {
 	c := t.client(req)
 	c.Wait = t.cfg.TaskWait
+	// One call, however it is sent: a request task's reader sends it
+	// again as the same call, which is told it ran the intent.
+	in.Origin = uuid.NewString()
 	// The call goes on past the caller's wait: the caller holds a task,
 	// and the intent is sent until the gateway records it.
 	bg, cancel := context.WithTimeout(context.WithoutCancel(ctx), t.cfg.CallTimeout)
@@ -187,11 +193,12 @@ type requestTask struct {
 	Path     string          `json:"p"`
 	Body     json.RawMessage `json:"b"`
 	ByIntent bool            `json:"i,omitempty"`
+	Origin   string          `json:"o,omitempty"`
 	Created  int64           `json:"c"` // Unix milliseconds
 }
 
 func requestTaskID(tenant string, in agentclient.Intent, now time.Time) (string, bool) {
-	b, err := json.Marshal(requestTask{Tenant: tenant, Key: in.Key, Path: in.Path, Body: in.Body, ByIntent: in.ByIntent, Created: now.UnixMilli()})
+	b, err := json.Marshal(requestTask{Tenant: tenant, Key: in.Key, Path: in.Path, Body: in.Body, ByIntent: in.ByIntent, Origin: in.Origin, Created: now.UnixMilli()})
 	if err != nil {
 		return "", false
 	}
@@ -243,7 +250,7 @@ func (t tools) readRequestTask(ctx context.Context, extra *mcp.RequestExtra, id 
 	c := t.clientFor(extra)
 	sctx, cancel := context.WithTimeout(ctx, t.cfg.TaskWait)
 	defer cancel()
-	res, pending, err := c.Submit(sctx, agentclient.Intent{Key: rt.Key, Method: http.MethodPost, Path: rt.Path, Body: rt.Body, ByIntent: rt.ByIntent})
+	res, pending, err := c.Submit(sctx, agentclient.Intent{Key: rt.Key, Method: http.MethodPost, Path: rt.Path, Body: rt.Body, ByIntent: rt.ByIntent, Origin: rt.Origin})
 	switch {
 	case pending != nil:
 		tk, err := t.readTask(ctx, extra, taskID(pending.OperationID, !pending.Owner))
@@ -390,7 +397,7 @@ func addTasks(s *mcp.Server, t tools) {
 			case "initialize":
 				return withLegacyCapability(next(ctx, method, req))
 			case "tools/list":
-				return forRevision(req)(withTaskSupport(next(ctx, method, req)))
+				return forRevision(req)(t.withTaskSupport(next(ctx, method, req)))
 			case "tools/call":
 				return forRevision(req)(t.callAsTask(ctx, next, method, req))
 			}
@@ -448,7 +455,18 @@ func (t tools) callAsTask(ctx context.Context, next mcp.MethodHandler, method st
 		return next(ctx, method, req)
 	}
 	mode := modeOf(call.Params.Meta)
-	if mode == noTask {
+	support := t.taskSupport(call.Params.Name)
+	switch {
+	case mode == noTask && support == op.TasksRequired && newRevision(req):
+		return nil, &jsonrpc.Error{Code: codeMissingCapability, Message: "tool " + call.Params.Name + " runs only as a task: declare the " + ExtensionTasks + " extension",
+			Data: json.RawMessage(requiresTasks)}
+	case mode == noTask && support == op.TasksRequired:
+		// 2025-11-25: a required tool called without a task.
+		return nil, &jsonrpc.Error{Code: jsonrpc.CodeMethodNotFound, Message: "tool " + call.Params.Name + " must be called as a task (its taskSupport is required)"}
+	case support == op.TasksForbidden:
+		delete(call.Params.Meta, metaLegacyTask)
+		return next(ctx, method, req) // answered inline, as its taskSupport says
+	case mode == noTask:
 		return next(ctx, method, req)
 	}
 	delete(call.Params.Meta, metaLegacyTask)
@@ -457,8 +475,8 @@ func (t tools) callAsTask(ctx context.Context, next mcp.MethodHandler, method st
 	if err != nil {
 		return nil, err
 	}
-	if mode == taskExt && !slot.pending {
-		return res, nil // the answer came within the wait: no task
+	if mode == taskExt && !slot.pending && (support != op.TasksRequired || slot.operationID == "") {
+		return res, nil // the answer came within the wait: no task (but for a tool that always makes one)
 	}
 	var tk task
 	switch {
@@ -674,20 +692,41 @@ func asMap(res mcp.Result, err error) (map[string]any, error) {
 	return m, nil
 }
 
-// withTaskSupport marks each side-effecting tool's taskSupport optional:
-// a 2025-11-25 client asks for a task only for such a tool.
-func withTaskSupport(res mcp.Result, err error) (mcp.Result, error) {
+// withTaskSupport marks each side-effecting tool's taskSupport as its
+// operation declares it (op.Spec.Tasks): a 2025-11-25 client asks for a
+// task only for a tool that takes them. A tool without one (forbidden,
+// get_operation) takes none.
+func (t tools) withTaskSupport(res mcp.Result, err error) (mcp.Result, error) {
 	m, err := asMap(res, err)
 	if err != nil {
 		return res, err
 	}
 	list, _ := m["tools"].([]any)
 	for _, tl := range list {
-		if tool, ok := tl.(map[string]any); ok && tool["name"] != "get_operation" {
-			tool["execution"] = map[string]any{"taskSupport": "optional"}
+		tool, ok := tl.(map[string]any)
+		if !ok {
+			continue
+		}
+		if name, _ := tool["name"].(string); t.taskSupport(name) != op.TasksForbidden {
+			tool["execution"] = map[string]any{"taskSupport": string(t.taskSupport(name))}
 		}
 	}
 	return raw(m)
+}
+
+// taskSupport is how tool name takes tasks: its operation's declaration;
+// a tool of no operation (get_operation) takes none.
+func (t tools) taskSupport(name string) op.TaskSupport {
+	return taskSupportIn(t.cfg.Operations, name)
+}
+
+func taskSupportIn(ops []*op.Operation, name string) op.TaskSupport {
+	for _, o := range ops {
+		if o.Tool == name {
+			return cmp.Or(o.Tasks, op.TasksOptional)
+		}
+	}
+	return op.TasksForbidden
 }
 
 // liftTask moves a 2025-11-25 tools/call's params.task into its _meta
@@ -754,8 +793,9 @@ func (c taskConn) Read(ctx context.Context) (jsonrpc.Message, error) {
 // maxBody bounds an MCP message read to lift its task.
 const maxBody = 1 << 20
 
-// liftTaskHTTP is liftTask for a streamable HTTP POST's body.
-func liftTaskHTTP(next http.Handler) http.Handler {
+// liftTaskHTTP is liftTask for a streamable HTTP POST's body, to a
+// server of ops.
+func liftTaskHTTP(next http.Handler, ops []*op.Operation) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if r.Method != http.MethodPost || r.Body == nil {
 			next.ServeHTTP(w, r)
@@ -767,7 +807,14 @@ func liftTaskHTTP(next http.Handler) http.Handler {
 			return
 		}
 		if r.Header.Get("Mcp-Protocol-Version") >= modernRevision {
-			if resp, ok := missingCapability(body); ok {
+			if resp, ok := nameMismatch(r.Header, body); ok {
+				// SEP-2243: a task request's Mcp-Name is its taskId.
+				w.Header().Set("Content-Type", "application/json")
+				w.WriteHeader(http.StatusBadRequest)
+				_, _ = w.Write(resp)
+				return
+			}
+			if resp, ok := missingCapability(body, ops); ok {
 				// SEP-2575: over HTTP, this error is a 400.
 				w.Header().Set("Content-Type", "application/json")
 				w.WriteHeader(http.StatusBadRequest)
@@ -782,11 +829,13 @@ func liftTaskHTTP(next http.Handler) http.Handler {
 	})
 }
 
-// missingCapability is the JSON-RPC response to a 2026-07-28 tasks/*
-// request from a client that did not declare the extension, if body is
-// one (refuseTaskMethod's -32021).
-func missingCapability(body []byte) ([]byte, bool) {
-	if !bytes.Contains(body, []byte(`"tasks/`)) {
+// nameMismatch is the JSON-RPC response to a 2026-07-28 tasks/* request
+// whose Mcp-Name header names another task than its params (-32020
+// HeaderMismatch, which the SDK checks for the methods it knows). A
+// request without the header is taken as its params say.
+func nameMismatch(h http.Header, body []byte) ([]byte, bool) {
+	name := h.Get("Mcp-Name")
+	if name == "" || !bytes.Contains(body, []byte(`"tasks/`)) {
 		return nil, false
 	}
 	msg, err := jsonrpc.DecodeMessage(body)
@@ -795,10 +844,42 @@ func missingCapability(body []byte) ([]byte, bool) {
 		return nil, false
 	}
 	var p struct {
+		TaskID any `json:"taskId"`
+	}
+	_ = json.Unmarshal(req.Params, &p)
+	if id, ok := p.TaskID.(string); ok && id == name {
+		return nil, false
+	}
+	out, err := jsonrpc.EncodeMessage(&jsonrpc.Response{ID: req.ID, Error: &jsonrpc.Error{Code: mcp.CodeHeaderMismatch,
+		Message: "header mismatch: the Mcp-Name header does not name the request's taskId"}})
+	return out, err == nil
+}
+
+// missingCapability is the JSON-RPC response to a 2026-07-28 tasks/*
+// request, or call of a tool that runs only as a task, from a client that
+// did not declare the extension, if body is one (-32021).
+func missingCapability(body []byte, ops []*op.Operation) ([]byte, bool) {
+	if !bytes.Contains(body, []byte(`"tasks/`)) && !bytes.Contains(body, []byte(`"tools/call"`)) {
+		return nil, false
+	}
+	msg, err := jsonrpc.DecodeMessage(body)
+	req, ok := msg.(*jsonrpc.Request)
+	if err != nil || !ok || !req.IsCall() || (req.Method != "tools/call" && !slices.Contains(taskMethods, req.Method)) {
+		return nil, false
+	}
+	var p struct {
+		Name string   `json:"name"`
 		Meta mcp.Meta `json:"_meta"`
 	}
 	_ = json.Unmarshal(req.Params, &p)
-	e := refuseTaskMethod(req.Method, true, declaresTasks(p.Meta))
+	var e *jsonrpc.Error
+	switch {
+	case req.Method != "tools/call":
+		e = refuseTaskMethod(req.Method, true, declaresTasks(p.Meta))
+	case taskSupportIn(ops, p.Name) == op.TasksRequired && !declaresTasks(p.Meta):
+		e = &jsonrpc.Error{Code: codeMissingCapability, Message: "tool " + p.Name + " runs only as a task: declare the " + ExtensionTasks + " extension",
+			Data: json.RawMessage(requiresTasks)}
+	}
 	if e == nil || e.Code != codeMissingCapability {
 		return nil, false
 	}
