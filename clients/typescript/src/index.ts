@@ -301,12 +301,16 @@ export class Client {
       }
     }
     const end = Date.now() + (opts.deadlineMs ?? 300_000);
+    // This call's name on each of its attempts (Idempotency-Origin): the
+    // call that ran the intent is told so, replayed false, on whichever
+    // attempt's answer reaches it.
+    const origin = globalThis.crypto.randomUUID();
     for (let n = 1; ; n++) {
       opts.signal?.throwIfAborted();
       this.#o.onAttempt?.(n, intent);
       let wait = 0;
       try {
-        return await this.#attempt(intent, end, opts.signal);
+        return await this.#attempt(intent, end, opts.signal, origin);
       } catch (e) {
         if (!(e instanceof Retryable)) throw e;
         wait = e.waitMs;
@@ -351,12 +355,13 @@ export class Client {
     return Date.now() + pause < end ? pause : undefined;
   }
 
-  async #send(intent: Intent, method: string, path: string, key: string | undefined, body: unknown, end: number, signal?: AbortSignal) {
+  async #send(intent: Intent, method: string, path: string, key: string | undefined, body: unknown, end: number, signal?: AbortSignal, origin?: string) {
     const left = end - Date.now();
     if (left <= 0) throw pastDeadline(intent);
     const headers: Record<string, string> = { Authorization: `Bearer ${this.#o.token}`, Prefer: `wait=${preferWait(this.#o.waitSeconds, left / 1000)}` };
     if (key !== undefined) headers["Idempotency-Key"] = key;
     if (key !== undefined && intent.byIntent) headers["Idempotency-Fingerprint"] = "intent";
+    if (origin !== undefined) headers["Idempotency-Origin"] = origin;
     let payload: string | undefined;
     if (body !== undefined) {
       headers["Content-Type"] = "application/json";
@@ -372,10 +377,10 @@ export class Client {
     return { resp, text: await resp.text() };
   }
 
-  async #attempt(intent: Intent, end: number, signal?: AbortSignal): Promise<Result> {
+  async #attempt(intent: Intent, end: number, signal?: AbortSignal, origin?: string): Promise<Result> {
     let got;
     try {
-      got = await this.#send(intent, intent.method ?? "POST", intent.path, intent.key, intent.body, end, signal);
+      got = await this.#send(intent, intent.method ?? "POST", intent.path, intent.key, intent.body, end, signal, origin);
     } catch (e) {
       if (signal?.aborted || e instanceof DeadlineError) throw e;
       // A timeout is not a failure: the first call may have succeeded.

@@ -15,6 +15,7 @@ import asyncio
 import json
 import random
 import time
+import uuid
 from collections.abc import Callable, Generator
 from dataclasses import dataclass, field, replace
 from typing import Any
@@ -56,6 +57,10 @@ class _Send:
     #: Sent as Prefer: wait=N.
     wait: int
     by_intent: bool = False
+    #: Sent as Idempotency-Origin: the call's own name, the same on each of
+    #: its attempts, so that the call that ran the intent is told so
+    #: (replayed False) on whichever attempt's answer reaches it.
+    origin: str | None = None
 
 
 @dataclass(frozen=True)
@@ -96,11 +101,11 @@ def _past_deadline(intent: Intent) -> DeadlineError:
     return DeadlineError(f"intent {intent.key}: no final answer before the deadline")
 
 
-def _send(o: _Options, intent: Intent, method: str, path: str, key: str | None, body: Any, end: float) -> _Send:
+def _send(o: _Options, intent: Intent, method: str, path: str, key: str | None, body: Any, end: float, origin: str | None = None) -> _Send:
     left = end - time.monotonic()
     if left <= 0:
         raise _past_deadline(intent)
-    return _Send(method, path, key, body, min(o.attempt_timeout, left), prefer_wait(o.wait_seconds, left), intent.by_intent and key is not None)
+    return _Send(method, path, key, body, min(o.attempt_timeout, left), prefer_wait(o.wait_seconds, left), intent.by_intent and key is not None, origin)
 
 
 def _pause(o: _Options, wait: float, n: int, end: float) -> float | None:
@@ -115,6 +120,7 @@ def _exchange(o: _Options, intent: Intent, deadline: float) -> Generator[_Step, 
     if not intent.key:
         raise ValueError("idemflow: an intent needs its key")
     end = time.monotonic() + deadline
+    origin = str(uuid.uuid4())  # this call's, on each of its attempts
     n = 0
     while True:
         n += 1
@@ -122,7 +128,7 @@ def _exchange(o: _Options, intent: Intent, deadline: float) -> Generator[_Step, 
             o.on_attempt(n, intent)
         wait = 0.0
         try:
-            reply = yield _send(o, intent, intent.method, intent.path, intent.key, intent.body, end)
+            reply = yield _send(o, intent, intent.method, intent.path, intent.key, intent.body, end, origin)
             if isinstance(reply, Exception):
                 # A timeout is not a failure: the first call may have succeeded.
                 raise _Again(reply)
@@ -201,6 +207,8 @@ class _Base:
             headers["Idempotency-Key"] = s.key
         if s.by_intent:
             headers["Idempotency-Fingerprint"] = "intent"
+        if s.origin is not None:
+            headers["Idempotency-Origin"] = s.origin
         content = None
         if s.body is not None:
             headers["Content-Type"] = "application/json"
