@@ -29,6 +29,9 @@ type sickGateway struct {
 	// lose is how many more answers to an intent (a POST) are lost after
 	// the gateway acted on it: the connection is cut before its answer.
 	lose atomic.Int32
+	// partitioned: every request reaches the gateway, and every answer
+	// is lost (the connection cut), until the partition heals.
+	partitioned atomic.Bool
 }
 
 func newSickGateway(t *testing.T, gateway string) *sickGateway {
@@ -44,7 +47,7 @@ func newSickGateway(t *testing.T, gateway string) *sickGateway {
 			case <-g.cure:
 			}
 		}
-		if r.Method == http.MethodPost && g.lose.Add(-1) >= 0 {
+		if g.partitioned.Load() || r.Method == http.MethodPost && g.lose.Add(-1) >= 0 {
 			rec := httptest.NewRecorder()
 			rp.ServeHTTP(rec, r)
 			if conn, _, err := http.NewResponseController(w).Hijack(); err == nil {
@@ -170,13 +173,29 @@ func within(d time.Duration, ok func() bool) bool {
 	return true
 }
 
-// Every wait a caller is promised is a bound while the gateway hangs: a
-// call that takes tasks gets its handle within --task-wait and TaskSlack
-// (under 2026-07-28's extension and 2025-11-25's tasks), and a call that
-// takes none gets NO ANSWER YET within --call-wait. Once the gateway
-// answers again each task ends with its call's answer, one ticket per
-// key; another tenant's tasks/get of it finds nothing and sends nothing.
-func TestEveryWaitIsABoundWhileTheGatewayHangs(t *testing.T) {
+// Every wait a caller is promised is a bound while the gateway hangs
+// (it holds every request) or is partitioned (it acts on every request,
+// and every answer is lost): a call that takes tasks gets its handle
+// within --task-wait and TaskSlack (under 2026-07-28's extension and
+// 2025-11-25's tasks), and a call that takes none gets NO ANSWER YET
+// within --call-wait, in both revisions, in words that name no Go error.
+// Once the gateway answers again each task ends with its call's answer,
+// one ticket per key, replayed false (the call ran it, however often it
+// was sent); another tenant's tasks/get of it finds nothing and sends
+// nothing.
+func TestEveryWaitIsABoundWhileTheGatewayIsSick(t *testing.T) {
+	for _, sickness := range []struct {
+		name         string
+		sicken, heal func(*sickGateway)
+	}{
+		{"hung", (*sickGateway).hang, (*sickGateway).heal},
+		{"partitioned", func(g *sickGateway) { g.partitioned.Store(true) }, func(g *sickGateway) { g.partitioned.Store(false) }},
+	} {
+		t.Run(sickness.name, func(t *testing.T) { everyWaitIsABound(t, sickness.sicken, sickness.heal) })
+	}
+}
+
+func everyWaitIsABound(t *testing.T, sicken, heal func(*sickGateway)) {
 	s := testenv.NewStack(t, testenv.Options{})
 	sick := newSickGateway(t, s.URL)
 	const taskWait, callWait = time.Second, 2 * time.Second
@@ -190,7 +209,7 @@ func TestEveryWaitIsABoundWhileTheGatewayHangs(t *testing.T) {
 		}
 	}
 	legacy := testenv.DialMCP(t, hs.URL, tokA)
-	sick.hang()
+	sicken(sick)
 	const slack = 700 * time.Millisecond
 	ticket := func(key string) map[string]any {
 		return map[string]any{"idempotency_key": key, "customer_id": "c-" + key, "title": "While the gateway hangs"}
@@ -200,7 +219,7 @@ func TestEveryWaitIsABoundWhileTheGatewayHangs(t *testing.T) {
 	res, _ := ext["result"].(map[string]any)
 	t.Logf("2026-07-28 with the extension: %d %v in %s", code, res["resultType"], took.Round(time.Millisecond))
 	if code != http.StatusOK || res["resultType"] != "task" || res["taskId"] == nil || took > taskWait+mcpserver.TaskSlack+slack {
-		t.Fatalf("a task-mode call while the gateway hangs: %d %+v in %s, want a task within %s", code, ext, took, taskWait+mcpserver.TaskSlack)
+		t.Fatalf("a task-mode call while the gateway is sick: %d %+v in %s, want a task within %s", code, ext, took, taskWait+mcpserver.TaskSlack)
 	}
 	extTask := res["taskId"].(string)
 
@@ -210,7 +229,7 @@ func TestEveryWaitIsABoundWhileTheGatewayHangs(t *testing.T) {
 	lt, _ := lres["task"].(map[string]any)
 	t.Logf("2025-11-25 tasks: %v in %s", lt["status"], took.Round(time.Millisecond))
 	if lerr != nil || lt["taskId"] == nil || took > taskWait+mcpserver.TaskSlack+slack {
-		t.Fatalf("a 2025-11-25 task-mode call while the gateway hangs: %+v %+v in %s", lres, lerr, took)
+		t.Fatalf("a 2025-11-25 task-mode call while the gateway is sick: %+v %+v in %s", lres, lerr, took)
 	}
 
 	code, plain, took := post2026(t, hs.URL, tokA, "tools/call", map[string]any{"name": "create_ticket", "arguments": ticket("sick-plain")})
@@ -220,7 +239,15 @@ func TestEveryWaitIsABoundWhileTheGatewayHangs(t *testing.T) {
 		t.Errorf("the model reads Go's words for the wait: %s", words)
 	}
 	if code != http.StatusOK || pres["isError"] != true || !strings.Contains(fmt.Sprint(pres["content"]), "NO ANSWER YET") || took > callWait+slack {
-		t.Fatalf("a call without tasks while the gateway hangs: %d %+v in %s, want NO ANSWER YET within %s", code, plain, took, callWait)
+		t.Fatalf("a call without tasks while the gateway is sick: %d %+v in %s, want NO ANSWER YET within %s", code, plain, took, callWait)
+	}
+
+	start = time.Now()
+	lplain, lerr := legacy.Call("tools/call", map[string]any{"name": "create_ticket", "arguments": ticket("sick-legacy-plain")})
+	took = time.Since(start)
+	t.Logf("2025-11-25 without tasks: in %s: %v", took.Round(time.Millisecond), lplain["content"])
+	if words := fmt.Sprint(lplain["content"]); lerr != nil || lplain["isError"] != true || !strings.Contains(words, "NO ANSWER YET") || strings.Contains(words, "deadline") || took > callWait+slack {
+		t.Fatalf("a 2025-11-25 call without tasks while the gateway is sick: %+v %+v in %s, want NO ANSWER YET within %s", lplain, lerr, took, callWait)
 	}
 
 	// Another tenant reads A's task: nothing, and nothing sent.
@@ -228,7 +255,7 @@ func TestEveryWaitIsABoundWhileTheGatewayHangs(t *testing.T) {
 		t.Fatalf("tenant B read A's task: %+v", other)
 	}
 
-	sick.heal()
+	heal(sick)
 	for key, read := range map[string]func() map[string]any{
 		"sick-ext": func() map[string]any {
 			_, got, _ := post2026(t, hs.URL, tokA, "tasks/get", map[string]any{"taskId": extTask, "_meta": declared})

@@ -153,22 +153,39 @@ func (t tools) submit(ctx context.Context, req *mcp.CallToolRequest, slot *taskS
 	}()
 	timer := time.NewTimer(t.cfg.TaskWait + TaskSlack)
 	defer timer.Stop()
+	requestTask := func() bool {
+		id, ok := requestTaskID(tenantOf(req.GetExtra()), in, time.Now())
+		if ok {
+			slot.requestTask, slot.pending = id, true
+		}
+		return ok
+	}
 	var got submitted
 	select {
 	case got = <-done:
 	case <-timer.C:
-		id, ok := requestTaskID(tenantOf(req.GetExtra()), in, time.Now())
-		if ok {
-			slot.requestTask, slot.pending = id, true
+		if requestTask() {
 			return nil, Result{}, nil
 		}
 		got = <-done // a request too large to name: wait for the gateway
 	case <-ctx.Done():
 		return nil, Result{}, explain(in.Key, ctx.Err())
 	}
+	var pe *agentclient.PendingError
 	switch {
 	case got.pending != nil:
 		slot.operationID, slot.replayed, slot.pending = got.pending.OperationID, !got.pending.Owner, true
+		return nil, Result{}, nil
+	case errors.As(got.err, &pe):
+		// The gateway named the call's operation, then gave no final
+		// answer: its task.
+		slot.operationID, slot.replayed, slot.pending = pe.OperationID, !pe.Owner, true
+		return nil, Result{}, nil
+	case errors.Is(got.err, context.DeadlineExceeded) && requestTask():
+		// Sent until no retry fitted in CallTimeout, with no answer (a
+		// partition that cuts every answer ends it before the timer):
+		// the outcome is unknown, and the task that names the request
+		// finds it, never an error in its place.
 		return nil, Result{}, nil
 	case got.err != nil:
 		return nil, Result{}, explain(in.Key, got.err)
