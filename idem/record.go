@@ -246,14 +246,6 @@ func (r Record) Mine(origin uuid.UUID) bool {
 	return origin != uuid.Nil && r.Origin == origin
 }
 
-// nullUUID is id, or SQL NULL for uuid.Nil.
-func nullUUID(id uuid.UUID) *uuid.UUID {
-	if id == uuid.Nil {
-		return nil
-	}
-	return &id
-}
-
 // Hint is a read for an intent's step, sent with its claim: one row of
 // one column, JSON (NULL is none). It is read without a lock, so the step
 // may use it only as a guess that PostgreSQL verifies (op.Spec.Hint).
@@ -282,7 +274,7 @@ type Claim struct {
 // read first, so it is known, and sending it again would take the record
 // this request inserted for a duplicate's.
 func (s *Store) claimOnce(ctx context.Context, p ClaimParams, hint *Hint, ttl float64, inserted *bool) (rec Record, read json.RawMessage, hintErr, err error) {
-	args := []any{p.TenantID, p.Key, uuid.New(), p.BizType, p.Fingerprint, p.WorkflowID, ttl, nullUUID(p.Origin)}
+	args := []any{p.TenantID, p.Key, uuid.New(), p.BizType, p.Fingerprint, p.WorkflowID, ttl, nullable(p.Origin)}
 	sb, batches := s.db.(interface {
 		SendBatch(ctx context.Context, b *pgx.Batch) pgx.BatchResults
 	})
@@ -405,7 +397,7 @@ func (s *Store) Claim(ctx context.Context, p ClaimParams) (Claim, error) {
 				updated_at = now(), expire_at = now() + make_interval(secs => $4), origin = $5
 			WHERE tenant_id = $1 AND idem_key = $2 AND fingerprint = $3 AND status = 'FAILED'
 			RETURNING `+recordColumns,
-			p.TenantID, p.Key, p.Fingerprint, ttl, nullUUID(p.Origin)))
+			p.TenantID, p.Key, p.Fingerprint, ttl, nullable(p.Origin)))
 		if err == nil {
 			return Claim{Record: reopened, Owner: true}, nil
 		}
@@ -470,7 +462,7 @@ func (s *Store) create(ctx context.Context, p ClaimParams, ttl float64) (Record,
 			VALUES ($1, $2, $3, $4, $5, 'PROCESSING', $6, now() + make_interval(secs => $7), $8)
 			ON CONFLICT (tenant_id, idem_key) DO NOTHING
 			RETURNING `+recordColumns,
-			uuid.New(), p.TenantID, p.Key, p.BizType, p.Fingerprint, p.WorkflowID, ttl, nullUUID(p.Origin)))
+			uuid.New(), p.TenantID, p.Key, p.BizType, p.Fingerprint, p.WorkflowID, ttl, nullable(p.Origin)))
 	}
 	if errors.Is(err, apperr.ErrNotFound) {
 		return Record{}, false, errRaced
@@ -815,10 +807,11 @@ func (s *Store) Resolve(ctx context.Context, p ResolveParams) (Resolution, error
 	return res, nil
 }
 
-// nullable is s, or SQL NULL for "".
-func nullable(s string) *string {
-	if s == "" {
+// nullable is v, or SQL NULL for its zero value ("", uuid.Nil).
+func nullable[T comparable](v T) *T {
+	var zero T
+	if v == zero {
 		return nil
 	}
-	return &s
+	return &v
 }

@@ -34,7 +34,7 @@ func (g *Gateway) serveOperation(o *op.Operation) tenantHandler {
 		g.serveIntent(w, r, o.BizType, &body, o.EmptyBodyAllowed(), func(key string) (starter.Intent, error) {
 			p, err := o.PrepareAs(body, path, by)
 			if badRule != nil || badOrigin != nil {
-				return starter.Intent{}, withFieldErrors(headerErrors(badRule, badOrigin), err)
+				return starter.Intent{}, fieldErrors(badRule, badOrigin, err)
 			}
 			if err != nil {
 				return starter.Intent{}, err
@@ -103,31 +103,20 @@ func originOf(h http.Header) (uuid.UUID, error) {
 	return uuid.Nil, inv.Err()
 }
 
-// headerErrors is the field errors of the request's headers, as one
-// *apperr.InvalidError (each argument is one, or nil).
-func headerErrors(errs ...error) error {
-	var out error
-	for _, e := range errs {
-		if e == nil {
-			continue
+// fieldErrors is one *apperr.InvalidError with the field errors of every
+// one among errs, in order; errs of another kind, and nils, are left out.
+// nil when there is none.
+func fieldErrors(errs ...error) error {
+	var fields []apperr.FieldError
+	for _, err := range errs {
+		if inv := (*apperr.InvalidError)(nil); errors.As(err, &inv) {
+			fields = append(fields, inv.Fields...)
 		}
-		if out == nil {
-			out = e
-			continue
-		}
-		out = withFieldErrors(out, e)
 	}
-	return out
-}
-
-// withFieldErrors is first (an *apperr.InvalidError) with the field
-// errors of err added, where err is one too.
-func withFieldErrors(first, err error) error {
-	var a, b *apperr.InvalidError
-	if !errors.As(first, &a) || !errors.As(err, &b) {
-		return first
+	if fields == nil {
+		return nil
 	}
-	return &apperr.InvalidError{Fields: append(slices.Clone(a.Fields), b.Fields...)}
+	return &apperr.InvalidError{Fields: fields}
 }
 
 // differed names the members of an intent-keyed replay's request, not
