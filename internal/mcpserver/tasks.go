@@ -475,8 +475,7 @@ func (t tools) callAsTask(ctx context.Context, next mcp.MethodHandler, method st
 	support := t.taskSupport(call.Params.Name)
 	switch {
 	case mode == noTask && support == op.TasksRequired && newRevision(req):
-		return nil, &jsonrpc.Error{Code: codeMissingCapability, Message: "tool " + call.Params.Name + " runs only as a task: declare the " + ExtensionTasks + " extension",
-			Data: json.RawMessage(requiresTasks)}
+		return nil, onlyAsATask(call.Params.Name)
 	case mode == noTask && support == op.TasksRequired:
 		// 2025-11-25: a required tool called without a task.
 		return nil, &jsonrpc.Error{Code: jsonrpc.CodeMethodNotFound, Message: "tool " + call.Params.Name + " must be called as a task (its taskSupport is required)"}
@@ -724,8 +723,9 @@ func (t tools) withTaskSupport(res mcp.Result, err error) (mcp.Result, error) {
 		if !ok {
 			continue
 		}
-		if name, _ := tool["name"].(string); t.taskSupport(name) != op.TasksForbidden {
-			tool["execution"] = map[string]any{"taskSupport": string(t.taskSupport(name))}
+		name, _ := tool["name"].(string)
+		if support := t.taskSupport(name); support != op.TasksForbidden {
+			tool["execution"] = map[string]any{"taskSupport": string(support)}
 		}
 	}
 	return raw(m)
@@ -824,15 +824,7 @@ func liftTaskHTTP(next http.Handler, ops []*op.Operation) http.Handler {
 			return
 		}
 		if r.Header.Get("Mcp-Protocol-Version") >= modernRevision {
-			if resp, ok := nameMismatch(r.Header, body); ok {
-				// SEP-2243: a task request's Mcp-Name is its taskId.
-				w.Header().Set("Content-Type", "application/json")
-				w.WriteHeader(http.StatusBadRequest)
-				_, _ = w.Write(resp)
-				return
-			}
-			if resp, ok := missingCapability(body, ops); ok {
-				// SEP-2575: over HTTP, this error is a 400.
+			if resp, ok := refusedOverHTTP(r.Header, body, ops); ok {
 				w.Header().Set("Content-Type", "application/json")
 				w.WriteHeader(http.StatusBadRequest)
 				_, _ = w.Write(resp)
@@ -846,62 +838,54 @@ func liftTaskHTTP(next http.Handler, ops []*op.Operation) http.Handler {
 	})
 }
 
-// nameMismatch is the JSON-RPC response to a 2026-07-28 tasks/* request
-// whose Mcp-Name header names another task than its params (-32020
-// HeaderMismatch, which the SDK checks for the methods it knows). A
-// request without the header is taken as its params say.
-func nameMismatch(h http.Header, body []byte) ([]byte, bool) {
-	name := h.Get("Mcp-Name")
-	if name == "" || !bytes.Contains(body, []byte(`"tasks/`)) {
-		return nil, false
-	}
-	msg, err := jsonrpc.DecodeMessage(body)
-	req, ok := msg.(*jsonrpc.Request)
-	if err != nil || !ok || !req.IsCall() || !slices.Contains(taskMethods, req.Method) {
-		return nil, false
-	}
-	var p struct {
-		TaskID any `json:"taskId"`
-	}
-	_ = json.Unmarshal(req.Params, &p)
-	if id, ok := p.TaskID.(string); ok && id == name {
-		return nil, false
-	}
-	out, err := jsonrpc.EncodeMessage(&jsonrpc.Response{ID: req.ID, Error: &jsonrpc.Error{Code: mcp.CodeHeaderMismatch,
-		Message: "header mismatch: the Mcp-Name header does not name the request's taskId"}})
-	return out, err == nil
-}
-
-// missingCapability is the JSON-RPC response to a 2026-07-28 tasks/*
-// request, or call of a tool that runs only as a task, from a client that
-// did not declare the extension, if body is one (-32021).
-func missingCapability(body []byte, ops []*op.Operation) ([]byte, bool) {
+// refusedOverHTTP is the JSON-RPC error response, answered with HTTP
+// 400, that a 2026-07-28 request gets before the SDK reads it, if body is
+// one that gets one:
+//   - a tasks/* request whose Mcp-Name header names another task than its
+//     params (-32020 HeaderMismatch, SEP-2243; the SDK checks the header
+//     for the methods it knows, and a request without it is taken as its
+//     params say);
+//   - a tasks/* request, or a call of a tool that runs only as a task,
+//     from a client that did not declare the extension (-32021, SEP-2575:
+//     over HTTP, a 400).
+func refusedOverHTTP(h http.Header, body []byte, ops []*op.Operation) ([]byte, bool) {
 	if !bytes.Contains(body, []byte(`"tasks/`)) && !bytes.Contains(body, []byte(`"tools/call"`)) {
 		return nil, false
 	}
 	msg, err := jsonrpc.DecodeMessage(body)
 	req, ok := msg.(*jsonrpc.Request)
-	if err != nil || !ok || !req.IsCall() || (req.Method != "tools/call" && !slices.Contains(taskMethods, req.Method)) {
+	if err != nil || !ok || !req.IsCall() {
 		return nil, false
 	}
 	var p struct {
-		Name string   `json:"name"`
-		Meta mcp.Meta `json:"_meta"`
+		Name   string   `json:"name"`
+		TaskID any      `json:"taskId"`
+		Meta   mcp.Meta `json:"_meta"`
 	}
 	_ = json.Unmarshal(req.Params, &p)
 	var e *jsonrpc.Error
 	switch {
-	case req.Method != "tools/call":
-		e = refuseTaskMethod(req.Method, true, declaresTasks(p.Meta))
-	case taskSupportIn(ops, p.Name) == op.TasksRequired && !declaresTasks(p.Meta):
-		e = &jsonrpc.Error{Code: codeMissingCapability, Message: "tool " + p.Name + " runs only as a task: declare the " + ExtensionTasks + " extension",
-			Data: json.RawMessage(requiresTasks)}
+	case slices.Contains(taskMethods, req.Method):
+		if name := h.Get("Mcp-Name"); name != "" && p.TaskID != name {
+			e = &jsonrpc.Error{Code: mcp.CodeHeaderMismatch, Message: "header mismatch: the Mcp-Name header does not name the request's taskId"}
+		} else if e = refuseTaskMethod(req.Method, true, declaresTasks(p.Meta)); e != nil && e.Code != codeMissingCapability {
+			e = nil // refused as any request is, by the SDK's path
+		}
+	case req.Method == "tools/call" && taskSupportIn(ops, p.Name) == op.TasksRequired && !declaresTasks(p.Meta):
+		e = onlyAsATask(p.Name)
 	}
-	if e == nil || e.Code != codeMissingCapability {
+	if e == nil {
 		return nil, false
 	}
 	out, err := jsonrpc.EncodeMessage(&jsonrpc.Response{ID: req.ID, Error: e})
 	return out, err == nil
+}
+
+// onlyAsATask is 2026-07-28's error for a call of a tool whose
+// taskSupport is required from a client without the extension.
+func onlyAsATask(tool string) *jsonrpc.Error {
+	return &jsonrpc.Error{Code: codeMissingCapability, Message: "tool " + tool + " runs only as a task: declare the " + ExtensionTasks + " extension",
+		Data: json.RawMessage(requiresTasks)}
 }
 
 // liftTaskBody is liftTask for a message's bytes; a body it leaves as it
