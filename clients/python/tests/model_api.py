@@ -1,7 +1,7 @@
 """A local stand-in for Anthropic's Messages API (ANTHROPIC_BASE_URL, or a
-provider's base_url): a scripted model, streamed as the API streams, for
-the agents whose model is reached over HTTP (Strands Agents' Anthropic
-provider; the Claude Agent SDK's CLI). No network.
+provider's base_url): a scripted model for the agents whose model is
+reached over HTTP (Strands Agents' Anthropic provider, the Claude Agent
+SDK's CLI, Agno's Claude model). No network.
 
 It asks for create_ticket, one call at a time (a new tool_use ID each
 time it writes a call), until it has read as many answers (tool results
@@ -54,7 +54,8 @@ class ScriptedModel:
                 if not self.path.startswith("/v1/messages") or "count_tokens" in self.path:
                     self._send("application/json", b'{"input_tokens":10}' if "count_tokens" in self.path else b"{}")
                     return
-                self._send("text/event-stream", model.reply(json.loads(body or b"{}")).encode())
+                kind, text = model.reply(json.loads(body or b"{}"))
+                self._send(kind, text.encode())
 
             def _send(self, kind: str, data: bytes) -> None:
                 self.send_response(200)
@@ -71,40 +72,52 @@ class ScriptedModel:
         self._server.shutdown()
         self._server.server_close()
 
-    def reply(self, request: dict[str, Any]) -> str:
-        """The streamed answer to one request of the Messages API."""
-        tool = next((t["name"] for t in request.get("tools") or [] if t["name"].endswith("create_ticket")), None)
-        answered, results = answers_since_prompt(request.get("messages") or [])
+    def reply(self, request: dict[str, Any]) -> tuple[str, str]:
+        """The answer to one request of the Messages API, with its content
+        type: streamed, or one JSON message when the request does not ask
+        for a stream (Agno's Claude model)."""
+        message, blocks, stop = self.message(request)
+        if not request.get("stream"):
+            usage = {"input_tokens": 10, "output_tokens": 20}
+            return "application/json", json.dumps({**message, "content": blocks, "stop_reason": stop, "stop_sequence": None, "usage": usage})
         out: list[str] = []
 
         def ev(kind: str, **data: Any) -> None:
             out.append(f"event: {kind}\ndata: {json.dumps({'type': kind, **data})}\n\n")
 
-        message = {"id": "msg_" + uuid.uuid4().hex, "type": "message", "role": "assistant", "model": request.get("model", "scripted"), "content": []}
-        ev("message_start", message={**message, "stop_reason": None, "stop_sequence": None, "usage": {"input_tokens": 10, "output_tokens": 1}})
-        # Three results that are no answer in a row, and it gives up.
-        if tool and answered < len(self.titles) and results - answered < 3:
-            titles = self.titles[answered:] if self.together else [self.titles[answered]]
-            for i, title in enumerate(titles):
-                call = self.ids[len(self.calls) % len(self.ids)] if self.ids else "toolu_" + uuid.uuid4().hex[:24]
-                self.calls.append(call)
-                ev("content_block_start", index=i, content_block={"type": "tool_use", "id": call, "name": tool, "input": {}})
-                if self.reword and len(self.calls) > 1:
-                    title = f"{title}, written again ({len(self.calls)})"
-                call_args = {"customer_id": self.customer, "title": title}
-                if self.model_key:
-                    call_args = {"idempotency_key": str(uuid.uuid4()), **call_args}
-                args = json.dumps(call_args)
-                ev("content_block_delta", index=i, delta={"type": "input_json_delta", "partial_json": args})
-                ev("content_block_stop", index=i)
-            ev("message_delta", delta={"stop_reason": "tool_use", "stop_sequence": None}, usage={"output_tokens": 20})
-        else:
-            ev("content_block_start", index=0, content_block={"type": "text", "text": ""})
-            ev("content_block_delta", index=0, delta={"type": "text_delta", "text": "The ticket is open."})
-            ev("content_block_stop", index=0)
-            ev("message_delta", delta={"stop_reason": "end_turn", "stop_sequence": None}, usage={"output_tokens": 5})
+        ev("message_start", message={**message, "content": [], "stop_reason": None, "stop_sequence": None, "usage": {"input_tokens": 10, "output_tokens": 1}})
+        for i, b in enumerate(blocks):
+            if b["type"] == "tool_use":
+                ev("content_block_start", index=i, content_block={**b, "input": {}})
+                ev("content_block_delta", index=i, delta={"type": "input_json_delta", "partial_json": json.dumps(b["input"])})
+            else:
+                ev("content_block_start", index=i, content_block={"type": "text", "text": ""})
+                ev("content_block_delta", index=i, delta={"type": "text_delta", "text": b["text"]})
+            ev("content_block_stop", index=i)
+        ev("message_delta", delta={"stop_reason": stop, "stop_sequence": None}, usage={"output_tokens": 20})
         ev("message_stop")
-        return "".join(out)
+        return "text/event-stream", "".join(out)
+
+    def message(self, request: dict[str, Any]) -> tuple[dict[str, Any], list[dict[str, Any]], str]:
+        """The model's next message: its envelope, its content blocks and
+        its stop reason."""
+        tool = next((t["name"] for t in request.get("tools") or [] if t["name"].endswith("create_ticket")), None)
+        answered, results = answers_since_prompt(request.get("messages") or [])
+        message = {"id": "msg_" + uuid.uuid4().hex, "type": "message", "role": "assistant", "model": request.get("model", "scripted")}
+        # Three results that are no answer in a row, and it gives up.
+        if not (tool and answered < len(self.titles) and results - answered < 3):
+            return message, [{"type": "text", "text": "The ticket is open."}], "end_turn"
+        blocks: list[dict[str, Any]] = []
+        for title in self.titles[answered:] if self.together else [self.titles[answered]]:
+            call = self.ids[len(self.calls) % len(self.ids)] if self.ids else "toolu_" + uuid.uuid4().hex[:24]
+            self.calls.append(call)
+            if self.reword and len(self.calls) > 1:
+                title = f"{title}, written again ({len(self.calls)})"
+            call_args: dict[str, Any] = {"customer_id": self.customer, "title": title}
+            if self.model_key:
+                call_args = {"idempotency_key": str(uuid.uuid4()), **call_args}
+            blocks.append({"type": "tool_use", "id": call, "name": tool, "input": call_args})
+        return message, blocks, "tool_use"
 
 
 def answers_since_prompt(messages: Sequence[dict[str, Any]]) -> tuple[int, int]:
