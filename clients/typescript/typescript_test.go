@@ -8,21 +8,15 @@
 package typescript
 
 import (
-	"bufio"
 	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
-	"io"
-	"net/http"
 	"net/http/httptest"
-	"net/http/httputil"
-	"net/url"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -121,59 +115,6 @@ func temporalEnv(s *testenv.Stack) []string {
 	return []string{"TEMPORAL_ADDRESS=" + s.Server.GetFrontendHostPort(), "TEMPORAL_NAMESPACE=" + s.Server.GetDefaultNamespace()}
 }
 
-// fault is where the kill comes.
-type fault int
-
-const (
-	// answerLost: idemflow executed the call; its answer is dropped, and
-	// the agent is killed while it waits for it.
-	answerLost fault = iota
-	// beforeReceived: the agent is killed with its request sent, before
-	// idemflow received it.
-	beforeReceived
-)
-
-// proxy stands between the agent and the gateway: the first POST of a
-// ticket gets the fault, and hit is closed when it did.
-type proxy struct {
-	*httptest.Server
-	hit  chan struct{}
-	once sync.Once
-}
-
-func newProxy(t *testing.T, gateway string, f fault) *proxy {
-	u, _ := url.Parse(gateway)
-	rp := httputil.NewSingleHostReverseProxy(u)
-	p := &proxy{hit: make(chan struct{})}
-	p.Server = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		first := false
-		if r.Method == http.MethodPost && r.URL.Path == "/v1/tickets" {
-			p.once.Do(func() { first = true })
-		}
-		if !first {
-			rp.ServeHTTP(w, r)
-			return
-		}
-		if f == beforeReceived {
-			// The body is read, so that the server sees the connection
-			// close; it goes no further.
-			_, _ = io.Copy(io.Discard, r.Body)
-			close(p.hit)
-			<-r.Context().Done() // the agent dies; nothing reaches the gateway
-			return
-		}
-		rec := httptest.NewRecorder()
-		rp.ServeHTTP(rec, r)
-		if rec.Code != http.StatusCreated {
-			t.Errorf("the first ticket call was answered %d: %s", rec.Code, rec.Body)
-		}
-		close(p.hit)
-		<-r.Context().Done() // the answer never leaves; the agent dies waiting
-	}))
-	t.Cleanup(p.Close)
-	return p
-}
-
 // needIdemflowBin fails t unless bin/idemflow is built: the MCP cases run
 // it over stdio.
 func needIdemflowBin(t *testing.T) {
@@ -208,50 +149,9 @@ func runScript(t *testing.T, bin string, environ []string, args ...string) strin
 
 // killMidCall starts the agent and SIGKILLs it once the proxy saw its
 // ticket call.
-func killMidCall(t *testing.T, bin string, environ []string, p *proxy, thread, tools string, extra ...string) {
+func killMidCall(t *testing.T, bin string, environ []string, p *testenv.FaultProxy, thread, tools string, extra ...string) {
 	t.Helper()
-	killScriptMidCall(t, bin, environ, p, append([]string{"dist/agent/agent.js", "--thread", thread, "--tools", tools}, extra...)...)
-}
-
-// killScriptMidCall runs node with args and SIGKILLs it once the proxy saw
-// its ticket call.
-func killScriptMidCall(t *testing.T, bin string, environ []string, p *proxy, args ...string) {
-	t.Helper()
-	cmd := exec.Command(bin, args...)
-	cmd.Env = environ
-	stdout, err := cmd.StdoutPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	cmd.Stderr = cmd.Stdout
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	lines := make(chan string, 100)
-	go func() {
-		sc := bufio.NewScanner(stdout)
-		for sc.Scan() {
-			lines <- sc.Text()
-		}
-		_, _ = io.Copy(io.Discard, stdout)
-		close(lines)
-	}()
-	select {
-	case <-p.hit:
-	case <-time.After(90 * time.Second):
-		_ = cmd.Process.Kill()
-		t.Fatal("the agent never called create_ticket")
-	}
-	if err := cmd.Process.Kill(); err != nil {
-		t.Fatal(err)
-	}
-	_ = cmd.Wait()
-	for l := range lines {
-		t.Logf("%s, killed run: %s", strings.Join(args, " "), l)
-		if strings.Contains(l, "DONE") {
-			t.Fatal("the agent finished before it was killed")
-		}
-	}
+	testenv.KillMidCall(t, "", bin, environ, p, append([]string{"dist/agent/agent.js", "--thread", thread, "--tools", tools}, extra...)...)
 }
 
 // A LangGraph.js agent SIGKILLed with its tool call in flight, after
@@ -274,22 +174,22 @@ func TestALangGraphAgentKilledMidToolCallResumesWithoutADuplicate(t *testing.T) 
 	}
 	for _, c := range []struct {
 		name     string
-		fault    fault
+		fault    testenv.Fault
 		tools    string
 		tickets  int
 		replayed string
 		review   bool
 		via      []string
 	}{
-		{"answer lost", answerLost, "idemflow", 1, `"replayed":true`, false, nil},
-		{"before received", beforeReceived, "idemflow", 1, `"replayed":false`, false, nil},
-		{"review step, answer lost", answerLost, "idemflow", 1, `"replayed":true`, true, nil},
-		{"control, answer lost", answerLost, "naive", 2, "", false, nil},
-		{"MCP, answer lost", answerLost, "idemflow", 1, `"replayed":true`, false, []string{"--via", "mcp"}},
+		{"answer lost", testenv.AnswerLost, "idemflow", 1, `"replayed":true`, false, nil},
+		{"before received", testenv.BeforeReceived, "idemflow", 1, `"replayed":false`, false, nil},
+		{"review step, answer lost", testenv.AnswerLost, "idemflow", 1, `"replayed":true`, true, nil},
+		{"control, answer lost", testenv.AnswerLost, "naive", 2, "", false, nil},
+		{"MCP, answer lost", testenv.AnswerLost, "idemflow", 1, `"replayed":true`, false, []string{"--via", "mcp"}},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			thread := fmt.Sprintf("thread-%s-%d", strings.NewReplacer(" ", "-", ",", "").Replace(c.name), time.Now().UnixNano()%1e6)
-			p := newProxy(t, s.URL, c.fault)
+			p := testenv.NewFaultProxy(t, s.URL, c.fault)
 			environ := env(s, p.URL)
 			killMidCall(t, bin, environ, p, thread, c.tools, c.via...)
 			extra := c.via
@@ -344,9 +244,9 @@ func TestALangGraphJSTurnKilledBeforeItWasSavedAndSentAgainMakesOneTicket(t *tes
 		t.Run(c.name, func(t *testing.T) {
 			thread := fmt.Sprintf("thread-unsaved-%s-%d", strings.NewReplacer(" ", "-", ",", "", "'", "").Replace(c.name), time.Now().UnixNano()%1e6)
 			args := append([]string{"dist/agent/agent.js", "--thread", thread, "--tools", c.tools, "--durability", "exit", "--message-id", "msg-" + thread, "--key-scheme", c.scheme}, c.via...)
-			p := newProxy(t, s.URL, answerLost)
+			p := testenv.NewFaultProxy(t, s.URL, testenv.AnswerLost)
 			environ := env(s, p.URL)
-			killScriptMidCall(t, bin, environ, p, args...)
+			testenv.KillMidCall(t, "", bin, environ, p, args...)
 			out := runScript(t, bin, environ, args...)
 			if !strings.Contains(out, "starting "+thread) {
 				t.Fatal("the kill left a checkpoint to resume")
@@ -424,8 +324,8 @@ func TestATypeScriptTemporalWorkerKilledMidCallMakesOneTicket(t *testing.T) {
 				t.Fatal(err)
 			}
 			args := []string{"dist/test/temporal-worker.js", "--task-queue", queue, "--until", id, "--tools", c.tools}
-			p := newProxy(t, s.URL, answerLost)
-			killScriptMidCall(t, bin, append(env(s, p.URL), temporal...), p, args...)
+			p := testenv.NewFaultProxy(t, s.URL, testenv.AnswerLost)
+			testenv.KillMidCall(t, "", bin, append(env(s, p.URL), temporal...), p, args...)
 			out := runScript(t, bin, append(env(s, s.URL), temporal...), args...)
 			n := testenv.Count(t, s.Pool, "ticket", "customer_id = $1", id)
 			t.Logf("%s: %d tickets after the kill and another worker", c.name, n)
@@ -456,9 +356,9 @@ func TestAVercelAIChatKilledMidExecuteResumesFromItsSavedMessages(t *testing.T) 
 	needIdemflowBin(t)
 	killAndRerun(t, killedAgent{script: "dist/agent/vercel.js", idFlag: "--chat", prefix: "vercel-",
 		state: "chat.json", resumed: "from its saved messages", more: []killCase{
-			{"MCP, saved messages", answerLost, []string{"--via", "mcp"}, 1, `"replayed":true`},
-			{"MCP, the messages lost and the turn sent again", answerLost, []string{"--via", "mcp", "--lost"}, 1, `"replayed":true`},
-			{"MCP control, the model's key, the messages lost", answerLost, []string{"--via", "mcp", "--lost", "--tools", "naive"}, 2, `"replayed":false`},
+			{"MCP, saved messages", testenv.AnswerLost, []string{"--via", "mcp"}, 1, `"replayed":true`},
+			{"MCP, the messages lost and the turn sent again", testenv.AnswerLost, []string{"--via", "mcp", "--lost"}, 1, `"replayed":true`},
+			{"MCP control, the model's key, the messages lost", testenv.AnswerLost, []string{"--via", "mcp", "--lost", "--tools", "naive"}, 2, `"replayed":false`},
 		}})
 }
 
@@ -476,7 +376,7 @@ type killedAgent struct {
 // flags, the tickets after the rerun and the rerun's answer's replayed.
 type killCase struct {
 	name     string
-	fault    fault
+	fault    testenv.Fault
 	extra    []string
 	tickets  int
 	replayed string
@@ -495,17 +395,17 @@ func killAndRerun(t *testing.T, a killedAgent) {
 	}
 	s := testenv.NewStack(t, testenv.Options{})
 	for _, c := range append([]killCase{
-		{"saved " + strings.TrimPrefix(a.resumed, "from its saved "), answerLost, nil, 1, `"replayed":true`},
-		{"request held, resumed " + a.resumed, beforeReceived, nil, 1, `"replayed":false`},
-		{"control, fresh keys", answerLost, []string{"--tools", "naive"}, 2, `"replayed":false`},
-		{"unsafe, nothing saved before the call", answerLost, []string{"--unsafe"}, 2, `"replayed":false`},
+		{"saved " + strings.TrimPrefix(a.resumed, "from its saved "), testenv.AnswerLost, nil, 1, `"replayed":true`},
+		{"request held, resumed " + a.resumed, testenv.BeforeReceived, nil, 1, `"replayed":false`},
+		{"control, fresh keys", testenv.AnswerLost, []string{"--tools", "naive"}, 2, `"replayed":false`},
+		{"unsafe, nothing saved before the call", testenv.AnswerLost, []string{"--unsafe"}, 2, `"replayed":false`},
 	}, a.more...) {
 		t.Run(c.name, func(t *testing.T) {
 			id := a.prefix + strings.NewReplacer(" ", "-", ",", "").Replace(c.name) + "-" + fmt.Sprint(time.Now().UnixNano()%1e6)
 			args := append([]string{a.script, a.idFlag, id, "--state", t.TempDir() + "/" + a.state}, c.extra...)
-			p := newProxy(t, s.URL, c.fault)
+			p := testenv.NewFaultProxy(t, s.URL, c.fault)
 			environ := env(s, p.URL)
-			killScriptMidCall(t, bin, environ, p, args...)
+			testenv.KillMidCall(t, "", bin, environ, p, args...)
 			out := runScript(t, bin, environ, args...)
 			n := testenv.Count(t, s.Pool, "ticket", "customer_id = $1", id)
 			t.Logf("%s: %d tickets after the kill and the rerun", c.name, n)
@@ -541,10 +441,10 @@ func killAndRerun(t *testing.T, a killedAgent) {
 func TestAClaudeAgentKilledMidCallResumesItsSessionWithoutADuplicate(t *testing.T) {
 	killAndRerun(t, killedAgent{script: "dist/agent/claude-agent.js", idFlag: "--conversation", prefix: "claude-",
 		state: "turn.json", resumed: "on its session", more: []killCase{
-			{"the turn sent again, the call reworded", answerLost, []string{"--reword"}, 1, `"replayed":true`},
-			{"control, the call reworded, named by its whole arguments", answerLost, []string{"--reword", "--by-arguments"}, 2, `"replayed":false`},
-			{"a fork into a new session that re-runs the turn", answerLost, []string{"--fork", "rerun"}, 1, `"replayed":true`},
-			{"control, a fork into a new session as a new conversation", answerLost, []string{"--fork", "new"}, 2, `"replayed":false`},
+			{"the turn sent again, the call reworded", testenv.AnswerLost, []string{"--reword"}, 1, `"replayed":true`},
+			{"control, the call reworded, named by its whole arguments", testenv.AnswerLost, []string{"--reword", "--by-arguments"}, 2, `"replayed":false`},
+			{"a fork into a new session that re-runs the turn", testenv.AnswerLost, []string{"--fork", "rerun"}, 1, `"replayed":true`},
+			{"control, a fork into a new session as a new conversation", testenv.AnswerLost, []string{"--fork", "new"}, 2, `"replayed":false`},
 		}})
 }
 
@@ -559,11 +459,11 @@ func TestAClaudeAgentKilledMidCallResumesItsSessionWithoutADuplicate(t *testing.
 func TestAMastraAgentKilledMidCallResumesFromItsApproval(t *testing.T) {
 	killAndRerun(t, killedAgent{script: "mastra/agent.mjs", idFlag: "--conversation", prefix: "mastra-",
 		state: "approval.json", resumed: "from its approval", bin: node22(t), more: []killCase{
-			{"nothing saved, the turn sent again with its ID", answerLost, []string{"--unsafe", "--turn-id", "msg-1"}, 1, `"replayed":true`},
+			{"nothing saved, the turn sent again with its ID", testenv.AnswerLost, []string{"--unsafe", "--turn-id", "msg-1"}, 1, `"replayed":true`},
 			// Through idemflow's MCP server, the model writing a key of its own.
-			{"MCP, approved again", answerLost, []string{"--via", "mcp"}, 1, `"replayed":true`},
-			{"MCP, nothing saved, the turn sent again with its ID", answerLost, []string{"--via", "mcp", "--unsafe", "--turn-id", "msg-1"}, 1, `"replayed":true`},
-			{"MCP control, the model's key, the turn sent again", answerLost, []string{"--via", "mcp", "--unsafe", "--turn-id", "msg-1", "--tools", "naive"}, 2, `"replayed":false`},
+			{"MCP, approved again", testenv.AnswerLost, []string{"--via", "mcp"}, 1, `"replayed":true`},
+			{"MCP, nothing saved, the turn sent again with its ID", testenv.AnswerLost, []string{"--via", "mcp", "--unsafe", "--turn-id", "msg-1"}, 1, `"replayed":true`},
+			{"MCP control, the model's key, the turn sent again", testenv.AnswerLost, []string{"--via", "mcp", "--unsafe", "--turn-id", "msg-1", "--tools", "naive"}, 2, `"replayed":false`},
 		}})
 }
 
@@ -596,7 +496,7 @@ func TestTheMastraPagesProgramRunsAndRunAgainMakesNoSecondTicket(t *testing.T) {
 	}
 	t.Cleanup(func() { _ = os.Remove(script) })
 	s := testenv.NewStack(t, testenv.Options{})
-	p := newProxy(t, s.URL, answerLost)
+	p := testenv.NewFaultProxy(t, s.URL, testenv.AnswerLost)
 	dir := t.TempDir()
 	run := func(kill bool) string {
 		cmd := exec.Command(bin, script)
@@ -612,7 +512,7 @@ func TestTheMastraPagesProgramRunsAndRunAgainMakesNoSecondTicket(t *testing.T) {
 			t.Fatal(err)
 		}
 		select {
-		case <-p.hit:
+		case <-p.Hit:
 		case <-time.After(90 * time.Second):
 			t.Fatal("the program never called create_ticket")
 		}
@@ -660,12 +560,12 @@ func node22(t *testing.T) string {
 func TestAnOpenAIAgentsJSAgentKilledMidCallResumesFromItsRunState(t *testing.T) {
 	killAndRerun(t, killedAgent{script: "dist/agent/openai-agent.js", idFlag: "--conversation", prefix: "oa-js-",
 		state: "run-state.json", resumed: "from its saved RunState", more: []killCase{
-			{"saved RunState lost, the turn sent again", answerLost, []string{"--lost"}, 1, `"replayed":true`},
-			{"control, RunState lost, oa1 keys", answerLost, []string{"--lost", "--key-scheme", "oa1"}, 2, `"replayed":false`},
+			{"saved RunState lost, the turn sent again", testenv.AnswerLost, []string{"--lost"}, 1, `"replayed":true`},
+			{"control, RunState lost, oa1 keys", testenv.AnswerLost, []string{"--lost", "--key-scheme", "oa1"}, 2, `"replayed":false`},
 			// Through idemflow's MCP server, the model writing a key of its own.
-			{"MCP, saved RunState", answerLost, []string{"--via", "mcp"}, 1, `"replayed":true`},
-			{"MCP, RunState lost, the turn sent again", answerLost, []string{"--via", "mcp", "--lost"}, 1, `"replayed":true`},
-			{"MCP control, the model's key, RunState lost", answerLost, []string{"--via", "mcp", "--lost", "--tools", "naive"}, 2, `"replayed":false`},
+			{"MCP, saved RunState", testenv.AnswerLost, []string{"--via", "mcp"}, 1, `"replayed":true`},
+			{"MCP, RunState lost, the turn sent again", testenv.AnswerLost, []string{"--via", "mcp", "--lost"}, 1, `"replayed":true`},
+			{"MCP control, the model's key, RunState lost", testenv.AnswerLost, []string{"--via", "mcp", "--lost", "--tools", "naive"}, 2, `"replayed":false`},
 		}})
 }
 
@@ -713,8 +613,8 @@ func TestATemporalAISDKWorkerKilledMidCallMakesOneTicket(t *testing.T) {
 				args = append(args, "--reset")
 			}
 			if c.kill {
-				p := newProxy(t, s.URL, answerLost)
-				killScriptMidCall(t, bin, append(env(s, p.URL), temporal...), p, args...)
+				p := testenv.NewFaultProxy(t, s.URL, testenv.AnswerLost)
+				testenv.KillMidCall(t, "", bin, append(env(s, p.URL), temporal...), p, args...)
 			}
 			out := runScript(t, bin, append(env(s, s.URL), temporal...), args...)
 			n := testenv.Count(t, s.Pool, "ticket", "customer_id = $1", id)
