@@ -128,7 +128,7 @@ func (fs Fields) CanonicalOf(members map[string]any) (string, error) {
 		}
 		out[f.Name] = v
 	}
-	return canonical(out)
+	return RFC8785(out)
 }
 
 // Normalize is v, a decoded JSON value (encoding/json's types), under
@@ -169,7 +169,7 @@ func Normalize(n Norm, v any) (any, error) {
 			es := make([]elem, len(a))
 			for i, e := range a {
 				e = exact(e)
-				c, err := canonical(e)
+				c, err := RFC8785(e)
 				if err != nil {
 					return nil, err
 				}
@@ -226,7 +226,9 @@ func exact(v any) any {
 	return v
 }
 
-func canonical(v any) (string, error) {
+// RFC8785 is v's JSON in its RFC 8785 form: the same text in every client,
+// whatever the order of its members.
+func RFC8785(v any) (string, error) {
 	raw, err := json.Marshal(v)
 	if err != nil {
 		return "", err

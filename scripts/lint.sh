@@ -43,6 +43,10 @@ go run honnef.co/go/tools/cmd/staticcheck@v0.8.2 ./...
 go run go.temporal.io/sdk/contrib/tools/workflowcheck@v0.6.0 ./...
 # A team's own module, beside idemflow's.
 (cd examples/refund_request && go vet ./... && go run honnef.co/go/tools/cmd/staticcheck@v0.8.2 ./...)
+# Go agent frameworks' integrations, each a module of its own.
+for m in clients/go/*/go.mod; do
+  (cd "$(dirname "$m")" && go vet ./... && go run honnef.co/go/tools/cmd/staticcheck@v0.8.2 ./...)
+done
 [ -x clients/python/.venv/bin/mypy ] || die "clients/python/.venv is missing: run scripts/test.sh, or (. scripts/lib.sh; build_python)"
 [ -x clients/python/.venv-crewai/bin/mypy ] || die "clients/python/.venv-crewai is missing: run scripts/test.sh, or (. scripts/lib.sh; build_python)"
 [ -x clients/python/.venv-strands/bin/mypy ] || die "clients/python/.venv-strands is missing: run scripts/test.sh, or (. scripts/lib.sh; build_python)"
