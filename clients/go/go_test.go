@@ -213,7 +213,7 @@ func TestAnADKForGoAgentKilledMidCallSendsItsMessageAgainWithoutADuplicate(t *te
 			session := fmt.Sprintf("go-adk-%s-%d", strings.NewReplacer(" ", "-", ",", "", ":", "").Replace(c.name), time.Now().UnixNano()%1e6)
 			model := &gemini{customer: session, titles: []string{"Printer on fire"}, reword: c.reword}
 			m := model.serve(t)
-			p := testenv.NewFaultProxy(t, s.URL, c.fault)
+			p := testenv.NewFaultProxy(t, s.URL, "/v1/tickets", c.fault)
 			environ := agentEnv(s, p.URL, m.URL)
 			args := []string{"-session", session, "-db", filepath.Join(t.TempDir(), "sessions.db"), "-tools", c.tools}
 			testenv.KillMidCall(t, "", agentBin, environ, p, args...)
@@ -277,7 +277,7 @@ func TestTheADKForGoPagesProgramKilledAndRunAgainMakesOneTicket(t *testing.T) {
 	s := testenv.NewStack(t, testenv.Options{})
 	model := &gemini{customer: "c-1", titles: []string{"Printer on fire"}}
 	m := model.serve(t)
-	p := testenv.NewFaultProxy(t, s.URL, testenv.AnswerLost)
+	p := testenv.NewFaultProxy(t, s.URL, "/v1/tickets", testenv.AnswerLost)
 	environ := agentEnv(s, p.URL, m.URL)
 	dir := t.TempDir()
 	testenv.KillMidCall(t, dir, bin, environ, p)

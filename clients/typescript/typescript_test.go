@@ -189,7 +189,7 @@ func TestALangGraphAgentKilledMidToolCallResumesWithoutADuplicate(t *testing.T) 
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			thread := fmt.Sprintf("thread-%s-%d", strings.NewReplacer(" ", "-", ",", "").Replace(c.name), time.Now().UnixNano()%1e6)
-			p := testenv.NewFaultProxy(t, s.URL, c.fault)
+			p := testenv.NewFaultProxy(t, s.URL, "/v1/tickets", c.fault)
 			environ := env(s, p.URL)
 			killMidCall(t, bin, environ, p, thread, c.tools, c.via...)
 			extra := c.via
@@ -244,7 +244,7 @@ func TestALangGraphJSTurnKilledBeforeItWasSavedAndSentAgainMakesOneTicket(t *tes
 		t.Run(c.name, func(t *testing.T) {
 			thread := fmt.Sprintf("thread-unsaved-%s-%d", strings.NewReplacer(" ", "-", ",", "", "'", "").Replace(c.name), time.Now().UnixNano()%1e6)
 			args := append([]string{"dist/agent/agent.js", "--thread", thread, "--tools", c.tools, "--durability", "exit", "--message-id", "msg-" + thread, "--key-scheme", c.scheme}, c.via...)
-			p := testenv.NewFaultProxy(t, s.URL, testenv.AnswerLost)
+			p := testenv.NewFaultProxy(t, s.URL, "/v1/tickets", testenv.AnswerLost)
 			environ := env(s, p.URL)
 			testenv.KillMidCall(t, "", bin, environ, p, args...)
 			out := runScript(t, bin, environ, args...)
@@ -324,7 +324,7 @@ func TestATypeScriptTemporalWorkerKilledMidCallMakesOneTicket(t *testing.T) {
 				t.Fatal(err)
 			}
 			args := []string{"dist/test/temporal-worker.js", "--task-queue", queue, "--until", id, "--tools", c.tools}
-			p := testenv.NewFaultProxy(t, s.URL, testenv.AnswerLost)
+			p := testenv.NewFaultProxy(t, s.URL, "/v1/tickets", testenv.AnswerLost)
 			testenv.KillMidCall(t, "", bin, append(env(s, p.URL), temporal...), p, args...)
 			out := runScript(t, bin, append(env(s, s.URL), temporal...), args...)
 			n := testenv.Count(t, s.Pool, "ticket", "customer_id = $1", id)
@@ -403,7 +403,7 @@ func killAndRerun(t *testing.T, a killedAgent) {
 		t.Run(c.name, func(t *testing.T) {
 			id := a.prefix + strings.NewReplacer(" ", "-", ",", "").Replace(c.name) + "-" + fmt.Sprint(time.Now().UnixNano()%1e6)
 			args := append([]string{a.script, a.idFlag, id, "--state", t.TempDir() + "/" + a.state}, c.extra...)
-			p := testenv.NewFaultProxy(t, s.URL, c.fault)
+			p := testenv.NewFaultProxy(t, s.URL, "/v1/tickets", c.fault)
 			environ := env(s, p.URL)
 			testenv.KillMidCall(t, "", bin, environ, p, args...)
 			out := runScript(t, bin, environ, args...)
@@ -496,7 +496,7 @@ func TestTheMastraPagesProgramRunsAndRunAgainMakesNoSecondTicket(t *testing.T) {
 	}
 	t.Cleanup(func() { _ = os.Remove(script) })
 	s := testenv.NewStack(t, testenv.Options{})
-	p := testenv.NewFaultProxy(t, s.URL, testenv.AnswerLost)
+	p := testenv.NewFaultProxy(t, s.URL, "/v1/tickets", testenv.AnswerLost)
 	dir := t.TempDir()
 	run := func(kill bool) string {
 		cmd := exec.Command(bin, script)
@@ -613,7 +613,7 @@ func TestATemporalAISDKWorkerKilledMidCallMakesOneTicket(t *testing.T) {
 				args = append(args, "--reset")
 			}
 			if c.kill {
-				p := testenv.NewFaultProxy(t, s.URL, testenv.AnswerLost)
+				p := testenv.NewFaultProxy(t, s.URL, "/v1/tickets", testenv.AnswerLost)
 				testenv.KillMidCall(t, "", bin, append(env(s, p.URL), temporal...), p, args...)
 			}
 			out := runScript(t, bin, append(env(s, s.URL), temporal...), args...)

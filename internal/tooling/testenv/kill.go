@@ -26,22 +26,24 @@ const (
 	BeforeReceived
 )
 
-// FaultProxy stands between an agent and the gateway: the first POST of a
-// ticket gets the fault, and Hit is closed when it did.
+// FaultProxy stands between an agent and the gateway: the first POST to
+// its path (an operation's: the tests' tickets) gets the fault, and Hit
+// is closed when it did.
 type FaultProxy struct {
 	*httptest.Server
 	Hit  chan struct{}
 	once sync.Once
 }
 
-// NewFaultProxy serves a FaultProxy in front of gateway until t ends.
-func NewFaultProxy(t *testing.T, gateway string, f Fault) *FaultProxy {
+// NewFaultProxy serves a FaultProxy for path in front of gateway until t
+// ends.
+func NewFaultProxy(t *testing.T, gateway, path string, f Fault) *FaultProxy {
 	u, _ := url.Parse(gateway)
 	rp := httputil.NewSingleHostReverseProxy(u)
 	p := &FaultProxy{Hit: make(chan struct{})}
 	p.Server = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		first := false
-		if r.Method == http.MethodPost && r.URL.Path == "/v1/tickets" {
+		if r.Method == http.MethodPost && r.URL.Path == path {
 			p.once.Do(func() { first = true })
 		}
 		if !first {
@@ -59,7 +61,7 @@ func NewFaultProxy(t *testing.T, gateway string, f Fault) *FaultProxy {
 		rec := httptest.NewRecorder()
 		rp.ServeHTTP(rec, r)
 		if rec.Code != http.StatusCreated {
-			t.Errorf("the first ticket call was answered %d: %s", rec.Code, rec.Body)
+			t.Errorf("the first call of %s was answered %d: %s", path, rec.Code, rec.Body)
 		}
 		close(p.Hit)
 		<-r.Context().Done() // the answer never leaves; the agent dies waiting
@@ -69,7 +71,7 @@ func NewFaultProxy(t *testing.T, gateway string, f Fault) *FaultProxy {
 }
 
 // KillMidCall runs bin with args and environ in dir (empty: the test's
-// own), and SIGKILLs it once p saw its ticket call. t fails if the program
+// own), and SIGKILLs it once p saw its call. t fails if the program
 // never calls, or finished first (printed DONE).
 func KillMidCall(t *testing.T, dir, bin string, environ []string, p *FaultProxy, args ...string) {
 	t.Helper()
@@ -96,7 +98,7 @@ func KillMidCall(t *testing.T, dir, bin string, environ []string, p *FaultProxy,
 	case <-p.Hit:
 	case <-time.After(90 * time.Second):
 		_ = cmd.Process.Kill()
-		t.Fatal("the agent never called create_ticket")
+		t.Fatal("the agent never made its call")
 	}
 	if err := cmd.Process.Kill(); err != nil {
 		t.Fatal(err)
