@@ -1,6 +1,7 @@
 // Package goagents holds the tests of idemflow's integrations with Go's
 // agent frameworks, each a module of its own beside this package (adk/:
-// Google's Agent Development Kit for Go), so that a framework's
+// Google's Agent Development Kit for Go; genkittool/: Genkit for Go), so
+// that a framework's
 // dependencies never move idemflow's. The tests build each module's
 // programs with the go command and run them against the real stack: an
 // agent SIGKILLed with a tool call in flight, then run again its
@@ -86,7 +87,7 @@ func (g *gemini) serve(t *testing.T) *httptest.Server {
 	turn:
 		for i := len(req.Contents) - 1; i >= 0; i-- {
 			c := req.Contents[i]
-			if c.Role != "user" {
+			if c.Role == "model" {
 				continue
 			}
 			for _, p := range c.Parts {
@@ -172,117 +173,156 @@ func answered(out, want string) bool {
 	return false
 }
 
-// The module's own tests: the shared ad3 vectors give the keys Python's
-// integration gives.
-func TestTheADKModulesOwnTests(t *testing.T) {
-	cmd := exec.Command("go", "test", "-count=1", "-v", "./...")
-	cmd.Dir = "adk"
-	out, err := cmd.CombinedOutput()
-	t.Logf("go test in clients/go/adk:\n%s", out)
-	if err != nil {
-		t.Fatalf("go test in clients/go/adk: %v", err)
+// Each module's own tests: for ADK, the shared ad3 vectors give the keys
+// Python's integration gives; for Genkit, its key rule.
+func TestTheModulesOwnTests(t *testing.T) {
+	for _, dir := range []string{"adk", "genkittool"} {
+		cmd := exec.Command("go", "test", "-count=1", "-v", "./...")
+		cmd.Dir = dir
+		out, err := cmd.CombinedOutput()
+		t.Logf("go test in clients/go/%s:\n%s", dir, out)
+		if err != nil {
+			t.Errorf("go test in clients/go/%s: %v", dir, err)
+		}
 	}
 }
 
-// An ADK for Go agent on a SQLite session store, SIGKILLed after idemflow
-// made the ticket and before the answer came (or with its request held
-// before idemflow received it), before its invocation ended, and run again:
-// it sends its message again on the session, a new invocation whose model
-// writes the call again under a new ID (reworded, in one case). The key
-// names the intended call (ad3), so there is one ticket, and where the
-// first call had executed the rerun's answer is a replay. The controls, a
-// fresh key per call and the call's ID as the key, make two.
-func TestAnADKForGoAgentKilledMidCallSendsItsMessageAgainWithoutADuplicate(t *testing.T) {
-	agentBin := build(t, "adk", "./internal/testagent")
+// framework is one of the modules beside this package, and how its test
+// agent (internal/testagent) keeps a conversation across its runs.
+type framework struct {
+	name, dir string
+	// state is the agent's arguments that name where its conversation
+	// is kept, in folder.
+	state func(folder string) []string
+	// controls are the tools of the framework's control cases besides a
+	// fresh key per call (naive).
+	controls []string
+}
+
+var frameworks = []framework{
+	{"ADK for Go", "adk", func(folder string) []string { return []string{"-db", filepath.Join(folder, "sessions.db")} }, []string{"call-id"}},
+	{"Genkit", "genkittool", func(folder string) []string { return []string{"-history", filepath.Join(folder, "history.json")} }, nil},
+}
+
+// An agent of each framework, its conversation kept the framework's way
+// (ADK: a SQLite session store; Genkit: the history saved after each
+// answered turn), SIGKILLed after idemflow made the ticket and before the
+// answer came (or with its request held before idemflow received it),
+// before its turn ended, and run again: it sends its message again on the
+// conversation, and the model writes the call again (reworded, in one
+// case; under a new ID, where the framework gives calls IDs). The key
+// names the intended call (ADK: ad3; Genkit: gk1), so there is one
+// ticket, and where the first call had executed the rerun's answer is a
+// replay. The controls, a fresh key per call and (ADK) the call's ID as
+// the key, make two.
+func TestAGoFrameworksAgentKilledMidCallSendsItsMessageAgainWithoutADuplicate(t *testing.T) {
 	s := testenv.NewStack(t, testenv.Options{})
-	for _, c := range []struct {
-		name     string
-		fault    testenv.Fault
-		tools    string
-		reword   bool
-		tickets  int
-		replayed string
-	}{
-		{"answer lost", testenv.AnswerLost, "idemflow", false, 1, `"replayed":true`},
-		{"request held", testenv.BeforeReceived, "idemflow", false, 1, `"replayed":false`},
-		{"answer lost, the call reworded", testenv.AnswerLost, "idemflow", true, 1, `"replayed":true`},
-		{"control: fresh keys", testenv.AnswerLost, "naive", false, 2, ""},
-		{"control: the call ID as the key", testenv.AnswerLost, "call-id", false, 2, ""},
-	} {
-		t.Run(c.name, func(t *testing.T) {
-			session := fmt.Sprintf("go-adk-%s-%d", strings.NewReplacer(" ", "-", ",", "", ":", "").Replace(c.name), time.Now().UnixNano()%1e6)
-			model := &gemini{customer: session, titles: []string{"Printer on fire"}, reword: c.reword}
-			m := model.serve(t)
-			p := testenv.NewFaultProxy(t, s.URL, "/v1/tickets", c.fault)
-			environ := agentEnv(s, p.URL, m.URL)
-			args := []string{"-session", session, "-db", filepath.Join(t.TempDir(), "sessions.db"), "-tools", c.tools}
-			testenv.KillMidCall(t, "", agentBin, environ, p, args...)
-			out := runToDone(t, "", agentBin, environ, "DONE", args...)
-			n := testenv.Count(t, s.Pool, "ticket", "customer_id = $1", session)
-			t.Logf("%s: %d tickets after the kill and the rerun; the model wrote the call %d times", c.name, n, model.written())
-			if n != c.tickets {
-				t.Fatalf("%d tickets, want %d", n, c.tickets)
-			}
-			if model.written() != 2 {
-				t.Fatalf("the model wrote the call %d times, want 2 (once before the kill, once after)", model.written())
-			}
-			if c.replayed != "" && !answered(out, c.replayed) {
-				t.Fatalf("the rerun's answer is not a 201 with %s", c.replayed)
-			}
-		})
+	for _, fw := range frameworks {
+		agentBin := build(t, fw.dir, "./internal/testagent")
+		type kill struct {
+			name     string
+			fault    testenv.Fault
+			tools    string
+			reword   bool
+			tickets  int
+			replayed string
+		}
+		cases := []kill{
+			{"answer lost", testenv.AnswerLost, "idemflow", false, 1, `"replayed":true`},
+			{"request held", testenv.BeforeReceived, "idemflow", false, 1, `"replayed":false`},
+			{"answer lost, the call reworded", testenv.AnswerLost, "idemflow", true, 1, `"replayed":true`},
+			{"control naive: fresh keys", testenv.AnswerLost, "naive", false, 2, ""},
+		}
+		for _, tools := range fw.controls {
+			cases = append(cases, kill{"control " + tools, testenv.AnswerLost, tools, false, 2, ""})
+		}
+		for _, c := range cases {
+			t.Run(fw.name+"/"+c.name, func(t *testing.T) {
+				session := fmt.Sprintf("go-%s-%s-%d", fw.dir, strings.NewReplacer(" ", "-", ",", "", ":", "").Replace(c.name), time.Now().UnixNano()%1e6)
+				model := &gemini{customer: session, titles: []string{"Printer on fire"}, reword: c.reword}
+				m := model.serve(t)
+				p := testenv.NewFaultProxy(t, s.URL, "/v1/tickets", c.fault)
+				environ := agentEnv(s, p.URL, m.URL)
+				args := append([]string{"-session", session, "-tools", c.tools}, fw.state(t.TempDir())...)
+				testenv.KillMidCall(t, "", agentBin, environ, p, args...)
+				out := runToDone(t, "", agentBin, environ, "DONE", args...)
+				n := testenv.Count(t, s.Pool, "ticket", "customer_id = $1", session)
+				t.Logf("%s, %s: %d tickets after the kill and the rerun; the model wrote the call %d times", fw.name, c.name, n, model.written())
+				if n != c.tickets {
+					t.Fatalf("%d tickets, want %d", n, c.tickets)
+				}
+				if model.written() != 2 {
+					t.Fatalf("the model wrote the call %d times, want 2 (once before the kill, once after)", model.written())
+				}
+				if c.replayed != "" && !answered(out, c.replayed) {
+					t.Fatalf("the rerun's answer is not a 201 with %s", c.replayed)
+				}
+			})
+		}
 	}
 }
 
 // Two calls of one intent in a turn (one after the other, or both in one
 // response of the model's) are two tickets, and a later turn in the same
 // words is two more: nothing names two intended calls alike.
-func TestTwoADKForGoCallsInATurnAreTwoTicketsAndALaterTurnIsAnother(t *testing.T) {
-	agentBin := build(t, "adk", "./internal/testagent")
+func TestTwoGoFrameworkCallsInATurnAreTwoTicketsAndALaterTurnIsAnother(t *testing.T) {
 	s := testenv.NewStack(t, testenv.Options{})
-	for _, together := range []bool{false, true} {
-		session := fmt.Sprintf("go-adk-two-%v-%d", together, time.Now().UnixNano()%1e6)
-		model := &gemini{customer: session, titles: []string{"Printer on fire", "Printer on fire"}, together: together}
-		m := model.serve(t)
-		environ := agentEnv(s, s.URL, m.URL)
-		args := []string{"-session", session, "-db", filepath.Join(t.TempDir(), "sessions.db")}
-		runToDone(t, "", agentBin, environ, "DONE", args...)
-		first := testenv.Count(t, s.Pool, "ticket", "customer_id = $1", session)
-		runToDone(t, "", agentBin, environ, "DONE", args...)
-		then := testenv.Count(t, s.Pool, "ticket", "customer_id = $1", session)
-		t.Logf("two identical calls in a turn (together %v), then a later turn: %d, then %d tickets", together, first, then)
-		if first != 2 || then != 4 {
-			t.Fatalf("%d, then %d tickets; want 2, then 4", first, then)
+	for _, fw := range frameworks {
+		agentBin := build(t, fw.dir, "./internal/testagent")
+		for _, together := range []bool{false, true} {
+			session := fmt.Sprintf("go-%s-two-%v-%d", fw.dir, together, time.Now().UnixNano()%1e6)
+			model := &gemini{customer: session, titles: []string{"Printer on fire", "Printer on fire"}, together: together}
+			m := model.serve(t)
+			environ := agentEnv(s, s.URL, m.URL)
+			args := append([]string{"-session", session}, fw.state(t.TempDir())...)
+			runToDone(t, "", agentBin, environ, "DONE", args...)
+			first := testenv.Count(t, s.Pool, "ticket", "customer_id = $1", session)
+			runToDone(t, "", agentBin, environ, "DONE", args...)
+			then := testenv.Count(t, s.Pool, "ticket", "customer_id = $1", session)
+			t.Logf("%s: two identical calls in a turn (together %v), then a later turn: %d, then %d tickets", fw.name, together, first, then)
+			if first != 2 || then != 4 {
+				t.Errorf("%s: %d, then %d tickets; want 2, then 4", fw.name, first, then)
+			}
 		}
 	}
 }
 
-// docs/agents/adk-go.md's program is adk/example/main.go, as written; run
+// Each page's program (docs/agents/adk-go.md's is adk/example/main.go,
+// docs/agents/genkit-go.md's genkittool/example/main.go), as written; run
 // on the stand-in (customer c-1), SIGKILLed while its call waits (the
 // answer dropped after the ticket was made) and run again, it makes no
 // second ticket.
-func TestTheADKForGoPagesProgramKilledAndRunAgainMakesOneTicket(t *testing.T) {
-	page, err := os.ReadFile(filepath.Join("..", "..", "docs", "agents", "adk-go.md"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	program, err := os.ReadFile(filepath.Join("adk", "example", "main.go"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	block := strings.SplitN(strings.SplitN(string(page), "```go\n", 2)[1], "```", 2)[0]
-	if !strings.Contains(string(program), block) {
-		t.Fatalf("the page's program is not adk/example/main.go's; the page shows:\n%s", block)
-	}
-	bin := build(t, "adk", "./example")
+func TestThePagesProgramsKilledAndRunAgainMakeOneTicket(t *testing.T) {
 	s := testenv.NewStack(t, testenv.Options{})
-	model := &gemini{customer: "c-1", titles: []string{"Printer on fire"}}
-	m := model.serve(t)
-	p := testenv.NewFaultProxy(t, s.URL, "/v1/tickets", testenv.AnswerLost)
-	environ := agentEnv(s, p.URL, m.URL)
-	dir := t.TempDir()
-	testenv.KillMidCall(t, dir, bin, environ, p)
-	runToDone(t, dir, bin, environ, "The ticket is open.")
-	if n := testenv.Count(t, s.Pool, "ticket", "customer_id = $1", "c-1"); n != 1 {
-		t.Fatalf("%d tickets after the kill and the rerun, want 1", n)
+	for _, c := range []struct{ page, module, customer string }{
+		{"adk-go.md", "adk", "c-1"},
+		{"genkit-go.md", "genkittool", "c-1"},
+	} {
+		t.Run(c.page, func(t *testing.T) {
+			page, err := os.ReadFile(filepath.Join("..", "..", "docs", "agents", c.page))
+			if err != nil {
+				t.Fatal(err)
+			}
+			program, err := os.ReadFile(filepath.Join(c.module, "example", "main.go"))
+			if err != nil {
+				t.Fatal(err)
+			}
+			block := strings.SplitN(strings.SplitN(string(page), "```go\n", 2)[1], "```", 2)[0]
+			if !strings.Contains(string(program), block) {
+				t.Fatalf("the page's program is not %s/example/main.go's; the page shows:\n%s", c.module, block)
+			}
+			bin := build(t, c.module, "./example")
+			before := testenv.Count(t, s.Pool, "ticket", "customer_id = $1", c.customer)
+			model := &gemini{customer: c.customer, titles: []string{"Printer on fire"}}
+			m := model.serve(t)
+			p := testenv.NewFaultProxy(t, s.URL, "/v1/tickets", testenv.AnswerLost)
+			environ := agentEnv(s, p.URL, m.URL)
+			dir := t.TempDir()
+			testenv.KillMidCall(t, dir, bin, environ, p)
+			runToDone(t, dir, bin, environ, "The ticket is open.")
+			if n := testenv.Count(t, s.Pool, "ticket", "customer_id = $1", c.customer) - before; n != 1 {
+				t.Fatalf("%d tickets after the kill and the rerun, want 1", n)
+			}
+		})
 	}
 }

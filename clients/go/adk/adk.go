@@ -29,11 +29,9 @@
 package adk
 
 import (
-	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
-	"strings"
 
 	"google.golang.org/adk/agent"
 	"google.golang.org/adk/session"
@@ -49,29 +47,10 @@ import (
 // by its intent fields (the Python integration's newest scheme, ad3).
 const KeyScheme = "ad3"
 
-// differedNote is what a replay whose other arguments differed tells the
-// model, in every client's words.
-const differedNote = "this intent was already done: the result is what was made then, not the arguments of this call"
-
-// Config declares a tool: its name and description as the model reads
-// them, the operation's path (or a function of the arguments), how its
-// request's body is made, and the operation's intent fields.
+// Config declares a tool: the operation it runs, and the session service
+// the app's runner appends to, which the tool reads its calls from.
 type Config struct {
-	Name        string
-	Description string
-	// Path is the operation's path (/v1/tickets); PathOf, if set, makes
-	// it from the call's arguments instead.
-	Path   string
-	PathOf func(args map[string]any) string
-	// Body makes the request's body from the call's arguments (default:
-	// the arguments).
-	Body func(args map[string]any) any
-	// Intent is the operation's intent fields (members of the call's
-	// arguments): a call whose model rewords free text is the same call.
-	// Empty, the call is named by its whole arguments.
-	Intent intent.Fields
-	// Sessions is the session service the app's runner appends to: the
-	// tool reads the call's session from it.
+	agentclient.Tool
 	Sessions session.Service
 }
 
@@ -99,41 +78,9 @@ func NewTool[Args any](c *agentclient.Client, cfg Config) (tool.Tool, error) {
 		if err != nil {
 			return nil, err
 		}
-		path := cfg.Path
-		if cfg.PathOf != nil {
-			path = cfg.PathOf(args)
-		}
-		var body any = args
-		if cfg.Body != nil {
-			body = cfg.Body(args)
-		}
-		raw, err := json.Marshal(body)
-		if err != nil {
-			return nil, fmt.Errorf("adk: %s: the request's body: %w", cfg.Name, err)
-		}
-		res, err := c.Do(ctx, agentclient.Intent{Key: key, Method: "POST", Path: path, Body: raw, ByIntent: len(cfg.Intent) > 0})
-		return answer(cfg.Name, key, res, err)
+		return cfg.Call(ctx, c, key, args, "send the same message on the session to wait for its answer")
 	}
 	return functiontool.New(functiontool.Config{Name: cfg.Name, Description: cfg.Description}, handler)
-}
-
-// answer is what the model reads of a call's end.
-func answer(name, key string, res agentclient.Result, err error) (map[string]any, error) {
-	var problem *agentclient.ProblemError
-	switch {
-	case err == nil:
-		out := map[string]any{"http_status": res.Status, "replayed": res.Replayed, "result": res.Body}
-		if len(res.Differed) > 0 {
-			out["differed"], out["note"] = res.Differed, differedNote
-		}
-		return out, nil
-	case errors.As(err, &problem):
-		return map[string]any{"http_status": problem.Status, "error": problem.Problem.Type, "problem": problem.Problem, "body": problem.Body, "replayed": false, "key": key}, nil
-	case errors.Is(err, context.DeadlineExceeded) || errors.Is(err, context.Canceled):
-		return nil, fmt.Errorf("%s: no final answer within the wait; the call is pending under key %s and must not be made again: send the same message on the session to wait for its answer", name, key)
-	default:
-		return nil, fmt.Errorf("%s: %w", name, err)
-	}
 }
 
 func asMap(v any) (map[string]any, error) {
@@ -234,7 +181,7 @@ func IntendedCallKey(app, user, sessionID string, events []*session.Event, invoc
 			if c.Name == tool {
 				use = fields
 			}
-			call, err := callIntent(use, c.Args)
+			call, err := agentclient.CallIntent(use, c.Args)
 			if err != nil {
 				return "", false, err
 			}
@@ -253,7 +200,7 @@ func IntendedCallKey(app, user, sessionID string, events []*session.Event, invoc
 			n++
 		}
 	}
-	return agentclient.DeriveKey(KeyScheme, app, user, sessionID, turn, tool, callDigest(seen[last].call), fmt.Sprint(n)), true, nil
+	return agentclient.DeriveKey(KeyScheme, app, user, sessionID, turn, tool, agentclient.CallDigest(seen[last].call), fmt.Sprint(n)), true, nil
 }
 
 func holds(e *session.Event, callID string) bool {
@@ -304,34 +251,4 @@ func invocationMessage(events []*session.Event, invocation string) ([]string, bo
 		}
 	}
 	return nil, false
-}
-
-// callIntent names a call beyond its turn and tool: "intent:" and its
-// intent where the tool declares intent fields, so a reworded call is the
-// same call; else its whole arguments in RFC 8785 form, less a top-level
-// idempotency_key (idemflow's MCP tools take one the model writes, new
-// each time it writes the call).
-func callIntent(fields intent.Fields, args map[string]any) (string, error) {
-	if len(fields) > 0 {
-		c, err := fields.CanonicalOf(args)
-		if err != nil {
-			return "", err
-		}
-		return "intent:" + c, nil
-	}
-	rest := make(map[string]any, len(args))
-	for k, v := range args {
-		if k != "idempotency_key" {
-			rest[k] = v
-		}
-	}
-	return intent.RFC8785(rest)
-}
-
-// callDigest is the digest a key takes of callIntent's text.
-func callDigest(call string) string {
-	if c, ok := strings.CutPrefix(call, "intent:"); ok {
-		return agentclient.DeriveKey("intent", c)
-	}
-	return agentclient.DeriveKey("args", call)
 }

@@ -42,11 +42,13 @@ func main() {
 	}
 	client := &agentclient.Client{BaseURL: os.Getenv("IDEMFLOW_URL"), Token: os.Getenv("IDEMFLOW_TOKEN")}
 	createTicket, err := adk.NewTool[Ticket](client, adk.Config{
-		Name:        "create_ticket",
-		Description: "Create a support ticket.",
-		Path:        "/v1/tickets",
-		// The ticket's intent: its customer, never its wording.
-		Intent:   intent.Fields{{Name: "customer_id", Norm: intent.ID}},
+		Tool: agentclient.Tool{
+			Name:        "create_ticket",
+			Description: "Create a support ticket.",
+			Path:        "/v1/tickets",
+			// The ticket's intent: its customer, never its wording.
+			Intent: intent.Fields{{Name: "customer_id", Norm: intent.ID}},
+		},
 		Sessions: sessions,
 	})
 	if err != nil {

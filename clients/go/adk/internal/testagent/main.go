@@ -69,8 +69,11 @@ func run(ctx context.Context, id, db, tools string) error {
 	var t tool.Tool
 	if tools == "idemflow" {
 		t, err = adk.NewTool[ticket](client, adk.Config{
-			Name: "create_ticket", Description: "Create a support ticket.", Path: "/v1/tickets",
-			Intent: intent.Fields{{Name: "customer_id", Norm: intent.ID}}, Sessions: sessions,
+			Tool: agentclient.Tool{
+				Name: "create_ticket", Description: "Create a support ticket.", Path: "/v1/tickets",
+				Intent: intent.Fields{{Name: "customer_id", Norm: intent.ID}},
+			},
+			Sessions: sessions,
 		})
 	} else {
 		t, err = functiontool.New(functiontool.Config{Name: "create_ticket", Description: "Create a support ticket."}, func(ctx agent.ToolContext, in ticket) (map[string]any, error) {
