@@ -16,7 +16,7 @@ import (
 type Tool struct {
 	Name        string
 	Description string
-	// Path is the operation's path (/v1/tickets); PathOf, if set, makes
+	// Path is the operation's route; PathOf, if set, makes
 	// it from the call's arguments instead.
 	Path   string
 	PathOf func(args map[string]any) string

@@ -1,7 +1,8 @@
 """A local stand-in for Anthropic's Messages API (ANTHROPIC_BASE_URL, or a
 provider's base_url): a scripted model for the agents whose model is
 reached over HTTP (Strands Agents' Anthropic provider, the Claude Agent
-SDK's CLI, Agno's Claude model). No network.
+SDK's CLI, Agno's Claude model), and of OpenAI's Chat Completions API
+for Microsoft Agent Framework's client. No network.
 
 It asks for create_ticket, one call at a time (a new tool_use ID each
 time it writes a call), until it has read as many answers (tool results
@@ -51,6 +52,9 @@ class ScriptedModel:
 
             def do_POST(self) -> None:
                 body = self.rfile.read(int(self.headers.get("content-length") or 0))
+                if self.path.endswith("/chat/completions"):
+                    self._send("application/json", json.dumps(model.completion(json.loads(body or b"{}"))).encode())
+                    return
                 if not self.path.startswith("/v1/messages") or "count_tokens" in self.path:
                     self._send("application/json", b'{"input_tokens":10}' if "count_tokens" in self.path else b"{}")
                     return
@@ -98,6 +102,27 @@ class ScriptedModel:
         ev("message_stop")
         return "text/event-stream", "".join(out)
 
+    def completion(self, request: dict[str, Any]) -> dict[str, Any]:
+        """The answer to one request of OpenAI's Chat Completions API (its
+        OpenAI-compatible base_url: Microsoft Agent Framework's client), in
+        one message: the same script, its calls as tool_calls."""
+        tools = [{"name": t.get("function", {}).get("name", "")} for t in request.get("tools") or []]
+        _, blocks, stop = self.message({"tools": tools, "messages": completions_as_messages(request.get("messages") or [])})
+        uses = [b for b in blocks if b["type"] == "tool_use"]
+        calls = [{"id": b["id"], "type": "function", "function": {"name": b["name"], "arguments": json.dumps(b["input"])}} for b in uses]
+        text = "".join(b.get("text", "") for b in blocks if b["type"] == "text") or None
+        message: dict[str, Any] = {"role": "assistant", "content": text}
+        if calls:
+            message["tool_calls"] = calls
+        return {
+            "id": "chatcmpl-" + uuid.uuid4().hex,
+            "object": "chat.completion",
+            "created": 0,
+            "model": request.get("model", "scripted"),
+            "choices": [{"index": 0, "message": message, "finish_reason": "tool_calls" if stop == "tool_use" else "stop"}],
+            "usage": {"prompt_tokens": 10, "completion_tokens": 20, "total_tokens": 30},
+        }
+
     def message(self, request: dict[str, Any]) -> tuple[dict[str, Any], list[dict[str, Any]], str]:
         """The model's next message: its envelope, its content blocks and
         its stop reason."""
@@ -118,6 +143,18 @@ class ScriptedModel:
                 call_args = {"idempotency_key": str(uuid.uuid4()), **call_args}
             blocks.append({"type": "tool_use", "id": call, "name": tool, "input": call_args})
         return message, blocks, "tool_use"
+
+
+def completions_as_messages(messages: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
+    """OpenAI Chat Completions messages as the Messages API's, as far as
+    the script reads them: a tool's message is a user's tool_result."""
+    out: list[dict[str, Any]] = []
+    for m in messages:
+        if m.get("role") == "tool":
+            out.append({"role": "user", "content": [{"type": "tool_result", "content": m.get("content")}]})
+        elif m.get("role") == "user":
+            out.append({"role": "user", "content": m.get("content") or ""})
+    return out
 
 
 def answers_since_prompt(messages: Sequence[dict[str, Any]]) -> tuple[int, int]:

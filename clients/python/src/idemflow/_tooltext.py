@@ -55,6 +55,7 @@ RESUME = {
     "crewai": "the same call with the same arguments waits on under the same key",
     "claude": "send the same turn on its session (run_durably, the same turn_id) to wait for its answer",
     "strands": "the same call with the same arguments, in this turn or this message sent again, waits on under the same key",
+    "agent_framework": "the same call, in this turn or this message sent again on the restored session, waits on under the same key",
     "agno": "the same call, in this turn, this message sent again on the session or a fork from it, waits on under the same key",
 }
 
