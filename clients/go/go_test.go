@@ -287,6 +287,28 @@ func TestTwoGoFrameworkCallsInATurnAreTwoTicketsAndALaterTurnIsAnother(t *testin
 	}
 }
 
+// A regenerate in Genkit: the app sends the turn again on the history it
+// saved before the turn (here none), and the model writes the call again,
+// reworded. It is the same turn, so the same key: one ticket, and the
+// regenerated answer is a replay. (ADK for Go has no rewind: its app has
+// no way to send a turn again on the session as it was before the turn.)
+func TestAGenkitRegenerateMakesTheSameCallOnce(t *testing.T) {
+	agentBin := build(t, "genkittool", "./internal/testagent")
+	s := testenv.NewStack(t, testenv.Options{})
+	session := fmt.Sprintf("go-genkittool-regenerate-%d", time.Now().UnixNano()%1e6)
+	model := &gemini{customer: session, titles: []string{"Printer on fire"}, reword: true}
+	m := model.serve(t)
+	environ := agentEnv(s, s.URL, m.URL)
+	runToDone(t, "", agentBin, environ, "DONE", "-session", session, "-history", filepath.Join(t.TempDir(), "history.json"))
+	// The history before the turn: nothing saved yet.
+	out := runToDone(t, "", agentBin, environ, "DONE", "-session", session, "-history", filepath.Join(t.TempDir(), "history.json"))
+	n := testenv.Count(t, s.Pool, "ticket", "customer_id = $1", session)
+	t.Logf("a turn, then regenerated with the call reworded: %d tickets; the model wrote the call %d times", n, model.written())
+	if n != 1 || model.written() != 2 || !answered(out, `"replayed":true`) {
+		t.Fatalf("%d tickets, the call written %d times, the regenerated answer replayed: %v; want 1, 2, true", n, model.written(), answered(out, `"replayed":true`))
+	}
+}
+
 // Each page's program (docs/agents/adk-go.md's is adk/example/main.go,
 // docs/agents/genkit-go.md's genkittool/example/main.go), as written; run
 // on the stand-in (customer c-1), SIGKILLed while its call waits (the

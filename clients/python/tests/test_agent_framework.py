@@ -113,6 +113,27 @@ def test_two_calls_in_a_turn_are_two_tickets_and_a_later_turn_is_another(
     asyncio.run(go())
 
 
+def test_a_regenerate_makes_the_same_call_once(url: str, token: str, db: psycopg.Connection, chat_api: Callable[..., ScriptedModel]) -> None:
+    """A regenerate: the app sends the turn again on the session as it saved
+    it before the turn, and the model writes the call again, reworded. It
+    is the same turn, so the same key: one ticket, and the regenerated
+    answer is a replay naming what differed."""
+    who = f"py-maf-regenerate-{uuid.uuid4().hex[:6]}"
+    model = chat_api(who, reword=True)
+
+    async def go() -> Any:
+        async with idemflow.AsyncClient(url, token) as c:
+            before = AgentSession(session_id=who).to_dict()
+            await turn(c, AgentSession.from_dict(before))
+            return await turn(c, AgentSession.from_dict(before))
+
+    response = asyncio.run(go())
+    answer = json.loads(answers(response)[-1])
+    print(f"a turn, then regenerated with the call reworded: {count(db, 'ticket', who)} tickets; the answer {answer}")
+    assert len(model.calls) == 2 and count(db, "ticket", who) == 1
+    assert answer["replayed"] is True and answer["differed"] == ["title"]
+
+
 def test_a_pending_answer_written_again_is_the_same_call(url: str, token: str, db: psycopg.Connection, chat_api: Callable[..., ScriptedModel]) -> None:
     """A partition of 2.5 s and a 1 s deadline: the model reads that the
     call is pending, writes it again (as models do), and it waits again
