@@ -101,9 +101,8 @@ func (k *Keys) Conversation(ctx context.Context, id string) (context.Context, ai
 // plan names each tool request of response, the model's answer to history.
 func (k *Keys) plan(p *plan, history []*ai.Message, response *ai.Message) error {
 	k.mu.Lock()
-	tools := k.tools
+	keys, err := intendedCallKeys(p.conversation, history, response, k.tools)
 	k.mu.Unlock()
-	keys, err := intendedCallKeys(p.conversation, history, response, tools)
 	if err != nil {
 		return err
 	}

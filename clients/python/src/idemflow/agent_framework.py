@@ -149,10 +149,17 @@ async def keyed_calls(context: ChatContext, call_next: Callable[[], Awaitable[No
     result = context.result
     if context.session is None or result is None or not hasattr(result, "messages"):
         return
-    planned = planned_keys(context.session.session_id, list(context.messages), list(result.messages), _namers(context))
+    namers = _namers(context)
+    planned = planned_keys(context.session.session_id, list(context.messages), list(result.messages), namers)
     plan: dict[str, list[str]] = context.session.state.setdefault(_STATE, {}).setdefault("planned", {})
     for tool, call, key in planned:
-        plan.setdefault(tool + "\0" + call, []).append(key)
+        # Only idemflow's tools take keys; a key planned again (the same
+        # call of a run that failed before its tool took it) is there once.
+        if tool not in namers:
+            continue
+        queue = plan.setdefault(tool + "\0" + call, [])
+        if key not in queue:
+            queue.append(key)
 
 
 def _take(ctx: FunctionInvocationContext | None, tool: str, call: str) -> str:
