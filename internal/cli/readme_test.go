@@ -100,7 +100,7 @@ var longRunning = regexp.MustCompile(`bin/idemflow (serve|dev|worker|gateway|cha
 
 // Every command line the README and docs/ show runs as written, against a dev
 // stack, from a directory laid out as a clone's: bin/idemflow, .idemflow/
-// with dev.env and the demo token, examples/, clients/. Only the placeholders (…,
+// with dev.env and the demo token, and the rest of the clone linked in. Only the placeholders (…,
 // example hosts, KEY) are replaced. Lines that need what this machine lacks
 // (Docker) or that are the suite itself are named in the log, not run.
 func TestEveryReadmeCommandLineRuns(t *testing.T) {
@@ -126,12 +126,20 @@ func TestEveryReadmeCommandLineRuns(t *testing.T) {
 	if out, err := build.CombinedOutput(); err != nil {
 		t.Fatalf("go build: %v\n%s", err, out)
 	}
-	// examples/ and clients/ as a clone has them: the Python quickstart
-	// installs ./clients/python, and examples/python runs with the
-	// package's environment (scripts/test.sh made it).
-	for _, dir := range []string{"examples", "clients"} {
-		if err := os.Symlink(filepath.Join(repo, dir), filepath.Join(root, dir)); err != nil {
-			t.Fatal(err)
+	// The rest of the clone as it is: the Python quickstart installs
+	// ./clients/python, examples/python runs with the package's
+	// environment (scripts/test.sh made it), and a Go framework's module
+	// under clients/go builds against idemflow's (its replace names the
+	// clone's root).
+	entries, err := os.ReadDir(repo)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, e := range entries {
+		if name := e.Name(); name != "bin" && !strings.HasPrefix(name, ".") {
+			if err := os.Symlink(filepath.Join(repo, name), filepath.Join(root, name)); err != nil {
+				t.Fatal(err)
+			}
 		}
 	}
 	// The commands find the stack through dev.env alone, as a user's
