@@ -60,10 +60,22 @@ RESUME = {
 }
 
 
+#: What every pending text says, and how a framework's key rule tells a
+#: pending answer in its history from a final one.
+_PENDING = "the call is pending under key"
+
+
 def pending_text(name: str, key: str, resume: str) -> str:
     """Why a call whose answer did not come within the wait stops the run,
     and how to go on (resume: the framework's own way)."""
-    return f"{name}: no final answer within the wait; the call is pending under key {key} and must not be made again: {resume}"
+    return f"{name}: no final answer within the wait; {_PENDING} {key} and must not be made again: {resume}"
+
+
+def is_pending(text: str) -> bool:
+    """Whether a call's result the model read is a pending answer
+    (pending_text), not a final one: the call written again is the same
+    call, not one more occurrence."""
+    return _PENDING in text
 
 
 def arguments(args_schema: type[BaseModel], raw: dict[str, Any]) -> dict[str, Any]:
@@ -103,6 +115,17 @@ async def send(client: Client | AsyncClient, intent: Intent, deadline: float) ->
     if isinstance(client, AsyncClient):
         return await client.do(intent, deadline=deadline)
     return await asyncio.to_thread(client.do, intent, deadline=deadline)
+
+
+def outcome_sync(client: Client, intent: Intent, deadline: float, name: str, resume: str) -> str:
+    """outcome's text for a framework whose tools are plain functions: the
+    Client's blocking wait, in the tool's own thread."""
+    try:
+        return answer_text(client.do(intent, deadline=deadline))
+    except ProblemError as e:
+        return refusal_text(e, intent.key)
+    except DeadlineError:
+        return pending_text(name, intent.key, resume)
 
 
 async def outcome(client: Client | AsyncClient, intent: Intent, deadline: float, name: str, resume: str) -> tuple[Literal["answer", "refusal", "pending"], str]:

@@ -49,7 +49,7 @@ from typing import Any
 from agent_framework import ChatContext, FunctionInvocationContext, FunctionTool, Message, chat_middleware
 from pydantic import BaseModel, ValidationError
 
-from ._tooltext import RESUME, arguments, outcome, request_intent
+from ._tooltext import RESUME, arguments, is_pending, outcome, request_intent
 from .client import AsyncClient, Client, Intent
 from .errors import NoDurableIdentityError
 from .keys import call_digest, call_intent, canonical, derive_key, intent_fields_of
@@ -98,7 +98,7 @@ def _args(c: Any) -> dict[str, Any]:
 def _final(result: Any) -> bool:
     """Whether a call's result is a final answer the model read: not
     missing, not a pending answer of idemflow's."""
-    return result is not None and "the call is pending under key" not in str(result.result)
+    return result is not None and not is_pending(str(result.result))
 
 
 def planned_keys(session_id: str, conversation: Sequence[Message], response: Sequence[Message], namers: Namers) -> list[tuple[str, str, str]]:

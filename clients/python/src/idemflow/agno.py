@@ -55,9 +55,9 @@ from agno.run.base import RunContext, RunStatus
 from agno.tools.function import Function, FunctionCall
 from pydantic import BaseModel, ValidationError
 
-from ._tooltext import RESUME, answer_text, arguments, outcome, pending_text, refusal_text
+from ._tooltext import RESUME, arguments, is_pending, outcome, outcome_sync
 from .client import AsyncClient, Client, Intent
-from .errors import DeadlineError, NoDurableIdentityError, ProblemError
+from .errors import NoDurableIdentityError
 from .keys import call_digest, call_intent, canonical, derive_key, intent_fields_of
 
 __all__ = ["KEY_SCHEME", "adurable_key", "call_key", "durable_key", "idemflow_tool", "intended_call_key"]
@@ -99,7 +99,7 @@ def _texts(m: Message) -> list[str]:
 def _final(m: Message | None) -> bool:
     """Whether a tool's result is a final answer the model read: not
     missing, not a pending answer of idemflow's."""
-    return m is not None and "the call is pending under key" not in str(m.content)
+    return m is not None and not is_pending(str(m.content))
 
 
 def _answered_before(runs: Sequence[Any], message_id: str) -> int:
@@ -273,13 +273,7 @@ def idemflow_tool(
                 key = durable_key(agent, run_context, fc.call_id or "", intents={name: fields})
             except NoDurableIdentityError as e:
                 return no_key(e)
-            sent = request(key, args)
-            try:
-                return answer_text(sclient.do(sent, deadline=deadline))
-            except ProblemError as e:
-                return refusal_text(e, key)
-            except DeadlineError:
-                return pending_text(name, key, RESUME["agno"])
+            return outcome_sync(sclient, request(key, args), deadline, name, RESUME["agno"])
 
         entry = run_sync
     return Function(

@@ -48,7 +48,7 @@ from strands.types._events import ToolResultEvent
 from strands.types.content import Message
 from strands.types.tools import AgentTool, ToolResult, ToolSpec, ToolUse
 
-from ._tooltext import RESUME, arguments, outcome
+from ._tooltext import RESUME, arguments, is_pending, outcome
 from .client import AsyncClient, Client, Intent
 from .errors import DeadlineError, NoDurableIdentityError
 from .keys import call_arguments, call_digest, call_intent, canonical, derive_key, intent_fields_of
@@ -107,7 +107,7 @@ def _final(result: ToolResult | None) -> bool:
     if result is None:
         return False
     text = " ".join(c.get("text", "") for c in result["content"])
-    return not (result["status"] == "error" and (text == "Tool was interrupted." or "the call is pending under key" in text))
+    return not (result["status"] == "error" and (text == "Tool was interrupted." or is_pending(text)))
 
 
 def intended_call_key(
