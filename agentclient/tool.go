@@ -30,6 +30,23 @@ type Tool struct {
 	Intent intent.Fields
 }
 
+// Arguments is a tool call's arguments (a map as the model wrote them, or
+// the tool's typed struct) as the JSON object Call and CallIntent read.
+func Arguments(v any) (map[string]any, error) {
+	if m, ok := v.(map[string]any); ok {
+		return m, nil
+	}
+	raw, err := json.Marshal(v)
+	if err != nil {
+		return nil, err
+	}
+	var m map[string]any
+	if err := json.Unmarshal(raw, &m); err != nil {
+		return nil, fmt.Errorf("a tool's arguments are a JSON object: %w", err)
+	}
+	return m, nil
+}
+
 // Call sends the call with args under key, waits for its final answer as
 // long as ctx allows, and returns what the model reads of it
 // (ToolAnswer; resume says how the framework waits for a pending one).

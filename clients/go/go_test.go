@@ -9,7 +9,6 @@
 package goagents
 
 import (
-	"context"
 	"encoding/json"
 	"fmt"
 	"net/http"
@@ -146,22 +145,6 @@ func agentEnv(s *testenv.Stack, base, model string) []string {
 	return append(os.Environ(), "IDEMFLOW_URL="+base, "IDEMFLOW_TOKEN="+s.Tokens[testenv.TenantA], "GOOGLE_GEMINI_BASE_URL="+model, "GOOGLE_API_KEY=test")
 }
 
-// runToDone runs bin with args in dir and returns its output, once it
-// printed done and ended.
-func runToDone(t *testing.T, dir, bin string, environ []string, done string, args ...string) string {
-	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-	defer cancel()
-	cmd := exec.CommandContext(ctx, bin, args...)
-	cmd.Dir, cmd.Env = dir, environ
-	out, err := cmd.CombinedOutput()
-	t.Logf("%s %s:\n%s", filepath.Base(bin), strings.Join(args, " "), out)
-	if err != nil || !strings.Contains(string(out), done) {
-		t.Fatalf("the agent did not finish: %v", err)
-	}
-	return string(out)
-}
-
 // answered reports whether out has a tool answer of create_ticket that is
 // a 201 with want in it.
 func answered(out, want string) bool {
@@ -245,7 +228,7 @@ func TestAGoFrameworksAgentKilledMidCallSendsItsMessageAgainWithoutADuplicate(t 
 				environ := agentEnv(s, p.URL, m.URL)
 				args := append([]string{"-session", session, "-tools", c.tools}, fw.state(t.TempDir())...)
 				testenv.KillMidCall(t, "", agentBin, environ, p, args...)
-				out := runToDone(t, "", agentBin, environ, "DONE", args...)
+				out := testenv.RunToDone(t, "", agentBin, environ, "DONE", args...)
 				n := testenv.Count(t, s.Pool, "ticket", "customer_id = $1", session)
 				t.Logf("%s, %s: %d tickets after the kill and the rerun; the model wrote the call %d times", fw.name, c.name, n, model.written())
 				if n != c.tickets {
@@ -275,9 +258,9 @@ func TestTwoGoFrameworkCallsInATurnAreTwoTicketsAndALaterTurnIsAnother(t *testin
 			m := model.serve(t)
 			environ := agentEnv(s, s.URL, m.URL)
 			args := append([]string{"-session", session}, fw.state(t.TempDir())...)
-			runToDone(t, "", agentBin, environ, "DONE", args...)
+			testenv.RunToDone(t, "", agentBin, environ, "DONE", args...)
 			first := testenv.Count(t, s.Pool, "ticket", "customer_id = $1", session)
-			runToDone(t, "", agentBin, environ, "DONE", args...)
+			testenv.RunToDone(t, "", agentBin, environ, "DONE", args...)
 			then := testenv.Count(t, s.Pool, "ticket", "customer_id = $1", session)
 			t.Logf("%s: two identical calls in a turn (together %v), then a later turn: %d, then %d tickets", fw.name, together, first, then)
 			if first != 2 || then != 4 {
@@ -299,9 +282,9 @@ func TestAGenkitRegenerateMakesTheSameCallOnce(t *testing.T) {
 	model := &gemini{customer: session, titles: []string{"Printer on fire"}, reword: true}
 	m := model.serve(t)
 	environ := agentEnv(s, s.URL, m.URL)
-	runToDone(t, "", agentBin, environ, "DONE", "-session", session, "-history", filepath.Join(t.TempDir(), "history.json"))
+	testenv.RunToDone(t, "", agentBin, environ, "DONE", "-session", session, "-history", filepath.Join(t.TempDir(), "history.json"))
 	// The history before the turn: nothing saved yet.
-	out := runToDone(t, "", agentBin, environ, "DONE", "-session", session, "-history", filepath.Join(t.TempDir(), "history.json"))
+	out := testenv.RunToDone(t, "", agentBin, environ, "DONE", "-session", session, "-history", filepath.Join(t.TempDir(), "history.json"))
 	n := testenv.Count(t, s.Pool, "ticket", "customer_id = $1", session)
 	t.Logf("a turn, then regenerated with the call reworded: %d tickets; the model wrote the call %d times", n, model.written())
 	if n != 1 || model.written() != 2 || !answered(out, `"replayed":true`) {
@@ -341,7 +324,7 @@ func TestThePagesProgramsKilledAndRunAgainMakeOneTicket(t *testing.T) {
 			environ := agentEnv(s, p.URL, m.URL)
 			dir := t.TempDir()
 			testenv.KillMidCall(t, dir, bin, environ, p)
-			runToDone(t, dir, bin, environ, "The ticket is open.")
+			testenv.RunToDone(t, dir, bin, environ, "The ticket is open.")
 			if n := testenv.Count(t, s.Pool, "ticket", "customer_id = $1", c.customer) - before; n != 1 {
 				t.Fatalf("%d tickets after the kill and the rerun, want 1", n)
 			}

@@ -8,7 +8,6 @@
 package typescript
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -135,16 +134,7 @@ func runAgent(t *testing.T, bin string, environ []string, thread, tools string, 
 // its output, once it printed DONE and ended.
 func runScript(t *testing.T, bin string, environ []string, args ...string) string {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-	defer cancel()
-	cmd := exec.CommandContext(ctx, bin, args...)
-	cmd.Env = environ
-	out, err := cmd.CombinedOutput()
-	t.Logf("%s:\n%s", strings.Join(args, " "), out)
-	if err != nil || !bytes.Contains(out, []byte("DONE")) {
-		t.Fatalf("the agent did not finish: %v", err)
-	}
-	return string(out)
+	return testenv.RunToDone(t, "", bin, environ, "DONE", args...)
 }
 
 // killMidCall starts the agent and SIGKILLs it once the proxy saw its

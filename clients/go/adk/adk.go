@@ -29,7 +29,6 @@
 package adk
 
 import (
-	"encoding/json"
 	"errors"
 	"fmt"
 
@@ -70,7 +69,7 @@ func NewTool[Args any](c *agentclient.Client, cfg Config) (tool.Tool, error) {
 		return nil, errors.New("adk: Config.Sessions is the runner's session service; the tool reads its calls from it")
 	}
 	handler := func(ctx agent.ToolContext, typed Args) (map[string]any, error) {
-		args, err := asMap(typed)
+		args, err := agentclient.Arguments(typed)
 		if err != nil {
 			return nil, err
 		}
@@ -81,18 +80,6 @@ func NewTool[Args any](c *agentclient.Client, cfg Config) (tool.Tool, error) {
 		return cfg.Call(ctx, c, key, args, "send the same message on the session to wait for its answer")
 	}
 	return functiontool.New(functiontool.Config{Name: cfg.Name, Description: cfg.Description}, handler)
-}
-
-func asMap(v any) (map[string]any, error) {
-	raw, err := json.Marshal(v)
-	if err != nil {
-		return nil, err
-	}
-	var m map[string]any
-	if err := json.Unmarshal(raw, &m); err != nil {
-		return nil, fmt.Errorf("adk: a tool's arguments are a JSON object: %w", err)
-	}
-	return m, nil
 }
 
 // DurableKey is the key of the call ctx runs, from the events the session

@@ -30,7 +30,6 @@ package genkittool
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"sync"
 
@@ -145,7 +144,7 @@ type PlannedKey struct {
 func IntendedCallKeys(conversation string, history []*ai.Message, response *ai.Message, fields map[string]intent.Fields) ([]PlannedKey, error) {
 	tools := map[string]toolInfo{}
 	for name, f := range fields {
-		tools[name] = toolInfo{fields: f, read: argsOf}
+		tools[name] = toolInfo{fields: f, read: agentclient.Arguments}
 	}
 	return intendedCallKeys(conversation, history, response, tools)
 }
@@ -184,7 +183,7 @@ func intendedCallKeys(conversation string, history []*ai.Message, response *ai.M
 		for _, r := range requests(m) {
 			info, ok := tools[r.Name]
 			if !ok {
-				info = toolInfo{read: argsOf}
+				info = toolInfo{read: agentclient.Arguments}
 			}
 			args, err := info.read(r.Input)
 			if err != nil {
@@ -230,21 +229,6 @@ func requests(m *ai.Message) []*ai.ToolRequest {
 	return out
 }
 
-func argsOf(input any) (map[string]any, error) {
-	if m, ok := input.(map[string]any); ok {
-		return m, nil
-	}
-	raw, err := json.Marshal(input)
-	if err != nil {
-		return nil, err
-	}
-	var m map[string]any
-	if err := json.Unmarshal(raw, &m); err != nil {
-		return nil, errors.New("a tool's arguments are a JSON object")
-	}
-	return m, nil
-}
-
 // DefineTool defines a Genkit tool that runs one of idemflow's operations
 // (a ticket, an order, a declared operation, an HTTP tool) once per
 // intended call, in a generate call run as Conversation says. Args is the
@@ -269,13 +253,13 @@ func DefineTool[Args any](g *genkit.Genkit, k *Keys, cfg Config) ai.Tool {
 		if err := json.Unmarshal(raw, &typed); err != nil {
 			return nil, fmt.Errorf("invalid arguments: %w", err)
 		}
-		return argsOf(typed)
+		return agentclient.Arguments(typed)
 	}
 	k.mu.Lock()
 	k.tools[cfg.Name] = toolInfo{fields: cfg.Intent, read: read}
 	k.mu.Unlock()
 	return genkit.DefineTool(g, cfg.Name, cfg.Description, func(tc *ai.ToolContext, typed Args) (map[string]any, error) {
-		args, err := argsOf(typed)
+		args, err := agentclient.Arguments(typed)
 		if err != nil {
 			return nil, err
 		}

@@ -2,12 +2,14 @@ package testenv
 
 import (
 	"bufio"
+	"context"
 	"io"
 	"net/http"
 	"net/http/httptest"
 	"net/http/httputil"
 	"net/url"
 	"os/exec"
+	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
@@ -110,4 +112,21 @@ func KillMidCall(t *testing.T, dir, bin string, environ []string, p *FaultProxy,
 			t.Fatal("the agent finished before it was killed")
 		}
 	}
+}
+
+// RunToDone runs bin with args and environ in dir (empty: the test's own)
+// and returns its output, once it printed done and ended; t fails if it
+// does not within two minutes.
+func RunToDone(t *testing.T, dir, bin string, environ []string, done string, args ...string) string {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, bin, args...)
+	cmd.Dir, cmd.Env = dir, environ
+	out, err := cmd.CombinedOutput()
+	t.Logf("%s %s:\n%s", filepath.Base(bin), strings.Join(args, " "), out)
+	if err != nil || !strings.Contains(string(out), done) {
+		t.Fatalf("the agent did not finish: %v", err)
+	}
+	return string(out)
 }
