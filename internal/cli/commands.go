@@ -15,6 +15,7 @@ import (
 
 	"github.com/idemflow/idemflow/idem"
 	"github.com/idemflow/idemflow/internal/gateway"
+	"github.com/idemflow/idemflow/internal/oauth"
 	"github.com/idemflow/idemflow/internal/service"
 	"github.com/idemflow/idemflow/internal/tenant"
 	"github.com/idemflow/idemflow/migrations"
@@ -175,6 +176,10 @@ type gatewayConfig struct {
 	shutdownGrace time.Duration
 	// requestLogLevel is not a flag: dev sets it (see devConsole).
 	requestLogLevel slog.Level
+	oauth           oauthFlags
+	mcpSecret       string
+	// verifier is the OAuth resource server check builds (nil: off).
+	verifier *oauth.Verifier
 }
 
 func (g *gatewayConfig) register(fs *flag.FlagSet) {
@@ -183,12 +188,22 @@ func (g *gatewayConfig) register(fs *flag.FlagSet) {
 	fs.StringVar(&g.pprofAddr, "pprof-addr", "", "serve Go's profiler (/debug/pprof/) on this loopback address, e.g. 127.0.0.1:6060; off by default (env IDEMFLOW_PPROF_ADDR)")
 	fs.DurationVar(&g.shutdownGrace, "shutdown-grace", 2*time.Second, "on SIGTERM, answer 503 + Retry-After this long before closing the listener, so a load balancer moves away (env IDEMFLOW_SHUTDOWN_GRACE)")
 	fs.IntVar(&g.maxWaiting, "max-waiting", gateway.DefaultMaxWaiting, "requests that may wait for their intent at once; past it they answer 202 at once (env IDEMFLOW_MAX_WAITING)")
+	g.oauth.register(fs, "gateway")
+	fs.StringVar(&g.mcpSecret, "mcp-secret", "", "accept "+mcpSecretUsage)
 	fs.StringVar(&g.listenURL, "listen-database-url", "", "PostgreSQL URL to LISTEN on for intents other processes settled, when the database URL goes through a transaction pooler, which delivers no notifications: PostgreSQL directly or through session pooling; default the database URL (env IDEMFLOW_LISTEN_DATABASE_URL)")
 }
 
 // check refuses a profiler address that is not loopback: the profiler has
 // no authentication.
 func (g *gatewayConfig) check() error {
+	v, err := g.oauth.verifier("idemflow gateway")
+	if err != nil {
+		return err
+	}
+	g.verifier = v
+	if err := checkMCPSecret(g.mcpSecret); err != nil {
+		return err
+	}
 	if g.pprofAddr == "" {
 		return nil
 	}
@@ -222,6 +237,7 @@ func serveGateway(ctx context.Context, logger *slog.Logger, d *deps, cfg gateway
 	g := d.Gateway()
 	g.SetMaxWaiting(cfg.maxWaiting)
 	g.RequestLogLevel = cfg.requestLogLevel
+	g.OAuth, g.APITokensOff, g.MCPSecret = cfg.verifier, cfg.verifier != nil && !cfg.oauth.apiTokens, cfg.mcpSecret
 	side := map[string]http.Handler{}
 	if cfg.metricsAddr != "" {
 		g.ServeMetrics = false

@@ -77,11 +77,25 @@ func runMCP(ctx context.Context, env *Env, args []string) error {
 	taskWait := fs.Duration("task-wait", mcpserver.DefaultTaskWait, "for a client that takes MCP tasks: how long a call waits for its answer, in whole seconds, "+
 		"before it is answered with a task (env IDEMFLOW_MCP_TASK_WAIT)")
 	taskTTL := fs.Duration("task-ttl", mcpserver.DefaultTaskTTL, "how long a task can be read after its intent's first call; keep it within the records' retention (env IDEMFLOW_MCP_TASK_TTL)")
+	var of oauthFlags
+	of.register(fs, "MCP server (its URL, as clients are given it)")
+	fs.StringVar(&httpOpts.GatewaySecret, "gateway-secret", "", "with --oauth-issuer: "+mcpSecretUsage)
 	var toolsFile string
 	registerTools(fs, &toolsFile)
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
+	v, err := of.verifier("idemflow MCP server")
+	if err != nil {
+		return err
+	}
+	if v != nil && (*httpAddr == "" || httpOpts.GatewaySecret == "") {
+		return fmt.Errorf("%w: --oauth-issuer serves MCP over --http, and needs --gateway-secret (IDEMFLOW_MCP_SECRET), the secret the gateway was given as --mcp-secret", errUsage)
+	}
+	if err := checkMCPSecret(httpOpts.GatewaySecret); err != nil {
+		return err
+	}
+	httpOpts.OAuth, httpOpts.APITokensOff = v, v != nil && !of.apiTokens
 	if _, err := g.resolve(); err != nil && (*httpAddr == "" || g.url == "") {
 		return err
 	}

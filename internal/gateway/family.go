@@ -20,7 +20,7 @@ func (g *Gateway) unknownAction(f registry.Family) http.HandlerFunc {
 			writeProblem(w, problem.New(problem.TypeMethodNotAllowed, http.StatusMethodNotAllowed, r.Method+" is not allowed here; use POST"))
 			return
 		}
-		g.authed(func(w http.ResponseWriter, r *http.Request, _ string) {
+		g.authed(anyScope, func(w http.ResponseWriter, r *http.Request, _ string) {
 			writeNotFound(w, "no action "+r.PathValue(wildcard)+" under "+f.Parent+"; use "+strings.Join(f.Actions, ", "))
 		})(w, r)
 	}

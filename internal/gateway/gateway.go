@@ -24,6 +24,7 @@ import (
 	"github.com/idemflow/idemflow/internal/apispec"
 	"github.com/idemflow/idemflow/internal/apperr"
 	"github.com/idemflow/idemflow/internal/ijson"
+	"github.com/idemflow/idemflow/internal/oauth"
 	"github.com/idemflow/idemflow/internal/problem"
 	"github.com/idemflow/idemflow/internal/registry"
 	"github.com/idemflow/idemflow/internal/replication"
@@ -62,7 +63,17 @@ const (
 type Gateway struct {
 	Starter *starter.Starter
 	Tenants *tenant.Authenticator
-	Records *idem.Store
+	// OAuth, when set, also accepts an authorization server's access
+	// tokens issued for the gateway (package oauth); APITokensOff then
+	// refuses idemflow's own API tokens.
+	OAuth        *oauth.Verifier
+	APITokensOff bool
+	// MCPSecret, when set, is the secret idemflow's MCP server presents
+	// to act for the tenant and scopes of an OAuth token it verified
+	// itself: the token was issued for the MCP server, and is never
+	// passed on (see mcpserver.HTTPOptions.OAuth).
+	MCPSecret string
+	Records   *idem.Store
 	// DB serves the operations' reads (op.Read).
 	DB idem.Querier
 	// Set is the operations, each served at its route: idemflow's own and
@@ -145,18 +156,27 @@ func (g *Gateway) Handler() http.Handler {
 	}
 	mux := http.NewServeMux()
 	routes := []route{
-		{"GET", "/v1/operations/{id}", g.authed(g.getOperation)},
-		{"POST", "/v1/operations/{id}/cancel", g.authed(g.cancelOperation)},
-		{"GET", "/v1/tenant", g.authed(g.getTenant)},
+		{"GET", "/v1/operations/{id}", g.authed(mayRead, g.getOperation)},
+		{"POST", "/v1/operations/{id}/cancel", g.authed(mayCall(""), g.cancelOperation)},
+		{"GET", "/v1/tenant", g.authed(anyScope, g.getTenant)},
 		{"GET", "/healthz", g.healthz},
 		{"GET", "/readyz", g.readyz},
 		{"GET", "/problems/{slug}", g.describeProblem},
 		{"GET", "/openapi.json", g.serveOpenAPI(g.Set)},
 	}
 	for _, o := range g.operations() {
-		routes = append(routes, route{"POST", o.Route, g.authed(g.serveOperation(o))})
+		routes = append(routes, route{"POST", o.Route, g.authed(mayCall(o.Name), g.serveOperation(o))})
 		for _, rd := range o.Reads {
-			routes = append(routes, route{"GET", rd.Route, g.authed(g.serveRead(rd))})
+			routes = append(routes, route{"GET", rd.Route, g.authed(mayRead, g.serveRead(rd))})
+		}
+	}
+	if g.OAuth != nil {
+		names := make([]string, 0, len(g.operations()))
+		for _, o := range g.operations() {
+			names = append(names, o.Name)
+		}
+		for _, p := range oauth.MetadataPaths(g.OAuth.Resource()) {
+			routes = append(routes, route{"GET", p, g.OAuth.MetadataHandler(names).ServeHTTP})
 		}
 	}
 	if g.Metrics != nil && g.ServeMetrics {
@@ -193,31 +213,6 @@ func (g *Gateway) Handler() http.Handler {
 func (g *Gateway) operations() []*op.Operation { return g.Set.Operations() }
 
 type tenantHandler func(w http.ResponseWriter, r *http.Request, tenantID string)
-
-// authed resolves the bearer token to a tenant before anything else is read,
-// so an unknown caller learns nothing and writes nothing.
-func (g *Gateway) authed(next tenantHandler) http.HandlerFunc {
-	return func(w http.ResponseWriter, r *http.Request) {
-		scheme, token, _ := strings.Cut(r.Header.Get("Authorization"), " ")
-		if !strings.EqualFold(scheme, "Bearer") || strings.TrimSpace(token) == "" {
-			w.Header().Set("WWW-Authenticate", `Bearer realm="idemflow"`)
-			writeProblem(w, problem.New(problem.TypeUnauthorized, http.StatusUnauthorized, "send Authorization: Bearer <token>"))
-			return
-		}
-		tenantID, err := g.Tenants.Authenticate(r.Context(), strings.TrimSpace(token))
-		if errors.Is(err, tenant.ErrUnknownToken) {
-			w.Header().Set("WWW-Authenticate", `Bearer realm="idemflow", error="invalid_token"`)
-			writeProblem(w, problem.New(problem.TypeUnauthorized, http.StatusUnauthorized, "the bearer token is unknown or revoked"))
-			return
-		}
-		if err != nil {
-			g.unavailable(w, r, err)
-			return
-		}
-		noteRequest(r.Context(), func(i *requestInfo) { i.tenantID = tenantID })
-		next(w, r, tenantID)
-	}
-}
 
 // intentRequest is what every create-style endpoint parses before submitting.
 type intentRequest struct {

@@ -15,6 +15,7 @@ import (
 	"log/slog"
 	"net/http"
 	"net/url"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -26,6 +27,7 @@ import (
 	"github.com/idemflow/idemflow/idem"
 	"github.com/idemflow/idemflow/internal/apispec"
 	"github.com/idemflow/idemflow/internal/ijson"
+	"github.com/idemflow/idemflow/internal/oauth"
 	"github.com/idemflow/idemflow/internal/problem"
 	"github.com/idemflow/idemflow/op"
 	"github.com/modelcontextprotocol/go-sdk/auth"
@@ -206,6 +208,9 @@ func (t tools) client(req *mcp.CallToolRequest) *agentclient.Client {
 func (t tools) clientFor(extra *mcp.RequestExtra) *agentclient.Client {
 	token := t.cfg.Token
 	if extra != nil && extra.TokenInfo != nil {
+		if a, ok := extra.TokenInfo.Extra["acting"].(acting); ok {
+			return &agentclient.Client{BaseURL: t.cfg.BaseURL, Token: a.secret, HTTP: a.client(t.cfg.HTTP)}
+		}
 		if tok, ok := extra.TokenInfo.Extra["token"].(string); ok && tok != "" {
 			token = tok
 		}
@@ -469,6 +474,14 @@ type HTTPOptions struct {
 	// VerifyTimeout bounds one verification with the gateway, so that
 	// a gateway that hangs holds no request longer. Default 2 seconds.
 	VerifyTimeout time.Duration
+	// OAuth, when set, also accepts an authorization server's access
+	// tokens issued for this MCP server (its resource URI), verified here
+	// and never passed on: the gateway is called with GatewaySecret (its
+	// MCPSecret) and the tenant and scopes the token granted.
+	// APITokensOff then refuses idemflow's own API tokens.
+	OAuth         *oauth.Verifier
+	GatewaySecret string
+	APITokensOff  bool
 }
 
 // Verification defaults (HTTPOptions).
@@ -534,7 +547,15 @@ func HTTPHandler(cfg Config, opts HTTPOptions) http.Handler {
 	})
 	v := &verifier{cfg: cfg, ttl: opts.VerifyTTL, grace: opts.VerifyGrace, timeout: opts.VerifyTimeout,
 		known: expirable.NewLRU[[32]byte, verified](maxKnown, nil, max(opts.VerifyTTL, opts.VerifyGrace))}
-	authed := auth.RequireBearerToken(v.verify, nil)(limited)
+	authed := auth.RequireBearerToken(preVerified(v.verify), nil)(limited)
+	var metadata http.Handler
+	if opts.OAuth != nil {
+		names := make([]string, len(cfg.Operations))
+		for i, o := range cfg.Operations {
+			names[i] = o.Name
+		}
+		metadata = opts.OAuth.MetadataHandler(names)
+	}
 	// The SDK answers a refused token in plain text; the token is checked
 	// here first so that the refusal is the same problem+json the gateway
 	// sends. The SDK's own check then finds it in the verifier's cache.
@@ -548,13 +569,30 @@ func HTTPHandler(cfg Config, opts HTTPOptions) http.Handler {
 			_, _ = io.WriteString(w, "ok\n")
 			return
 		}
+		if metadata != nil && slices.Contains(oauth.MetadataPaths(opts.OAuth.Resource()), r.URL.Path) {
+			metadata.ServeHTTP(w, r)
+			return
+		}
 		fields := strings.Fields(r.Header.Get("Authorization"))
 		if len(fields) != 2 || !strings.EqualFold(fields[0], "Bearer") {
-			deny(w, http.StatusUnauthorized, problem.TypeUnauthorized, "send Authorization: Bearer <token>, an idemflow API token")
+			w.Header().Set("WWW-Authenticate", opts.OAuth.Challenge("", "", ""))
+			deny(w, http.StatusUnauthorized, problem.TypeUnauthorized, "send Authorization: Bearer <token>: an idemflow API token, or an access token of the authorization server the resource metadata names")
+			return
+		}
+		if opts.OAuth != nil && !isAPIToken(fields[1]) {
+			if r, ok := oauthGate(w, r, opts, cfg, fields[1]); ok {
+				authed.ServeHTTP(w, r)
+			}
+			return
+		}
+		if opts.OAuth != nil && opts.APITokensOff {
+			w.Header().Set("WWW-Authenticate", opts.OAuth.Challenge("invalid_token", "", ""))
+			deny(w, http.StatusUnauthorized, problem.TypeUnauthorized, "idemflow API tokens are turned off here; send an OAuth access token")
 			return
 		}
 		if _, err := v.verify(r.Context(), fields[1], r); err != nil {
 			if errors.Is(err, auth.ErrInvalidToken) {
+				w.Header().Set("WWW-Authenticate", opts.OAuth.Challenge("invalid_token", "", ""))
 				deny(w, http.StatusUnauthorized, problem.TypeUnauthorized, "the bearer token is unknown or revoked")
 			} else {
 				w.Header().Set("Retry-After", "2")
@@ -567,7 +605,7 @@ func HTTPHandler(cfg Config, opts HTTPOptions) http.Handler {
 }
 
 func deny(w http.ResponseWriter, status int, typ, detail string) {
-	if status == http.StatusUnauthorized {
+	if status == http.StatusUnauthorized && w.Header().Get("WWW-Authenticate") == "" {
 		w.Header().Set("WWW-Authenticate", `Bearer realm="idemflow"`)
 	}
 	w.Header().Set("Content-Type", problem.ContentType)

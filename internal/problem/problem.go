@@ -37,6 +37,7 @@ const (
 	TypeUnsupportedMedia  = "/problems/unsupported-media-type"
 	TypeTooManySessions   = "/problems/too-many-sessions"
 	TypeOutcomeUnknown    = "/problems/outcome-unknown"
+	TypeInsufficientScope = "/problems/insufficient-scope"
 	// TypeRejectedPrefix + RejectedError.Code, e.g. /problems/out-of-stock.
 	TypeRejectedPrefix = "/problems/"
 )
@@ -58,6 +59,7 @@ var descriptions = map[string]string{
 	TypeInternal:          "An unexpected error. Retry with the same key: it cannot cause a duplicate.",
 	TypeMethodNotAllowed:  "The method is not allowed on this resource.",
 	TypeCanceled:          "An operator canceled or terminated this request's workflow before it wrote anything. Nothing was written. Retry with the same key to execute it again.",
+	TypeInsufficientScope: "The OAuth access token is valid, but its scopes do not allow this request; the WWW-Authenticate header names the scope it needs.",
 	TypeTooManySessions:   "MCP over HTTP: this tenant has as many open sessions as it may hold. Close one, or wait for an idle one to expire, then connect again.",
 	TypeOutcomeUnknown:    "An HTTP tool's call got no answer that says whether it took effect, and it may not be sent again: an at_most_once tool's call met a timeout, a dropped connection or a 5xx, or the downstream refused the request sent again under the same key after such an answer (a 4xx, or a 409 that outlasted the first request). It may or may not have happened. This answer is final: idemflow never sends the call again under this key. Check with the downstream service before you act on it.",
 	TypeUnsupportedMedia:  "The body is not sent as application/json. Nothing was recorded: send Content-Type: application/json (or none) and retry with the same key.",

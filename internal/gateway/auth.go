@@ -1,0 +1,108 @@
+package gateway
+
+import (
+	"crypto/subtle"
+	"errors"
+	"net/http"
+	"strings"
+
+	"github.com/idemflow/idemflow/idem"
+	"github.com/idemflow/idemflow/internal/oauth"
+	"github.com/idemflow/idemflow/internal/problem"
+	"github.com/idemflow/idemflow/internal/tenant"
+)
+
+// access decides whether a principal may take a route; on refusal it
+// names the scope the route needs.
+type access func(p oauth.Principal) (ok bool, scope string)
+
+func anyScope(oauth.Principal) (bool, string) { return true, "" }
+
+func mayRead(p oauth.Principal) (bool, string) { return p.MayRead(), oauth.ScopeRead }
+
+// mayCall lets a principal run the operation ("" for any: a cancel).
+func mayCall(operation string) access {
+	return func(p oauth.Principal) (bool, string) {
+		if operation == "" {
+			return p.MayCall("\x00"), oauth.ScopeCall
+		}
+		return p.MayCall(operation), oauth.ScopeCall + ":" + operation
+	}
+}
+
+// authed resolves the bearer token to a tenant before anything else is
+// read, so an unknown caller learns nothing and writes nothing. Either
+// kind of credential gives a principal, and what follows does not know
+// which it was: tenants, keys, limits and replays are the same.
+func (g *Gateway) authed(allow access, next tenantHandler) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		scheme, token, _ := strings.Cut(r.Header.Get("Authorization"), " ")
+		token = strings.TrimSpace(token)
+		if !strings.EqualFold(scheme, "Bearer") || token == "" {
+			g.refuse(w, "", "send Authorization: Bearer <token>")
+			return
+		}
+		p, ok := g.principal(w, r, token)
+		if !ok {
+			return
+		}
+		if ok, scope := allow(p); !ok {
+			scope = g.OAuth.Scope(scope)
+			w.Header().Set("WWW-Authenticate", g.OAuth.Challenge("insufficient_scope", "", scope))
+			writeProblem(w, problem.New(problem.TypeInsufficientScope, http.StatusForbidden,
+				"the token's scopes do not allow this request; it needs "+scope))
+			return
+		}
+		noteRequest(r.Context(), func(i *requestInfo) { i.tenantID = p.Tenant })
+		next(w, r, p.Tenant)
+	}
+}
+
+// principal verifies the token; on failure it has answered.
+func (g *Gateway) principal(w http.ResponseWriter, r *http.Request, token string) (oauth.Principal, bool) {
+	if g.MCPSecret != "" && subtle.ConstantTimeCompare([]byte(token), []byte(g.MCPSecret)) == 1 {
+		t := r.Header.Get(oauth.HeaderActingTenant)
+		if idem.ValidateTenant(t) != nil {
+			writeProblem(w, problem.New(problem.TypeInvalidRequest, http.StatusBadRequest, "the MCP server's request names no valid "+oauth.HeaderActingTenant))
+			return oauth.Principal{}, false
+		}
+		return oauth.Principal{Tenant: t, Scopes: strings.Fields(r.Header.Get(oauth.HeaderActingScopes))}, true
+	}
+	if strings.HasPrefix(token, tenant.TokenPrefix) || g.OAuth == nil {
+		if g.APITokensOff && g.OAuth != nil {
+			g.refuse(w, "invalid_token", "idemflow API tokens are turned off here; send an OAuth access token")
+			return oauth.Principal{}, false
+		}
+		tenantID, err := g.Tenants.Authenticate(r.Context(), token)
+		if errors.Is(err, tenant.ErrUnknownToken) {
+			g.refuse(w, "invalid_token", "the bearer token is unknown or revoked")
+			return oauth.Principal{}, false
+		}
+		if err != nil {
+			g.unavailable(w, r, err)
+			return oauth.Principal{}, false
+		}
+		return oauth.Principal{Tenant: tenantID, All: true}, true
+	}
+	p, err := g.OAuth.Verify(r.Context(), token)
+	var te *oauth.TokenError
+	switch {
+	case errors.As(err, &te):
+		g.refuse(w, "invalid_token", te.Reason)
+		return oauth.Principal{}, false
+	case err != nil:
+		g.logger().WarnContext(r.Context(), "oauth: cannot verify a token", "error", err)
+		w.Header().Set("Retry-After", "5")
+		writeProblem(w, problem.New(problem.TypeUnavailable, http.StatusServiceUnavailable,
+			"the authorization server's keys or introspection did not answer, so the token could not be checked; nothing was executed: retry with the same token and key"))
+		return oauth.Principal{}, false
+	}
+	return p, true
+}
+
+// refuse answers 401 with a challenge that names the resource's metadata
+// when OAuth is on.
+func (g *Gateway) refuse(w http.ResponseWriter, errCode, detail string) {
+	w.Header().Set("WWW-Authenticate", g.OAuth.Challenge(errCode, "", ""))
+	writeProblem(w, problem.New(problem.TypeUnauthorized, http.StatusUnauthorized, detail))
+}
