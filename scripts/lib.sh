@@ -178,6 +178,21 @@ build_kube_tools() {
   )
 }
 HELM_VERSION=v4.3.2
+
+# build_hydra builds bin/hydra, the authorization server the OAuth tests
+# run (Ory Hydra, at the version internal/tooling/hydra's module pins: a
+# module of its own, as Hydra's go.mod replaces a dependency that 'go
+# install' would refuse). bin/.hydra-version is its go.sum's digest, which
+# testenv.HydraBinary checks.
+build_hydra() {
+  mkdir -p bin
+  local want
+  want=$(sha256sum internal/tooling/hydra/go.sum | cut -d' ' -f1)
+  [ -x bin/hydra ] && [ "$(cat bin/.hydra-version 2>/dev/null)" = "$want" ] && return
+  echo "building Ory Hydra for the OAuth tests..." >&2
+  (cd internal/tooling/hydra && go build -o ../../../bin/hydra github.com/ory/hydra/v2)
+  echo "$want" > bin/.hydra-version
+}
 KUBE_SCORE_VERSION=v1.20.0
 
 # go_tool_install NAME PACKAGE VERSION: bin/NAME built from PACKAGE@VERSION,

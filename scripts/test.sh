@@ -23,6 +23,7 @@ build_typescript
 build_python
 build_schemathesis
 build_kube_tools
+build_hydra
 
 if [ -z "${IDEMFLOW_TEST_DATABASE_URL:-}" ]; then
   # A private server of the tests' own, never the machine's on 5432: a

@@ -85,6 +85,9 @@ type Options struct {
 	Tracing *tracing.Tracing
 	// Database shapes the stack's database (DatabaseWith).
 	Database Setup
+	// Gateway, if set, configures the gateway before it serves (its
+	// OAuth resource server, for instance).
+	Gateway func(*gateway.Gateway)
 }
 
 // NewStack starts a Stack; everything stops when the test ends.
@@ -164,6 +167,9 @@ func NewStack(t testing.TB, opts Options) *Stack {
 	}
 	if s.Contract, err = gateway.Contract(set); err != nil {
 		t.Fatal(err)
+	}
+	if opts.Gateway != nil {
+		opts.Gateway(s.Gateway)
 	}
 	srv := httptest.NewServer(s.Gateway.Handler())
 	t.Cleanup(srv.Close)
