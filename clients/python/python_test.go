@@ -19,6 +19,7 @@ import (
 	"github.com/idemflow/idemflow/httptool"
 	"github.com/idemflow/idemflow/idemflowtest/downstream"
 	"github.com/idemflow/idemflow/internal/mcpserver"
+	"github.com/idemflow/idemflow/internal/tooling/oauthtest"
 	"github.com/idemflow/idemflow/internal/tooling/testenv"
 )
 
@@ -162,5 +163,23 @@ func ownSuite(t *testing.T, name string, env ...string) {
 	t.Log(string(out))
 	if err != nil {
 		t.Fatalf("pytest tests/%s: %v", name, err)
+	}
+}
+
+// The official MCP Python SDK's OAuth client, and idemflow's clients with
+// a token provider, against a real authorization server (tests/oauth, in
+// the main environment): a host goes from a 401 through discovery,
+// registration, PKCE, login and consent and the resource indicator to one
+// ticket and keeps working on a refreshed token; a service agent's
+// client credentials are renewed by its provider.
+func TestOAuthWithThePythonSDKAndClient(t *testing.T) {
+	py := venv(t, ".venv", "requirements.lock")
+	o := oauthtest.New(t, 4*time.Second, "http://127.0.0.1:9/callback")
+	cmd := exec.Command(py, "-m", "pytest", "-q", "-s", "-p", "no:cacheprovider", "tests/oauth")
+	cmd.Env = append(append(os.Environ(), o.Env...), "IDEMFLOW_PYTEST_SUITE=oauth", "PYTHONUNBUFFERED=1")
+	out, err := cmd.CombinedOutput()
+	t.Log(string(out))
+	if err != nil {
+		t.Fatalf("pytest tests/oauth: %v", err)
 	}
 }

@@ -20,12 +20,14 @@ from .model_api import ScriptedModel
 
 # tests/crewai/ and tests/strands/ run in their own environments
 # (.venv-crewai, .venv-strands: neither framework can share this one),
-# each from its own test in python_test.go, which names it; the main suite
-# leaves them to those tests, never silently: python_test.go's
-# TestCrewAIAgainstTheStack and TestStrandsAgainstTheStack fail where they
-# cannot run.
+# each from its own test in python_test.go, which names it; tests/oauth/
+# runs in this one, against the stack with a real authorization server
+# that its own test starts. The main suite leaves them to those tests,
+# never silently: python_test.go's TestCrewAIAgainstTheStack,
+# TestStrandsAgainstTheStack and TestOAuthWithThePythonSDKAndClient fail
+# where they cannot run.
 SUITE = os.environ.get("IDEMFLOW_PYTEST_SUITE", "main")
-collect_ignore_glob = [f"{s}/*" for s in ("crewai", "strands") if s != SUITE]
+collect_ignore_glob = [f"{s}/*" for s in ("crewai", "strands", "oauth") if s != SUITE]
 
 
 def need(name: str) -> str:

@@ -250,9 +250,13 @@ export interface Result {
   differed?: string[];
 }
 
+/** Returns the bearer token for the next attempt: an OAuth access token, renewed as it expires (cache it while it is good). */
+export type TokenProvider = () => string | Promise<string>;
+
 export interface ClientOptions {
   baseURL: string;
-  token: string;
+  /** idemflow's API token, an OAuth access token, or a provider asked before every attempt. Never logged. */
+  token: string | TokenProvider;
   /** One attempt's bound (default 10 s). A call's deadline bounds every attempt, pause and wait: none outlasts what is left of it. */
   attemptTimeoutMs?: number;
   /** Capped exponential backoff with full jitter (default 200 ms to 5 s). */
@@ -358,7 +362,8 @@ export class Client {
   async #send(intent: Intent, method: string, path: string, key: string | undefined, body: unknown, end: number, signal?: AbortSignal, origin?: string) {
     const left = end - Date.now();
     if (left <= 0) throw pastDeadline(intent);
-    const headers: Record<string, string> = { Authorization: `Bearer ${this.#o.token}`, Prefer: `wait=${preferWait(this.#o.waitSeconds, left / 1000)}` };
+    const bearer = typeof this.#o.token === "function" ? await this.#o.token() : this.#o.token;
+    const headers: Record<string, string> = { Authorization: `Bearer ${bearer}`, Prefer: `wait=${preferWait(this.#o.waitSeconds, left / 1000)}` };
     if (key !== undefined) headers["Idempotency-Key"] = key;
     if (key !== undefined && intent.byIntent) headers["Idempotency-Fingerprint"] = "intent";
     if (origin !== undefined) headers["Idempotency-Origin"] = origin;

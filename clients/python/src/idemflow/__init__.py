@@ -11,7 +11,7 @@ tool call, idemflow.temporal from a Temporal activity's identity.
 """
 
 from .answers import HEADER_REPLAYED, Result, backoff_ceiling, judge, judge_operation, prefer_wait
-from .client import AsyncClient, Client, Intent
+from .client import AsyncClient, AsyncTokenProvider, Client, Intent, TokenProvider
 from .errors import (
     DOWNSTREAM_REJECTED,
     DeadlineError,
@@ -34,6 +34,7 @@ __all__ = [
     "DOWNSTREAM_REJECTED",
     "HEADER_REPLAYED",
     "AsyncClient",
+    "AsyncTokenProvider",
     "Client",
     "DeadlineError",
     "IdemflowError",
@@ -50,6 +51,7 @@ __all__ = [
     "SQLiteStore",
     "Store",
     "StoredIntent",
+    "TokenProvider",
     "TooLargeError",
     "UnauthorizedError",
     "backoff_ceiling",

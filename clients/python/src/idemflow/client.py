@@ -12,11 +12,12 @@ differ.
 from __future__ import annotations
 
 import asyncio
+import inspect
 import json
 import random
 import time
 import uuid
-from collections.abc import Callable, Generator
+from collections.abc import Awaitable, Callable, Generator
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -26,7 +27,12 @@ from .answers import Fail, Poll, Result, Retry, Success, backoff_ceiling, judge,
 from .errors import DeadlineError, ProblemError, problem_error
 from .store import Store
 
-__all__ = ["AsyncClient", "Client", "Intent"]
+__all__ = ["AsyncClient", "AsyncTokenProvider", "Client", "Intent", "TokenProvider"]
+
+#: Returns the bearer token for the next attempt (an OAuth access token,
+#: renewed as it expires).
+TokenProvider = Callable[[], str]
+AsyncTokenProvider = Callable[[], Awaitable[str]]
 
 
 @dataclass(frozen=True)
@@ -89,7 +95,7 @@ class _Again(Exception):
 @dataclass
 class _Options:
     base_url: str
-    token: str = field(repr=False)
+    token: str | TokenProvider | AsyncTokenProvider = field(repr=False)
     attempt_timeout: float
     initial_backoff: float
     max_backoff: float
@@ -182,7 +188,7 @@ class _Base:
     def __init__(
         self,
         base_url: str,
-        token: str,
+        token: str | TokenProvider | AsyncTokenProvider,
         *,
         attempt_timeout: float = 10.0,
         initial_backoff: float = 0.2,
@@ -191,7 +197,11 @@ class _Base:
         on_attempt: Callable[[int, Intent], None] | None = None,
     ) -> None:
         """base_url is idemflow's (e.g. http://127.0.0.1:8080), token the
-        tenant's bearer token (never logged). attempt_timeout bounds one
+        tenant's bearer token (never logged): idemflow's API token, or an
+        OAuth access token. A token provider (a callable, or for
+        AsyncClient a coroutine function) is asked before every attempt,
+        so that a service agent's client-credentials token is renewed as it
+        expires; it should cache the token while it is good. attempt_timeout bounds one
         attempt; the backoff is capped exponential with full jitter; Prefer:
         wait=N asks the server to hold a new intent's answer up to N s.
         A call's deadline bounds all of them: no attempt, pause or wait
@@ -201,8 +211,8 @@ class _Base:
     def __repr__(self) -> str:
         return f"{type(self).__name__}({self._o.base_url!r})"
 
-    def _request(self, s: _Send) -> tuple[str, str, dict[str, str], bytes | None]:
-        headers = {"Authorization": f"Bearer {self._o.token}", "Prefer": f"wait={s.wait}"}
+    def _request(self, s: _Send, token: str) -> tuple[str, str, dict[str, str], bytes | None]:
+        headers = {"Authorization": f"Bearer {token}", "Prefer": f"wait={s.wait}"}
         if s.key is not None:
             headers["Idempotency-Key"] = s.key
         if s.by_intent:
@@ -222,7 +232,7 @@ _TRANSPORT = (httpx.TransportError,)
 class Client(_Base):
     """idemflow's client (sync). Use it as a context manager, or close it."""
 
-    def __init__(self, base_url: str, token: str, **kw: Any) -> None:
+    def __init__(self, base_url: str, token: str | TokenProvider, **kw: Any) -> None:
         super().__init__(base_url, token, **kw)
         self._http = httpx.Client(timeout=self._o.attempt_timeout)
 
@@ -252,8 +262,11 @@ class Client(_Base):
                 time.sleep(step.seconds)
                 reply = None
                 continue
-            method, url, headers, content = self._request(step)
             try:
+                token = self._o.token() if callable(self._o.token) else self._o.token
+                if not isinstance(token, str):
+                    raise TypeError("idemflow: Client's token provider must return a str; use AsyncClient for a coroutine")
+                method, url, headers, content = self._request(step, token)
                 r = self._http.request(method, url, headers=headers, content=content, timeout=step.timeout)
                 reply = _Answer(r.status_code, r.headers, r.text)
             except _TRANSPORT as e:
@@ -286,7 +299,7 @@ class AsyncClient(_Base):
     aclose it. Cancelling a call stops its attempts; the intent may still
     take effect, so send it again with the same key."""
 
-    def __init__(self, base_url: str, token: str, **kw: Any) -> None:
+    def __init__(self, base_url: str, token: str | TokenProvider | AsyncTokenProvider, **kw: Any) -> None:
         super().__init__(base_url, token, **kw)
         self._http = httpx.AsyncClient(timeout=self._o.attempt_timeout)
 
@@ -313,8 +326,11 @@ class AsyncClient(_Base):
                 await asyncio.sleep(step.seconds)
                 reply = None
                 continue
-            method, url, headers, content = self._request(step)
             try:
+                token = self._o.token() if callable(self._o.token) else self._o.token
+                if inspect.isawaitable(token):
+                    token = await token
+                method, url, headers, content = self._request(step, str(token))
                 r = await self._http.request(method, url, headers=headers, content=content, timeout=step.timeout)
                 reply = _Answer(r.status_code, r.headers, r.text)
             except _TRANSPORT as e:
