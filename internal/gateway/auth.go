@@ -68,21 +68,21 @@ func (g *Gateway) principal(w http.ResponseWriter, r *http.Request, token string
 		}
 		return oauth.Principal{Tenant: t, Scopes: strings.Fields(r.Header.Get(oauth.HeaderActingScopes))}, true
 	}
-	if strings.HasPrefix(token, tenant.TokenPrefix) || g.OAuth == nil {
-		if g.APITokensOff && g.OAuth != nil {
-			g.refuse(w, "invalid_token", "idemflow API tokens are turned off here; send an OAuth access token")
-			return oauth.Principal{}, false
-		}
+	// A JWT is the authorization server's; any other token is looked up
+	// among the tenants' API tokens, then (an opaque access token)
+	// introspected.
+	if g.OAuth == nil || !oauth.IsJWT(token) && !g.APITokensOff {
 		tenantID, err := g.Tenants.Authenticate(r.Context(), token)
-		if errors.Is(err, tenant.ErrUnknownToken) {
+		switch {
+		case err == nil:
+			return oauth.Principal{Tenant: tenantID, All: true}, true
+		case !errors.Is(err, tenant.ErrUnknownToken):
+			g.unavailable(w, r, err)
+			return oauth.Principal{}, false
+		case !g.OAuth.Introspects():
 			g.refuse(w, "invalid_token", "the bearer token is unknown or revoked")
 			return oauth.Principal{}, false
 		}
-		if err != nil {
-			g.unavailable(w, r, err)
-			return oauth.Principal{}, false
-		}
-		return oauth.Principal{Tenant: tenantID, All: true}, true
 	}
 	p, err := g.OAuth.Verify(r.Context(), token)
 	var te *oauth.TokenError

@@ -272,8 +272,18 @@ func TestWrongTypeErrorNamesTheField(t *testing.T) {
 	}
 }
 
+// Whichever credential a caller uses, idemflow's API token or an OAuth
+// access token of its tenant's, tenants are apart.
 func TestTenantsAreIsolated(t *testing.T) {
-	s := testenv.NewStack(t, testenv.Options{})
+	t.Run("API tokens", func(t *testing.T) { tenantsAreIsolated(t, testenv.NewStack(t, testenv.Options{})) })
+	t.Run("OAuth access tokens", func(t *testing.T) {
+		o := newOAuthStack(t)
+		o.Tokens = map[string]string{testenv.TenantA: o.token(o.svcA), testenv.TenantB: o.token(o.svcB)}
+		tenantsAreIsolated(t, o.Stack)
+	})
+}
+
+func tenantsAreIsolated(t *testing.T, s *testenv.Stack) {
 	a := ticket(s, testenv.TenantA, "shared-key", ticketBody)
 	b := ticket(s, testenv.TenantB, "shared-key", ticketBody)
 	if a.Status != 201 || b.Status != 201 {

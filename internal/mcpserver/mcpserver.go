@@ -579,18 +579,23 @@ func HTTPHandler(cfg Config, opts HTTPOptions) http.Handler {
 			deny(w, http.StatusUnauthorized, problem.TypeUnauthorized, "send Authorization: Bearer <token>: an idemflow API token, or an access token of the authorization server the resource metadata names")
 			return
 		}
-		if opts.OAuth != nil && !isAPIToken(fields[1]) {
+		// A JWT is the authorization server's; any other token is asked
+		// of the gateway as an API token, then (an opaque access token)
+		// introspected.
+		gate := func() {
 			if r, ok := oauthGate(w, r, opts, cfg, fields[1]); ok {
 				authed.ServeHTTP(w, r)
 			}
-			return
 		}
-		if opts.OAuth != nil && opts.APITokensOff {
-			w.Header().Set("WWW-Authenticate", opts.OAuth.Challenge("invalid_token", "", ""))
-			deny(w, http.StatusUnauthorized, problem.TypeUnauthorized, "idemflow API tokens are turned off here; send an OAuth access token")
+		if opts.OAuth != nil && (oauth.IsJWT(fields[1]) || opts.APITokensOff) {
+			gate()
 			return
 		}
 		if _, err := v.verify(r.Context(), fields[1], r); err != nil {
+			if errors.Is(err, auth.ErrInvalidToken) && opts.OAuth.Introspects() {
+				gate()
+				return
+			}
 			if errors.Is(err, auth.ErrInvalidToken) {
 				w.Header().Set("WWW-Authenticate", opts.OAuth.Challenge("invalid_token", "", ""))
 				deny(w, http.StatusUnauthorized, problem.TypeUnauthorized, "the bearer token is unknown or revoked")

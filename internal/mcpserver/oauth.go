@@ -13,7 +13,6 @@ import (
 
 	"github.com/idemflow/idemflow/internal/oauth"
 	"github.com/idemflow/idemflow/internal/problem"
-	"github.com/idemflow/idemflow/internal/tenant"
 	"github.com/modelcontextprotocol/go-sdk/auth"
 )
 
@@ -139,6 +138,3 @@ func preVerified(next auth.TokenVerifier) auth.TokenVerifier {
 		return next(ctx, token, r)
 	}
 }
-
-// isAPIToken: one of idemflow's own tokens, verified by the gateway.
-func isAPIToken(token string) bool { return strings.HasPrefix(token, tenant.TokenPrefix) }

@@ -229,10 +229,19 @@ func (v *Verifier) Scope(s string) string {
 	return v.cfg.ScopePrefix + s
 }
 
+// IsJWT says whether a bearer token has a JWT's shape (three parts
+// joined by dots): a server that takes both kinds of credential verifies
+// such a token here, and looks any other up among its own API tokens
+// first (theirs have no dots).
+func IsJWT(token string) bool { return strings.Count(token, ".") == 2 }
+
+// Introspects says whether opaque tokens can be verified.
+func (v *Verifier) Introspects() bool { return v != nil && v.cfg.IntrospectionURL != "" }
+
 // Verify checks a bearer token and returns whom it speaks for. Its error
 // is a *TokenError (refuse it) or an *UnavailableError (answer later).
 func (v *Verifier) Verify(ctx context.Context, token string) (Principal, error) {
-	if strings.Count(token, ".") == 2 {
+	if IsJWT(token) {
 		return v.verifyJWT(ctx, token)
 	}
 	if v.cfg.IntrospectionURL == "" {
