@@ -112,6 +112,13 @@ func TestAServiceAgentsOAuthTokenRunsOneIntentPerKeyInItsOwnTenant(t *testing.T)
 	if static.Header.Get("Idempotent-Replayed") != "true" || string(static.Body) != string(first.Body) {
 		t.Fatalf("the same key with the tenant's API token: HTTP %d replayed %q", static.Status, static.Header.Get("Idempotent-Replayed"))
 	}
+	// The same key with another intent is a conflict, as with an API
+	// token, and runs nothing.
+	if conflict := o.ticket(tokA, "oa-1", "c-other"); conflict.Status != http.StatusUnprocessableEntity && conflict.Status != http.StatusConflict {
+		t.Fatalf("the same key, another customer: HTTP %d %s", conflict.Status, conflict.Body)
+	} else if !strings.Contains(string(conflict.Body), "idempotency-key-reused") {
+		t.Fatalf("the same key, another customer: %s", conflict.Body)
+	}
 	// Another tenant's token: its own intent under the same key, and
 	// the first tenant's operation is not found.
 	tokB := o.token(o.svcB)
@@ -132,7 +139,7 @@ func TestAServiceAgentsOAuthTokenRunsOneIntentPerKeyInItsOwnTenant(t *testing.T)
 	if c := o.Do(testenv.Request{Path: "/v1/operations/" + opID + "/cancel", Token: tokB}); c.Status != http.StatusNotFound {
 		t.Fatalf("tenant B's token cancels tenant A's operation: HTTP %d %s", c.Status, c.Body)
 	}
-	t.Logf("tenant A: 1 ticket for 3 calls (2 with its OAuth token, 1 with its API token); tenant B's token: its own intent, and 404 on A's operation")
+	t.Logf("tenant A: 1 ticket for 3 calls (2 with its OAuth token, 1 with its API token), the key reused with another customer refused; tenant B's token: its own intent, and 404 on A's operation")
 }
 
 // The resource describes itself, and a refusal names where.
