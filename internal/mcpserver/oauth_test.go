@@ -105,16 +105,16 @@ func TestTheMCPServerIsAnOAuthResourceServerThatNeverPassesATokenOn(t *testing.T
 		resp.Body.Close()
 		return resp
 	}
-	initialize := map[string]any{"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": map[string]any{"protocolVersion": "2025-11-25",
+	initMsg := map[string]any{"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": map[string]any{"protocolVersion": "2025-11-25",
 		"capabilities": map[string]any{}, "clientInfo": map[string]any{"name": "raw", "version": "1"}}}
 
 	t.Run("a 401 names the metadata; a token for another resource is refused", func(t *testing.T) {
-		resp := post("", initialize, "")
+		resp := post("", initMsg, "")
 		if resp.StatusCode != http.StatusUnauthorized || !strings.Contains(resp.Header.Get("WWW-Authenticate"), `resource_metadata="`+base+`/.well-known/oauth-protected-resource/mcp"`) {
 			t.Fatalf("no token: HTTP %d %q", resp.StatusCode, resp.Header.Get("WWW-Authenticate"))
 		}
 		forGateway := h.ClientCredentials(svcA, gatewayResource, "idemflow:call")
-		resp = post(forGateway, initialize, "")
+		resp = post(forGateway, initMsg, "")
 		if resp.StatusCode != http.StatusUnauthorized || !strings.Contains(resp.Header.Get("WWW-Authenticate"), `error="invalid_token"`) {
 			t.Fatalf("a token for the gateway, on the MCP server: HTTP %d %q", resp.StatusCode, resp.Header.Get("WWW-Authenticate"))
 		}
@@ -124,7 +124,7 @@ func TestTheMCPServerIsAnOAuthResourceServerThatNeverPassesATokenOn(t *testing.T
 	tokB := h.ClientCredentials(svcB, mcpURL, "idemflow:call idemflow:read")
 	t.Run("a call the token's scopes do not cover is a 403 before anything runs", func(t *testing.T) {
 		tok := h.ClientCredentials(reader, mcpURL, "idemflow:read")
-		init := post(tok, initialize, "")
+		init := post(tok, initMsg, "")
 		session := init.Header.Get("Mcp-Session-Id")
 		resp := post(tok, map[string]any{"jsonrpc": "2.0", "id": 2, "method": "tools/call", "params": map[string]any{"name": "create_ticket",
 			"arguments": map[string]any{"idempotency_key": "oauth-scope", "customer_id": "c-scope", "title": "No"}}}, session)
@@ -166,6 +166,25 @@ func TestTheMCPServerIsAnOAuthResourceServerThatNeverPassesATokenOn(t *testing.T
 		if n := testenv.Count(t, s.Pool, "ticket", "tenant_id = $1", testenv.TenantA); n != 1 {
 			t.Fatalf("tenant A has %d tickets, want 1", n)
 		}
+	})
+
+	t.Run("sessions are bounded per tenant whichever token opens them", func(t *testing.T) {
+		bounded := httptest.NewServer(mcpserver.HTTPHandler(mcpserver.Config{BaseURL: recorder.URL, Operations: s.Set.Operations()},
+			mcpserver.HTTPOptions{OAuth: v, GatewaySecret: secret, MaxSessionsPerTenant: 2}))
+		t.Cleanup(bounded.Close)
+		for i := range 2 {
+			if code := initialize(t, bounded.URL, tokA); code != http.StatusOK {
+				t.Fatalf("session %d of tenant A: %d", i+1, code)
+			}
+		}
+		// Another token of the same tenant counts against the same bound.
+		if code := initialize(t, bounded.URL, h.ClientCredentials(svcA, mcpURL, "idemflow:call")); code != http.StatusServiceUnavailable {
+			t.Fatalf("a third session of tenant A, with a new token: %d, want 503", code)
+		}
+		if code := initialize(t, bounded.URL, tokB); code != http.StatusOK {
+			t.Fatalf("tenant B, while A is at its bound: %d", code)
+		}
+		t.Logf("2 sessions of tenant A, the third (a new token) 503; tenant B's opens")
 	})
 
 	t.Run("the gateway saw only the shared secret, never a token", func(t *testing.T) {
