@@ -12,29 +12,13 @@ import (
 	"github.com/idemflow/idemflow/internal/tenant"
 )
 
-// access decides whether a principal may take a route; on refusal it
-// names the scope the route needs.
-type access func(p oauth.Principal) (ok bool, scope string)
-
-func anyScope(oauth.Principal) (bool, string) { return true, "" }
-
-func mayRead(p oauth.Principal) (bool, string) { return p.MayRead(), oauth.ScopeRead }
-
-// mayCall lets a principal run the operation ("" for any: a cancel).
-func mayCall(operation string) access {
-	return func(p oauth.Principal) (bool, string) {
-		if operation == "" {
-			return p.MayCall("\x00"), oauth.ScopeCall
-		}
-		return p.MayCall(operation), oauth.ScopeCall + ":" + operation
-	}
-}
-
 // authed resolves the bearer token to a tenant before anything else is
 // read, so an unknown caller learns nothing and writes nothing. Either
 // kind of credential gives a principal, and what follows does not know
 // which it was: tenants, keys, limits and replays are the same.
-func (g *Gateway) authed(allow access, next tenantHandler) http.HandlerFunc {
+// need is the scope the route asks of an OAuth token (API tokens may do
+// anything their tenant may).
+func (g *Gateway) authed(need oauth.Need, next tenantHandler) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
 		scheme, token, _ := strings.Cut(r.Header.Get("Authorization"), " ")
 		token = strings.TrimSpace(token)
@@ -46,8 +30,8 @@ func (g *Gateway) authed(allow access, next tenantHandler) http.HandlerFunc {
 		if !ok {
 			return
 		}
-		if ok, scope := allow(p); !ok {
-			scope = g.OAuth.Scope(scope)
+		if !p.Allows(need) {
+			scope := g.OAuth.Scope(string(need))
 			w.Header().Set("WWW-Authenticate", g.OAuth.Challenge("insufficient_scope", "", scope))
 			writeProblem(w, problem.New(problem.TypeInsufficientScope, http.StatusForbidden,
 				"the token's scopes do not allow this request; it needs "+scope))

@@ -4,6 +4,7 @@ import (
 	"net/http"
 	"strings"
 
+	"github.com/idemflow/idemflow/internal/oauth"
 	"github.com/idemflow/idemflow/internal/problem"
 	"github.com/idemflow/idemflow/internal/registry"
 )
@@ -20,7 +21,7 @@ func (g *Gateway) unknownAction(f registry.Family) http.HandlerFunc {
 			writeProblem(w, problem.New(problem.TypeMethodNotAllowed, http.StatusMethodNotAllowed, r.Method+" is not allowed here; use POST"))
 			return
 		}
-		g.authed(anyScope, func(w http.ResponseWriter, r *http.Request, _ string) {
+		g.authed(oauth.NeedNone, func(w http.ResponseWriter, r *http.Request, _ string) {
 			writeNotFound(w, "no action "+r.PathValue(wildcard)+" under "+f.Parent+"; use "+strings.Join(f.Actions, ", "))
 		})(w, r)
 	}

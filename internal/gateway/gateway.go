@@ -156,18 +156,18 @@ func (g *Gateway) Handler() http.Handler {
 	}
 	mux := http.NewServeMux()
 	routes := []route{
-		{"GET", "/v1/operations/{id}", g.authed(mayRead, g.getOperation)},
-		{"POST", "/v1/operations/{id}/cancel", g.authed(mayCall(""), g.cancelOperation)},
-		{"GET", "/v1/tenant", g.authed(anyScope, g.getTenant)},
+		{"GET", "/v1/operations/{id}", g.authed(oauth.NeedRead, g.getOperation)},
+		{"POST", "/v1/operations/{id}/cancel", g.authed(oauth.NeedCall, g.cancelOperation)},
+		{"GET", "/v1/tenant", g.authed(oauth.NeedNone, g.getTenant)},
 		{"GET", "/healthz", g.healthz},
 		{"GET", "/readyz", g.readyz},
 		{"GET", "/problems/{slug}", g.describeProblem},
 		{"GET", "/openapi.json", g.serveOpenAPI(g.Set)},
 	}
 	for _, o := range g.operations() {
-		routes = append(routes, route{"POST", o.Route, g.authed(mayCall(o.Name), g.serveOperation(o))})
+		routes = append(routes, route{"POST", o.Route, g.authed(oauth.CallOf(o.Name), g.serveOperation(o))})
 		for _, rd := range o.Reads {
-			routes = append(routes, route{"GET", rd.Route, g.authed(mayRead, g.serveRead(rd))})
+			routes = append(routes, route{"GET", rd.Route, g.authed(oauth.NeedRead, g.serveRead(rd))})
 		}
 	}
 	if g.OAuth != nil {

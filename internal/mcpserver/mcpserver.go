@@ -549,12 +549,13 @@ func HTTPHandler(cfg Config, opts HTTPOptions) http.Handler {
 		known: expirable.NewLRU[[32]byte, verified](maxKnown, nil, max(opts.VerifyTTL, opts.VerifyGrace))}
 	authed := auth.RequireBearerToken(preVerified(v.verify), nil)(limited)
 	var metadata http.Handler
+	var metadataPaths []string
 	if opts.OAuth != nil {
 		names := make([]string, len(cfg.Operations))
 		for i, o := range cfg.Operations {
 			names[i] = o.Name
 		}
-		metadata = opts.OAuth.MetadataHandler(names)
+		metadata, metadataPaths = opts.OAuth.MetadataHandler(names), oauth.MetadataPaths(opts.OAuth.Resource())
 	}
 	// The SDK answers a refused token in plain text; the token is checked
 	// here first so that the refusal is the same problem+json the gateway
@@ -569,7 +570,7 @@ func HTTPHandler(cfg Config, opts HTTPOptions) http.Handler {
 			_, _ = io.WriteString(w, "ok\n")
 			return
 		}
-		if metadata != nil && slices.Contains(oauth.MetadataPaths(opts.OAuth.Resource()), r.URL.Path) {
+		if slices.Contains(metadataPaths, r.URL.Path) {
 			metadata.ServeHTTP(w, r)
 			return
 		}

@@ -67,8 +67,8 @@ func oauthGate(w http.ResponseWriter, r *http.Request, opts HTTPOptions, cfg Con
 		deny(w, http.StatusServiceUnavailable, problem.TypeUnavailable, "the authorization server's keys or introspection did not answer; retry")
 		return nil, false
 	}
-	if need := neededScope(r, cfg); need != "" && !allows(p, need) {
-		scope := v.Scope(need)
+	if need := neededScope(r, cfg); !p.Allows(need) {
+		scope := v.Scope(string(need))
 		w.Header().Set("WWW-Authenticate", v.Challenge("insufficient_scope", "", scope))
 		deny(w, http.StatusForbidden, problem.TypeInsufficientScope, "the token's scopes do not allow this call; it needs "+scope)
 		return nil, false
@@ -82,20 +82,12 @@ func oauthGate(w http.ResponseWriter, r *http.Request, opts HTTPOptions, cfg Con
 	return r.WithContext(context.WithValue(r.Context(), verifiedKey{}, info)), true
 }
 
-func allows(p oauth.Principal, need string) bool {
-	if need == oauth.ScopeRead {
-		return p.MayRead()
-	}
-	op, _ := strings.CutPrefix(need, oauth.ScopeCall+":")
-	return p.MayCall(op)
-}
-
-// neededScope is the scope a tools/call asks for ("" for every other
+// neededScope is the scope a tools/call asks for (none for every other
 // request, which any valid token may send). The body is read and put
 // back.
-func neededScope(r *http.Request, cfg Config) string {
+func neededScope(r *http.Request, cfg Config) oauth.Need {
 	if r.Method != http.MethodPost || r.Body == nil {
-		return ""
+		return oauth.NeedNone
 	}
 	body, err := io.ReadAll(io.LimitReader(r.Body, maxPeek))
 	r.Body = struct {
@@ -103,7 +95,7 @@ func neededScope(r *http.Request, cfg Config) string {
 		io.Closer
 	}{io.MultiReader(bytes.NewReader(body), r.Body), r.Body}
 	if err != nil {
-		return ""
+		return oauth.NeedNone
 	}
 	var msg struct {
 		Method string `json:"method"`
@@ -112,17 +104,17 @@ func neededScope(r *http.Request, cfg Config) string {
 		} `json:"params"`
 	}
 	if json.Unmarshal(body, &msg) != nil || msg.Method != "tools/call" {
-		return ""
+		return oauth.NeedNone
 	}
 	if msg.Params.Name == "get_operation" {
-		return oauth.ScopeRead
+		return oauth.NeedRead
 	}
 	for _, o := range cfg.Operations {
 		if o.Tool == msg.Params.Name {
-			return oauth.ScopeCall + ":" + o.Name
+			return oauth.CallOf(o.Name)
 		}
 	}
-	return ""
+	return oauth.NeedNone
 }
 
 // maxPeek bounds how much of a request is read to find its tool.

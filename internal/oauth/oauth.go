@@ -115,13 +115,29 @@ type Principal struct {
 	All    bool
 }
 
-// MayCall says whether p may run the named operation.
-func (p Principal) MayCall(operation string) bool {
-	return p.All || slices.Contains(p.Scopes, ScopeCall) || slices.Contains(p.Scopes, ScopeCall+":"+operation)
-}
+// Need is the scope a request needs, as idemflow names it (without the
+// prefix): NeedNone, NeedRead, NeedCall (every operation's: a cancel) or
+// CallOf an operation.
+type Need string
 
-// MayRead says whether p may read intents and answers.
-func (p Principal) MayRead() bool { return p.All || slices.Contains(p.Scopes, ScopeRead) }
+// The needs of requests that name no operation.
+const (
+	NeedNone Need = ""
+	NeedRead Need = ScopeRead
+	NeedCall Need = ScopeCall
+)
+
+// CallOf is what running one operation needs: ScopeCall+":"+operation,
+// which ScopeCall also covers.
+func CallOf(operation string) Need { return Need(ScopeCall + ":" + operation) }
+
+// Allows says whether p's scopes cover n.
+func (p Principal) Allows(n Need) bool {
+	if n == NeedNone || p.All || slices.Contains(p.Scopes, string(n)) {
+		return true
+	}
+	return strings.HasPrefix(string(n), ScopeCall+":") && slices.Contains(p.Scopes, ScopeCall)
+}
 
 // TokenError refuses a token: the caller's 401, invalid_token.
 type TokenError struct{ Reason string }
@@ -215,7 +231,7 @@ func (v *Verifier) Resource() string { return v.cfg.Resource }
 func (v *Verifier) Scopes(operations []string) []string {
 	out := []string{v.Scope(ScopeCall), v.Scope(ScopeRead)}
 	for _, o := range operations {
-		out = append(out, v.Scope(ScopeCall+":"+o))
+		out = append(out, v.Scope(string(CallOf(o))))
 	}
 	return out
 }
